@@ -1,0 +1,1 @@
+//! The consumer task, the rebalance bridge and the dead-letter producer.

@@ -1,0 +1,12 @@
+//! kafka-bigquery-sink: Avro records from Kafka into BigQuery through the Storage Write API,
+//! exactly once. The module layout follows DESIGN §1; see `../shared/STYLE.md` for the rules
+//! between modules (the checkpoint protocol is pure, the emulator is reached only from the CLI).
+
+pub mod bigquery;
+pub mod checkpoint;
+pub mod cli;
+pub mod emulator;
+pub mod kafka;
+pub mod ops;
+pub mod transcode;
+pub mod writer;

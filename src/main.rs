@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    kafka_bigquery_sink::cli::main()
+}

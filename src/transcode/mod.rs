@@ -1,0 +1,1 @@
+//! Avro → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC client.

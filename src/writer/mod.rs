@@ -1,0 +1,1 @@
+//! Per-partition writer actors: decode, transcode, batch, AppendRows with explicit offsets.
