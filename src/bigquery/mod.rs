@@ -3,5 +3,6 @@
 
 pub mod auth;
 pub mod error;
+pub mod rest_client;
 pub mod table_schema;
 pub mod write_client;
