@@ -1,1 +1,3 @@
 //! Per-partition writer actors: decode, transcode, batch, AppendRows with explicit offsets.
+
+pub mod append_session;
