@@ -1,1 +1,3 @@
 //! The consumer task, the rebalance bridge and the dead-letter producer.
+
+pub mod consumer;
