@@ -226,9 +226,9 @@ impl Wide {
     }
 
     /// The decimal text of `self / 10^scale` (for JSON rendering).
-    pub fn to_decimal_string(&self, scale: u32) -> String {
+    pub fn to_decimal_string(self, scale: u32) -> String {
         let mut digits = Vec::new();
-        let mut v = *self;
+        let mut v = self;
         loop {
             let chunk = v.div_small(POW10_19);
             let done = v.is_zero();
@@ -285,8 +285,7 @@ mod tests {
         let days = 20_696i64; // 2026-08-31
         let micros = days * MICROS_PER_DAY + (12 * 3600 + 30 * 60) * 1_000_000;
         let packed = datetime_packed(Some(micros)).unwrap();
-        let expected =
-            (((2026i64 << 26) | (8 << 22) | (31 << 17) | (12 << 12) | (30 << 6)) << 20) | 0;
+        let expected = ((2026i64 << 26) | (8 << 22) | (31 << 17) | (12 << 12) | (30 << 6)) << 20;
         assert_eq!(packed, expected);
     }
 

@@ -141,7 +141,7 @@ impl Deriver<'_> {
             )),
             _ => {
                 let (ty, precision_scale) =
-                    scalar_type(&node.kind, node.logical).map_err(|reason| unsupported(reason))?;
+                    scalar_type(&node.kind, node.logical).map_err(unsupported)?;
                 let mut col = TableFieldSchema::new(name, ty, Mode::Required);
                 if let Some((p, s)) = precision_scale {
                     col.precision = Some(p.to_string());

@@ -186,11 +186,10 @@ impl<'a> AvroReader<'a> {
         } else {
             count as u64
         };
-        let limit = if min_item_size == 0 {
-            MAX_ZERO_SIZE_ITEMS
-        } else {
-            (self.remaining() / min_item_size) as u64
-        };
+        let limit = self
+            .remaining()
+            .checked_div(min_item_size)
+            .map_or(MAX_ZERO_SIZE_ITEMS, |n| n as u64);
         if n > limit {
             return Err(RecordError::AbsurdCount { offset, count });
         }
