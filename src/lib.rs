@@ -8,5 +8,6 @@ pub mod cli;
 pub mod emulator;
 pub mod kafka;
 pub mod ops;
+pub mod registry;
 pub mod transcode;
 pub mod writer;

@@ -1,1 +1,72 @@
 //! Avro → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC client.
+//!
+//! A [`Plan`] is compiled once per (writer schema, table schema) pair and then turns each
+//! record's Avro binary straight into the proto2 bytes of the plan's own [`Plan::descriptor`],
+//! which goes into AppendRows' `writer_schema`. The mapping is in `docs/mapping.md`.
+
+mod compile;
+mod convert;
+mod derive;
+mod descriptor;
+mod error;
+mod exec;
+mod ops;
+mod proto;
+mod reader;
+mod schema;
+mod wire;
+
+use std::ops::Range;
+
+use prost_types::DescriptorProto;
+
+pub use compile::{MetadataColumns, PlanOptions, UnknownFields};
+pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
+pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};
+pub use descriptor::file_for;
+pub use error::{DeriveError, PlanError, RecordError, SchemaError};
+pub use exec::{KafkaHeader, KafkaMetadata};
+pub use schema::{AvroSchema, Field, Kind, Logical, Node, NodeId, Record};
+pub use wire::{WireFormat, frame_confluent, split_confluent};
+
+/// A compiled transcoding plan for one (writer schema, table schema) pair.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    root: ops::RecordOp,
+    metadata: ops::MetadataOps,
+    descriptor: DescriptorProto,
+}
+
+impl Plan {
+    pub fn compile(
+        writer: &AvroSchema,
+        table: &crate::bigquery::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        compile::compile(writer, table, options)
+    }
+
+    /// The self-contained proto2 descriptor the rows are encoded with.
+    pub fn descriptor(&self) -> &DescriptorProto {
+        &self.descriptor
+    }
+
+    /// Appends one row, encoded from the Avro binary `avro` (no framing), to `out` and returns
+    /// its byte range. On error `out` is left as it was, so a batch can be built in one buffer
+    /// and a bad record simply skipped.
+    pub fn transcode(
+        &self,
+        avro: &[u8],
+        meta: Option<&KafkaMetadata<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Range<usize>, RecordError> {
+        let start = out.len();
+        match exec::run_row(&self.root, &self.metadata, avro, meta, out) {
+            Ok(()) => Ok(start..out.len()),
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! A Confluent Schema Registry client: `GET /schemas/ids/{id}` with a cache by id (ids are
+//! immutable), one request per id however many records wait for it, basic or bearer auth, a
+//! custom CA, timeouts and retries with backoff.
+//!
+//! Errors are classified for the caller: a 404 or an unusable schema is a per-record error (the
+//! record goes to the dead-letter queue), a registry that is down or slow is retryable (the
+//! partition waits and tries again; it never skips records).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::StatusCode;
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+
+use crate::transcode::AvroSchema;
+
+/// How to reach the registry. Secrets are redacted from `Debug`.
+#[derive(Clone)]
+pub struct RegistryConfig {
+    /// Base URL, e.g. `https://registry.example:8081` (a path prefix is kept).
+    pub url: String,
+    pub basic_auth: Option<BasicAuth>,
+    pub bearer_token: Option<String>,
+    /// PEM certificates trusted in addition to the built-in roots.
+    pub ca_pem: Option<Vec<u8>>,
+    pub connect_timeout: Duration,
+    /// Per-request timeout: a registry slower than this counts as down for that attempt.
+    pub request_timeout: Duration,
+    /// Attempts per lookup before the lookup reports the registry unavailable.
+    pub max_attempts: usize,
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+#[derive(Clone)]
+pub struct BasicAuth {
+    pub username: String,
+    pub password: String,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            url: String::new(),
+            basic_auth: None,
+            bearer_token: None,
+            ca_pem: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_attempts: 5,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("url", &self.url)
+            .field(
+                "basic_auth_user",
+                &self.basic_auth.as_ref().map(|b| &b.username),
+            )
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("ca_pem", &self.ca_pem.as_ref().map(|p| p.len()))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("schema id {id} is not in the schema registry")]
+    NotFound { id: u32 },
+    #[error("schema id {id} cannot be used: {reason}")]
+    Unusable { id: u32, reason: String },
+    #[error("schema registry refused the credentials for schema id {id} (http {status})")]
+    Unauthorized { id: u32, status: u16 },
+    #[error("schema registry unavailable for schema id {id} after {attempts} attempts: {reason}")]
+    Unavailable {
+        id: u32,
+        attempts: usize,
+        reason: String,
+    },
+    #[error("invalid schema registry configuration: {0}")]
+    Config(String),
+}
+
+impl RegistryError {
+    /// Retryable errors make the partition wait; the others fail only the record at hand.
+    pub fn is_retryable(&self) -> bool {
+        // Credentials can be fixed while the daemon runs (a rotated secret), so waiting is right.
+        matches!(
+            self,
+            RegistryError::Unavailable { .. } | RegistryError::Unauthorized { .. }
+        )
+    }
+}
+
+/// A writer schema as registered.
+#[derive(Debug)]
+pub struct RegisteredSchema {
+    pub id: u32,
+    pub text: String,
+    pub schema: AvroSchema,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    pub requests: u64,
+    pub retries: u64,
+    pub cache_hits: u64,
+}
+
+pub struct SchemaRegistry {
+    http: reqwest::Client,
+    base: String,
+    config: RegistryConfig,
+    cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<RegisteredSchema>>>>>,
+    requests: AtomicU64,
+    retries: AtomicU64,
+    cache_hits: AtomicU64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SchemaResponse {
+    schema: String,
+    #[serde(default)]
+    schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<serde_json::Value>,
+}
+
+/// The outcome of one HTTP attempt, before retries.
+enum Attempt {
+    Retry(String),
+    Final(RegistryError),
+}
+
+impl SchemaRegistry {
+    pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
+        let base = config.url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(RegistryError::Config(format!(
+                "url {:?} must start with http:// or https://",
+                config.url
+            )));
+        }
+        if config.max_attempts == 0 {
+            return Err(RegistryError::Config(
+                "max_attempts must be at least 1".into(),
+            ));
+        }
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout);
+        if let Some(pem) = &config.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| RegistryError::Config(format!("ca certificate: {e}")))?;
+            if certs.is_empty() {
+                return Err(RegistryError::Config(
+                    "ca certificate: no certificate in the pem data".into(),
+                ));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| RegistryError::Config(format!("http client: {e}")))?;
+        Ok(SchemaRegistry {
+            http,
+            base,
+            config,
+            cache: Mutex::new(HashMap::new()),
+            requests: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> RegistryStats {
+        RegistryStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The writer schema with this id, from the cache or the registry. Concurrent lookups of an
+    /// id that is not cached share one request; a failed lookup is not cached.
+    pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        let cell = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.entry(id).or_default().clone()
+        };
+        if let Some(s) = cell.get() {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(s.clone());
+        }
+        cell.get_or_try_init(|| self.fetch(id)).await.cloned()
+    }
+
+    async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.config.min_backoff)
+            .with_max_delay(self.config.max_backoff)
+            .with_max_times(self.config.max_attempts - 1)
+            .with_jitter();
+        let mut attempts = 0usize;
+        let result = (|| {
+            attempts += 1;
+            self.attempt(id)
+        })
+        .retry(backoff)
+        .when(|a: &Attempt| matches!(a, Attempt::Retry(_)))
+        .notify(|a: &Attempt, after: Duration| {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            if let Attempt::Retry(reason) = a {
+                tracing::warn!(schema_id = id, %reason, retry_in = ?after, "schema registry lookup failed, retrying");
+            }
+        })
+        .await;
+        match result {
+            Ok(s) => Ok(Arc::new(s)),
+            Err(Attempt::Final(e)) => Err(e),
+            Err(Attempt::Retry(reason)) => Err(RegistryError::Unavailable {
+                id,
+                attempts,
+                reason,
+            }),
+        }
+    }
+
+    async fn attempt(&self, id: u32) -> Result<RegisteredSchema, Attempt> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut req = self
+            .http
+            .get(format!("{}/schemas/ids/{id}", self.base))
+            .header(
+                reqwest::header::ACCEPT,
+                "application/vnd.schemaregistry.v1+json, application/json",
+            );
+        if let Some(b) = &self.config.basic_auth {
+            req = req.basic_auth(&b.username, Some(&b.password));
+        }
+        if let Some(t) = &self.config.bearer_token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Attempt::Retry(describe_reqwest(&e)))?;
+        let status = resp.status();
+        match status {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND => return Err(Attempt::Final(RegistryError::NotFound { id })),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                return Err(Attempt::Final(RegistryError::Unauthorized {
+                    id,
+                    status: status.as_u16(),
+                }));
+            }
+            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
+                return Err(Attempt::Retry(format!("http {}", s.as_u16())));
+            }
+            s => {
+                return Err(Attempt::Final(RegistryError::Unusable {
+                    id,
+                    reason: format!("registry answered http {}", s.as_u16()),
+                }));
+            }
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| Attempt::Retry(describe_reqwest(&e)))?;
+        let unusable = |reason: String| Attempt::Final(RegistryError::Unusable { id, reason });
+        let parsed: SchemaResponse = serde_json::from_slice(&body)
+            .map_err(|e| unusable(format!("response is not a schema: {e}")))?;
+        if let Some(t) = parsed.schema_type.as_deref()
+            && !t.eq_ignore_ascii_case("AVRO")
+        {
+            return Err(unusable(format!("schema type {t} is not AVRO")));
+        }
+        if !parsed.references.is_empty() {
+            return Err(unusable("schema references are not supported".into()));
+        }
+        let schema = AvroSchema::parse(&parsed.schema).map_err(|e| unusable(e.to_string()))?;
+        Ok(RegisteredSchema {
+            id,
+            text: parsed.schema,
+            schema,
+        })
+    }
+}
+
+/// reqwest's Display omits the cause ("error sending request"); the chain says what happened.
+fn describe_reqwest(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else {
+        "request"
+    };
+    let mut s = format!("{kind}: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}

@@ -1,0 +1,93 @@
+//! Errors of the transcoder, one type per boundary: a schema that cannot be used ([`SchemaError`],
+//! [`PlanError`]) stops the partition until the schema or table changes; a record that cannot be
+//! transcoded ([`RecordError`]) is a per-record error the caller routes to the dead-letter queue.
+
+use std::sync::Arc;
+
+/// The writer schema itself is unusable (not valid Avro, or a shape we cannot read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("invalid avro schema: {0}")]
+    Invalid(String),
+}
+
+/// The writer schema cannot be mapped onto the table. Decided once per (schema, table) pair.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error("column {column}: avro {avro} cannot be written to a {column_type} column")]
+    Incompatible {
+        column: String,
+        avro: String,
+        column_type: String,
+    },
+    #[error("avro field {field} has no column in the table (unknown_fields: error)")]
+    UnknownField { field: String },
+    #[error("column {column}: {reason}")]
+    Unsupported { column: String, reason: String },
+    #[error("column name {column:?} is not a valid protobuf field name")]
+    BadColumnName { column: String },
+    #[error("kafka metadata column {column}: {reason}")]
+    Metadata { column: String, reason: String },
+}
+
+/// Deriving a table schema from an Avro schema failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeriveError {
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error("field {field}: {reason}")]
+    Unsupported { field: String, reason: String },
+}
+
+/// Why one record could not be transcoded. Never retryable: the same bytes fail the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("payload of {len} bytes is shorter than the 5-byte confluent header")]
+    ShortHeader { len: usize },
+    #[error("magic byte {found:#04x} is not the confluent wire format's 0x00")]
+    BadMagic { found: u8 },
+    #[error("avro data ends early at byte {offset} while reading {what}")]
+    Truncated { offset: usize, what: &'static str },
+    #[error("avro varint at byte {offset} is malformed or overflows 64 bits")]
+    BadVarint { offset: usize },
+    #[error("avro int at byte {offset} is out of the 32-bit range: {value}")]
+    IntOutOfRange { offset: usize, value: i64 },
+    #[error("negative length {len} at byte {offset}")]
+    NegativeLength { offset: usize, len: i64 },
+    #[error("length {len} at byte {offset} exceeds the {remaining} bytes left")]
+    LengthTooLarge {
+        offset: usize,
+        len: i64,
+        remaining: usize,
+    },
+    #[error("array or map at byte {offset} claims {count} items, more than the data can hold")]
+    AbsurdCount { offset: usize, count: i64 },
+    #[error("string at byte {offset} is not valid utf-8")]
+    InvalidUtf8 { offset: usize },
+    #[error("boolean byte {value:#04x} at byte {offset} is neither 0 nor 1")]
+    BadBoolean { offset: usize, value: u8 },
+    #[error("union branch {index} at byte {offset} does not exist (the union has {branches})")]
+    BadUnionBranch {
+        offset: usize,
+        index: i64,
+        branches: usize,
+    },
+    #[error("enum index {index} at byte {offset} does not exist (the enum has {symbols} symbols)")]
+    BadEnumIndex {
+        offset: usize,
+        index: i64,
+        symbols: usize,
+    },
+    #[error("{trailing} trailing bytes after the avro record")]
+    TrailingBytes { trailing: usize },
+    #[error("column {column} is REQUIRED but the record has no value for it")]
+    MissingRequired { column: Arc<str> },
+    #[error("column {column} is REQUIRED but the value is null")]
+    NullRequired { column: Arc<str> },
+    #[error("column {column} is REPEATED and cannot hold a null element")]
+    NullElement { column: Arc<str> },
+    #[error("column {column}: {reason}")]
+    Value { column: Arc<str>, reason: String },
+}

@@ -1,0 +1,331 @@
+//! A bounded mutation fuzzer for the transcoder on stable Rust: valid Avro records of schemas that
+//! exercise every op are mutated (bit flips, truncation, splices, random varints) and transcoded.
+//! No input may panic; an error must leave the batch buffer as it was; a success must be a row
+//! that decodes with the plan's descriptor. Schema texts are mutated too, for the schema parser
+//! and the plan compiler.
+//!
+//! `FUZZ_SECONDS` (default 5) bounds the run, `FUZZ_SEED` replays one.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::transcode::{
+    AvroSchema, KafkaHeader, KafkaMetadata, MetadataColumns, Plan, PlanOptions, file_for,
+};
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use prost_types::FileDescriptorSet;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":["null","string"]},
+  {"name":"flag","type":"boolean"},
+  {"name":"ratio","type":["double","null"]},
+  {"name":"f","type":"float"},
+  {"name":"ts","type":{"type":"long","logicalType":"timestamp-nanos"}},
+  {"name":"dt","type":{"type":"long","logicalType":"local-timestamp-millis"}},
+  {"name":"day","type":{"type":"int","logicalType":"date"}},
+  {"name":"tod","type":{"type":"int","logicalType":"time-millis"}},
+  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":20,"scale":4}},
+  {"name":"big","type":{"type":"fixed","name":"B","size":20,"logicalType":"decimal","precision":40,"scale":2}},
+  {"name":"uid","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}},
+  {"name":"color","type":{"type":"enum","name":"C","symbols":["R","G","B"]}},
+  {"name":"doc","type":{"type":"string","sqlType":"JSON"}},
+  {"name":"tags","type":{"type":"array","items":"string"}},
+  {"name":"attrs","type":{"type":"map","values":["null","long"]}},
+  {"name":"blob","type":{"type":"map","values":{"type":"array","items":"int"}}},
+  {"name":"nested","type":{"type":"record","name":"n","fields":[
+     {"name":"x","type":"int"},
+     {"name":"items","type":["null",{"type":"array","items":{"type":"record","name":"i","fields":[{"name":"k","type":"string"}]}}]}]}},
+  {"name":"ignored","type":{"type":"record","name":"g","fields":[
+     {"name":"a","type":{"type":"array","items":["null","bytes"]}},
+     {"name":"m","type":{"type":"map","values":"C"}}]}}
+]}"#;
+
+const TABLE: &str = r#"{"fields":[
+  {"name":"id","type":"INT64","mode":"REQUIRED"},
+  {"name":"name","type":"STRING"},
+  {"name":"flag","type":"BOOL"},
+  {"name":"ratio","type":"FLOAT64"},
+  {"name":"f","type":"FLOAT64"},
+  {"name":"ts","type":"TIMESTAMP"},
+  {"name":"dt","type":"DATETIME"},
+  {"name":"day","type":"DATE"},
+  {"name":"tod","type":"TIME"},
+  {"name":"amount","type":"NUMERIC"},
+  {"name":"big","type":"BIGNUMERIC"},
+  {"name":"uid","type":"STRING"},
+  {"name":"color","type":"STRING"},
+  {"name":"doc","type":"JSON"},
+  {"name":"tags","type":"STRING","mode":"REPEATED"},
+  {"name":"attrs","type":"RECORD","mode":"REPEATED","fields":[{"name":"key","type":"STRING"},{"name":"value","type":"INT64"}]},
+  {"name":"blob","type":"JSON"},
+  {"name":"nested","type":"RECORD","fields":[{"name":"x","type":"INT64"},
+     {"name":"items","type":"RECORD","mode":"REPEATED","fields":[{"name":"k","type":"STRING"}]}]},
+  {"name":"_topic","type":"STRING"},{"name":"_key","type":"STRING"},
+  {"name":"_headers","type":"RECORD","mode":"REPEATED","fields":[{"name":"key","type":"STRING"},{"name":"value","type":"STRING"}]}
+]}"#;
+
+fn seed_record(rng: &mut StdRng) -> Value {
+    let s = |v: &str| Value::String(v.to_owned());
+    let fields = vec![
+        ("id", Value::Long(rng.random())),
+        (
+            "name",
+            if rng.random() {
+                Value::Union(1, Box::new(s("ünïcode")))
+            } else {
+                Value::Union(0, Box::new(Value::Null))
+            },
+        ),
+        ("flag", Value::Boolean(rng.random())),
+        (
+            "ratio",
+            Value::Union(0, Box::new(Value::Double(rng.random()))),
+        ),
+        ("f", Value::Float(rng.random())),
+        ("ts", Value::TimestampNanos(rng.random())),
+        (
+            "dt",
+            Value::LocalTimestampMillis(rng.random_range(-1 << 40..1 << 40)),
+        ),
+        ("day", Value::Date(rng.random_range(-800_000..3_000_000))),
+        ("tod", Value::TimeMillis(rng.random_range(0..86_400_000))),
+        (
+            "amount",
+            Value::Decimal(apache_avro::Decimal::from(
+                rng.random::<i64>().to_be_bytes().to_vec(),
+            )),
+        ),
+        (
+            "big",
+            Value::Decimal(apache_avro::Decimal::from(
+                rng.random::<i128>().to_be_bytes().to_vec(),
+            )),
+        ),
+        (
+            "uid",
+            Value::Uuid(apache_avro::Uuid::from_u128(rng.random())),
+        ),
+        ("color", Value::Enum(2, "B".into())),
+        ("doc", s(r#"[{"a":null},2,"x"]"#)),
+        ("tags", Value::Array(vec![s("a"), s(""), s("ccc")])),
+        (
+            "attrs",
+            Value::Map(
+                [
+                    ("k".to_string(), Value::Union(1, Box::new(Value::Long(-1)))),
+                    ("n".to_string(), Value::Union(0, Box::new(Value::Null))),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+        ),
+        (
+            "blob",
+            Value::Map(
+                [("z".to_string(), Value::Array(vec![Value::Int(1)]))]
+                    .into_iter()
+                    .collect(),
+            ),
+        ),
+        (
+            "nested",
+            Value::Record(vec![
+                ("x".into(), Value::Int(3)),
+                (
+                    "items".into(),
+                    Value::Union(
+                        1,
+                        Box::new(Value::Array(vec![Value::Record(vec![(
+                            "k".into(),
+                            s(&"k".repeat(rng.random_range(0..300))),
+                        )])])),
+                    ),
+                ),
+            ]),
+        ),
+        (
+            "ignored",
+            Value::Record(vec![
+                (
+                    "a".into(),
+                    Value::Array(vec![Value::Union(1, Box::new(Value::Bytes(vec![1, 2])))]),
+                ),
+                (
+                    "m".into(),
+                    Value::Map(
+                        [("q".to_string(), Value::Enum(0, "R".into()))]
+                            .into_iter()
+                            .collect(),
+                    ),
+                ),
+            ]),
+        ),
+    ];
+    Value::Record(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+fn mutate(rng: &mut StdRng, input: &mut Vec<u8>) {
+    for _ in 0..rng.random_range(1..6) {
+        let len = input.len();
+        match rng.random_range(0..7) {
+            0 if len > 0 => {
+                let i = rng.random_range(0..len);
+                input[i] ^= 1 << rng.random_range(0..8);
+            }
+            1 if len > 0 => input.truncate(rng.random_range(0..len)),
+            2 => {
+                let i = rng.random_range(0..=len);
+                input.insert(i, rng.random());
+            }
+            3 if len > 0 => {
+                input.remove(rng.random_range(0..len));
+            }
+            4 => {
+                // A random zigzag varint, often a huge or negative length or count.
+                let mut v = rng.random::<u64>() >> rng.random_range(0..64);
+                let i = rng.random_range(0..=len);
+                let mut bytes = Vec::new();
+                while v >= 0x80 {
+                    bytes.push(v as u8 | 0x80);
+                    v >>= 7;
+                }
+                bytes.push(v as u8);
+                input.splice(i..i, bytes);
+            }
+            5 if len > 1 => {
+                let a = rng.random_range(0..len);
+                let b = rng.random_range(a..len);
+                let chunk = input[a..b].to_vec();
+                let i = rng.random_range(0..=input.len());
+                input.splice(i..i, chunk);
+            }
+            _ => {
+                let i = rng.random_range(0..=len);
+                input.splice(i..i, std::iter::repeat_n(0xff, rng.random_range(1..12)));
+            }
+        }
+    }
+}
+
+fn check_one(plan: &Plan, desc: &MessageDescriptor, input: &[u8], rng: &mut StdRng) {
+    let headers = [KafkaHeader {
+        key: "h",
+        value: Some(&input[..input.len().min(3)]),
+    }];
+    let meta = KafkaMetadata {
+        topic: "t",
+        key: Some(&input[..input.len().min(2)]),
+        headers: &headers,
+        ..Default::default()
+    };
+    let prefix: Vec<u8> = (0..rng.random_range(0..4)).map(|_| rng.random()).collect();
+    let mut out = prefix.clone();
+    match plan.transcode(input, Some(&meta), &mut out) {
+        Ok(range) => {
+            assert_eq!(range.start, prefix.len());
+            DynamicMessage::decode(desc.clone(), &out[range])
+                .expect("a transcoded row decodes with its descriptor");
+        }
+        Err(e) => {
+            assert_eq!(out, prefix, "an error leaves the buffer as it was");
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}
+
+#[test]
+fn mutated_records_never_panic_and_never_corrupt_the_batch() {
+    let seconds: u64 = std::env::var("FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let seed: u64 = std::env::var("FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("fuzz seed {seed} for {seconds}s (FUZZ_SEED={seed} replays it)");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let table: TableSchema = serde_json::from_str(TABLE).unwrap();
+    let options = PlanOptions {
+        metadata: MetadataColumns {
+            topic: Some("_topic".into()),
+            key: Some("_key".into()),
+            headers: Some("_headers".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let plan = Plan::compile(&AvroSchema::parse(SCHEMA).unwrap(), &table, &options).unwrap();
+    let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
+        file: vec![file_for(plan.descriptor())],
+    })
+    .unwrap();
+    let desc = pool.get_message_by_name("Row").unwrap();
+    let apache = Schema::parse_str(SCHEMA).unwrap();
+    let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&apache)
+        .build()
+        .unwrap();
+    let seeds: Vec<Vec<u8>> = (0..32)
+        .map(|_| writer.write_value_to_vec(seed_record(&mut rng)).unwrap())
+        .collect();
+    for s in &seeds {
+        let mut out = Vec::new();
+        plan.transcode(s, None, &mut out)
+            .expect("unmutated seeds transcode");
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut runs = 0u64;
+    while Instant::now() < deadline {
+        for _ in 0..256 {
+            let mut input = seeds[rng.random_range(0..seeds.len())].clone();
+            mutate(&mut rng, &mut input);
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                check_one(&plan, &desc, &input, &mut rng)
+            }));
+            if result.is_err() {
+                panic!("input that failed (hex): {}", hex(&input));
+            }
+            runs += 1;
+        }
+    }
+    eprintln!("fuzz: {runs} mutated records");
+    assert!(runs > 0);
+}
+
+#[test]
+fn mutated_schemas_never_panic_the_parser_or_the_compiler() {
+    let seed: u64 = std::env::var("FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let table: TableSchema = serde_json::from_str(TABLE).unwrap();
+    let tokens: [&[u8]; 8] = [b"{", b"}", b"[", b"]", b"\"r\"", b",", b"\"null\"", b":"];
+    for _ in 0..3000 {
+        let mut text = SCHEMA.as_bytes().to_vec();
+        for _ in 0..rng.random_range(1..4) {
+            let i = rng.random_range(0..text.len());
+            let j = (i + rng.random_range(0..20)).min(text.len());
+            let token = tokens[rng.random_range(0..tokens.len())];
+            text.splice(i..j, token.iter().copied());
+        }
+        let Ok(text) = String::from_utf8(text) else {
+            continue;
+        };
+        if let Ok(schema) = AvroSchema::parse(&text) {
+            let _ = Plan::compile(&schema, &table, &PlanOptions::default());
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

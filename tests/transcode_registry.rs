@@ -1,0 +1,349 @@
+//! The Schema Registry client against an in-test server speaking the Confluent API: caching,
+//! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use kafka_bigquery_sink::registry::{BasicAuth, RegistryConfig, RegistryError, SchemaRegistry};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+
+const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#;
+
+/// A test CA and a server certificate for 127.0.0.1 it signed (valid for 100 years).
+const CA_PEM: &str = r"-----BEGIN CERTIFICATE-----
+MIIBhDCCASmgAwIBAgIUMRJj5dBp1u7MBr4ttZeVhz4sHHQwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLa2JxIHRlc3QgY2EwIBcNMjYxMTMwMDAxNDMxWhgPMjEyNjEx
+MDYwMDE0MzFaMBYxFDASBgNVBAMMC2ticSB0ZXN0IGNhMFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAEWQ+kdO8/3UqVoHYJILme50tVZ1s/FLQF1zZNoJWJrv4Xh9Zd
+RwMxYE57/SpC72RRLFlYp7m8GbS4Wbuxa766cqNTMFEwHQYDVR0OBBYEFFIDrRh0
+PnihYW7vMSxigMY72jiWMB8GA1UdIwQYMBaAFFIDrRh0PnihYW7vMSxigMY72jiW
+MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSQAwRgIhAIIrxKXxTIbZ0TEp
+Xcq0+qbQc0fZy92PFZnckzTfcm3nAiEAsUd5jCV0sjDbPgaudb8GCtmvKG8vjbrd
+3wLVJHnOLHU=
+-----END CERTIFICATE-----";
+const SERVER_CERT_PEM: &str = r"-----BEGIN CERTIFICATE-----
+MIIBrjCCAVWgAwIBAgIUTzFNMc1mHm3/s6LN5aY/I4BUr48wCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLa2JxIHRlc3QgY2EwIBcNMjYxMTMwMDAxNDMxWhgPMjEyNjEx
+MDYwMDE0MzFaMBQxEjAQBgNVBAMMCTEyNy4wLjAuMTBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABL9mcGpgJ7VNVH/KVqAP3lYJg6dl9qRuAfKVkWJWxGIHkVvofaCX
+Q2Xf+Dcoz6Ut4PVmcOd/Z/DvCDEEL7yW4xmjgYAwfjAPBgNVHREECDAGhwR/AAAB
+MAkGA1UdEwQCMAAwCwYDVR0PBAQDAgeAMBMGA1UdJQQMMAoGCCsGAQUFBwMBMB0G
+A1UdDgQWBBT1YohZMmtv/qO635frSoZUSIdkjTAfBgNVHSMEGDAWgBRSA60YdD54
+oWFu7zEsYoDGO9o4ljAKBggqhkjOPQQDAgNHADBEAiBmqPM0VfiqBivQ1K952D9o
+ewoI5PoXPsdnF4B7nw8sSwIgdNqPd9eVaEe4KblweYePEyRRl6bI1N2QUUf4m7fK
+e7M=
+-----END CERTIFICATE-----";
+const SERVER_KEY_PEM: &str = r"-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg2jivmv7cV4iWce4O
+XLwvIWY9ctfceCqjc6oYW1u99ZWhRANCAAS/ZnBqYCe1TVR/ylagD95WCYOnZfak
+bgHylZFiVsRiB5Fb6H2gl0Nl3/g3KM+lLeD1ZnDnf2fw7wgxBC+8luMZ
+-----END PRIVATE KEY-----";
+
+#[derive(Default)]
+struct Registry {
+    hits: Mutex<HashMap<u32, usize>>,
+    /// Answers 503 this many times before succeeding.
+    flaky: AtomicUsize,
+    required_auth: Option<String>,
+}
+
+async fn schema_by_id(
+    State(reg): State<Arc<Registry>>,
+    Path(id): Path<u32>,
+    headers: HeaderMap,
+) -> Response {
+    *reg.hits.lock().unwrap().entry(id).or_default() += 1;
+    if let Some(auth) = &reg.required_auth
+        && headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(auth.as_str())
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            r#"{"error_code":401,"message":"Unauthorized"}"#,
+        )
+            .into_response();
+    }
+    let body = |schema: &str, extra: &str| {
+        format!(
+            r#"{{"schema":{}{extra}}}"#,
+            serde_json::to_string(schema).unwrap()
+        )
+    };
+    match id {
+        1 => body(SCHEMA, "").into_response(),
+        2 => {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            body(SCHEMA, "").into_response()
+        }
+        3 => {
+            if reg
+                .flaky
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            body(SCHEMA, "").into_response()
+        }
+        4 => body("syntax = \"proto3\";", r#","schemaType":"PROTOBUF""#).into_response(),
+        5 => body("{\"type\":\"nope\"}", "").into_response(),
+        6 => body(
+            SCHEMA,
+            r#","references":[{"name":"x","subject":"s","version":1}]"#,
+        )
+        .into_response(),
+        7 => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            body(SCHEMA, "").into_response()
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            r#"{"error_code":40403,"message":"Schema not found"}"#,
+        )
+            .into_response(),
+    }
+}
+
+fn app(reg: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/schemas/ids/{id}", get(schema_by_id))
+        .with_state(reg)
+}
+
+async fn serve(reg: Arc<Registry>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app(reg)).await });
+    format!("http://{addr}")
+}
+
+fn config(url: String) -> RegistryConfig {
+    RegistryConfig {
+        url,
+        request_timeout: Duration::from_secs(2),
+        max_attempts: 4,
+        min_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        ..Default::default()
+    }
+}
+
+fn hits(reg: &Registry, id: u32) -> usize {
+    reg.hits.lock().unwrap().get(&id).copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn schemas_are_fetched_once_and_served_from_the_cache() {
+    let reg = Arc::new(Registry::default());
+    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let a = client.schema(1).await.unwrap();
+    let b = client.schema(1).await.unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.text, SCHEMA);
+    assert_eq!(a.schema.root_record().unwrap().fields[0].name, "a");
+    assert_eq!(hits(&reg, 1), 1);
+    assert_eq!(client.stats().cache_hits, 1);
+}
+
+#[tokio::test]
+async fn concurrent_misses_for_one_id_share_a_single_request() {
+    let reg = Arc::new(Registry::default());
+    let client = Arc::new(SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap());
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move { c.schema(2).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(hits(&reg, 2), 1);
+}
+
+#[tokio::test]
+async fn an_unknown_id_is_a_per_record_error_without_retries() {
+    let reg = Arc::new(Registry::default());
+    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let err = client.schema(99).await.unwrap_err();
+    assert_eq!(err, RegistryError::NotFound { id: 99 });
+    assert!(!err.is_retryable());
+    assert_eq!(hits(&reg, 99), 1);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_with_backoff_until_the_registry_answers() {
+    let reg = Arc::new(Registry {
+        flaky: AtomicUsize::new(2),
+        ..Default::default()
+    });
+    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    client.schema(3).await.unwrap();
+    assert_eq!(hits(&reg, 3), 3);
+    assert_eq!(client.stats().retries, 2);
+}
+
+#[tokio::test]
+async fn a_registry_that_stays_down_is_a_retryable_error() {
+    let reg = Arc::new(Registry {
+        flaky: AtomicUsize::new(100),
+        ..Default::default()
+    });
+    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let err = client.schema(3).await.unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Unavailable { attempts: 4, .. }),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    // Not cached: once the registry recovers, the same id resolves.
+    reg.flaky.store(0, Ordering::SeqCst);
+    client.schema(3).await.unwrap();
+}
+
+#[tokio::test]
+async fn nothing_listening_and_too_slow_are_both_unavailable() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let client = SchemaRegistry::new(config(format!("http://{addr}"))).unwrap();
+    let err = client.schema(1).await.unwrap_err();
+    assert!(matches!(err, RegistryError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("connect"), "{err}");
+
+    let reg = Arc::new(Registry::default());
+    let mut cfg = config(serve(reg.clone()).await);
+    cfg.request_timeout = Duration::from_millis(100);
+    cfg.max_attempts = 2;
+    let client = SchemaRegistry::new(cfg).unwrap();
+    let err = client.schema(7).await.unwrap_err();
+    assert!(err.to_string().contains("timeout"), "{err}");
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn schemas_we_cannot_use_are_per_record_errors() {
+    let reg = Arc::new(Registry::default());
+    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    for (id, reason) in [(4, "PROTOBUF"), (5, "unknown type"), (6, "references")] {
+        let err = client.schema(id).await.unwrap_err();
+        assert!(
+            matches!(&err, RegistryError::Unusable { reason: r, .. } if r.contains(reason)),
+            "{id}: {err}"
+        );
+        assert!(!err.is_retryable());
+    }
+}
+
+#[tokio::test]
+async fn basic_auth_and_bearer_tokens_are_sent() {
+    let reg = Arc::new(Registry {
+        required_auth: Some("Basic dXNlcjpwYXNz".into()),
+        ..Default::default()
+    });
+    let url = serve(reg.clone()).await;
+    let mut cfg = config(url.clone());
+    cfg.basic_auth = Some(BasicAuth {
+        username: "user".into(),
+        password: "pass".into(),
+    });
+    assert!(
+        !format!("{cfg:?}").contains("pass\""),
+        "secrets stay out of Debug"
+    );
+    SchemaRegistry::new(cfg).unwrap().schema(1).await.unwrap();
+
+    let err = SchemaRegistry::new(config(url))
+        .unwrap()
+        .schema(1)
+        .await
+        .unwrap_err();
+    assert_eq!(err, RegistryError::Unauthorized { id: 1, status: 401 });
+
+    let reg = Arc::new(Registry {
+        required_auth: Some("Bearer t0ken".into()),
+        ..Default::default()
+    });
+    let mut cfg = config(serve(reg).await);
+    cfg.bearer_token = Some("t0ken".into());
+    assert!(!format!("{cfg:?}").contains("t0ken"));
+    SchemaRegistry::new(cfg).unwrap().schema(1).await.unwrap();
+}
+
+/// axum over TLS: accepts TCP connections and completes the handshake before handing them on.
+struct TlsListener {
+    tcp: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.acceptor.accept(tcp).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+#[tokio::test]
+async fn tls_with_a_custom_ca_is_trusted_and_without_it_is_not() {
+    let certs = vec![CertificateDer::from_pem_slice(SERVER_CERT_PEM.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(SERVER_KEY_PEM.as_bytes()).unwrap();
+    let tls = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let listener = TlsListener {
+        tcp,
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+    };
+    tokio::spawn(async move { axum::serve(listener, app(Arc::new(Registry::default()))).await });
+
+    let mut cfg = config(format!("https://{addr}"));
+    cfg.max_attempts = 1;
+    let err = SchemaRegistry::new(cfg.clone())
+        .unwrap()
+        .schema(1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::Unavailable { .. }), "{err}");
+
+    cfg.ca_pem = Some(CA_PEM.as_bytes().to_vec());
+    SchemaRegistry::new(cfg).unwrap().schema(1).await.unwrap();
+}
+
+#[test]
+fn bad_configuration_is_refused_up_front() {
+    let mut cfg = config("registry:8081".into());
+    assert!(matches!(
+        SchemaRegistry::new(cfg.clone()),
+        Err(RegistryError::Config(_))
+    ));
+    cfg.url = "http://127.0.0.1:1".into();
+    cfg.ca_pem = Some(b"not a pem".to_vec());
+    assert!(matches!(
+        SchemaRegistry::new(cfg),
+        Err(RegistryError::Config(_))
+    ));
+}
