@@ -104,7 +104,11 @@ pub enum SessionEvent<T> {
     },
     /// BigQuery refused these rows (`row_errors`); they were taken out of the request and the
     /// rest was resent. They must go to the dead-letter path.
-    RowsRejected { rows: Vec<(T, Bytes, String)> },
+    RowsRejected {
+        rows: Vec<(T, Bytes, String)>,
+        /// Every row of the request was rejected: no `Appended` will follow for it.
+        request_emptied: bool,
+    },
 }
 
 /// Why a session ended. Each variant tells the caller what to do with the incarnation.
@@ -447,12 +451,16 @@ impl<T> AppendSession<T> {
                     }
                 }
                 head.batch = keep;
-                if head.batch.is_empty() {
+                let request_emptied = head.batch.is_empty();
+                if request_emptied {
                     let head = self.inflight.pop_front().expect("head");
                     self.inflight_bytes -= head.encoded_bytes;
                 }
                 self.renumber_and_resend(head_offset).await?;
-                Ok(Some(SessionEvent::RowsRejected { rows: rejected }))
+                Ok(Some(SessionEvent::RowsRejected {
+                    rows: rejected,
+                    request_emptied,
+                }))
             }
             ErrorClass::Transient | ErrorClass::Throttled => {
                 self.drain_rejected_tail().await?;
