@@ -221,6 +221,15 @@ pub enum Event {
         stream: StreamId,
         outcome: Result<(), String>,
     },
+    /// The consumer's fetch position `position` of incarnation `incarnation` is below the log
+    /// start `low` (`auto.offset.reset=error` reported it): retention deleted records we had not
+    /// handled yet, for example the target of a rewind.
+    OffsetOutOfRange {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
+    },
     /// NOT_FOUND on the writer's own stream (after the writer's retries): the stream expired.
     StreamLost {
         tp: TopicPartition,
@@ -287,6 +296,12 @@ pub enum Action {
         tp: TopicPartition,
         incarnation: Incarnation,
         from: NextOffset,
+    },
+    /// Move the consumer of incarnation `incarnation` to `to`; its stream and rows stay.
+    Seek {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        to: NextOffset,
     },
     /// One Kafka commit (offset + metadata per partition), handed to librdkafka under the lock.
     CommitOffsets {
@@ -505,6 +520,8 @@ struct Cycle {
     entries: BTreeMap<TopicPartition, Committable>,
     flushing: BTreeSet<TopicPartition>,
     failed: bool,
+    /// Sent a commit or a flush: only such a cycle may start the next one at once (shutdown).
+    worked: bool,
 }
 
 /// The checkpoint protocol of one process.
@@ -576,6 +593,12 @@ impl CheckpointProtocol {
                 outcome,
             } => self.on_flush_result(tp, stream, through, outcome, &mut out),
             Event::FinalizeResult { .. } => {}
+            Event::OffsetOutOfRange {
+                tp,
+                incarnation,
+                position,
+                low,
+            } => self.on_out_of_range(tp, incarnation, position, low, &mut out),
             Event::StreamLost { tp, stream } => self.on_stream_lost(tp, stream, &mut out),
             Event::ZombieDetected { tp, stream } => {
                 let current = self
@@ -603,6 +626,10 @@ impl CheckpointProtocol {
                     self.finish_shutdown(&mut out);
                 }
             }
+        }
+        if self.shutting_down && !self.done && self.partitions.is_empty() {
+            // Everything was revoked or lost during the shutdown: nothing is left to commit.
+            self.finish_shutdown(&mut out);
         }
         out
     }
@@ -966,6 +993,58 @@ impl CheckpointProtocol {
         self.partitions.insert(tp, state);
     }
 
+    fn on_out_of_range(
+        &mut self,
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let current = state.phase == Phase::Running
+            && state.progress.incarnation() == incarnation
+            && position < low;
+        if !current {
+            self.partitions.insert(tp, state);
+            return;
+        }
+        state.low = state.low.max(low);
+        match self.config.on_out_of_range {
+            OutOfRangePolicy::Fail => {
+                out.push(Action::StopWriter { tp: tp.clone() });
+                self.fail(
+                    tp,
+                    state,
+                    FailReason::OutOfRange {
+                        from: position,
+                        low,
+                    },
+                    out,
+                );
+            }
+            OutOfRangePolicy::Earliest => {
+                // The records in [position, low) are gone from Kafka and were never appended by
+                // this incarnation: counted, never silent. The stream and its rows stay; the next
+                // commit's K jumps over the gap, and f's meaning ("visible below it") extends to
+                // "visible or counted lost".
+                out.push(Action::Count(Outcome::RecordsLost {
+                    tp: tp.clone(),
+                    from: position,
+                    to: low,
+                }));
+                out.push(Action::Seek {
+                    tp: tp.clone(),
+                    incarnation,
+                    to: low,
+                });
+                self.partitions.insert(tp, state);
+            }
+        }
+    }
+
     fn fail(
         &mut self,
         tp: TopicPartition,
@@ -1056,6 +1135,7 @@ impl CheckpointProtocol {
             .map(|(tp, c)| self.entry(tp, c))
             .collect();
         cycle.commit = Some(commit);
+        cycle.worked = true;
         self.cycle = Some(cycle);
         out.push(Action::CommitOffsets { commit, entries });
     }
@@ -1209,6 +1289,7 @@ impl CheckpointProtocol {
             }
             if let Some(pending) = &p.pending {
                 p.flush_in_flight = true;
+                cycle.worked = true;
                 cycle.flushing.insert(tp.clone());
                 out.push(Action::FlushRows {
                     tp: tp.clone(),
@@ -1348,7 +1429,7 @@ impl CheckpointProtocol {
             .is_some_and(|c| c.commit.is_none() && c.flushing.is_empty());
         if done {
             let cycle = self.cycle.take().expect("checked");
-            self.after_cycle(!cycle.failed, out);
+            self.after_cycle(cycle.worked && !cycle.failed, out);
         }
     }
 
