@@ -191,8 +191,12 @@ pub enum Event {
         tp: TopicPartition,
         assignment: Assignment,
     },
+    /// The answer to a recovery [`Action::FlushRows`]. It names what was flushed: an answer to
+    /// the re-flush of an earlier assignment must not pass for the current one.
     RecoveryFlushResult {
         tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
         outcome: FlushOutcome,
     },
     /// Answer to [`Action::ResolveVisible`]: the highest visible Kafka offset of the partition.
@@ -220,6 +224,15 @@ pub enum Event {
         tp: TopicPartition,
         stream: StreamId,
         outcome: Result<(), String>,
+    },
+    /// The consumer's fetch position `position` of incarnation `incarnation` is below the log
+    /// start `low` (`auto.offset.reset=error` reported it): retention deleted records we had not
+    /// handled yet, for example the target of a rewind.
+    OffsetOutOfRange {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
     },
     /// NOT_FOUND on the writer's own stream (after the writer's retries): the stream expired.
     StreamLost {
@@ -287,6 +300,12 @@ pub enum Action {
         tp: TopicPartition,
         incarnation: Incarnation,
         from: NextOffset,
+    },
+    /// Move the consumer of incarnation `incarnation` to `to`; its stream and rows stay.
+    Seek {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        to: NextOffset,
     },
     /// One Kafka commit (offset + metadata per partition), handed to librdkafka under the lock.
     CommitOffsets {
@@ -505,6 +524,8 @@ struct Cycle {
     entries: BTreeMap<TopicPartition, Committable>,
     flushing: BTreeSet<TopicPartition>,
     failed: bool,
+    /// Sent a commit or a flush: only such a cycle may start the next one at once (shutdown).
+    worked: bool,
 }
 
 /// The checkpoint protocol of one process.
@@ -560,9 +581,12 @@ impl CheckpointProtocol {
         }
         match event {
             Event::Assigned { tp, assignment } => self.on_assigned(tp, assignment, &mut out),
-            Event::RecoveryFlushResult { tp, outcome } => {
-                self.on_recovery_flush(tp, outcome, &mut out)
-            }
+            Event::RecoveryFlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            } => self.on_recovery_flush(tp, stream, through, outcome, &mut out),
             Event::ResolveResult { tp, outcome } => self.on_resolved(tp, outcome, &mut out),
             Event::RowsAcknowledged { tp, ack } => self.on_ack(tp, ack, &mut out),
             Event::StartCycle => self.start_cycle(&mut out),
@@ -576,6 +600,12 @@ impl CheckpointProtocol {
                 outcome,
             } => self.on_flush_result(tp, stream, through, outcome, &mut out),
             Event::FinalizeResult { .. } => {}
+            Event::OffsetOutOfRange {
+                tp,
+                incarnation,
+                position,
+                low,
+            } => self.on_out_of_range(tp, incarnation, position, low, &mut out),
             Event::StreamLost { tp, stream } => self.on_stream_lost(tp, stream, &mut out),
             Event::ZombieDetected { tp, stream } => {
                 let current = self
@@ -603,6 +633,10 @@ impl CheckpointProtocol {
                     self.finish_shutdown(&mut out);
                 }
             }
+        }
+        if self.shutting_down && !self.done && self.partitions.is_empty() {
+            // Everything was revoked or lost during the shutdown: nothing is left to commit.
+            self.finish_shutdown(&mut out);
         }
         out
     }
@@ -769,6 +803,8 @@ impl CheckpointProtocol {
     fn on_recovery_flush(
         &mut self,
         tp: TopicPartition,
+        flushed: StreamId,
+        flushed_through: RowOffset,
         outcome: FlushOutcome,
         out: &mut Vec<Action>,
     ) {
@@ -785,6 +821,10 @@ impl CheckpointProtocol {
             return;
         };
         let stream = checkpoint.stream.clone().expect("a re-flush has a stream");
+        if stream != flushed || checkpoint.flush_to != Some(flushed_through) {
+            self.partitions.insert(tp, state);
+            return;
+        }
         let retry = |state: &mut PartitionState, not_found: u32, out: &mut Vec<Action>| {
             out.push(Action::Count(Outcome::RecoveryRetried {
                 tp: tp.clone(),
@@ -966,6 +1006,58 @@ impl CheckpointProtocol {
         self.partitions.insert(tp, state);
     }
 
+    fn on_out_of_range(
+        &mut self,
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let current = state.phase == Phase::Running
+            && state.progress.incarnation() == incarnation
+            && position < low;
+        if !current {
+            self.partitions.insert(tp, state);
+            return;
+        }
+        state.low = state.low.max(low);
+        match self.config.on_out_of_range {
+            OutOfRangePolicy::Fail => {
+                out.push(Action::StopWriter { tp: tp.clone() });
+                self.fail(
+                    tp,
+                    state,
+                    FailReason::OutOfRange {
+                        from: position,
+                        low,
+                    },
+                    out,
+                );
+            }
+            OutOfRangePolicy::Earliest => {
+                // The records in [position, low) are gone from Kafka and were never appended by
+                // this incarnation: counted, never silent. The stream and its rows stay; the next
+                // commit's K jumps over the gap, and f's meaning ("visible below it") extends to
+                // "visible or counted lost".
+                out.push(Action::Count(Outcome::RecordsLost {
+                    tp: tp.clone(),
+                    from: position,
+                    to: low,
+                }));
+                out.push(Action::Seek {
+                    tp: tp.clone(),
+                    incarnation,
+                    to: low,
+                });
+                self.partitions.insert(tp, state);
+            }
+        }
+    }
+
     fn fail(
         &mut self,
         tp: TopicPartition,
@@ -1056,6 +1148,7 @@ impl CheckpointProtocol {
             .map(|(tp, c)| self.entry(tp, c))
             .collect();
         cycle.commit = Some(commit);
+        cycle.worked = true;
         self.cycle = Some(cycle);
         out.push(Action::CommitOffsets { commit, entries });
     }
@@ -1209,6 +1302,7 @@ impl CheckpointProtocol {
             }
             if let Some(pending) = &p.pending {
                 p.flush_in_flight = true;
+                cycle.worked = true;
                 cycle.flushing.insert(tp.clone());
                 out.push(Action::FlushRows {
                     tp: tp.clone(),
@@ -1348,7 +1442,7 @@ impl CheckpointProtocol {
             .is_some_and(|c| c.commit.is_none() && c.flushing.is_empty());
         if done {
             let cycle = self.cycle.take().expect("checked");
-            self.after_cycle(!cycle.failed, out);
+            self.after_cycle(cycle.worked && !cycle.failed, out);
         }
     }
 
@@ -1582,5 +1676,550 @@ impl CheckpointProtocol {
         self.cycle = None;
         self.done = true;
         out.push(Action::ShutdownComplete);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::offsets::RowCount;
+
+    fn table() -> TableFingerprint {
+        TableFingerprint(0x1234)
+    }
+
+    fn tp0() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn sid(s: &str) -> StreamId {
+        StreamId::new(s).unwrap()
+    }
+
+    fn protocol() -> CheckpointProtocol {
+        CheckpointProtocol::new(ProtocolConfig::new(table()), true)
+    }
+
+    fn metadata(stream: Option<&str>, r: Option<i64>, f: i64) -> Vec<u8> {
+        CommitMetadata::ExactlyOnce {
+            table: table(),
+            stream: stream.map(sid),
+            flush_to: r.map(RowOffset),
+            visible_through: NextOffset(f),
+        }
+        .encode(MetadataVersion::CURRENT)
+        .into_bytes()
+    }
+
+    fn assigned(committed: Option<(i64, Vec<u8>)>, low: i64, high: i64) -> Event {
+        Event::Assigned {
+            tp: tp0(),
+            assignment: Assignment {
+                committed: committed.map(|(k, m)| CommittedRead {
+                    offset: NextOffset(k),
+                    metadata: m,
+                }),
+                low: NextOffset(low),
+                high: NextOffset(high),
+                origin: PartitionOrigin::Existing,
+            },
+        }
+    }
+
+    fn started_at(actions: &[Action]) -> Option<(Incarnation, i64)> {
+        actions.iter().find_map(|a| match a {
+            Action::StartIncarnation {
+                incarnation, from, ..
+            } => Some((*incarnation, from.0)),
+            _ => None,
+        })
+    }
+
+    fn failed(actions: &[Action]) -> Option<&FailReason> {
+        actions.iter().find_map(|a| match a {
+            Action::FailPartition { reason, .. } => Some(reason),
+            _ => None,
+        })
+    }
+
+    fn commit(actions: &[Action]) -> Option<(CommitId, Vec<CommitEntry>)> {
+        actions.iter().find_map(|a| match a {
+            Action::CommitOffsets { commit, entries } => Some((*commit, entries.clone())),
+            _ => None,
+        })
+    }
+
+    fn flushes(actions: &[Action]) -> Vec<(StreamId, RowOffset)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::FlushRows {
+                    stream, through, ..
+                } => Some((stream.clone(), *through)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finalized(actions: &[Action]) -> Vec<StreamId> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::FinalizeStream { stream, .. } => Some(stream.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ok(commit: CommitId) -> Event {
+        Event::CommitResult {
+            commit,
+            outcome: CommitOutcome::PerPartition(vec![(tp0(), Ok(()))]),
+        }
+    }
+
+    fn ack(inc: Incarnation, stream: &str, rows: i64, next: i64) -> Event {
+        Event::RowsAcknowledged {
+            tp: tp0(),
+            ack: Acknowledged::from_append_response(
+                inc,
+                sid(stream),
+                RowCount(rows),
+                NextOffset(next),
+                rows as u64 * 10,
+            ),
+        }
+    }
+
+    fn flush_result(stream: &str, through: i64, outcome: FlushOutcome) -> Event {
+        Event::FlushResult {
+            tp: tp0(),
+            stream: sid(stream),
+            through: RowOffset(through),
+            outcome,
+        }
+    }
+
+    fn recovery_result(stream: &str, through: i64, outcome: FlushOutcome) -> Event {
+        Event::RecoveryFlushResult {
+            tp: tp0(),
+            stream: sid(stream),
+            through: RowOffset(through),
+            outcome,
+        }
+    }
+
+    /// A running partition at offset 10 with nothing in doubt; returns its incarnation.
+    fn running(p: &mut CheckpointProtocol) -> Incarnation {
+        let a = p.handle(assigned(Some((10, metadata(None, None, 10))), 0, 100));
+        started_at(&a).unwrap().0
+    }
+
+    /// Appends rows 0..n (records 10..10+n) and commits them; returns the flush request.
+    fn committed(p: &mut CheckpointProtocol, inc: Incarnation, n: i64) -> Vec<Action> {
+        p.handle(ack(inc, "s1", n, 10 + n));
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(10 + n));
+        p.handle(ok(id))
+    }
+
+    #[test]
+    fn a_first_start_uses_the_initial_position_and_a_lost_checkpoint_fails_closed() {
+        let mut first = CheckpointProtocol::new(ProtocolConfig::new(table()), false);
+        let a = first.handle(assigned(None, 5, 50));
+        assert_eq!(started_at(&a).unwrap().1, 5);
+        assert!(a.contains(&Action::Count(Outcome::Started {
+            tp: tp0(),
+            case: StartCase::FirstStart,
+            at: NextOffset(5)
+        })));
+
+        // The table says this group committed before: its offsets expired.
+        let a = protocol().handle(assigned(None, 5, 50));
+        assert_eq!(failed(&a), Some(&FailReason::CheckpointMissing));
+        assert!(started_at(&a).is_none());
+    }
+
+    #[test]
+    fn a_partition_added_at_runtime_starts_at_the_earliest_offset() {
+        let a = protocol().handle(Event::Assigned {
+            tp: tp0(),
+            assignment: Assignment {
+                committed: None,
+                low: NextOffset(0),
+                high: NextOffset(7),
+                origin: PartitionOrigin::AddedAtRuntime,
+            },
+        });
+        assert_eq!(started_at(&a).unwrap().1, 0);
+    }
+
+    #[test]
+    fn unreadable_or_foreign_checkpoints_fail_closed() {
+        let raw = b"kbq;v=9;f=1".to_vec();
+        let a = protocol().handle(assigned(Some((10, raw)), 0, 20));
+        assert!(
+            matches!(failed(&a), Some(FailReason::Metadata(MetadataError::UnknownVersion { raw, .. })) if raw == "kbq;v=9;f=1")
+        );
+        let other = CommitMetadata::AtLeastOnce {
+            table: TableFingerprint(7),
+        }
+        .encode(MetadataVersion::CURRENT)
+        .into_bytes();
+        let a = protocol().handle(assigned(Some((10, other)), 0, 20));
+        assert!(matches!(failed(&a), Some(FailReason::ForeignTable { .. })));
+        let a = protocol().handle(assigned(Some((30, metadata(None, None, 30))), 0, 20));
+        assert!(matches!(
+            failed(&a),
+            Some(FailReason::AboveHighWatermark { .. })
+        ));
+    }
+
+    #[test]
+    fn an_operator_reset_starts_at_the_reset_offset() {
+        let a = protocol().handle(assigned(Some((12, Vec::new())), 0, 20));
+        assert_eq!(started_at(&a).unwrap().1, 12);
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::Count(Outcome::Started {
+                case: StartCase::OperatorReset,
+                ..
+            })
+        )));
+    }
+
+    #[test]
+    fn a_checkpoint_below_the_log_start_is_never_reset_silently() {
+        let a = protocol().handle(assigned(Some((3, metadata(None, None, 3))), 8, 20));
+        assert_eq!(
+            failed(&a),
+            Some(&FailReason::OutOfRange {
+                from: NextOffset(3),
+                low: NextOffset(8)
+            })
+        );
+        let mut config = ProtocolConfig::new(table());
+        config.on_out_of_range = OutOfRangePolicy::Earliest;
+        let a = CheckpointProtocol::new(config, true).handle(assigned(
+            Some((3, metadata(None, None, 3))),
+            8,
+            20,
+        ));
+        assert_eq!(started_at(&a).unwrap().1, 8);
+        assert!(a.contains(&Action::Count(Outcome::RecordsLost {
+            tp: tp0(),
+            from: NextOffset(3),
+            to: NextOffset(8)
+        })));
+    }
+
+    #[test]
+    fn recovery_re_flushes_before_anything_is_appended() {
+        let mut p = protocol();
+        let a = p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        assert_eq!(flushes(&a), vec![(sid("old"), RowOffset(9))]);
+        assert!(started_at(&a).is_none(), "no writer before the re-flush");
+        // A transient error retries with backoff, never rewinds.
+        let a = p.handle(recovery_result(
+            "old",
+            9,
+            FlushOutcome::Transient("unavailable".into()),
+        ));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::FlushRows { attempt: 1, .. }))
+        );
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::Flushed));
+        assert_eq!(started_at(&a).unwrap().1, 20);
+        // The old stream is finalized only after a commit that no longer needs it.
+        assert!(finalized(&a).is_empty());
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(20));
+        assert_eq!(
+            CommitMetadata::parse(entries[0].metadata.as_bytes()).unwrap(),
+            CommitMetadata::parse(&metadata(None, None, 20)).unwrap(),
+            "an idle recovered partition rests at f == K"
+        );
+        assert_eq!(finalized(&p.handle(ok(id))), vec![sid("old")]);
+    }
+
+    #[test]
+    fn a_checkpoint_at_rest_needs_no_flush_even_if_its_stream_is_gone() {
+        let a = protocol().handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 20))),
+            0,
+            30,
+        ));
+        assert!(flushes(&a).is_empty());
+        assert_eq!(started_at(&a).unwrap().1, 20);
+    }
+
+    #[test]
+    fn already_exists_on_re_flush_is_an_anomaly() {
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::AlreadyExists));
+        assert!(matches!(failed(&a), Some(FailReason::Anomaly { .. })));
+        let mut config = ProtocolConfig::new(table());
+        config.on_anomaly = AnomalyPolicy::Continue;
+        let mut p = CheckpointProtocol::new(config, true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::AlreadyExists));
+        assert_eq!(started_at(&a).unwrap().1, 20);
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Anomaly { .. })))
+        );
+    }
+
+    #[test]
+    fn a_lost_stream_follows_the_policy_and_other_errors_never_rewind() {
+        // rewind (default): NOT_FOUND is retried first, then [f, K) is re-delivered, counted.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        for _ in 0..3 {
+            let a = p.handle(recovery_result("old", 9, FlushOutcome::NotFound));
+            assert!(!flushes(&a).is_empty(), "not found can be transient");
+        }
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::NotFound));
+        assert_eq!(started_at(&a).unwrap().1, 10);
+        assert!(a.contains(&Action::Count(Outcome::Rewound {
+            tp: tp0(),
+            from: NextOffset(10),
+            to: NextOffset(20)
+        })));
+
+        // resolve: continue after the highest visible offset.
+        let mut config = ProtocolConfig::new(table());
+        config.lost_stream = LostStreamPolicy::Resolve;
+        let mut p = CheckpointProtocol::new(config.clone(), true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        assert!(a.iter().any(|x| matches!(x, Action::ResolveVisible { .. })));
+        let a = p.handle(Event::ResolveResult {
+            tp: tp0(),
+            outcome: Ok(Some(KafkaOffset(14))),
+        });
+        assert_eq!(started_at(&a).unwrap().1, 15);
+
+        // fail
+        config.lost_stream = LostStreamPolicy::Fail;
+        let mut p = CheckpointProtocol::new(config, true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        assert!(matches!(failed(&a), Some(FailReason::LostStream { .. })));
+
+        // credentials or corrupt metadata: fail closed, never rewind.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result(
+            "old",
+            9,
+            FlushOutcome::Fatal("permission denied".into()),
+        ));
+        assert!(matches!(failed(&a), Some(FailReason::FlushFatal(_))));
+        assert!(started_at(&a).is_none());
+    }
+
+    #[test]
+    fn nothing_is_flushed_before_its_commit_succeeds() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::StartCycle);
+        assert!(flushes(&a).is_empty());
+        let (id, _) = commit(&a).unwrap();
+        // A whole-request error abandons the cycle: no flush, no finalize.
+        let a = p.handle(Event::CommitResult {
+            commit: id,
+            outcome: CommitOutcome::Rejected("rebalance in progress".into()),
+        });
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty());
+        let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(2))]);
+    }
+
+    #[test]
+    fn a_failed_flush_is_retried_every_cycle_and_an_idle_partition_rests_at_f_equals_k() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        let a = committed(&mut p, inc, 3);
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        p.handle(flush_result(
+            "s1",
+            2,
+            FlushOutcome::Transient("deadline".into()),
+        ));
+        // No new rows: the next cycle commits nothing and retries the flush.
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none());
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        // One more commit carries f == K; then the partition rests.
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert!(entries[0].metadata.ends_with(";f=13"));
+        assert!(flushes(&p.handle(ok(id))).is_empty());
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn a_partition_whose_commit_keeps_failing_is_isolated() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        for n in 1..=5 {
+            let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+            let a = p.handle(Event::CommitResult {
+                commit: id,
+                outcome: CommitOutcome::PerPartition(vec![(tp0(), Err("too large".into()))]),
+            });
+            assert!(flushes(&a).is_empty());
+            if n == 5 {
+                assert_eq!(failed(&a), Some(&FailReason::Isolated { failures: 5 }));
+                assert!(a.contains(&Action::StopWriter { tp: tp0() }));
+            } else {
+                assert!(failed(&a).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn the_handoff_commits_once_and_then_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(ack(inc, "s1", 5, 15));
+        let a = p.handle(Event::RevokeBegan {
+            tp: tp0(),
+            lost: false,
+        });
+        assert_eq!(a, vec![Action::StopWriter { tp: tp0() }]);
+        // Acks of the drained appends still count.
+        p.handle(ack(inc, "s1", 6, 16));
+        let a = p.handle(Event::WriterStopped { tp: tp0() });
+        let (id, entries) = commit(&a).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(16));
+        assert!(entries[0].metadata.contains(";s=s1;") && entries[0].metadata.contains(";r=5;"));
+        let a = p.handle(ok(id));
+        assert!(a.contains(&Action::Release { tp: tp0() }));
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty());
+        // The flush of the earlier cycle answers late: nothing follows from it.
+        let a = p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty() && commit(&a).is_none());
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn a_lost_assignment_commits_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::RevokeBegan {
+            tp: tp0(),
+            lost: true,
+        });
+        assert!(commit(&a).is_none());
+        assert!(a.contains(&Action::Release { tp: tp0() }));
+    }
+
+    #[test]
+    fn a_zombie_stops_and_creates_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        let a = p.handle(Event::ZombieDetected {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        assert!(a.contains(&Action::StopWriter { tp: tp0() }));
+        assert!(started_at(&a).is_none());
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn the_uncommitted_tail_is_bounded() {
+        let mut config = ProtocolConfig::new(table());
+        config.max_uncommitted_bytes = 50;
+        let mut p = CheckpointProtocol::new(config, true);
+        let inc = running(&mut p);
+        assert!(p.handle(ack(inc, "s1", 4, 14)).is_empty());
+        assert!(
+            p.handle(ack(inc, "s1", 5, 15))
+                .contains(&Action::Pause { tp: tp0() })
+        );
+        let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert!(p.handle(ok(id)).contains(&Action::Resume { tp: tp0() }));
+    }
+
+    #[test]
+    fn a_lost_stream_restarts_the_incarnation_keeping_the_known_f() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        p.handle(ack(inc, "s1", 5, 15));
+        // The committed f is still 10, but this process saw the flush through 13 succeed.
+        let a = p.handle(Event::StreamLost {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        let (inc2, from) = started_at(&a).unwrap();
+        assert_eq!(from, 13);
+        assert_ne!(inc2, inc);
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+        // A late ack of the old incarnation is not progress of the new one.
+        p.handle(ack(inc, "s1", 6, 16));
+        let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(13));
+    }
+
+    #[test]
+    fn sigterm_runs_the_final_cycle_and_finalizes() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::Shutdown);
+        assert_eq!(a, vec![Action::StopWriter { tp: tp0() }]);
+        let (id, _) = commit(&p.handle(Event::WriterStopped { tp: tp0() })).unwrap();
+        let a = p.handle(ok(id));
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        let (id, entries) =
+            commit(&p.handle(flush_result("s1", 2, FlushOutcome::Flushed))).unwrap();
+        assert!(entries[0].metadata.ends_with(";f=13"));
+        let a = p.handle(ok(id));
+        assert_eq!(finalized(&a), vec![sid("s1")]);
+        assert_eq!(a.last(), Some(&Action::ShutdownComplete));
     }
 }
