@@ -253,6 +253,67 @@ impl RestClient {
         Self::decode(&path, doc)
     }
 
+    /// Sets one label on the table (other labels stay): the group's marker of DESIGN §2.
+    pub async fn set_table_label(
+        &self,
+        table: &TableReference,
+        key: &str,
+        value: &str,
+    ) -> Result<(), RestError> {
+        let path = Self::table_path(table);
+        let body = json!({ "labels": { key: value } });
+        self.call(reqwest::Method::PATCH, path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
+    /// `SELECT MAX(column) FROM table WHERE k = v AND …` through `jobs.query`: the highest
+    /// visible value of an INT64 column under equality filters (the `resolve` recovery asks for
+    /// the highest offset of one partition). `None` when no row matches.
+    pub async fn query_max_int(
+        &self,
+        table: &TableReference,
+        column: &str,
+        filters: &[(&str, FilterValue<'_>)],
+    ) -> Result<Option<i64>, RestError> {
+        let mut sql = format!(
+            "SELECT MAX(`{column}`) FROM `{}.{}.{}`",
+            table.project_id, table.dataset_id, table.table_id
+        );
+        for (i, (name, value)) in filters.iter().enumerate() {
+            sql.push_str(if i == 0 { " WHERE " } else { " AND " });
+            match value {
+                FilterValue::Int(v) => sql.push_str(&format!("`{name}` = {v}")),
+                FilterValue::Str(v) => sql.push_str(&format!(
+                    "`{name}` = '{}'",
+                    v.replace('\\', "\\\\").replace('\'', "\\'")
+                )),
+            }
+        }
+        let path = format!("projects/{}/queries", table.project_id);
+        let body = json!({ "query": sql, "useLegacySql": false, "timeoutMs": 60000 });
+        let doc = self
+            .call(reqwest::Method::POST, path.clone(), Some(&body))
+            .await?;
+        if doc["jobComplete"] == json!(false) {
+            return Err(RestError::Decode {
+                path,
+                reason: "query did not complete within its timeout".into(),
+            });
+        }
+        match &doc["rows"][0]["f"][0]["v"] {
+            Value::Null => Ok(None),
+            Value::String(v) => v.parse().map(Some).map_err(|_| RestError::Decode {
+                path,
+                reason: format!("not an integer: {v}"),
+            }),
+            other => Err(RestError::Decode {
+                path,
+                reason: format!("unexpected value {other}"),
+            }),
+        }
+    }
+
     pub async fn delete_table(&self, table: &TableReference) -> Result<(), RestError> {
         self.call(reqwest::Method::DELETE, Self::table_path(table), None)
             .await
@@ -313,6 +374,13 @@ impl RestClient {
             }
         }
     }
+}
+
+/// A literal in an equality filter of [`RestClient::query_max_int`].
+#[derive(Debug, Clone, Copy)]
+pub enum FilterValue<'a> {
+    Int(i64),
+    Str(&'a str),
 }
 
 fn urlencode(s: &str) -> String {

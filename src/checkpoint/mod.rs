@@ -5,6 +5,7 @@
 //! [`protocol::Action`]s. That is what lets `tests/checkpoint_model.rs` drive the protocol against
 //! a model of Kafka and BigQuery with a fault injected at every step.
 
+pub mod coordinator;
 pub mod metadata;
 pub mod offsets;
 pub mod protocol;

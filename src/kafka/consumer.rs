@@ -90,6 +90,11 @@ pub enum ConsumerCommand {
         from: NextOffset,
         sink: mpsc::Sender<Record>,
     },
+    /// Move `tp`'s fetch position to `to` (same writer; stashed records are dropped).
+    Seek {
+        tp: TopicPartition,
+        to: NextOffset,
+    },
     /// Stop routing records of `tp` (its writer is stopping) and pause it.
     Stop {
         tp: TopicPartition,
@@ -392,6 +397,11 @@ impl Shared {
                 self.routes.insert(tp.clone(), sink);
                 self.resume(consumer, &tp);
             }
+            ConsumerCommand::Seek { tp, to } => {
+                self.stashes.remove(&tp);
+                seek(consumer, &tp, to, settings.request_timeout);
+                self.resume(consumer, &tp);
+            }
             ConsumerCommand::Stop { tp } => {
                 self.routes.remove(&tp);
                 self.stashes.remove(&tp);
@@ -620,6 +630,29 @@ fn run(consumer: BaseConsumer<SinkContext>) {
         .clone();
     drop(consumer);
     let _ = events.send(ConsumerEvent::Closed);
+}
+
+fn seek(
+    consumer: &BaseConsumer<SinkContext>,
+    tp: &TopicPartition,
+    to: NextOffset,
+    timeout: Duration,
+) {
+    let mut tpl = TopicPartitionList::new();
+    if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to.0)) {
+        tracing::error!(partition = %tp, error = %e, "bad seek offset");
+        return;
+    }
+    match consumer.seek_partitions(tpl, timeout) {
+        Ok(result) => {
+            for elem in result.elements() {
+                if let Err(e) = elem.error() {
+                    tracing::warn!(partition = %tp, error = %e, "seek reported an error");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
+    }
 }
 
 fn is_fatal(error: &KafkaError) -> bool {
