@@ -2,3 +2,4 @@
 
 pub mod append_session;
 pub mod partition_writer;
+pub mod plans;
