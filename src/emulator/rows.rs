@@ -1334,13 +1334,13 @@ fn decimal_shape(b: &[u8]) -> Option<DecimalShape> {
         if frac_part.trim_start_matches('0').is_empty() {
             0
         } else {
-            (exponent - zeros as i32).max(0)
+            exponent.saturating_sub(zeros as i32).max(0)
         }
     } else {
-        (int_trimmed.len() as i32 + exponent).max(0)
+        (int_trimmed.len() as i32).saturating_add(exponent).max(0)
     };
     Some(DecimalShape {
-        int_digits: int_digits.min(i32::MAX) as u32,
+        int_digits: int_digits as u32,
     })
 }
 
@@ -1704,7 +1704,11 @@ fn format_decimal_text(s: &str, max_scale: usize) -> Option<String> {
     if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
         return None;
     }
-    let mut scale = frac_part.len() as i64 - exponent;
+    let mut scale = (frac_part.len() as i64).checked_sub(exponent)?;
+    if scale < -100 {
+        // Validation caps NUMERIC at 77 integer digits; this only guards the allocation.
+        return None;
+    }
     if scale < 0 {
         digits.extend(std::iter::repeat_n('0', (-scale) as usize));
         scale = 0;
@@ -1719,11 +1723,25 @@ fn format_decimal_text(s: &str, max_scale: usize) -> Option<String> {
 // Rendering
 // ---------------------------------------------------------------------------------------------
 
+/// Output knobs of `tabledata.list` that change how cells are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// `formatOptions.useInt64Timestamp`: TIMESTAMP as integer microseconds (what Google's
+    /// Python client asks for) instead of floating-point seconds.
+    pub int64_timestamp: bool,
+}
+
 impl RowCodec {
-    /// One `tabledata.list` row (`{"f":[{"v":…},…]}`) in the table's current column order. A
-    /// row that does not decode renders as all NULL; `validate` keeps such rows out of a table.
+    /// One `tabledata.list` row (`{"f":[{"v":…},…]}`) in the table's current column order, with
+    /// the REST API's default formatting. A row that does not decode renders what it can;
+    /// `validate` keeps such rows out of a table.
     pub fn render(&self, row: &[u8], table: &TableSchema) -> Value {
-        render_message(Some(&self.root), &[row], &table.fields, 0)
+        self.render_with(row, table, RenderOptions::default())
+    }
+
+    /// [`RowCodec::render`] with explicit `formatOptions`.
+    pub fn render_with(&self, row: &[u8], table: &TableSchema, options: RenderOptions) -> Value {
+        render_message(Some(&self.root), &[row], &table.fields, options, 0)
     }
 }
 
@@ -1737,6 +1755,7 @@ fn render_message(
     plan: Option<&MessagePlan>,
     parts: &[&[u8]],
     columns: &[TableFieldSchema],
+    options: RenderOptions,
     depth: u32,
 ) -> Value {
     let Some(plan) = plan.filter(|_| depth <= MAX_DEPTH) else {
@@ -1782,7 +1801,7 @@ fn render_message(
                         .iter()
                         .map(|w| match w {
                             Wire::Len(b) => json!({
-                                "v": render_message(field.message.as_deref(), &[b], &column.fields, depth + 1)
+                                "v": render_message(field.message.as_deref(), &[b], &column.fields, options, depth + 1)
                             }),
                             _ => null_cell(),
                         })
@@ -1790,7 +1809,7 @@ fn render_message(
                 } else {
                     occurrences
                         .iter()
-                        .map(|w| json!({ "v": render_scalar(field, *w) }))
+                        .map(|w| json!({ "v": render_scalar(field, *w, options) }))
                         .collect()
                 };
                 return json!({ "v": items });
@@ -1807,13 +1826,13 @@ fn render_message(
                     })
                     .collect();
                 return json!({
-                    "v": render_message(field.message.as_deref(), &parts, &column.fields, depth + 1)
+                    "v": render_message(field.message.as_deref(), &parts, &column.fields, options, depth + 1)
                 });
             }
             match occurrences.last() {
-                Some(w) => json!({ "v": render_scalar(field, *w) }),
+                Some(w) => json!({ "v": render_scalar(field, *w, options) }),
                 None => match &field.default {
-                    Some(default) => json!({ "v": render_scalar(field, default.as_wire()) }),
+                    Some(default) => json!({ "v": render_scalar(field, default.as_wire(), options) }),
                     None => null_cell(),
                 },
             }
@@ -1822,7 +1841,7 @@ fn render_message(
     json!({ "f": cells })
 }
 
-fn render_scalar(field: &FieldPlan, wire: Wire<'_>) -> Value {
+fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOptions) -> Value {
     let value = scalar(field.proto, wire);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let s: Option<String> = match &field.column {
@@ -1864,11 +1883,20 @@ fn render_scalar(field: &FieldPlan, wire: Wire<'_>) -> Value {
             Scalar::Text(b) => parse_date(b).map(format_date),
             _ => None,
         },
-        ColumnKind::Timestamp => match value {
-            Scalar::Signed(v) => Some(format_timestamp_seconds(v)),
-            Scalar::Unsigned(v) => Some(format_timestamp_seconds(v as i64)),
-            _ => None,
-        },
+        ColumnKind::Timestamp => {
+            let micros = match value {
+                Scalar::Signed(v) => Some(v),
+                Scalar::Unsigned(v) => i64::try_from(v).ok(),
+                _ => None,
+            };
+            micros.map(|v| {
+                if options.int64_timestamp {
+                    v.to_string()
+                } else {
+                    format_timestamp_seconds(v)
+                }
+            })
+        }
         ColumnKind::DateTime => match value {
             Scalar::Signed(p) => decode_packed_datetime(p).map(format_datetime),
             Scalar::Text(b) => parse_datetime(b).map(format_datetime),
@@ -1930,3 +1958,6 @@ fn render_numeric(proto: ProtoKind, spec: &NumericSpec, value: Scalar<'_>) -> Op
         Scalar::Text(b) => format_decimal_text(std::str::from_utf8(b).ok()?, max_scale),
     }
 }
+
+#[cfg(test)]
+mod tests;
