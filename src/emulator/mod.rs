@@ -3,5 +3,6 @@
 //! types. See DESIGN §8 and `reference/storage-write-api.md`.
 
 pub mod persist;
+pub mod rest;
 pub mod rows;
 pub mod store;

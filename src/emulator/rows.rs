@@ -1532,7 +1532,7 @@ fn format_time(t: Time) -> String {
 
 /// TIMESTAMP as the REST API's default: seconds since the epoch in Java's `Double.toString`
 /// notation (`1.7E9`), written from the exact microseconds so no precision is lost in the text.
-fn format_timestamp_seconds(micros: i64) -> String {
+pub fn timestamp_seconds_text(micros: i64) -> String {
     if micros == 0 {
         return "0.0".into();
     }
@@ -1893,7 +1893,7 @@ fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOptions) -> V
                 if options.int64_timestamp {
                     v.to_string()
                 } else {
-                    format_timestamp_seconds(v)
+                    timestamp_seconds_text(v)
                 }
             })
         }

@@ -425,10 +425,10 @@ fn timestamp_is_microseconds_rendered_as_seconds_or_int64() {
         cells(&codec.render_with(&row, &t, int64))[0],
         "1700000000123456"
     );
-    assert_eq!(format_timestamp_seconds(1_700_000_000_000_000), "1.7E9");
-    assert_eq!(format_timestamp_seconds(-1_500_000), "-1.5E0");
-    assert_eq!(format_timestamp_seconds(1), "1.0E-6");
-    let parsed: f64 = format_timestamp_seconds(micros).parse().unwrap();
+    assert_eq!(timestamp_seconds_text(1_700_000_000_000_000), "1.7E9");
+    assert_eq!(timestamp_seconds_text(-1_500_000), "-1.5E0");
+    assert_eq!(timestamp_seconds_text(1), "1.0E-6");
+    let parsed: f64 = timestamp_seconds_text(micros).parse().unwrap();
     assert!((parsed - 1_700_000_000.123_456).abs() < 1e-5);
 }
 
