@@ -607,3 +607,22 @@ async fn other_queries_are_refused() {
     assert_eq!(status, 404);
     assert_error(&body, 404, "notFound", "Not found: Job p:unknown");
 }
+
+#[tokio::test]
+async fn int64_schema_parameters_are_accepted_as_numbers_and_returned_as_strings() {
+    let emu = start().await;
+    emu.dataset("d").await;
+    let t = emu
+        .table(
+            "d",
+            "t",
+            json!([
+                {"name": "n", "type": "NUMERIC", "mode": "NULLABLE", "precision": 10, "scale": 2},
+                {"name": "s", "type": "STRING", "maxLength": "8", "fields": null},
+            ]),
+        )
+        .await;
+    assert_eq!(t["schema"]["fields"][0]["precision"], "10");
+    assert_eq!(t["schema"]["fields"][0]["scale"], "2");
+    assert_eq!(t["schema"]["fields"][1]["maxLength"], "8");
+}

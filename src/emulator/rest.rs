@@ -380,7 +380,11 @@ fn run_max_query(
         ));
     }
     let parsed = MaxQuery::parse(sql, project)
-        .map_err(|e| RestError::InvalidQuery(format!("unsupported query in the emulator: {e}")))?;
+        .map_err(|e| {
+            RestError::InvalidQuery(format!(
+                "unsupported query in the emulator: {e}; it answers only SELECT MAX(column) FROM `project.dataset.table` [WHERE column = literal AND …]"
+            ))
+        })?;
     parsed.run(&state.store)
 }
 

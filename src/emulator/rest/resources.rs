@@ -142,9 +142,42 @@ pub(super) fn dataset_json(d: &Dataset) -> Value {
 fn schema_field(body: &Value) -> Result<Option<TableSchema>, RestError> {
     match body.get("schema") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| RestError::Invalid(format!("Invalid value for schema: {e}"))),
+        Some(v) => {
+            let mut v = v.clone();
+            if let Some(fields) = v.get_mut("fields") {
+                normalise_fields(fields);
+            }
+            serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| RestError::Invalid(format!("Invalid value for schema: {e}")))
+        }
+    }
+}
+
+/// The REST API takes its int64 fields as JSON strings or numbers (Google's Python client sends
+/// `precision` as a number); the shared schema type keeps them as strings. A `null` list of
+/// subfields means none.
+fn normalise_fields(fields: &mut Value) {
+    let Some(list) = fields.as_array_mut() else {
+        return;
+    };
+    for field in list {
+        let Some(obj) = field.as_object_mut() else {
+            continue;
+        };
+        for key in ["maxLength", "precision", "scale"] {
+            if let Some(n @ Value::Number(_)) = obj.get(key) {
+                let text = n.to_string();
+                obj.insert(key.into(), Value::String(text));
+            }
+        }
+        match obj.get_mut("fields") {
+            Some(Value::Null) => {
+                obj.remove("fields");
+            }
+            Some(sub) => normalise_fields(sub),
+            None => {}
+        }
     }
 }
 
