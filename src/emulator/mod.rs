@@ -2,7 +2,11 @@
 //! Reached only from `main` and `quickstart`; it shares nothing with the daemon but Google's wire
 //! types. See DESIGN §8 and `reference/storage-write-api.md`.
 
+pub mod faults;
+pub mod grpc;
 pub mod persist;
 pub mod rest;
 pub mod rows;
+pub mod server;
+pub mod status;
 pub mod store;
