@@ -5,6 +5,7 @@
 pub mod faults;
 pub mod grpc;
 pub mod persist;
+pub mod rest;
 pub mod rows;
 pub mod server;
 pub mod status;
