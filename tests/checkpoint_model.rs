@@ -248,6 +248,8 @@ struct World {
     /// Per record: how many counted rewind windows contained it while it was visible.
     rewound_visible: BTreeMap<(usize, i64), u32>,
     rewound_total: u64,
+    /// Streams removed by an injected fault rather than by the protocol.
+    injected_loss: BTreeSet<String>,
     anomalies: u32,
     rebalancing: bool,
     rebalance_again: bool,
@@ -270,6 +272,7 @@ impl World {
             may_be_missing: BTreeSet::new(),
             rewound_visible: BTreeMap::new(),
             rewound_total: 0,
+            injected_loss: BTreeSet::new(),
             anomalies: 0,
             rebalancing: false,
             rebalance_again: false,
@@ -490,7 +493,19 @@ impl World {
         };
         self.reached.insert(kind);
         match outcome {
-            Outcome::Rewound { tp, from, to } => {
+            Outcome::Rewound {
+                tp,
+                stream,
+                from,
+                to,
+            } => {
+                // A rewind is excused only when the stream was taken away by an injected fault
+                // (TTL expiry, an outside finalize), never by the protocol's own finalize.
+                if !self.injected_loss.contains(stream.as_str()) {
+                    self.fail(format!(
+                        "rewind of {tp} after losing {stream}, which no injected fault removed"
+                    ));
+                }
                 let p = tp.partition as usize;
                 let visible = self.bq.visible(p);
                 for x in from.0..to.0 {
@@ -1023,17 +1038,20 @@ impl World {
                 } else {
                     self.current_stream(p)
                 };
-                if let Some(s) = target.and_then(|s| self.bq.streams.get_mut(&s)) {
+                if let Some(id) = target
+                    && let Some(s) = self.bq.streams.get_mut(&id)
+                {
                     s.state = StreamState::Gone;
+                    self.injected_loss.insert(id);
                 }
             }
             Op::FinalizeBehindOurBack(p) => {
-                if let Some(s) = self
-                    .current_stream(p)
-                    .and_then(|s| self.bq.streams.get_mut(&s))
+                if let Some(id) = self.current_stream(p)
+                    && let Some(s) = self.bq.streams.get_mut(&id)
                     && s.state == StreamState::Open
                 {
                     s.state = StreamState::Finalized;
+                    self.injected_loss.insert(id);
                 }
             }
             Op::OperatorReset(p) => {

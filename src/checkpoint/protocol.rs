@@ -377,9 +377,10 @@ pub enum Outcome {
         tp: TopicPartition,
         stream: StreamId,
     },
-    /// At-least-once window `[from, to)` re-delivered after a lost stream.
+    /// At-least-once window `[from, to)` re-delivered after `stream` was lost.
     Rewound {
         tp: TopicPartition,
+        stream: StreamId,
         from: NextOffset,
         to: NextOffset,
     },
@@ -900,6 +901,7 @@ impl CheckpointProtocol {
                 // it (the durable f lags the real cursor by one flush). Counted.
                 out.push(Action::Count(Outcome::Rewound {
                     tp: tp.clone(),
+                    stream: stream.clone(),
                     from: state.visible,
                     to: below,
                 }));
@@ -2001,6 +2003,7 @@ mod tests {
         assert_eq!(started_at(&a).unwrap().1, 10);
         assert!(a.contains(&Action::Count(Outcome::Rewound {
             tp: tp0(),
+            stream: sid("old"),
             from: NextOffset(10),
             to: NextOffset(20)
         })));
