@@ -137,6 +137,9 @@ enum Request {
     Resolve {
         tp: TopicPartition,
     },
+    Reread {
+        tp: TopicPartition,
+    },
 }
 
 #[derive(Debug)]
@@ -382,6 +385,7 @@ impl World {
                 });
             }
             Action::ResolveVisible { tp, .. } => proc.outbox.push(Request::Resolve { tp }),
+            Action::ReadCommitted { tp } => proc.outbox.push(Request::Reread { tp }),
             Action::StartIncarnation {
                 tp,
                 incarnation,
@@ -724,6 +728,12 @@ impl World {
                     outcome,
                 }
             }
+            Request::Reread { tp } => {
+                // OffsetFetch needs no membership; a failed one is retried by the shell until
+                // it answers, so every delivery answers.
+                let assignment = self.assignment(tp.partition as usize);
+                Event::CheckpointReread { tp, assignment }
+            }
             Request::Resolve { tp } => {
                 let outcome = if lost {
                     Err("query failed".into())
@@ -886,13 +896,17 @@ impl World {
         }
     }
 
-    fn assign(&mut self, r: usize, p: usize) {
-        let assignment = Assignment {
+    fn assignment(&self, p: usize) -> Assignment {
+        Assignment {
             committed: self.kafka.committed_read(p),
             low: NextOffset(self.kafka.low[p]),
             high: NextOffset(self.kafka.high[p]),
             origin: PartitionOrigin::Existing,
-        };
+        }
+    }
+
+    fn assign(&mut self, r: usize, p: usize) {
+        let assignment = self.assignment(p);
         if let Some(proc) = self.procs[r].as_mut() {
             proc.revoked.remove(&p);
             proc.zombies.remove(&p);
@@ -1445,4 +1459,26 @@ fn the_fault_injection_reaches_every_recovery_path() {
     ] {
         assert!(reached.contains(kind), "no run reached {kind}");
     }
+}
+
+#[test]
+fn regression_zombie_rewind() {
+    use Op::*;
+    let ops = [
+        Append(0, 0, Delivery::Ok),
+        Rebalance {
+            eager: false,
+            rotate: 1,
+            slow_drain: false,
+        },
+        SessionLost(1),
+        Deliver(1, 0, Delivery::Ok),
+        SessionLost(0),
+        Heartbeat(1),
+        Tick(1),
+        Deliver(1, 0, Delivery::Ok),
+        Deliver(1, 0, Delivery::Ok),
+        Deliver(0, 0, Delivery::Ok),
+    ];
+    run(false, 2, 1, &ops);
 }
