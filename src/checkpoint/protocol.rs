@@ -347,6 +347,7 @@ pub enum Action {
     },
     /// Write the group's marker on the table (after its first successful commit), so that a later
     /// start without committed offsets is recognised as expired offsets, not a first start.
+    /// Emitted once per process; the shell retries it until it succeeds.
     LabelTable,
     Count(Outcome),
     ShutdownComplete,
@@ -699,8 +700,9 @@ impl CheckpointProtocol {
         };
 
         let Some(read) = a.committed else {
-            // No committed offset: nothing of ours can be visible for this partition, because
-            // nothing is flushed before it is committed. Only the start position is to decide.
+            // No committed offset. On a first start nothing of ours is visible (nothing is
+            // flushed before it is committed); if the group committed before (the table marker),
+            // Kafka expired its offsets and the policy decides, counted. Never a silent reset.
             let (case, from) = match a.origin {
                 PartitionOrigin::AddedAtRuntime => (
                     StartCase::NewPartition,
