@@ -24,7 +24,7 @@ use kafka_bigquery_sink::checkpoint::offsets::{
 use kafka_bigquery_sink::checkpoint::protocol::{
     Action, AnomalyPolicy, Assignment, CheckpointProtocol, CommitEntry, CommitId, CommitOutcome,
     CommittedRead, Event, FlushOutcome, FlushPurpose, LostStreamPolicy, MissingCheckpointPolicy,
-    OutOfRangePolicy, Outcome, PartitionOrigin, ProtocolConfig, TopicPartition,
+    OutOfRangePolicy, Outcome, PartitionOrigin, ProtocolConfig, StartCase, TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -201,6 +201,9 @@ enum Op {
     ExpireStream(usize, bool),
     FinalizeBehindOurBack(usize),
     OperatorReset(usize),
+    /// The group stayed empty past `offsets.retention.minutes`: Kafka drops every committed
+    /// offset and its metadata.
+    OffsetsExpire,
     Retention(usize),
     Shutdown(usize),
     ShutdownDeadline(usize),
@@ -232,6 +235,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (p.clone(), any::<bool>()).prop_map(|(p, w)| Op::ExpireStream(p, w)),
         1 => p.clone().prop_map(Op::FinalizeBehindOurBack),
         1 => p.clone().prop_map(Op::OperatorReset),
+        1 => Just(Op::OffsetsExpire),
         1 => p.clone().prop_map(Op::Retention),
         1 => r.clone().prop_map(Op::Shutdown),
         1 => r.prop_map(Op::ShutdownDeadline),
@@ -254,6 +258,8 @@ struct World {
     /// Per record: how many counted rewind windows contained it while it was visible.
     rewound_visible: BTreeMap<(usize, i64), u32>,
     rewound_total: u64,
+    /// Visible records re-delivered by the missing-checkpoint policy after offsets expired.
+    expired_redelivered: u64,
     /// Streams removed by an injected fault rather than by the protocol.
     injected_loss: BTreeSet<String>,
     anomalies: u32,
@@ -280,6 +286,7 @@ impl World {
             may_be_missing: BTreeSet::new(),
             rewound_visible: BTreeMap::new(),
             rewound_total: 0,
+            expired_redelivered: 0,
             injected_loss: BTreeSet::new(),
             anomalies: 0,
             rebalancing: false,
@@ -523,6 +530,26 @@ impl World {
                     }
                 }
                 self.rewound_total += from.distance_to(to);
+            }
+            Outcome::Started {
+                tp,
+                case: StartCase::MissingCheckpoint,
+                at,
+            } => {
+                // The expired checkpoint took its unflushed tail with it (F1): below `at`, what
+                // is not visible is gone; from `at` on, what was visible comes again. Both are
+                // the policy's counted consequences.
+                let p = tp.partition as usize;
+                let visible = self.bq.visible(p);
+                for x in 0..at.0 {
+                    if !visible.contains_key(&x) {
+                        self.may_be_missing.insert((p, x));
+                    }
+                }
+                for (x, _) in visible.range(at.0..) {
+                    *self.rewound_visible.entry((p, *x)).or_default() += 1;
+                    self.expired_redelivered += 1;
+                }
             }
             Outcome::RecordsLost { tp, from, to } => {
                 let p = tp.partition as usize;
@@ -1087,6 +1114,11 @@ impl World {
                     self.kafka.committed[p] = Some((k, String::new()));
                 }
             }
+            Op::OffsetsExpire => {
+                if self.procs.iter().all(Option::is_none) {
+                    self.kafka.committed = Default::default();
+                }
+            }
             Op::Retention(p) => {
                 // Deletes up to what was committed and what no live reader still needs.
                 let mut upto = self.kafka.committed[p].as_ref().map_or(0, |(k, _)| *k);
@@ -1215,13 +1247,20 @@ impl World {
                 self.fail(format!("p{p}@{x} visible but never produced"));
             }
         }
-        assert!(duplicates <= self.rewound_total);
-        if duplicates > 0 {
+        assert!(duplicates <= self.rewound_total + self.expired_redelivered);
+        if self.expired_redelivered > 0 && duplicates > 0 {
+            self.reached
+                .insert("duplicates after expired offsets".into());
+        }
+        if duplicates > self.expired_redelivered {
             self.reached
                 .insert("duplicates in a counted rewind window".into());
         }
         if self.config.lost_stream == LostStreamPolicy::Resolve {
-            assert_eq!(duplicates, 0, "resolve is exact");
+            assert!(
+                duplicates <= self.expired_redelivered,
+                "resolve is exact: only expired offsets re-deliver"
+            );
         }
     }
 }
@@ -1451,6 +1490,7 @@ fn the_fault_injection_reaches_every_recovery_path() {
         "Started:Checkpoint",
         "Started:FirstStart",
         "Started:MissingCheckpoint",
+        "duplicates after expired offsets",
         "Started:OperatorReset",
         "StreamRestarted",
         "Visible",

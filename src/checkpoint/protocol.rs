@@ -1226,6 +1226,14 @@ impl CheckpointProtocol {
         outcome: CommitOutcome,
         out: &mut Vec<Action>,
     ) {
+        // Any commit that landed, the handoff's included, makes this group one that "has
+        // committed before": mark the table, or expired offsets would later pass for a first
+        // start and re-deliver everything.
+        let landed = matches!(&outcome, CommitOutcome::PerPartition(r) if r.iter().any(|(_, res)| res.is_ok()));
+        if landed && !self.table_marked {
+            self.table_marked = true;
+            out.push(Action::LabelTable);
+        }
         if let Some((tp, _)) = self
             .partitions
             .iter()
@@ -1311,11 +1319,6 @@ impl CheckpointProtocol {
                 }),
                 _ => None,
             };
-        }
-        let labels = !self.table_marked && results.iter().any(|(_, r)| r.is_ok());
-        if labels {
-            self.table_marked = true;
-            out.push(Action::LabelTable);
         }
         let tps: Vec<_> = self.partitions.keys().cloned().collect();
         for tp in tps {
