@@ -199,6 +199,11 @@ pub enum Event {
         through: RowOffset,
         outcome: FlushOutcome,
     },
+    /// Answer to [`Action::ReadCommitted`]: the committed offset and watermarks read again.
+    CheckpointReread {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
     /// Answer to [`Action::ResolveVisible`]: the highest visible Kafka offset of the partition.
     ResolveResult {
         tp: TopicPartition,
@@ -289,6 +294,11 @@ pub enum Action {
         /// Retries so far; the shell backs off by it.
         attempt: u32,
     },
+    /// Read the committed offset + metadata and the watermarks of `tp` again (OffsetFetch; a
+    /// STALE_MEMBER_EPOCH or timeout is retried by the shell, never read as "no offset").
+    ReadCommitted {
+        tp: TopicPartition,
+    },
     /// Query the table for the highest visible offset of `tp` (the `resolve` policy).
     ResolveVisible {
         tp: TopicPartition,
@@ -337,6 +347,7 @@ pub enum Action {
     },
     /// Write the group's marker on the table (after its first successful commit), so that a later
     /// start without committed offsets is recognised as expired offsets, not a first start.
+    /// Emitted once per process; the shell retries it until it succeeds.
     LabelTable,
     Count(Outcome),
     ShutdownComplete,
@@ -377,15 +388,20 @@ pub enum Outcome {
         tp: TopicPartition,
         stream: StreamId,
     },
-    /// At-least-once window `[from, to)` re-delivered after a lost stream.
+    /// At-least-once window `[from, to)` re-delivered after `stream` was lost.
     Rewound {
         tp: TopicPartition,
+        stream: StreamId,
         from: NextOffset,
         to: NextOffset,
     },
     Resolved {
         tp: TopicPartition,
         at: NextOffset,
+    },
+    /// A re-read found a newer checkpoint than the one being recovered: recovery restarts.
+    CheckpointMoved {
+        tp: TopicPartition,
     },
     /// Records `[from, to)` were deleted by retention before they were made visible.
     RecordsLost {
@@ -470,6 +486,12 @@ enum Phase {
         checkpoint: Checkpoint,
         attempt: u32,
         not_found: u32,
+    },
+    /// The checkpoint's stream is gone: re-reading the committed offset to confirm the
+    /// checkpoint is still the latest before treating the stream as lost.
+    Confirming {
+        checkpoint: Checkpoint,
+        stream: StreamId,
     },
     /// Asking the table where the partition's visible rows end (the `resolve` policy).
     Resolving {
@@ -587,6 +609,7 @@ impl CheckpointProtocol {
                 through,
                 outcome,
             } => self.on_recovery_flush(tp, stream, through, outcome, &mut out),
+            Event::CheckpointReread { tp, assignment } => self.on_reread(tp, assignment, &mut out),
             Event::ResolveResult { tp, outcome } => self.on_resolved(tp, outcome, &mut out),
             Event::RowsAcknowledged { tp, ack } => self.on_ack(tp, ack, &mut out),
             Event::StartCycle => self.start_cycle(&mut out),
@@ -677,16 +700,17 @@ impl CheckpointProtocol {
         };
 
         let Some(read) = a.committed else {
-            // No committed offset: nothing of ours can be visible for this partition, because
-            // nothing is flushed before it is committed. Only the start position is to decide.
+            // No committed offset. On a first start nothing of ours is visible (nothing is
+            // flushed before it is committed); if the group committed before (the table marker),
+            // Kafka expired its offsets and the policy decides, counted. Never a silent reset.
             let (case, from) = match a.origin {
                 PartitionOrigin::AddedAtRuntime => (
                     StartCase::NewPartition,
-                    self.position(self.config.new_partition, &a),
+                    Some(Self::position(self.config.new_partition, &a)),
                 ),
                 PartitionOrigin::Existing if !self.table_marked => (
                     StartCase::FirstStart,
-                    self.position(self.config.initial_position, &a),
+                    Some(Self::position(self.config.initial_position, &a)),
                 ),
                 PartitionOrigin::Existing => {
                     let from = match self.config.on_missing_checkpoint {
@@ -793,11 +817,11 @@ impl CheckpointProtocol {
         }
     }
 
-    fn position(&self, from: StartFrom, a: &Assignment) -> Option<NextOffset> {
-        Some(match from {
+    fn position(from: StartFrom, a: &Assignment) -> NextOffset {
+        match from {
             StartFrom::Earliest => a.low,
             StartFrom::Latest => a.high,
-        })
+        }
     }
 
     fn on_recovery_flush(
@@ -872,14 +896,47 @@ impl CheckpointProtocol {
                 self.partitions.insert(tp, state);
             }
             FlushOutcome::NotFound | FlushOutcome::StreamFinalized => {
-                // The stream is gone with f < K: whether [f, K) became visible cannot be asked.
-                self.lost_stream(tp, state, stream, checkpoint.next, out);
+                // The stream is gone. Before deciding anything that costs exactness, make sure
+                // the checkpoint we read is still the latest: a newer owner finalizes the stream
+                // of the checkpoint it superseded, so a stale read (this process is a zombie
+                // that has not noticed yet) looks exactly like a lost stream.
+                out.push(Action::ReadCommitted { tp: tp.clone() });
+                state.phase = Phase::Confirming { checkpoint, stream };
+                self.partitions.insert(tp, state);
             }
             FlushOutcome::Transient(_) => {
                 retry(&mut state, not_found, out);
                 self.partitions.insert(tp, state);
             }
             FlushOutcome::Fatal(e) => self.fail(tp, state, FailReason::FlushFatal(e), out),
+        }
+    }
+
+    fn on_reread(&mut self, tp: TopicPartition, a: Assignment, out: &mut Vec<Action>) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let Phase::Confirming { checkpoint, stream } = state.phase.clone() else {
+            self.partitions.insert(tp, state);
+            return;
+        };
+        let unchanged = a.committed.as_ref().is_some_and(|read| {
+            read.offset == checkpoint.next
+                && CommitMetadata::parse(&read.metadata)
+                    .ok()
+                    .and_then(|m| m.checkpoint(read.offset))
+                    .as_ref()
+                    == Some(&checkpoint)
+        });
+        if unchanged {
+            state.low = a.low;
+            self.lost_stream(tp, state, stream, checkpoint.next, out);
+        } else {
+            // Someone committed since our read: recover from what is there now. If we no longer
+            // own the partition, the group tells us; nothing here writes to the table.
+            out.push(Action::Count(Outcome::CheckpointMoved { tp: tp.clone() }));
+            self.partitions.insert(tp.clone(), state);
+            self.on_assigned(tp, a, out);
         }
     }
 
@@ -900,6 +957,7 @@ impl CheckpointProtocol {
                 // it (the durable f lags the real cursor by one flush). Counted.
                 out.push(Action::Count(Outcome::Rewound {
                     tp: tp.clone(),
+                    stream: stream.clone(),
                     from: state.visible,
                     to: below,
                 }));
@@ -1168,6 +1226,14 @@ impl CheckpointProtocol {
         outcome: CommitOutcome,
         out: &mut Vec<Action>,
     ) {
+        // Any commit that landed, the handoff's included, makes this group one that "has
+        // committed before": mark the table, or expired offsets would later pass for a first
+        // start and re-deliver everything.
+        let landed = matches!(&outcome, CommitOutcome::PerPartition(r) if r.iter().any(|(_, res)| res.is_ok()));
+        if landed && !self.table_marked {
+            self.table_marked = true;
+            out.push(Action::LabelTable);
+        }
         if let Some((tp, _)) = self
             .partitions
             .iter()
@@ -1253,11 +1319,6 @@ impl CheckpointProtocol {
                 }),
                 _ => None,
             };
-        }
-        let labels = !self.table_marked && results.iter().any(|(_, r)| r.is_ok());
-        if labels {
-            self.table_marked = true;
-            out.push(Action::LabelTable);
         }
         let tps: Vec<_> = self.partitions.keys().cloned().collect();
         for tp in tps {
@@ -1984,6 +2045,40 @@ mod tests {
         );
     }
 
+    fn unchanged_reread() -> Event {
+        let Event::Assigned { tp, assignment } =
+            assigned(Some((20, metadata(Some("old"), Some(9), 10))), 0, 30)
+        else {
+            unreachable!()
+        };
+        Event::CheckpointReread { tp, assignment }
+    }
+
+    #[test]
+    fn a_stream_finalized_by_a_newer_owner_is_not_a_lost_stream() {
+        // A zombie recovering a checkpoint that the new owner has superseded meanwhile: the
+        // re-read shows the newer checkpoint, so there is nothing to rewind.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let Event::Assigned { tp, assignment } =
+            assigned(Some((24, metadata(None, None, 24))), 0, 30)
+        else {
+            unreachable!()
+        };
+        let a = p.handle(Event::CheckpointReread { tp, assignment });
+        assert_eq!(started_at(&a).unwrap().1, 24);
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+        assert!(a.contains(&Action::Count(Outcome::CheckpointMoved { tp: tp0() })));
+    }
+
     #[test]
     fn a_lost_stream_follows_the_policy_and_other_errors_never_rewind() {
         // rewind (default): NOT_FOUND is retried first, then [f, K) is re-delivered, counted.
@@ -1998,9 +2093,12 @@ mod tests {
             assert!(!flushes(&a).is_empty(), "not found can be transient");
         }
         let a = p.handle(recovery_result("old", 9, FlushOutcome::NotFound));
+        assert_eq!(a, vec![Action::ReadCommitted { tp: tp0() }]);
+        let a = p.handle(unchanged_reread());
         assert_eq!(started_at(&a).unwrap().1, 10);
         assert!(a.contains(&Action::Count(Outcome::Rewound {
             tp: tp0(),
+            stream: sid("old"),
             from: NextOffset(10),
             to: NextOffset(20)
         })));
@@ -2014,7 +2112,8 @@ mod tests {
             0,
             30,
         ));
-        let a = p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let a = p.handle(unchanged_reread());
         assert!(a.iter().any(|x| matches!(x, Action::ResolveVisible { .. })));
         let a = p.handle(Event::ResolveResult {
             tp: tp0(),
@@ -2030,7 +2129,8 @@ mod tests {
             0,
             30,
         ));
-        let a = p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let a = p.handle(unchanged_reread());
         assert!(matches!(failed(&a), Some(FailReason::LostStream { .. })));
 
         // credentials or corrupt metadata: fail closed, never rewind.
