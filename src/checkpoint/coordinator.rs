@@ -230,6 +230,18 @@ impl Coordinator {
             ConsumerEvent::CommitDone { commit, outcome } => {
                 self.feed(Event::CommitResult { commit, outcome });
             }
+            ConsumerEvent::Reread { tp, assignment } => {
+                self.feed(Event::CheckpointReread { tp, assignment });
+            }
+            ConsumerEvent::RereadFailed { tp, reason } => {
+                // Never read as "no offset": ask again after a pause.
+                tracing::warn!(partition = %tp, reason = %reason, "cannot read the committed offset, retrying");
+                let commands = self.consumer.sender();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = commands.send(ConsumerCommand::ReadCommitted { tp });
+                });
+            }
             ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
         }
     }
@@ -370,6 +382,9 @@ impl Coordinator {
                         },
                     }
                 });
+            }
+            Action::ReadCommitted { tp } => {
+                self.consumer.send(ConsumerCommand::ReadCommitted { tp });
             }
             Action::ResolveVisible { tp, attempt } => {
                 let rest = self.rest.clone();
@@ -539,7 +554,7 @@ impl Coordinator {
                 recovery("anomaly");
                 tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
             }
-            Outcome::Rewound { tp, from, to } => {
+            Outcome::Rewound { tp, from, to, .. } => {
                 recovery("rewound");
                 m.rewound_records
                     .get_or_create(&TopicLabel {

@@ -75,6 +75,13 @@ pub enum ConsumerEvent {
         commit: CommitId,
         outcome: CommitOutcome,
     },
+    /// Answer to [`ConsumerCommand::ReadCommitted`].
+    Reread {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
+    /// [`ConsumerCommand::ReadCommitted`] failed (timeout, stale member epoch): ask again later.
+    RereadFailed { tp: TopicPartition, reason: String },
     /// The consumer hit an error it cannot continue after (e.g. authentication).
     Fatal(String),
     /// The thread ended (after [`ConsumerCommand::Shutdown`]).
@@ -111,6 +118,10 @@ pub enum ConsumerCommand {
         commit: CommitId,
         entries: Vec<CommitEntry>,
     },
+    /// Read the committed offset, metadata and watermarks of `tp` again.
+    ReadCommitted {
+        tp: TopicPartition,
+    },
     /// The protocol is done with a revoked partition.
     Release {
         tp: TopicPartition,
@@ -142,6 +153,11 @@ pub struct ConsumerHandle {
 impl ConsumerHandle {
     pub fn send(&self, command: ConsumerCommand) -> bool {
         self.commands.send(command).is_ok()
+    }
+
+    /// A sender for commands issued later (e.g. a retry after a backoff).
+    pub fn sender(&self) -> std_mpsc::Sender<ConsumerCommand> {
+        self.commands.clone()
     }
 
     /// Waits for the thread to end (after `Shutdown`), on a blocking-friendly thread.
@@ -270,35 +286,43 @@ impl Shared {
         let committed = read_committed(consumer, &partitions, settings.request_timeout);
         let mut out = Vec::with_capacity(partitions.len());
         for tp in partitions {
-            let (low, high) = consumer
-                .fetch_watermarks(&tp.topic, tp.partition, settings.request_timeout)
-                .unwrap_or((0, 0));
-            let origin = match self.initial_partitions.get(&tp.topic) {
-                Some(&n) if tp.partition >= n => PartitionOrigin::AddedAtRuntime,
-                _ => PartitionOrigin::Existing,
-            };
-            let committed = match &committed {
-                Ok(map) => map.get(&tp).cloned().flatten(),
+            match &committed {
+                Ok(map) => {
+                    let committed = map.get(&tp).cloned().flatten();
+                    let assignment = self.assignment_of(consumer, settings, &tp, committed);
+                    out.push((tp, assignment));
+                }
                 Err(e) => {
-                    // Without the committed offset nothing safe can be decided: report the
-                    // partition as lost to the coordinator, which fails it closed.
+                    // Without the committed offset nothing safe can be decided.
                     let _ = self.events.send(ConsumerEvent::Fatal(format!(
                         "cannot read committed offset of {tp}: {e}"
                     )));
-                    continue;
                 }
-            };
-            out.push((
-                tp,
-                Assignment {
-                    committed,
-                    low: NextOffset(low),
-                    high: NextOffset(high),
-                    origin,
-                },
-            ));
+            }
         }
         let _ = self.events.send(ConsumerEvent::Assigned(out));
+    }
+
+    fn assignment_of(
+        &self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        tp: &TopicPartition,
+        committed: Option<CommittedRead>,
+    ) -> Assignment {
+        let (low, high) = consumer
+            .fetch_watermarks(&tp.topic, tp.partition, settings.request_timeout)
+            .unwrap_or((0, 0));
+        let origin = match self.initial_partitions.get(&tp.topic) {
+            Some(&n) if tp.partition >= n => PartitionOrigin::AddedAtRuntime,
+            _ => PartitionOrigin::Existing,
+        };
+        Assignment {
+            committed,
+            low: NextOffset(low),
+            high: NextOffset(high),
+            origin,
+        }
     }
 
     /// Inside the revoke callback: serve commands until every revoked partition is released.
@@ -418,6 +442,24 @@ impl Shared {
                 let _ = self
                     .events
                     .send(ConsumerEvent::CommitDone { commit, outcome });
+            }
+            ConsumerCommand::ReadCommitted { tp } => {
+                let event = match read_committed(
+                    consumer,
+                    std::slice::from_ref(&tp),
+                    settings.request_timeout,
+                ) {
+                    Ok(map) => {
+                        let committed = map.get(&tp).cloned().flatten();
+                        let assignment = self.assignment_of(consumer, settings, &tp, committed);
+                        ConsumerEvent::Reread { tp, assignment }
+                    }
+                    Err(e) => ConsumerEvent::RereadFailed {
+                        tp,
+                        reason: e.to_string(),
+                    },
+                };
+                let _ = self.events.send(event);
             }
             ConsumerCommand::RevokeSeen | ConsumerCommand::Release { .. } => {}
             ConsumerCommand::Shutdown => self.shutdown = true,
