@@ -149,7 +149,8 @@ pub fn router(store: Arc<Store>, faults: Arc<Faults>, write: WriteSettings) -> a
         WriteService::new(store.clone(), faults.clone(), write).into_server(),
     )
     .into_axum_router();
-    grpc.merge(admin_router(store, faults))
+    grpc.merge(admin_router(store.clone(), faults))
+        .merge(crate::emulator::rest::router(store))
         .layer(axum::middleware::map_response(reset_marked))
 }
 

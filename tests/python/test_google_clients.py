@@ -200,6 +200,12 @@ def append(stream, rows, offset=None):
     return stream.send(request).result(timeout=30)
 
 
+def flush(client, stream_name, offset):
+    return client.flush_rows(
+        request=types.FlushRowsRequest(write_stream=stream_name, offset=offset)
+    )
+
+
 def table_path(table_id: str) -> str:
     return f"projects/{PROJECT}/datasets/{DATASET}/tables/{table_id}"
 
@@ -314,14 +320,14 @@ def test_buffered_stream_shows_flushed_rows_only(bq, dataset, write_client):
         appender.close()
     table = f"{PROJECT}.{DATASET}.buffered"
     assert list(bq.list_rows(table)) == []
-    assert write_client.flush_rows(write_stream=stream.name, offset=1).offset == 1
+    assert flush(write_client, stream.name, 1).offset == 1
     # Re-flushing the same offset on an open stream succeeds.
-    assert write_client.flush_rows(write_stream=stream.name, offset=1).offset == 1
+    assert flush(write_client, stream.name, 1).offset == 1
     assert [r["id"] for r in bq.list_rows(table)] == [0, 1]
 
     assert write_client.finalize_write_stream(name=stream.name).row_count == 3
     with pytest.raises(exceptions.InvalidArgument, match="Stream has been finalized"):
-        write_client.flush_rows(write_stream=stream.name, offset=2)
+        flush(write_client, stream.name, 2)
 
     full = write_client.get_write_stream(
         request=types.GetWriteStreamRequest(name=stream.name, view=types.WriteStreamView.FULL)
