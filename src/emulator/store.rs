@@ -1474,7 +1474,10 @@ mod tests {
     fn chunks_between_cuts_batches_at_offsets() {
         let codec = Arc::new(
             RowCodec::compile(
-                &prost_types::DescriptorProto::default(),
+                &prost_types::DescriptorProto {
+                    name: Some("Row".into()),
+                    ..Default::default()
+                },
                 &TableSchema::default(),
             )
             .unwrap(),
@@ -1498,7 +1501,10 @@ mod tests {
     fn visible_log_pages_across_chunks() {
         let codec = Arc::new(
             RowCodec::compile(
-                &prost_types::DescriptorProto::default(),
+                &prost_types::DescriptorProto {
+                    name: Some("Row".into()),
+                    ..Default::default()
+                },
                 &TableSchema::default(),
             )
             .unwrap(),
