@@ -354,3 +354,23 @@ def test_default_stream_rows_are_visible_at_once(bq, dataset, write_client):
         check_row(row, row["id"])
     page = bq.list_rows(f"{PROJECT}.{DATASET}.default", max_results=1, start_index=1)
     assert [r["id"] for r in page] == [8]
+
+
+def test_writer_schema_with_an_extra_field_is_refused(bq, dataset, write_client):
+    create_table(bq, "extra")
+    descriptor = row_descriptor()
+    F = descriptor_pb2.FieldDescriptorProto
+    descriptor.field.add(name="Surprise", number=99, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    template = types.AppendRowsRequest(write_stream=f"{table_path('extra')}/_default")
+    schema = types.ProtoSchema()
+    schema.proto_descriptor.CopyFrom(descriptor)
+    template.proto_rows = types.AppendRowsRequest.ProtoData(writer_schema=schema)
+    appender = writer.AppendRowsStream(write_client, template)
+    with pytest.raises(exceptions.InvalidArgument) as err:
+        append(appender, [make_row(1)])
+    assert "Input schema has more fields than BigQuery schema, extra fields: 'surprise'" in str(
+        err.value
+    )
+    # The error ends the whole call, so the client has already closed the connection.
+    assert not appender.is_active
+    assert list(bq.list_rows(f"{PROJECT}.{DATASET}.extra")) == []
