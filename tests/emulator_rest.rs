@@ -231,6 +231,7 @@ async fn tables_keep_partitioning_clustering_and_metadata() {
     assert_eq!(t["description"], "events");
     assert_eq!(t["labels"], json!({"env": "test"}));
     assert_eq!(t["numRows"], "0");
+    assert_eq!(t["location"], "US");
     // Legacy type names come back, as from the real API.
     assert_eq!(t["schema"]["fields"][1]["type"], "INTEGER");
     assert_eq!(t["schema"]["fields"][0]["mode"], "REQUIRED");

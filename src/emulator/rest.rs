@@ -204,6 +204,15 @@ async fn get_dataset(
 
 // ----- tables -----
 
+/// A table lives where its dataset lives.
+fn location(state: &RestState, r: &TableRef) -> String {
+    state
+        .store
+        .get_dataset(&r.project, &r.dataset)
+        .map(|d| d.location)
+        .unwrap_or_else(|| "US".into())
+}
+
 async fn insert_table(
     State(state): State<RestState>,
     Path((project, dataset)): Path<(String, String)>,
@@ -212,7 +221,11 @@ async fn insert_table(
     let body = parse_body(&body)?;
     let table = resources::table_from_json(&project, &dataset, &body)?;
     let table = state.store.insert_table(table)?;
-    ok(resources::table_json(&table, 0))
+    ok(resources::table_json(
+        &table,
+        0,
+        &location(&state, &table.reference),
+    ))
 }
 
 async fn get_table(
@@ -225,7 +238,7 @@ async fn get_table(
         .get_table(&r)
         .ok_or_else(|| RestError::NotFound(format!("Not found: Table {}", r.legacy())))?;
     let rows = state.store.visible_row_count(&r).unwrap_or(0);
-    ok(resources::table_json(&found, rows))
+    ok(resources::table_json(&found, rows, &location(&state, &r)))
 }
 
 async fn list_tables(
@@ -241,7 +254,7 @@ async fn list_tables(
         .store
         .list_tables(&project, &dataset)
         .iter()
-        .map(resources::table_list_entry)
+        .map(|t| resources::table_list_entry(t, &location(&state, &t.reference)))
         .collect();
     let mut out = json!({ "kind": "bigquery#tableList", "totalItems": tables.len() });
     if !tables.is_empty() {
@@ -274,7 +287,7 @@ fn change_table(state: RestState, r: TableRef, body: Bytes, replace: bool) -> Re
         resources::apply_table_change(table, &body, replace)
     })??;
     let rows = state.store.visible_row_count(&r).unwrap_or(0);
-    ok(resources::table_json(&updated, rows))
+    ok(resources::table_json(&updated, rows, &location(&state, &r)))
 }
 
 async fn delete_table(

@@ -377,7 +377,7 @@ pub(super) fn apply_table_change(
     apply_options(table, body, replace)
 }
 
-pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
+pub(super) fn table_json(t: &Table, num_rows: u64, location: &str) -> Value {
     let r = &t.reference;
     let mut out = json!({
         "kind": "bigquery#table",
@@ -393,6 +393,7 @@ pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
         "creationTime": t.creation_time.to_string(),
         "lastModifiedTime": t.last_modified_time.to_string(),
         "type": "TABLE",
+        "location": location,
     });
     let obj: &mut Map<String, Value> = out.as_object_mut().expect("object");
     if let Some(v) = &t.time_partitioning {
@@ -417,8 +418,8 @@ pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
 }
 
 /// An entry of `tables.list` (no schema, as in the real API).
-pub(super) fn table_list_entry(t: &Table) -> Value {
-    let mut entry = table_json(t, 0);
+pub(super) fn table_list_entry(t: &Table, location: &str) -> Value {
+    let mut entry = table_json(t, 0, location);
     let obj = entry.as_object_mut().expect("object");
     for key in [
         "schema",
