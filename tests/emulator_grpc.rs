@@ -1114,6 +1114,27 @@ async fn a_dropped_answer_after_the_append_keeps_the_rows_but_loses_the_response
 }
 
 #[tokio::test]
+async fn a_faults_file_given_at_start_is_in_force_from_the_first_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("faults.yaml");
+    std::fs::write(
+        &path,
+        "- rpc: GetWriteStream\n  action:\n    fail:\n      code: PERMISSION_DENIED\n  times: 1\n",
+    )
+    .unwrap();
+    let mut config = EmulatorConfig::local();
+    config.faults_file = Some(path);
+    let (_emu, mut c) = setup_with(config).await;
+    let get = bq::GetWriteStreamRequest {
+        name: format!("{TABLE}/_default"),
+        view: 0,
+    };
+    let err = c.get_write_stream(get.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(c.get_write_stream(get).await.is_ok());
+}
+
+#[tokio::test]
 async fn the_admin_endpoint_finalizes_or_expires_a_stream_now() {
     let (emu, mut c) = setup().await;
     let s = create(&mut c, StreamType::Buffered).await;
