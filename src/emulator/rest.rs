@@ -150,6 +150,9 @@ pub fn router(store: Arc<Store>) -> Router {
         .route(&format!("{base}/jobs/{{job}}"), get(get_job))
         .route(&format!("{base}/queries"), post(run_query))
         .route(&format!("{base}/queries/{{job}}"), get(get_query_results))
+        .fallback(|| async {
+            RestError::NotFound("Not found: the emulator does not serve this URL".into())
+        })
         .with_state(state)
 }
 

@@ -1,5 +1,5 @@
 //! One listener for everything: gRPC BigQueryWrite (HTTP/2 without TLS) and the HTTP routes
-//! (admin/fault control; the REST API once merged) on the same port. axum's server detects
+//! (BigQuery REST, admin/fault control) on the same port. axum's server detects
 //! HTTP/1.1 or HTTP/2 per connection, so both kinds of client share `--listen`.
 
 use std::net::SocketAddr;
@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::emulator::faults::{FaultRule, Faults};
-use crate::emulator::grpc::{WriteService, WriteSettings};
+use crate::emulator::grpc::{BigQueryWriteServer, WriteService, WriteSettings};
 use crate::emulator::persist::{self, PersistError};
 use crate::emulator::status::{BqError, DROP_MARKER};
 use crate::emulator::store::{Store, StoreConfig};
@@ -126,12 +126,6 @@ impl Emulator {
         }
         self.task.abort();
     }
-
-    /// Serves until the server task ends.
-    pub async fn wait(mut self) {
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
-        let _ = task.await;
-    }
 }
 
 impl Drop for Emulator {
@@ -143,14 +137,17 @@ impl Drop for Emulator {
     }
 }
 
-/// The whole HTTP surface: gRPC plus the admin routes.
+/// The whole HTTP surface: gRPC, the BigQuery REST API and the admin routes.
 pub fn router(store: Arc<Store>, faults: Arc<Faults>, write: WriteSettings) -> axum::Router {
-    let grpc = tonic::service::Routes::new(
+    use tonic::server::NamedService;
+    // Routed by hand rather than through `tonic::service::Routes`, whose catch-all fallback
+    // cannot be merged with the REST router's own.
+    let grpc = axum::Router::new().route_service(
+        &format!("/{}/{{*method}}", BigQueryWriteServer::<WriteService>::NAME),
         WriteService::new(store.clone(), faults.clone(), write).into_server(),
-    )
-    .into_axum_router();
-    grpc.merge(admin_router(store.clone(), faults))
-        .merge(crate::emulator::rest::router(store))
+    );
+    grpc.merge(crate::emulator::rest::router(store.clone()))
+        .merge(admin_router(store, faults))
         .layer(axum::middleware::map_response(reset_marked))
 }
 
