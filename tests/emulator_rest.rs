@@ -627,3 +627,11 @@ async fn int64_schema_parameters_are_accepted_as_numbers_and_returned_as_strings
     assert_eq!(t["schema"]["fields"][0]["scale"], "2");
     assert_eq!(t["schema"]["fields"][1]["maxLength"], "8");
 }
+
+#[tokio::test]
+async fn unknown_urls_get_bigquerys_not_found_json() {
+    let emu = start().await;
+    let (status, body) = emu.get("/models").await;
+    assert_eq!(status, 404);
+    assert_error(&body, 404, "notFound", "Not found");
+}
