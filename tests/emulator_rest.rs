@@ -112,6 +112,7 @@ fn assert_error(body: &Value, code: u16, reason: &str, message: &str) {
         404 => "NOT_FOUND",
         409 => "ALREADY_EXISTS",
         400 => "INVALID_ARGUMENT",
+        412 => "FAILED_PRECONDITION",
         _ => "INTERNAL",
     };
     assert_eq!(body["error"]["status"], status);
@@ -634,4 +635,27 @@ async fn unknown_urls_get_bigquerys_not_found_json() {
     let (status, body) = emu.get("/models").await;
     assert_eq!(status, 404);
     assert_error(&body, 404, "notFound", "Not found");
+}
+
+#[tokio::test]
+async fn updates_with_a_stale_etag_are_refused() {
+    let emu = start().await;
+    emu.dataset("d").await;
+    let created = emu.table("d", "t", events_fields()).await;
+    let etag = created["etag"].as_str().unwrap().to_string();
+    let patch = |etag: String, description: &'static str| {
+        emu.http
+            .patch(format!("{}/datasets/d/tables/t", emu.base))
+            .header("If-Match", etag)
+            .json(&json!({"description": description}))
+    };
+    let resp = patch(etag.clone(), "first").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // The first update changed the etag: a writer still holding the old one loses.
+    let resp = patch(etag, "second").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 412);
+    let body: Value = resp.json().await.unwrap();
+    assert_error(&body, 412, "conditionNotMet", "Precondition check failed.");
+    let (_, t) = emu.get("/datasets/d/tables/t").await;
+    assert_eq!(t["description"], "first");
 }
