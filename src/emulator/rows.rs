@@ -1328,7 +1328,15 @@ fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOptions) -> V
             Scalar::Text(b) => parse_time(b).map(format_time),
             _ => None,
         },
-        ColumnKind::Json | ColumnKind::Geography => match value {
+        // BigQuery stores JSON parsed and returns it re-serialised without insignificant spaces.
+        ColumnKind::Json => match value {
+            Scalar::Text(b) => serde_json::from_slice::<Value>(b)
+                .map(|v| v.to_string())
+                .ok()
+                .or_else(|| Some(text(b))),
+            _ => None,
+        },
+        ColumnKind::Geography => match value {
             Scalar::Text(b) => Some(text(b)),
             _ => None,
         },

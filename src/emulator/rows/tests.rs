@@ -525,7 +525,7 @@ fn json_must_parse_and_geography_is_text() {
     let got = roundtrip(
         field("j", 1, Type::String),
         col("j", "JSON"),
-        Pv::String(r#"{"a":[1,2]}"#.into()),
+        Pv::String(r#"{ "a" : [1, 2] }"#.into()),
     )
     .unwrap();
     assert_eq!(got, r#"{"a":[1,2]}"#);
