@@ -459,12 +459,13 @@ async fn tabledata_list_pages_visible_rows_in_the_rest_shape() {
         .await;
     assert_eq!(from["rows"][0]["f"][3]["v"], "1700000000000004");
 
+    // Cells come in the order of selectedFields, as Google's Python client reads them.
     let (_, selected) = emu
         .get("/datasets/d/tables/t/data?maxResults=1&selectedFields=kafka_offset,topic")
         .await;
     assert_eq!(
         selected["rows"][0],
-        json!({"f": [{"v": "orders"}, {"v": "0"}]})
+        json!({"f": [{"v": "0"}, {"v": "orders"}]})
     );
 
     // A column added later reads as NULL for the rows written before it.

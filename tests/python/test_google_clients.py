@@ -354,6 +354,11 @@ def test_default_stream_rows_are_visible_at_once(bq, dataset, write_client):
         check_row(row, row["id"])
     page = bq.list_rows(f"{PROJECT}.{DATASET}.default", max_results=1, start_index=1)
     assert [r["id"] for r in page] == [8]
+    # Page by page through pageToken, and only the selected columns.
+    table = bq.get_table(f"{PROJECT}.{DATASET}.default")
+    paged = bq.list_rows(table, page_size=1, selected_fields=[table.schema[1], table.schema[0]])
+    assert [(r["id"], r["name"]) for r in paged] == [(i, f"row-{i}") for i in (7, 8, 9)]
+    assert paged.total_rows == 3
 
 
 def test_writer_schema_with_an_extra_field_is_refused(bq, dataset, write_client):
