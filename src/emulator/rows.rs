@@ -1127,6 +1127,20 @@ fn check_unscaled_bytes(spec: &NumericSpec, b: &[u8]) -> Result<(), ValueError> 
     if b.is_empty() || b.len() > max_len {
         return Err(ValueError::NumericRange);
     }
+    let total_digits = spec.max_int_digits + spec.wire_scale;
+    if b.len() <= 16 && total_digits <= 38 {
+        // The common case (NUMERIC, 16 bytes or fewer): compare the integer with 10^digits
+        // instead of writing out its decimal digits.
+        let negative = b[b.len() - 1] & 0x80 != 0;
+        let mut le = [if negative { 0xff } else { 0 }; 16];
+        le[..b.len()].copy_from_slice(b);
+        let unscaled = i128::from_le_bytes(le);
+        return if unscaled.unsigned_abs() < 10u128.pow(total_digits) {
+            Ok(())
+        } else {
+            Err(ValueError::NumericRange)
+        };
+    }
     let digits = UnscaledDecimal::from_le_twos_complement(b);
     let int_digits = digits.len().saturating_sub(spec.wire_scale as usize) as u32;
     if int_digits > spec.max_int_digits {

@@ -953,3 +953,16 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn parameterised_numeric_bounds_apply_to_unscaled_bytes_too() {
+    let mut c = col("n", "NUMERIC");
+    c.precision = Some("5".into());
+    c.scale = Some("2".into());
+    let ok = le_twos_complement(-999_990_000_000, 6);
+    let got = roundtrip(field("n", 1, Type::Bytes), c.clone(), Pv::Bytes(ok.into())).unwrap();
+    assert_eq!(got, "-999.99");
+    let too_big = le_twos_complement(1_000_000_000_000, 16);
+    let err = roundtrip(field("n", 1, Type::Bytes), c, Pv::Bytes(too_big.into())).unwrap_err();
+    assert!(err.contains("out of range"), "{err}");
+}

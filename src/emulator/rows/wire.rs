@@ -119,6 +119,7 @@ impl<'a> Reader<'a> {
     }
 }
 
+#[inline]
 pub(super) fn wire_type_of(wire: &Wire<'_>) -> u8 {
     match wire {
         Wire::Varint(_) => WIRE_VARINT,
