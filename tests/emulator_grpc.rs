@@ -477,6 +477,47 @@ async fn responses_come_back_in_request_order_one_per_request() {
     assert_eq!(visible_ids(&emu).len(), 600);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_connections_lose_and_duplicate_nothing() {
+    let (emu, c) = setup().await;
+    let mut tasks = Vec::new();
+    for w in 0..8i64 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let base = w * 1000;
+            if w % 2 == 0 {
+                let s = format!("{TABLE}/_default");
+                let mut conn = Conn::open(&mut c, first(&s, None, rows(base..base + 5))).await;
+                for i in 1..40 {
+                    conn.send(next(None, rows(base + i * 5..base + i * 5 + 5)))
+                        .await;
+                }
+                for _ in 0..40 {
+                    offset_of(&conn.recv().await.unwrap());
+                }
+            } else {
+                let s = create(&mut c, StreamType::Buffered).await;
+                let mut conn = Conn::open(&mut c, first(&s, Some(0), rows(base..base + 5))).await;
+                conn.recv().await.unwrap();
+                for i in 1..40 {
+                    conn.send(next(Some(i * 5), rows(base + i * 5..base + i * 5 + 5)))
+                        .await;
+                    conn.recv().await.unwrap();
+                    flush(&mut c, &s, i * 5 - 1).await.unwrap();
+                }
+                flush(&mut c, &s, 199).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut ids = visible_ids(&emu);
+    ids.sort();
+    let expected: Vec<i64> = (0..8).flat_map(|w| w * 1000..w * 1000 + 200).collect();
+    assert_eq!(ids, expected);
+}
+
 #[tokio::test]
 async fn the_routing_header_is_accepted_but_not_required() {
     let (_emu, mut c) = setup().await;
@@ -1111,6 +1152,27 @@ async fn a_dropped_answer_after_the_append_keeps_the_rows_but_loses_the_response
         Some(2),
         "a dropped finalize did nothing"
     );
+}
+
+#[tokio::test]
+async fn a_faults_file_given_at_start_is_in_force_from_the_first_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("faults.yaml");
+    std::fs::write(
+        &path,
+        "- rpc: GetWriteStream\n  action:\n    fail:\n      code: PERMISSION_DENIED\n  times: 1\n",
+    )
+    .unwrap();
+    let mut config = EmulatorConfig::local();
+    config.faults_file = Some(path);
+    let (_emu, mut c) = setup_with(config).await;
+    let get = bq::GetWriteStreamRequest {
+        name: format!("{TABLE}/_default"),
+        view: 0,
+    };
+    let err = c.get_write_stream(get.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(c.get_write_stream(get).await.is_ok());
 }
 
 #[tokio::test]

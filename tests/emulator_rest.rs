@@ -112,6 +112,7 @@ fn assert_error(body: &Value, code: u16, reason: &str, message: &str) {
         404 => "NOT_FOUND",
         409 => "ALREADY_EXISTS",
         400 => "INVALID_ARGUMENT",
+        412 => "FAILED_PRECONDITION",
         _ => "INTERNAL",
     };
     assert_eq!(body["error"]["status"], status);
@@ -231,6 +232,7 @@ async fn tables_keep_partitioning_clustering_and_metadata() {
     assert_eq!(t["description"], "events");
     assert_eq!(t["labels"], json!({"env": "test"}));
     assert_eq!(t["numRows"], "0");
+    assert_eq!(t["location"], "US");
     // Legacy type names come back, as from the real API.
     assert_eq!(t["schema"]["fields"][1]["type"], "INTEGER");
     assert_eq!(t["schema"]["fields"][0]["mode"], "REQUIRED");
@@ -457,12 +459,13 @@ async fn tabledata_list_pages_visible_rows_in_the_rest_shape() {
         .await;
     assert_eq!(from["rows"][0]["f"][3]["v"], "1700000000000004");
 
+    // Cells come in the order of selectedFields, as Google's Python client reads them.
     let (_, selected) = emu
         .get("/datasets/d/tables/t/data?maxResults=1&selectedFields=kafka_offset,topic")
         .await;
     assert_eq!(
         selected["rows"][0],
-        json!({"f": [{"v": "orders"}, {"v": "0"}]})
+        json!({"f": [{"v": "0"}, {"v": "orders"}]})
     );
 
     // A column added later reads as NULL for the rows written before it.
@@ -625,4 +628,35 @@ async fn int64_schema_parameters_are_accepted_as_numbers_and_returned_as_strings
     assert_eq!(t["schema"]["fields"][0]["precision"], "10");
     assert_eq!(t["schema"]["fields"][0]["scale"], "2");
     assert_eq!(t["schema"]["fields"][1]["maxLength"], "8");
+}
+
+#[tokio::test]
+async fn unknown_urls_get_bigquerys_not_found_json() {
+    let emu = start().await;
+    let (status, body) = emu.get("/models").await;
+    assert_eq!(status, 404);
+    assert_error(&body, 404, "notFound", "Not found");
+}
+
+#[tokio::test]
+async fn updates_with_a_stale_etag_are_refused() {
+    let emu = start().await;
+    emu.dataset("d").await;
+    let created = emu.table("d", "t", events_fields()).await;
+    let etag = created["etag"].as_str().unwrap().to_string();
+    let patch = |etag: String, description: &'static str| {
+        emu.http
+            .patch(format!("{}/datasets/d/tables/t", emu.base))
+            .header("If-Match", etag)
+            .json(&json!({"description": description}))
+    };
+    let resp = patch(etag.clone(), "first").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // The first update changed the etag: a writer still holding the old one loses.
+    let resp = patch(etag, "second").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 412);
+    let body: Value = resp.json().await.unwrap();
+    assert_error(&body, 412, "conditionNotMet", "Precondition check failed.");
+    let (_, t) = emu.get("/datasets/d/tables/t").await;
+    assert_eq!(t["description"], "first");
 }

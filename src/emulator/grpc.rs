@@ -494,8 +494,14 @@ impl BigQueryWrite for WriteService {
                 };
                 let req = match next {
                     Some(Ok(req)) => req,
-                    // Half-close by the client, or a broken call: every answer is already sent.
-                    None | Some(Err(_)) => break,
+                    // Half-close by the client: every answer is already sent.
+                    None => break,
+                    // A request tonic could not decode (e.g. above the decoding limit): the call
+                    // ends with tonic's status rather than silently with OK.
+                    Some(Err(status)) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
                 };
                 let target = session.target_of(&req);
                 let mut in_stream_fault = None;

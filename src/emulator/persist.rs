@@ -35,6 +35,7 @@ use crate::emulator::store::{
 pub const FORMAT_VERSION: u32 = 1;
 const META_FORMAT: &str = "kbq-emulator";
 const ROWS_MAGIC: &[u8; 8] = b"KBQROWS\0";
+const ROWS_HEADER_LEN: u64 = 12;
 const TAG_CODEC: u8 = 1;
 const TAG_APPEND: u8 = 2;
 
@@ -134,7 +135,9 @@ impl Journal {
             .append(true)
             .open(&path)?;
         let mut codecs = 0;
-        if file.metadata()?.len() == 0 {
+        if file.metadata()?.len() < ROWS_HEADER_LEN {
+            // New, or its header was torn by a kill: nothing was ever appended to it.
+            file.set_len(0)?;
             let mut header = ROWS_MAGIC.to_vec();
             header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
             file.write_all(&header)?;
@@ -168,14 +171,14 @@ impl RowLog {
         seq: u64,
         first: i64,
         batch: &RowBatch,
-        schema: &TableSchema,
+        schema: impl FnOnce() -> TableSchema,
     ) -> io::Result<()> {
         let codec_index = match &self.last_codec {
             Some((c, i)) if Arc::ptr_eq(c, &batch.codec) => *i,
             _ => {
                 let index = self.next_codec_index;
                 let descriptor = batch.codec.descriptor().encode_to_vec();
-                let schema = serde_json::to_vec(schema).map_err(io::Error::other)?;
+                let schema = serde_json::to_vec(&schema()).map_err(io::Error::other)?;
                 let mut payload = Vec::with_capacity(8 + descriptor.len() + schema.len());
                 payload.extend_from_slice(&index.to_le_bytes());
                 payload.extend_from_slice(&(descriptor.len() as u32).to_le_bytes());
@@ -384,7 +387,9 @@ fn read_meta(path: &Path) -> Result<Option<Vec<MetaRecord>>, PersistError> {
     let mut reader = BufReader::new(file);
     let mut line = String::new();
     let mut valid_len = reader.read_line(&mut line).map_err(io_err(path))? as u64;
-    if line.is_empty() {
+    if !line.ends_with('\n') {
+        // Empty, or the header itself was torn by a kill before any record: start afresh.
+        truncate_to(path, 0)?;
         return Ok(None);
     }
     let header: MetaHeader =
@@ -482,6 +487,9 @@ fn replay(store: &Arc<Store>, dir: &Path, records: Vec<MetaRecord>) -> Result<()
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io_err(&path)(e)),
         };
+        if f.metadata().map_err(io_err(&path))?.len() < ROWS_HEADER_LEN {
+            continue;
+        }
         let scan = scan_rows(&path, &mut BufReader::new(&mut f))?;
         drop(f);
         truncate_to(&path, scan.valid_len)?;
@@ -604,6 +612,26 @@ mod tests {
             PersistError::UnknownVersion { found: 99, .. }
         ));
         assert!(err.to_string().contains("x.rows"));
+    }
+
+    #[test]
+    fn files_torn_inside_their_header_are_started_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("meta.log"), "{\"format\":\"kbq-em").unwrap();
+        let store = open_store(StoreConfig::default(), dir.path()).unwrap();
+        store
+            .insert_dataset(Dataset::new("p", "d"))
+            .expect("a fresh log accepts records");
+        drop(store);
+        let store = open_store(StoreConfig::default(), dir.path()).unwrap();
+        assert!(store.get_dataset("p", "d").is_some());
+
+        let journal = store.journal.as_ref().unwrap();
+        let torn = dir.path().join("rows").join("torn.rows");
+        std::fs::write(&torn, &ROWS_MAGIC[..5]).unwrap();
+        journal.row_log("torn").unwrap();
+        let scan = scan_rows(&torn, &mut File::open(&torn).unwrap()).unwrap();
+        assert_eq!(scan.valid_len, ROWS_HEADER_LEN);
     }
 
     #[test]

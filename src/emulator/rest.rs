@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -39,6 +39,8 @@ pub enum RestError {
     #[error("{0}")]
     InvalidQuery(String),
     #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("{0}")]
     Backend(String),
 }
 
@@ -51,6 +53,11 @@ impl RestError {
             RestError::InvalidQuery(_) => {
                 (StatusCode::BAD_REQUEST, "invalidQuery", "INVALID_ARGUMENT")
             }
+            RestError::PreconditionFailed(_) => (
+                StatusCode::PRECONDITION_FAILED,
+                "conditionNotMet",
+                "FAILED_PRECONDITION",
+            ),
             RestError::Backend(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "backendError",
@@ -207,6 +214,15 @@ async fn get_dataset(
 
 // ----- tables -----
 
+/// A table lives where its dataset lives.
+fn location(state: &RestState, r: &TableRef) -> String {
+    state
+        .store
+        .get_dataset(&r.project, &r.dataset)
+        .map(|d| d.location)
+        .unwrap_or_else(|| "US".into())
+}
+
 async fn insert_table(
     State(state): State<RestState>,
     Path((project, dataset)): Path<(String, String)>,
@@ -215,7 +231,11 @@ async fn insert_table(
     let body = parse_body(&body)?;
     let table = resources::table_from_json(&project, &dataset, &body)?;
     let table = state.store.insert_table(table)?;
-    ok(resources::table_json(&table, 0))
+    ok(resources::table_json(
+        &table,
+        0,
+        &location(&state, &table.reference),
+    ))
 }
 
 async fn get_table(
@@ -228,7 +248,7 @@ async fn get_table(
         .get_table(&r)
         .ok_or_else(|| RestError::NotFound(format!("Not found: Table {}", r.legacy())))?;
     let rows = state.store.visible_row_count(&r).unwrap_or(0);
-    ok(resources::table_json(&found, rows))
+    ok(resources::table_json(&found, rows, &location(&state, &r)))
 }
 
 async fn list_tables(
@@ -244,7 +264,7 @@ async fn list_tables(
         .store
         .list_tables(&project, &dataset)
         .iter()
-        .map(resources::table_list_entry)
+        .map(|t| resources::table_list_entry(t, &location(&state, &t.reference)))
         .collect();
     let mut out = json!({ "kind": "bigquery#tableList", "totalItems": tables.len() });
     if !tables.is_empty() {
@@ -256,28 +276,56 @@ async fn list_tables(
 async fn patch_table(
     State(state): State<RestState>,
     Path((project, dataset, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> RestResult {
-    change_table(state, TableRef::new(project, dataset, table), body, false)
+    let r = TableRef::new(project, dataset, table);
+    change_table(state, r, if_match(&headers), body, false)
 }
 
 async fn update_table(
     State(state): State<RestState>,
     Path((project, dataset, table)): Path<(String, String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> RestResult {
-    change_table(state, TableRef::new(project, dataset, table), body, true)
+    let r = TableRef::new(project, dataset, table);
+    change_table(state, r, if_match(&headers), body, true)
+}
+
+/// The `If-Match` etag Google's clients send with updates, unquoted.
+fn if_match(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(axum::http::header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty() && v != "*")
 }
 
 /// PATCH changes the fields present in the body; PUT (`replace`) replaces the resource, so the
-/// optional fields it leaves out are cleared. The schema may only grow (reference §6).
-fn change_table(state: RestState, r: TableRef, body: Bytes, replace: bool) -> RestResult {
+/// optional fields it leaves out are cleared. The schema may only grow (reference §6). With
+/// `If-Match`, the change applies only to the version the caller read, so two writers that race
+/// on a schema update cannot silently undo each other.
+fn change_table(
+    state: RestState,
+    r: TableRef,
+    etag: Option<String>,
+    body: Bytes,
+    replace: bool,
+) -> RestResult {
     let body = parse_body(&body)?;
     let updated = state.store.update_table(&r, |table| {
+        if let Some(etag) = &etag
+            && *etag != table.etag
+        {
+            return Err(RestError::PreconditionFailed(
+                "Precondition check failed.".into(),
+            ));
+        }
         resources::apply_table_change(table, &body, replace)
     })??;
     let rows = state.store.visible_row_count(&r).unwrap_or(0);
-    ok(resources::table_json(&updated, rows))
+    ok(resources::table_json(&updated, rows, &location(&state, &r)))
 }
 
 async fn delete_table(

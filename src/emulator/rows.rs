@@ -6,6 +6,10 @@
 //! fields matched to columns and every (proto type, column type) pair checked up front, so that
 //! [`RowCodec::validate`] is a single pass over the wire bytes without allocation unless a row is
 //! bad. The store keeps the raw row bytes and renders them only when a user reads the table.
+//!
+//! Not honoured: the `column_name` field annotation (extension 454943157). prost drops unknown
+//! extensions when it decodes `ProtoSchema`, so the annotation never reaches this module; fields
+//! match columns by name, case-insensitively.
 
 use std::collections::HashMap;
 
@@ -16,6 +20,15 @@ use prost_types::{DescriptorProto, EnumDescriptorProto, FieldDescriptorProto};
 use serde_json::{Value, json};
 
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+
+mod civil;
+mod decimal;
+mod wire;
+
+pub use civil::timestamp_seconds_text;
+use civil::*;
+use decimal::*;
+use wire::*;
 
 /// The writer schema cannot be used with the table: the whole AppendRows call fails with
 /// `INVALID_ARGUMENT`. [`SchemaError::message`] is BigQuery's text without the ` Entity: …` suffix
@@ -358,7 +371,8 @@ fn column_kind(column: &TableFieldSchema) -> ColumnKind {
         },
         FieldType::Numeric | FieldType::BigNumeric => {
             let big = column.field_type == FieldType::BigNumeric;
-            let (wire_scale, max_int) = if big { (38, 38) } else { (9, 29) };
+            // BIGNUMERIC reaches 5.8e38: 39 integer digits (the top one only partly).
+            let (wire_scale, max_int) = if big { (38, 39) } else { (9, 29) };
             let precision = param(&column.precision).map(|p| p as u32);
             let declared_scale = param(&column.scale).map(|s| s as u32);
             let (scale, max_int_digits) = match (precision, declared_scale) {
@@ -777,175 +791,6 @@ fn unescape_c(text: &str) -> Option<Vec<u8>> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Wire decoding
-// ---------------------------------------------------------------------------------------------
-
-const WIRE_VARINT: u8 = 0;
-const WIRE_I64: u8 = 1;
-const WIRE_LEN: u8 = 2;
-const WIRE_START_GROUP: u8 = 3;
-const WIRE_END_GROUP: u8 = 4;
-const WIRE_I32: u8 = 5;
-
-#[derive(Debug, Clone, Copy)]
-enum Wire<'a> {
-    Varint(u64),
-    I64(u64),
-    I32(u32),
-    Len(&'a [u8]),
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-const PARSE_ERROR: &str =
-    "Could not parse the row as a protocol buffer message of the writer schema";
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
-    }
-
-    #[inline]
-    fn varint(&mut self) -> Result<u64, ()> {
-        let mut value = 0u64;
-        for shift in (0..70).step_by(7) {
-            let byte = *self.buf.get(self.pos).ok_or(())?;
-            self.pos += 1;
-            if shift == 63 && byte > 1 {
-                return Err(());
-            }
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(())
-    }
-
-    #[inline]
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ()> {
-        let end = self.pos.checked_add(n).ok_or(())?;
-        let slice = self.buf.get(self.pos..end).ok_or(())?;
-        self.pos = end;
-        Ok(slice)
-    }
-
-    /// The next (field number, wire type, value); groups of unknown fields are skipped whole.
-    #[inline]
-    fn next(&mut self) -> Result<Option<(u32, Wire<'a>)>, ()> {
-        loop {
-            if self.pos >= self.buf.len() {
-                return Ok(None);
-            }
-            let key = self.varint()?;
-            let number = u32::try_from(key >> 3).map_err(|_| ())?;
-            if number == 0 {
-                return Err(());
-            }
-            let wire = match (key & 7) as u8 {
-                WIRE_VARINT => Wire::Varint(self.varint()?),
-                WIRE_I64 => Wire::I64(u64::from_le_bytes(
-                    self.take(8)?.try_into().map_err(|_| ())?,
-                )),
-                WIRE_I32 => Wire::I32(u32::from_le_bytes(
-                    self.take(4)?.try_into().map_err(|_| ())?,
-                )),
-                WIRE_LEN => {
-                    let len = usize::try_from(self.varint()?).map_err(|_| ())?;
-                    Wire::Len(self.take(len)?)
-                }
-                WIRE_START_GROUP => {
-                    self.skip_group(number, 0)?;
-                    continue;
-                }
-                _ => return Err(()),
-            };
-            return Ok(Some((number, wire)));
-        }
-    }
-
-    fn skip_group(&mut self, number: u32, depth: u32) -> Result<(), ()> {
-        if depth > 64 {
-            return Err(());
-        }
-        loop {
-            let key = self.varint()?;
-            let inner = u32::try_from(key >> 3).map_err(|_| ())?;
-            match (key & 7) as u8 {
-                WIRE_VARINT => {
-                    self.varint()?;
-                }
-                WIRE_I64 => {
-                    self.take(8)?;
-                }
-                WIRE_I32 => {
-                    self.take(4)?;
-                }
-                WIRE_LEN => {
-                    let len = usize::try_from(self.varint()?).map_err(|_| ())?;
-                    self.take(len)?;
-                }
-                WIRE_START_GROUP => self.skip_group(inner, depth + 1)?,
-                WIRE_END_GROUP if inner == number => return Ok(()),
-                _ => return Err(()),
-            }
-        }
-    }
-}
-
-fn wire_type_of(wire: &Wire<'_>) -> u8 {
-    match wire {
-        Wire::Varint(_) => WIRE_VARINT,
-        Wire::I64(_) => WIRE_I64,
-        Wire::I32(_) => WIRE_I32,
-        Wire::Len(_) => WIRE_LEN,
-    }
-}
-
-/// A decoded proto scalar.
-#[derive(Debug, Clone, Copy)]
-enum Scalar<'a> {
-    Signed(i64),
-    Unsigned(u64),
-    Float(f64),
-    Bool(bool),
-    Enum(i32),
-    Text(&'a [u8]),
-}
-
-#[inline]
-fn scalar<'a>(proto: ProtoKind, wire: Wire<'a>) -> Scalar<'a> {
-    match (proto, wire) {
-        (ProtoKind::Int64, Wire::Varint(v)) => Scalar::Signed(v as i64),
-        (ProtoKind::Int32, Wire::Varint(v)) => Scalar::Signed(i64::from(v as i32)),
-        (ProtoKind::Uint64, Wire::Varint(v)) => Scalar::Unsigned(v),
-        (ProtoKind::Uint32, Wire::Varint(v)) => Scalar::Unsigned(u64::from(v as u32)),
-        (ProtoKind::Sint64, Wire::Varint(v)) => {
-            Scalar::Signed(((v >> 1) as i64) ^ -((v & 1) as i64))
-        }
-        (ProtoKind::Sint32, Wire::Varint(v)) => {
-            let v = v as u32;
-            Scalar::Signed(i64::from(((v >> 1) as i32) ^ -((v & 1) as i32)))
-        }
-        (ProtoKind::Bool, Wire::Varint(v)) => Scalar::Bool(v != 0),
-        (ProtoKind::Enum, Wire::Varint(v)) => Scalar::Enum(v as i32),
-        (ProtoKind::Fixed64, Wire::I64(v)) => Scalar::Unsigned(v),
-        (ProtoKind::Sfixed64, Wire::I64(v)) => Scalar::Signed(v as i64),
-        (ProtoKind::Double, Wire::I64(v)) => Scalar::Float(f64::from_bits(v)),
-        (ProtoKind::Fixed32, Wire::I32(v)) => Scalar::Unsigned(u64::from(v)),
-        (ProtoKind::Sfixed32, Wire::I32(v)) => Scalar::Signed(i64::from(v as i32)),
-        (ProtoKind::Float, Wire::I32(v)) => Scalar::Float(f64::from(f32::from_bits(v))),
-        (_, Wire::Len(b)) => Scalar::Text(b),
-        // Callers check the wire type first; a mismatch never reaches here.
-        (_, Wire::Varint(v)) | (_, Wire::I64(v)) => Scalar::Unsigned(v),
-        (_, Wire::I32(v)) => Scalar::Unsigned(u64::from(v)),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------------
 
@@ -1282,6 +1127,20 @@ fn check_unscaled_bytes(spec: &NumericSpec, b: &[u8]) -> Result<(), ValueError> 
     if b.is_empty() || b.len() > max_len {
         return Err(ValueError::NumericRange);
     }
+    let total_digits = spec.max_int_digits + spec.wire_scale;
+    if b.len() <= 16 && total_digits <= 38 {
+        // The common case (NUMERIC, 16 bytes or fewer): compare the integer with 10^digits
+        // instead of writing out its decimal digits.
+        let negative = b[b.len() - 1] & 0x80 != 0;
+        let mut le = [if negative { 0xff } else { 0 }; 16];
+        le[..b.len()].copy_from_slice(b);
+        let unscaled = i128::from_le_bytes(le);
+        return if unscaled.unsigned_abs() < 10u128.pow(total_digits) {
+            Ok(())
+        } else {
+            Err(ValueError::NumericRange)
+        };
+    }
     let digits = UnscaledDecimal::from_le_twos_complement(b);
     let int_digits = digits.len().saturating_sub(spec.wire_scale as usize) as u32;
     if int_digits > spec.max_int_digits {
@@ -1289,434 +1148,6 @@ fn check_unscaled_bytes(spec: &NumericSpec, b: &[u8]) -> Result<(), ValueError> 
     } else {
         Ok(())
     }
-}
-
-/// Digit count of a u64 (0 for 0, which has no integer digits worth counting).
-fn decimal_len(mut v: u64) -> u32 {
-    let mut n = 0;
-    while v > 0 {
-        v /= 10;
-        n += 1;
-    }
-    n
-}
-
-/// The shape of a decimal literal: significant digits left of the point after the exponent.
-struct DecimalShape {
-    int_digits: u32,
-}
-
-fn decimal_shape(b: &[u8]) -> Option<DecimalShape> {
-    let s = std::str::from_utf8(b).ok()?.trim();
-    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (mantissa, exponent) = match s.find(['e', 'E']) {
-        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
-        None => (s, 0),
-    };
-    let (int_part, frac_part) = match mantissa.find('.') {
-        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
-        None => (mantissa, ""),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
-    if !int_part
-        .bytes()
-        .chain(frac_part.bytes())
-        .all(|c| c.is_ascii_digit())
-    {
-        return None;
-    }
-    let int_trimmed = int_part.trim_start_matches('0');
-    let int_digits = if int_trimmed.is_empty() {
-        // 0.00123e5 → the first significant digit decides.
-        let zeros = frac_part.len() - frac_part.trim_start_matches('0').len();
-        if frac_part.trim_start_matches('0').is_empty() {
-            0
-        } else {
-            exponent.saturating_sub(zeros as i32).max(0)
-        }
-    } else {
-        (int_trimmed.len() as i32).saturating_add(exponent).max(0)
-    };
-    Some(DecimalShape {
-        int_digits: int_digits as u32,
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Dates and times
-// ---------------------------------------------------------------------------------------------
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-#[cfg(test)]
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        _ => 28,
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Date {
-    year: i64,
-    month: u32,
-    day: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Time {
-    hour: u32,
-    minute: u32,
-    second: u32,
-    micros: u32,
-}
-
-fn valid_date(year: i64, month: u32, day: u32) -> Option<Date> {
-    ((1..=9999).contains(&year)
-        && (1..=12).contains(&month)
-        && day >= 1
-        && day <= days_in_month(year, month))
-    .then_some(Date { year, month, day })
-}
-
-fn valid_time(hour: u32, minute: u32, second: u32, micros: u32) -> Option<Time> {
-    (hour < 24 && minute < 60 && second < 60 && micros < 1_000_000).then_some(Time {
-        hour,
-        minute,
-        second,
-        micros,
-    })
-}
-
-/// A run of 1..=max ASCII digits.
-fn digits(s: &[u8], pos: &mut usize, max: usize) -> Option<u32> {
-    let start = *pos;
-    let mut value = 0u32;
-    while *pos < s.len() && *pos - start < max && s[*pos].is_ascii_digit() {
-        value = value * 10 + u32::from(s[*pos] - b'0');
-        *pos += 1;
-    }
-    (*pos > start).then_some(value)
-}
-
-fn expect(s: &[u8], pos: &mut usize, c: u8) -> Option<()> {
-    (s.get(*pos) == Some(&c)).then(|| *pos += 1)
-}
-
-fn parse_date_at(s: &[u8], pos: &mut usize) -> Option<Date> {
-    let year = digits(s, pos, 4)?;
-    expect(s, pos, b'-')?;
-    let month = digits(s, pos, 2)?;
-    expect(s, pos, b'-')?;
-    let day = digits(s, pos, 2)?;
-    valid_date(i64::from(year), month, day)
-}
-
-fn parse_time_at(s: &[u8], pos: &mut usize) -> Option<Time> {
-    let hour = digits(s, pos, 2)?;
-    expect(s, pos, b':')?;
-    let minute = digits(s, pos, 2)?;
-    expect(s, pos, b':')?;
-    let second = digits(s, pos, 2)?;
-    let mut micros = 0;
-    if s.get(*pos) == Some(&b'.') {
-        *pos += 1;
-        let start = *pos;
-        let fraction = digits(s, pos, 6)?;
-        micros = fraction * 10u32.pow(6 - (*pos - start) as u32);
-    }
-    valid_time(hour, minute, second, micros)
-}
-
-/// A DATE literal: `YYYY-[M]M-[D]D`.
-fn parse_date(s: &[u8]) -> Option<Date> {
-    let s = s.trim_ascii();
-    let mut pos = 0;
-    let date = parse_date_at(s, &mut pos)?;
-    (pos == s.len()).then_some(date)
-}
-
-/// A TIME literal: `[H]H:[M]M:[S]S[.F…]`, up to microseconds.
-fn parse_time(s: &[u8]) -> Option<Time> {
-    let s = s.trim_ascii();
-    let mut pos = 0;
-    let time = parse_time_at(s, &mut pos)?;
-    (pos == s.len()).then_some(time)
-}
-
-/// A DATETIME literal: a date, optionally followed by ` ` or `T` and a time.
-fn parse_datetime(s: &[u8]) -> Option<(Date, Time)> {
-    let s = s.trim_ascii();
-    let mut pos = 0;
-    let date = parse_date_at(s, &mut pos)?;
-    if pos == s.len() {
-        return Some((date, valid_time(0, 0, 0, 0)?));
-    }
-    match s[pos] {
-        b' ' | b'T' | b't' => pos += 1,
-        _ => return None,
-    }
-    let time = parse_time_at(s, &mut pos)?;
-    (pos == s.len()).then_some((date, time))
-}
-
-/// CivilTimeEncoder's packed TIME: `hour<<32 | minute<<26 | second<<20 | micros`.
-fn decode_packed_time(packed: i64) -> Option<Time> {
-    if packed < 0 || packed >> 37 != 0 {
-        return None;
-    }
-    let p = packed as u64;
-    valid_time(
-        ((p >> 32) & 0x1f) as u32,
-        ((p >> 26) & 0x3f) as u32,
-        ((p >> 20) & 0x3f) as u32,
-        (p & 0xf_ffff) as u32,
-    )
-}
-
-/// CivilTimeEncoder's packed DATETIME: `year<<46 | month<<42 | day<<37 | packed TIME`.
-fn decode_packed_datetime(packed: i64) -> Option<(Date, Time)> {
-    if packed < 0 || packed >> 60 != 0 {
-        return None;
-    }
-    let p = packed as u64;
-    let date = valid_date(
-        ((p >> 46) & 0x3fff) as i64,
-        ((p >> 42) & 0xf) as u32,
-        ((p >> 37) & 0x1f) as u32,
-    )?;
-    let time = decode_packed_time((p & ((1 << 37) - 1)) as i64)?;
-    Some((date, time))
-}
-
-fn format_date(d: Date) -> String {
-    format!("{:04}-{:02}-{:02}", d.year, d.month, d.day)
-}
-
-fn format_time(t: Time) -> String {
-    if t.micros == 0 {
-        format!("{:02}:{:02}:{:02}", t.hour, t.minute, t.second)
-    } else {
-        format!(
-            "{:02}:{:02}:{:02}.{:06}",
-            t.hour, t.minute, t.second, t.micros
-        )
-    }
-}
-
-/// TIMESTAMP as the REST API's default: seconds since the epoch in Java's `Double.toString`
-/// notation (`1.7E9`), written from the exact microseconds so no precision is lost in the text.
-pub fn timestamp_seconds_text(micros: i64) -> String {
-    if micros == 0 {
-        return "0.0".into();
-    }
-    let negative = micros < 0;
-    let digits = micros.unsigned_abs().to_string();
-    // micros = 0.d1d2d3… × 10^len → seconds = d1.d2d3… × 10^(len − 1 − 6)
-    let exponent = digits.len() as i64 - 1 - 6;
-    let mantissa_rest = digits[1..].trim_end_matches('0');
-    let mut out = String::with_capacity(digits.len() + 8);
-    if negative {
-        out.push('-');
-    }
-    out.push_str(&digits[..1]);
-    out.push('.');
-    out.push_str(if mantissa_rest.is_empty() {
-        "0"
-    } else {
-        mantissa_rest
-    });
-    out.push('E');
-    out.push_str(&exponent.to_string());
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// NUMERIC digits
-// ---------------------------------------------------------------------------------------------
-
-/// The decimal digits of a little-endian two's-complement integer of up to 32 bytes, without heap.
-struct UnscaledDecimal {
-    negative: bool,
-    buf: [u8; 80],
-    start: usize,
-}
-
-impl UnscaledDecimal {
-    fn from_le_twos_complement(b: &[u8]) -> Self {
-        let negative = b.last().is_some_and(|&last| last & 0x80 != 0);
-        // Sign-extend into four u64 limbs, then negate to get the magnitude.
-        let mut bytes = [if negative { 0xffu8 } else { 0 }; 32];
-        let n = b.len().min(32);
-        bytes[..n].copy_from_slice(&b[..n]);
-        let mut limbs = [0u64; 4];
-        for (i, limb) in limbs.iter_mut().enumerate() {
-            *limb = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        }
-        if negative {
-            let mut carry = 1u64;
-            for limb in limbs.iter_mut() {
-                let (v, c) = (!*limb).overflowing_add(carry);
-                *limb = v;
-                carry = u64::from(c);
-            }
-        }
-        let mut buf = [b'0'; 80];
-        let mut start = buf.len();
-        while limbs.iter().any(|&l| l != 0) {
-            // Divide by 10^19 so each step yields 19 digits.
-            const CHUNK: u64 = 10_000_000_000_000_000_000;
-            let mut rem: u128 = 0;
-            for limb in limbs.iter_mut().rev() {
-                let cur = (rem << 64) | u128::from(*limb);
-                *limb = (cur / u128::from(CHUNK)) as u64;
-                rem = cur % u128::from(CHUNK);
-            }
-            let mut chunk = rem as u64;
-            let last = limbs.iter().all(|&l| l == 0);
-            for _ in 0..19 {
-                if last && chunk == 0 {
-                    break;
-                }
-                start -= 1;
-                buf[start] = b'0' + (chunk % 10) as u8;
-                chunk /= 10;
-            }
-        }
-        UnscaledDecimal {
-            negative,
-            buf,
-            start,
-        }
-    }
-
-    /// Number of significant digits (0 for zero).
-    fn len(&self) -> usize {
-        self.buf.len() - self.start
-    }
-
-    fn digits(&self) -> &str {
-        std::str::from_utf8(&self.buf[self.start..]).expect("ascii digits")
-    }
-}
-
-/// `digits × 10^-scale` as a plain decimal string without trailing fractional zeros, rounded half
-/// away from zero to `max_scale` fractional digits.
-fn format_scaled(negative: bool, digits: &str, scale: usize, max_scale: usize) -> String {
-    let digits = digits.trim_start_matches('0');
-    let mut int_part: Vec<u8>;
-    let mut frac: Vec<u8>;
-    if digits.len() > scale {
-        int_part = digits.as_bytes()[..digits.len() - scale].to_vec();
-        frac = digits.as_bytes()[digits.len() - scale..].to_vec();
-    } else {
-        int_part = Vec::new();
-        frac = vec![b'0'; scale - digits.len()];
-        frac.extend_from_slice(digits.as_bytes());
-    }
-    if frac.len() > max_scale {
-        let round_up = frac[max_scale] >= b'5';
-        frac.truncate(max_scale);
-        if round_up {
-            let mut carry = true;
-            for d in frac.iter_mut().rev().chain(int_part.iter_mut().rev()) {
-                if *d == b'9' {
-                    *d = b'0';
-                } else {
-                    *d += 1;
-                    carry = false;
-                    break;
-                }
-            }
-            if carry {
-                int_part.insert(0, b'1');
-            }
-        }
-    }
-    while frac.last() == Some(&b'0') {
-        frac.pop();
-    }
-    let int_str = if int_part.iter().all(|&d| d == b'0') {
-        "0".to_string()
-    } else {
-        String::from_utf8(int_part)
-            .expect("ascii digits")
-            .trim_start_matches('0')
-            .to_string()
-    };
-    let is_zero = int_str == "0" && frac.is_empty();
-    let mut out = String::new();
-    if negative && !is_zero {
-        out.push('-');
-    }
-    out.push_str(&int_str);
-    if !frac.is_empty() {
-        out.push('.');
-        out.push_str(std::str::from_utf8(&frac).expect("ascii digits"));
-    }
-    out
-}
-
-/// A decimal literal (`-12.5e3`) as a normalised decimal string at most `max_scale` places.
-fn format_decimal_text(s: &str, max_scale: usize) -> Option<String> {
-    let s = s.trim();
-    let (negative, s) = match s.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let (mantissa, exponent) = match s.find(['e', 'E']) {
-        Some(i) => (&s[..i], s[i + 1..].parse::<i64>().ok()?),
-        None => (s, 0),
-    };
-    let (int_part, frac_part) = match mantissa.find('.') {
-        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
-        None => (mantissa, ""),
-    };
-    let mut digits = String::with_capacity(int_part.len() + frac_part.len());
-    digits.push_str(int_part);
-    digits.push_str(frac_part);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let mut scale = (frac_part.len() as i64).checked_sub(exponent)?;
-    if scale < -100 {
-        // Validation caps NUMERIC at 77 integer digits; this only guards the allocation.
-        return None;
-    }
-    if scale < 0 {
-        digits.extend(std::iter::repeat_n('0', (-scale) as usize));
-        scale = 0;
-    }
-    if scale > 1000 {
-        return Some("0".into());
-    }
-    Some(format_scaled(negative, &digits, scale as usize, max_scale))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1795,6 +1226,10 @@ fn render_message(
             };
             let field = &plan.fields[index];
             let occurrences = &values[index];
+            if field.proto == ProtoKind::Message && field.message.is_none() {
+                // A message in a column of a type this emulator does not model (RANGE).
+                return null_cell();
+            }
             if field.repeated {
                 let items: Vec<Value> = if field.proto == ProtoKind::Message {
                     occurrences
@@ -1907,7 +1342,15 @@ fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOptions) -> V
             Scalar::Text(b) => parse_time(b).map(format_time),
             _ => None,
         },
-        ColumnKind::Json | ColumnKind::Geography => match value {
+        // BigQuery stores JSON parsed and returns it re-serialised without insignificant spaces.
+        ColumnKind::Json => match value {
+            Scalar::Text(b) => serde_json::from_slice::<Value>(b)
+                .map(|v| v.to_string())
+                .ok()
+                .or_else(|| Some(text(b))),
+            _ => None,
+        },
+        ColumnKind::Geography => match value {
             Scalar::Text(b) => Some(text(b)),
             _ => None,
         },

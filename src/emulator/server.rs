@@ -126,12 +126,6 @@ impl Emulator {
         }
         self.task.abort();
     }
-
-    /// Serves until the server task ends.
-    pub async fn wait(mut self) {
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
-        let _ = task.await;
-    }
 }
 
 impl Drop for Emulator {

@@ -1100,8 +1100,7 @@ impl Store {
         let visible_now = matches!(stream.kind, StreamKind::Committed | StreamKind::Default);
         let seq = self.visibility_seq.fetch_add(1, Ordering::AcqRel);
         if let Some(log) = inner.log.as_mut() {
-            let schema = stream.table_schema();
-            log.append(seq, first, &batch, &schema)
+            log.append(seq, first, &batch, || stream.table_schema())
                 .map_err(|e| StoreError::Persist(e.to_string()))?;
         }
         inner.row_count += n as i64;

@@ -200,6 +200,12 @@ def append(stream, rows, offset=None):
     return stream.send(request).result(timeout=30)
 
 
+def flush(client, stream_name, offset):
+    return client.flush_rows(
+        request=types.FlushRowsRequest(write_stream=stream_name, offset=offset)
+    )
+
+
 def table_path(table_id: str) -> str:
     return f"projects/{PROJECT}/datasets/{DATASET}/tables/{table_id}"
 
@@ -314,14 +320,14 @@ def test_buffered_stream_shows_flushed_rows_only(bq, dataset, write_client):
         appender.close()
     table = f"{PROJECT}.{DATASET}.buffered"
     assert list(bq.list_rows(table)) == []
-    assert write_client.flush_rows(write_stream=stream.name, offset=1).offset == 1
+    assert flush(write_client, stream.name, 1).offset == 1
     # Re-flushing the same offset on an open stream succeeds.
-    assert write_client.flush_rows(write_stream=stream.name, offset=1).offset == 1
+    assert flush(write_client, stream.name, 1).offset == 1
     assert [r["id"] for r in bq.list_rows(table)] == [0, 1]
 
     assert write_client.finalize_write_stream(name=stream.name).row_count == 3
     with pytest.raises(exceptions.InvalidArgument, match="Stream has been finalized"):
-        write_client.flush_rows(write_stream=stream.name, offset=2)
+        flush(write_client, stream.name, 2)
 
     full = write_client.get_write_stream(
         request=types.GetWriteStreamRequest(name=stream.name, view=types.WriteStreamView.FULL)
@@ -348,3 +354,28 @@ def test_default_stream_rows_are_visible_at_once(bq, dataset, write_client):
         check_row(row, row["id"])
     page = bq.list_rows(f"{PROJECT}.{DATASET}.default", max_results=1, start_index=1)
     assert [r["id"] for r in page] == [8]
+    # Page by page through pageToken, and only the selected columns.
+    table = bq.get_table(f"{PROJECT}.{DATASET}.default")
+    paged = bq.list_rows(table, page_size=1, selected_fields=[table.schema[1], table.schema[0]])
+    assert [(r["id"], r["name"]) for r in paged] == [(i, f"row-{i}") for i in (7, 8, 9)]
+    assert paged.total_rows == 3
+
+
+def test_writer_schema_with_an_extra_field_is_refused(bq, dataset, write_client):
+    create_table(bq, "extra")
+    descriptor = row_descriptor()
+    F = descriptor_pb2.FieldDescriptorProto
+    descriptor.field.add(name="Surprise", number=99, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    request = types.AppendRowsRequest(write_stream=f"{table_path('extra')}/_default")
+    schema = types.ProtoSchema()
+    schema.proto_descriptor.CopyFrom(descriptor)
+    request.proto_rows = types.AppendRowsRequest.ProtoData(
+        writer_schema=schema, rows=proto_rows([make_row(1)])
+    )
+    # The raw bidi call: AppendRowsStream races its own open against an immediate call error.
+    with pytest.raises(exceptions.InvalidArgument) as err:
+        list(write_client.append_rows(iter([request])))
+    assert "Input schema has more fields than BigQuery schema, extra fields: 'surprise'" in str(
+        err.value
+    )
+    assert list(bq.list_rows(f"{PROJECT}.{DATASET}.extra")) == []

@@ -377,7 +377,7 @@ pub(super) fn apply_table_change(
     apply_options(table, body, replace)
 }
 
-pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
+pub(super) fn table_json(t: &Table, num_rows: u64, location: &str) -> Value {
     let r = &t.reference;
     let mut out = json!({
         "kind": "bigquery#table",
@@ -393,6 +393,7 @@ pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
         "creationTime": t.creation_time.to_string(),
         "lastModifiedTime": t.last_modified_time.to_string(),
         "type": "TABLE",
+        "location": location,
     });
     let obj: &mut Map<String, Value> = out.as_object_mut().expect("object");
     if let Some(v) = &t.time_partitioning {
@@ -417,8 +418,8 @@ pub(super) fn table_json(t: &Table, num_rows: u64) -> Value {
 }
 
 /// An entry of `tables.list` (no schema, as in the real API).
-pub(super) fn table_list_entry(t: &Table) -> Value {
-    let mut entry = table_json(t, 0);
+pub(super) fn table_list_entry(t: &Table, location: &str) -> Value {
+    let mut entry = table_json(t, 0, location);
     let obj = entry.as_object_mut().expect("object");
     for key in [
         "schema",
@@ -433,33 +434,22 @@ pub(super) fn table_list_entry(t: &Table) -> Value {
     entry
 }
 
-/// The columns named by `selectedFields` (top-level names), in the table's order.
+/// The columns named by `selectedFields` (top-level names), in the order asked for: Google's
+/// Python client pairs the returned cells with its `selected_fields` list position by position.
 pub(super) fn select_fields(
     schema: &TableSchema,
     selected: &str,
 ) -> Result<TableSchema, RestError> {
-    let wanted: Vec<&str> = selected
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    for name in &wanted {
-        if !schema
+    let mut fields: Vec<crate::bigquery::table_schema::TableFieldSchema> = Vec::new();
+    for name in selected.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let column = schema
             .fields
             .iter()
-            .any(|c| c.name.eq_ignore_ascii_case(name))
-        {
-            return Err(RestError::Invalid(format!(
-                "Invalid field selection {name}"
-            )));
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| RestError::Invalid(format!("Invalid field selection {name}")))?;
+        if !fields.iter().any(|f| f.name == column.name) {
+            fields.push(column.clone());
         }
     }
-    Ok(TableSchema {
-        fields: schema
-            .fields
-            .iter()
-            .filter(|c| wanted.iter().any(|w| c.name.eq_ignore_ascii_case(w)))
-            .cloned()
-            .collect(),
-    })
+    Ok(TableSchema { fields })
 }
