@@ -118,6 +118,9 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 # lets tests use short session timeouts so that a killed consumer is noticed quickly
 group.min.session.timeout.ms=1000
+# after a SIGKILL the restarted node waits for its own old registration to expire
+broker.session.timeout.ms=2000
+broker.heartbeat.interval.ms=500
 num.network.threads=2
 num.io.threads=2
 background.threads=2

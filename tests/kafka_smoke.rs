@@ -350,3 +350,43 @@ fn checkpoint_metadata_over_the_broker_limit_fails_only_its_own_partition() {
         ]
     );
 }
+
+#[test]
+fn a_committed_checkpoint_survives_a_broker_crash_and_restart_on_the_same_address() {
+    // Its own broker: killing the shared one would break the other tests.
+    let broker = KafkaBroker::start_private();
+    let bootstrap = broker.bootstrap().to_owned();
+    let topic = unique_name("smoke-restart");
+    let group = unique_name("smoke-restart-group");
+    create_topic_blocking(&bootstrap, &topic, 1);
+    let metadata = checkpoint_metadata(0, 7);
+
+    let read_committed = |consumer: &BaseConsumer| -> (Offset, String) {
+        let mut query = TopicPartitionList::new();
+        query.add_partition(&topic, 0);
+        let tpl = consumer
+            .committed_offsets(query, Duration::from_secs(30))
+            .expect("read committed offsets");
+        let e = tpl.elements().pop().expect("one partition");
+        (e.offset(), e.metadata().to_owned())
+    };
+    {
+        let consumer: BaseConsumer = consumer_config(&bootstrap, &group)
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        let mut e = tpl.add_partition(&topic, 0);
+        e.set_offset(Offset::Offset(7)).expect("offset");
+        e.set_metadata(&metadata);
+        consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+    }
+
+    // SIGKILL: the commit was acknowledged, so it is in __consumer_offsets' log already.
+    broker.kill();
+    broker.start_again();
+
+    let consumer: BaseConsumer = consumer_config(&bootstrap, &group)
+        .create()
+        .expect("consumer after the restart");
+    assert_eq!(read_committed(&consumer), (Offset::Offset(7), metadata));
+}
