@@ -261,7 +261,8 @@ cmd_start() {
             [[ "$bport" != "$cport" ]] || continue
             rm -rf "$dir/data"
             write_configs "$dir" "$bport" "$cport"
-            java -cp "$LIB_DIR/*" -Dlog4j2.configurationFile="$dir/log4j2.properties" \
+            java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB_DIR/*" \
+                -Dlog4j2.configurationFile="$dir/log4j2.properties" \
                 kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" \
                 </dev/null >"$dir/format.out" 2>&1 || {
                 cat "$dir/format.out" >&2

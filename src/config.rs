@@ -367,6 +367,16 @@ impl KafkaConfig {
         props
     }
 
+    /// The subscription for librdkafka: the topics, or the pattern with the `^` that marks a
+    /// regular expression.
+    pub fn subscription(&self) -> Vec<String> {
+        match &self.topic_pattern {
+            Some(p) if p.starts_with('^') => vec![p.clone()],
+            Some(p) => vec![format!("^{p}")],
+            None => self.topics.clone(),
+        }
+    }
+
     /// Whether more than one topic can reach the sink.
     pub fn may_have_several_topics(&self) -> bool {
         self.topic_pattern.is_some() || self.topics.len() > 1
@@ -672,6 +682,36 @@ pub struct DeadLetterConfig {
     pub properties: BTreeMap<String, String>,
 }
 
+/// Consumer properties that describe the connection to the cluster, inherited by the
+/// dead-letter producer.
+fn is_connection_property(key: &str) -> bool {
+    key == "security.protocol"
+        || key == "client.dns.lookup"
+        || key.starts_with("sasl.")
+        || key.starts_with("ssl.")
+        || key.starts_with("ssl_")
+}
+
+impl DeadLetterConfig {
+    /// The effective librdkafka producer properties: the connection settings of `kafka` unless
+    /// set here, the user's properties, and the durability the sink needs.
+    pub fn producer_properties(&self, kafka: &KafkaConfig) -> BTreeMap<String, String> {
+        let mut props: BTreeMap<String, String> = kafka
+            .properties
+            .iter()
+            .filter(|(k, _)| is_connection_property(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        props.insert("bootstrap.servers".into(), kafka.bootstrap_servers.clone());
+        props.extend(self.properties.clone());
+        props.insert("acks".into(), "all".into());
+        props
+            .entry("enable.idempotence".into())
+            .or_insert_with(|| "true".into());
+        props
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnBadRecord {
@@ -898,6 +938,12 @@ impl Config {
     pub fn from_yaml(text: &str, env: HashMap<String, String>) -> Result<Config, Vec<ConfigError>> {
         // Substitution happens on unquoted scalars only (the parser's rule); a `${` left in a
         // quoted value would silently stay literal, so it is refused instead.
+        if !yaml_paths::has_content(text) {
+            return Err(vec![ConfigError::at(
+                "",
+                "the config is empty: at least kafka, bigquery and an input (schema_registry or avro) are required",
+            )]);
+        }
         let quoted = yaml_paths::quoted_substitutions(text);
         if !quoted.is_empty() {
             return Err(quoted);
@@ -1043,6 +1089,17 @@ mod yaml_paths {
             }
         });
         found
+    }
+
+    /// Whether the document has any node (not only comments and blank lines). A YAML syntax
+    /// error counts as content: the deserializer reports it.
+    pub(super) fn has_content(text: &str) -> bool {
+        let mut nodes = 0;
+        walk(text, |_| {
+            nodes += 1;
+            false
+        });
+        nodes > 0 || Parser::new_from_str(text).any(|e| e.is_err())
     }
 
     pub(super) fn quoted_substitutions(text: &str) -> Vec<ConfigError> {

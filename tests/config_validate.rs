@@ -50,7 +50,7 @@ dead_letter:
   topic: t-dlq
 ";
 
-/// MINIMAL with one more top-level section (or a replaced one, for keys not in MINIMAL).
+/// MINIMAL with more top-level sections (MINIMAL sets only kafka, avro, bigquery, dead_letter).
 fn with(extra: &str) -> String {
     format!("{MINIMAL}{extra}")
 }
@@ -335,4 +335,48 @@ fn the_validate_command_prints_config_ok_or_every_error_with_exit_code_1() {
     assert!(stderr.contains("dead_letter.topic: "), "{stderr}");
     // a secret from the environment never appears in the output of a failed validation
     assert!(!stderr.contains("p@ss"), "{stderr}");
+}
+
+#[test]
+fn the_sasl_example_shares_its_connection_with_the_dead_letter_producer_and_subscribes_by_pattern()
+{
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sasl-ssl-kafka.yaml");
+    let text = std::fs::read_to_string(path).expect("read example");
+    let c = Config::from_yaml(&text, example_env()).expect("parses");
+    assert_eq!(c.kafka.subscription(), vec!["^payments\\..*".to_string()]);
+    // KIP-848: the broker assigns, so no client-side assignor is configured
+    assert!(
+        !c.kafka
+            .consumer_properties()
+            .contains_key("partition.assignment.strategy")
+    );
+    let dl = c.dead_letter.as_ref().expect("dead_letter section");
+    let props = dl.producer_properties(&c.kafka);
+    for (k, v) in [
+        ("bootstrap.servers", "broker-1:9092,broker-2:9092"),
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.password", "secret"),
+        ("acks", "all"),
+        ("linger.ms", "20"),
+    ] {
+        assert_eq!(props.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    // consumer-only settings stay with the consumer
+    assert!(!props.contains_key("group.protocol"));
+}
+
+#[test]
+fn an_unknown_enum_value_names_its_field_and_the_choices() {
+    assert_one_error(
+        &with("delivery: exactly-once\n"),
+        HashMap::new(),
+        "delivery: unknown variant `exactly-once`, expected one of exactly_once, at_least_once",
+    );
+}
+
+#[test]
+fn an_empty_file_says_what_is_required() {
+    for empty in ["", "# only a comment\n\n"] {
+        assert_one_error(empty, HashMap::new(), "<root>: the config is empty");
+    }
 }
