@@ -1233,16 +1233,15 @@ fn is_column_name(name: &str) -> bool {
         && name.len() <= 300
 }
 
+/// BigQuery label rules: lowercase letters (international ones too), digits, `_` and `-`, at
+/// most 63 characters; a key is not empty and starts with a letter.
 fn is_label(s: &str, key: bool) -> bool {
-    let ok_chars = s.chars().all(|c| {
-        c.is_lowercase()
-            || c.is_ascii_digit()
-            || c == '_'
-            || c == '-'
-            || (c.is_alphabetic() && !c.is_uppercase())
-    });
-    let first_ok = !key || s.chars().next().is_some_and(|c| c.is_lowercase());
-    ok_chars && first_ok && s.chars().count() <= 63
+    let letter = |c: char| c.is_alphabetic() && !c.is_uppercase();
+    let chars_ok = s
+        .chars()
+        .all(|c| letter(c) || c.is_ascii_digit() || c == '_' || c == '-');
+    let first_ok = !key || s.chars().next().is_some_and(letter);
+    chars_ok && first_ok && s.chars().count() <= 63
 }
 
 fn is_http_url(url: &str) -> bool {
@@ -1466,7 +1465,7 @@ impl Validator {
                 }
             }
             for (key, value) in &ct.labels {
-                if !is_label(key, true) || key.is_empty() {
+                if !is_label(key, true) {
                     self.err(
                         format!("bigquery.create_table.labels.{}", quoted_key(key)),
                         "a label key is lowercase letters, digits, `_` or `-`, starts with a letter, at most 63",

@@ -380,3 +380,40 @@ fn an_empty_file_says_what_is_required() {
         assert_one_error(empty, HashMap::new(), "<root>: the config is empty");
     }
 }
+
+#[test]
+fn table_and_credential_rules_name_their_fields() {
+    let yaml = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  credentials: none\n  create_table:\n    require_partition_filter: true\n    clustering: [a, b, c, d, e]\n    labels:\n      Team: x\n",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "bigquery.credentials: none is only for an emulator",
+        "bigquery.create_table.require_partition_filter: requires bigquery.create_table.time_partitioning",
+        "bigquery.create_table.clustering: at most 4 columns",
+        "bigquery.create_table.labels.\"Team\": a label key",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+}
+
+#[test]
+fn topics_and_a_pattern_are_exclusive() {
+    let both = MINIMAL.replace("  topics: [t]", "  topics: [t]\n  topic_pattern: t.*");
+    assert_one_error(
+        &both,
+        HashMap::new(),
+        "kafka.topic_pattern: set either kafka.topics or kafka.topic_pattern, not both",
+    );
+    let neither = MINIMAL.replace("  topics: [t]\n", "");
+    assert_one_error(
+        &neither,
+        HashMap::new(),
+        "kafka.topics: set kafka.topics or kafka.topic_pattern",
+    );
+}
