@@ -1176,14 +1176,16 @@ mod yaml_paths {
 
 /// The longest checkpoint metadata the sink can write, for the check against
 /// `checkpoint.metadata_max_bytes`: DESIGN §2's `{v, s, t, r, f}` as compact JSON with a
-/// 64-character stream id, a 16-hex-digit table fingerprint and 20-digit integers.
+/// 16-hex-digit table fingerprint, 20-digit integers and a stream id of up to 128 characters
+/// (real ids run to about 90, so 64 would be too tight).
 // TODO(lead): once the checkpoint metadata codec is merged, use its own worst-case bound
 // (`checkpoint::metadata::worst_case_len`) here so the two cannot drift.
 pub fn checkpoint_metadata_worst_case_len() -> usize {
+    const MAX_STREAM_ID_LEN: usize = 128;
     let int = "9".repeat(20);
     format!(
         r#"{{"v":{int},"s":"{}","t":"{}","r":{int},"f":{int}}}"#,
-        "s".repeat(64),
+        "s".repeat(MAX_STREAM_ID_LEN),
         "f".repeat(16)
     )
     .len()
@@ -1705,7 +1707,7 @@ mod tests {
         let n = checkpoint_metadata_worst_case_len();
         assert_eq!(
             n,
-            r#"{"v":,"s":"","t":"","r":,"f":}"#.len() + 3 * 20 + 64 + 16
+            r#"{"v":,"s":"","t":"","r":,"f":}"#.len() + 3 * 20 + 128 + 16
         );
         assert!(n < defaults::CHECKPOINT_METADATA_MAX_BYTES as usize);
     }
