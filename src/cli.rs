@@ -149,9 +149,28 @@ pub fn main() -> ExitCode {
         Command::Emulator(args) => run_emulator(args),
         Command::Run { .. } => not_yet("run"),
         Command::Quickstart => not_yet("quickstart"),
-        Command::Validate { .. } => not_yet("validate"),
+        Command::Validate { config } => validate(&config),
         Command::Inspect { .. } => not_yet("inspect"),
         Command::Recover { .. } => not_yet("recover"),
+    }
+}
+
+/// `validate -c`: parse and check the config without I/O beyond reading the file; every error
+/// names its field.
+fn validate(path: &std::path::Path) -> ExitCode {
+    match crate::config::Config::load(path) {
+        Ok(_) => {
+            println!("config ok");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let errors = e.errors();
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            for line in errors {
+                eprintln!("  {line}");
+            }
+            ExitCode::from(1)
+        }
     }
 }
 
