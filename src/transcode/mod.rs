@@ -4,7 +4,6 @@
 //! record's Avro binary straight into the proto2 bytes of the plan's own [`Plan::descriptor`],
 //! which goes into AppendRows' `writer_schema`. The mapping is in `docs/mapping.md`.
 
-mod cache;
 mod compile;
 mod convert;
 mod derive;
@@ -21,7 +20,6 @@ use std::ops::Range;
 
 use prost_types::DescriptorProto;
 
-pub use cache::PlanCache;
 pub use compile::{MetadataColumns, PlanOptions, UnknownFields};
 pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
 pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};
