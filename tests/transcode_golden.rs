@@ -486,6 +486,30 @@ fn nullable_unions_work_with_null_first_or_last() {
 }
 
 #[test]
+fn fields_that_can_only_be_null_are_read_and_write_nothing() {
+    let avsc = record(
+        r#"[{"name":"n","type":"null"},{"name":"u","type":["null"]},{"name":"a","type":"long"}]"#,
+    );
+    let plan = compile(
+        &avsc,
+        r#"[{"name":"n","type":"STRING"},{"name":"u","type":"INT64"},{"name":"a","type":"INT64"}]"#,
+        &PlanOptions::default(),
+    )
+    .unwrap();
+    let bytes = encode(
+        &avsc,
+        vec![
+            ("n", Value::Null),
+            ("u", Value::Union(0, Box::new(Value::Null))),
+            ("a", Value::Long(5)),
+        ],
+    );
+    let m = transcode(&plan, &bytes).unwrap();
+    assert_eq!(field(&m, "a"), Some(PValue::I64(5)));
+    assert_eq!(plan.descriptor().field.len(), 1);
+}
+
+#[test]
 fn nested_records_arrays_of_records_and_nullable_arrays() {
     let avsc = record(
         r#"[{"name":"inner","type":{"type":"record","name":"i","fields":[

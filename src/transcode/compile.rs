@@ -172,8 +172,9 @@ impl Compiler<'_> {
                     protos.push(descriptor::field(&column.name, number, label, &ty));
                     ops.push(op);
                 }
-                // A field that is always null writes nothing and needs no proto field.
-                None => ops.push(Op::Null(self.on_null(column, &path, false))),
+                // A field that is always null needs no proto field, but its bytes (a union
+                // index) must still be read.
+                None => ops.push(self.always_null(field.schema, column, &path)?),
             }
         }
         let missing_required = columns
@@ -186,6 +187,18 @@ impl Compiler<'_> {
             })
             .map(|c| Arc::from(format!("{prefix}{}", c.name)));
         Ok((ops.into_boxed_slice(), protos, missing_required))
+    }
+
+    fn always_null(
+        &mut self,
+        id: NodeId,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+    ) -> Result<Op, PlanError> {
+        Ok(match self.on_null(column, path, false) {
+            OnNull::Nothing => Op::Skip(self.skip(id)?),
+            required => Op::Null(required),
+        })
     }
 
     fn on_null(&self, column: &TableFieldSchema, path: &Arc<str>, element: bool) -> OnNull {
@@ -364,7 +377,7 @@ impl Compiler<'_> {
                 protos.push(descriptor::field(&value_col.name, 2, label, &ty));
                 op
             }
-            None => Op::Null(self.on_null(value_col, &value_path, false)),
+            None => self.always_null(values, value_col, &value_path)?,
         };
         self.desc.add(descriptor::message(&name, protos));
         let min_item = 1 + self.min_size(values);

@@ -34,7 +34,12 @@ impl Tag {
 
     #[inline]
     pub fn put(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.bytes[..self.len as usize]);
+        // Field numbers below 16 (most columns) have one-byte keys: a push, not a memcpy.
+        if self.len == 1 {
+            out.push(self.bytes[0]);
+        } else {
+            out.extend_from_slice(&self.bytes[..self.len as usize]);
+        }
     }
 }
 

@@ -6,11 +6,21 @@ use super::error::RecordError;
 pub struct AvroReader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Items of zero encoded size (nulls, empty records) the rest of the record may still hold.
+    zero_size_budget: u64,
 }
+
+/// Zero-size items cost no input, so only a budget per record stops a few bytes of block headers
+/// from asking for billions of them (nested or in many blocks).
+const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 16;
 
 impl<'a> AvroReader<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        AvroReader { buf, pos: 0 }
+        AvroReader {
+            buf,
+            pos: 0,
+            zero_size_budget: MAX_ZERO_SIZE_ITEMS,
+        }
     }
 
     #[inline]
@@ -173,11 +183,10 @@ impl<'a> AvroReader<'a> {
 
     /// The item count of the next array/map block (0 ends the sequence). A negative count is
     /// followed by the block's size in bytes, which is read and checked. `min_item_size` bounds
-    /// the count by the bytes left; zero-size items are capped so a tiny payload cannot make us
-    /// loop for 2^63 iterations.
+    /// the count by the bytes left; zero-size items draw on the record's budget, so a tiny
+    /// payload cannot make us loop (or write) for 2^63 iterations.
     #[inline]
     pub fn block(&mut self, min_item_size: usize) -> Result<usize, RecordError> {
-        const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 16;
         let offset = self.pos;
         let count = self.long()?;
         let n = if count < 0 {
@@ -189,9 +198,12 @@ impl<'a> AvroReader<'a> {
         let limit = self
             .remaining()
             .checked_div(min_item_size)
-            .map_or(MAX_ZERO_SIZE_ITEMS, |n| n as u64);
+            .map_or(self.zero_size_budget, |n| n as u64);
         if n > limit {
             return Err(RecordError::AbsurdCount { offset, count });
+        }
+        if min_item_size == 0 {
+            self.zero_size_budget -= n;
         }
         Ok(n as usize)
     }
@@ -252,6 +264,22 @@ mod tests {
         assert!(matches!(
             AvroReader::new(&b).string(),
             Err(RecordError::InvalidUtf8 { offset: 1 })
+        ));
+    }
+
+    #[test]
+    fn zero_size_items_share_one_budget_across_blocks() {
+        // Two blocks of 40000 zero-size items each: the second exceeds the record's budget.
+        let mut b = zigzag(40_000);
+        b.extend(zigzag(40_000));
+        let mut r = AvroReader::new(&b);
+        assert_eq!(r.block(0).unwrap(), 40_000);
+        assert!(matches!(r.block(0), Err(RecordError::AbsurdCount { .. })));
+        // Items of at least one byte are bounded by the bytes left instead.
+        let b = zigzag(3);
+        assert!(matches!(
+            AvroReader::new(&b).block(1),
+            Err(RecordError::AbsurdCount { .. })
         ));
     }
 

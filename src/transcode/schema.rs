@@ -98,6 +98,13 @@ impl AvroSchema {
         })
     }
 
+    /// The fixed writer schema of raw Avro input, from the `.avsc` file named in config.
+    pub fn read_avsc(path: &std::path::Path) -> Result<AvroSchema, SchemaError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SchemaError::Invalid(format!("cannot read {}: {e}", path.display())))?;
+        AvroSchema::parse(&text)
+    }
+
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
     }
