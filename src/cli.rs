@@ -147,7 +147,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Emulator(args) => run_emulator(args),
-        Command::Run { .. } => not_yet("run"),
+        Command::Run { config } => run(&config),
         Command::Quickstart => not_yet("quickstart"),
         Command::Validate { config } => validate(&config),
         Command::Inspect { .. } => not_yet("inspect"),
@@ -172,6 +172,63 @@ fn validate(path: &std::path::Path) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `run -c`: the daemon. Exits 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a config error
+/// or a fatal failure.
+fn run(path: &std::path::Path) -> ExitCode {
+    let config = match crate::config::Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            let errors = e.errors();
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            for line in errors {
+                eprintln!("  {line}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    crate::ops::logging::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let signal = shutdown.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot install the SIGTERM handler");
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+            }
+            signal.cancel();
+        });
+        match crate::pipeline::run(config, shutdown).await {
+            Ok(()) => {
+                tracing::info!("stopped cleanly");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "sink failed");
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn not_yet(what: &str) -> ExitCode {

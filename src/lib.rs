@@ -9,6 +9,7 @@ pub mod config;
 pub mod emulator;
 pub mod kafka;
 pub mod ops;
+pub mod pipeline;
 pub mod registry;
 pub mod transcode;
 pub mod writer;

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -240,31 +240,75 @@ struct SinkContext {
 impl ClientContext for SinkContext {}
 
 impl ConsumerContext for SinkContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let partitions = partitions_of(tpl);
-            if partitions.is_empty() {
-                return;
-            }
-            let lost = consumer.assignment_lost();
-            let mut shared = self.shared.lock().expect("consumer state");
-            shared.handoff(consumer, &self.settings, partitions, lost);
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
+    /// librdkafka's rebalance, done here rather than by the default handler for one reason: new
+    /// partitions are assigned at an explicit position (the committed offset, else the log
+    /// start), so that librdkafka never applies `auto.offset.reset` (forced to `error`) and the
+    /// partition stays seekable while recovery decides where it really starts.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        use rdkafka::consumer::RebalanceProtocol;
+        use rdkafka::types::RDKafkaRespErr;
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let partitions = partitions_of(tpl);
+                let committed =
+                    read_committed(consumer, &partitions, self.settings.request_timeout);
+                for tp in &partitions {
+                    let start = match &committed {
+                        Ok(map) => match map.get(tp).cloned().flatten() {
+                            Some(c) => Offset::Offset(c.offset.0),
+                            None => Offset::Beginning,
+                        },
+                        Err(_) => Offset::Beginning,
+                    };
+                    if let Some(mut elem) = tpl.find_partition(&tp.topic, tp.partition)
+                        && let Err(e) = elem.set_offset(start)
+                    {
+                        tracing::error!(partition = %tp, error = %e, "cannot set the assigned position");
+                    }
+                }
+                let result = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "assign failed");
+                }
                 if partitions.is_empty() {
                     return;
                 }
                 let mut shared = self.shared.lock().expect("consumer state");
-                shared.assigned(consumer, &self.settings, partitions);
+                shared.assigned(consumer, &self.settings, partitions, committed);
             }
-            Rebalance::Revoke(_) => {}
-            Rebalance::Error(e) => {
-                tracing::error!(error = %e, "rebalance error");
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let partitions = partitions_of(tpl);
+                if !partitions.is_empty() {
+                    let lost = consumer.assignment_lost();
+                    let mut shared = self.shared.lock().expect("consumer state");
+                    shared.handoff(consumer, &self.settings, partitions, lost);
+                }
+                let result = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "unassign failed");
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance error");
+                // librdkafka requires an unassign on a rebalance error.
+                let _ = consumer.unassign();
             }
         }
     }
@@ -276,6 +320,7 @@ impl Shared {
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
         partitions: Vec<TopicPartition>,
+        committed: Result<HashMap<TopicPartition, Option<CommittedRead>>, KafkaError>,
     ) {
         // Nothing may flow before recovery decided where the partition starts.
         let tpl = tpl_of(&partitions);
@@ -283,7 +328,6 @@ impl Shared {
             tracing::error!(error = %e, "cannot pause newly assigned partitions");
         }
         self.paused.extend(partitions.iter().cloned());
-        let committed = read_committed(consumer, &partitions, settings.request_timeout);
         let mut out = Vec::with_capacity(partitions.len());
         for tp in partitions {
             match &committed {
@@ -337,6 +381,11 @@ impl Shared {
             // The writer gets its stop from the coordinator; from here on nothing more is routed.
             self.routes.remove(tp);
             self.stashes.remove(tp);
+        }
+        if self.shutdown {
+            // Leaving after the coordinator's final checkpoint: it already released everything
+            // and will not answer.
+            return;
         }
         let mut waiting: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
         let revoking = waiting.clone();

@@ -1,4 +1,5 @@
 //! Operations: Prometheus metrics, health and readiness probes, logging.
 
 pub mod http;
+pub mod logging;
 pub mod metrics;
