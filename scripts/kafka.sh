@@ -253,8 +253,12 @@ cmd_start() {
         write_configs "$dir" "$bport" "$cport"
         launch "$dir" || die "broker failed to restart on ports $bport/$cport"
     else
-        local cluster_id
-        cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        # a base64url UUID, as `kafka-storage random-uuid` makes (without a second JVM); one
+        # starting with `-` would read as a flag, so Kafka never generates those and neither do we
+        local cluster_id="-"
+        while [[ "$cluster_id" == -* ]]; do
+            cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        done
         for attempt in 1 2 3; do
             bport="$(free_port)"
             cport="$(free_port)"
