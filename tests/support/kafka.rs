@@ -50,7 +50,12 @@ impl KafkaBroker {
                 .expect("create a temp dir for the shared broker")
                 .keep();
             let started = Instant::now();
-            let bootstrap = run_script(&["start", path_str(&dir), "--remove-dir"], true);
+            let bootstrap = try_run_script(&["start", path_str(&dir), "--remove-dir"], true)
+                .unwrap_or_else(|e| {
+                    // no watchdog was started, so nothing else would remove it
+                    let _ = std::fs::remove_dir_all(&dir);
+                    panic!("{e}")
+                });
             eprintln!(
                 "kafka broker for this test binary at {bootstrap} (started in {:.1}s)",
                 started.elapsed().as_secs_f64()
@@ -130,9 +135,14 @@ fn path_str(p: &Path) -> &str {
     p.to_str().expect("temp dir paths are UTF-8")
 }
 
+/// Runs `kafka.sh` and returns its stdout (trimmed); panics if it fails.
+fn run_script(args: &[&str], watch: bool) -> String {
+    try_run_script(args, watch).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Runs `kafka.sh` and returns its stdout (trimmed). `watch` adds `--parent <this pid>` so that
 /// the broker cannot outlive this process.
-fn run_script(args: &[&str], watch: bool) -> String {
+fn try_run_script(args: &[&str], watch: bool) -> Result<String, String> {
     let pid = std::process::id().to_string();
     let mut cmd = Command::new("bash");
     cmd.arg(script_path()).args(args);
@@ -146,15 +156,16 @@ fn run_script(args: &[&str], watch: bool) -> String {
         .stderr(Stdio::inherit())
         .output()
         .expect("run scripts/kafka.sh (bash is required)");
-    assert!(
-        out.status.success(),
-        "scripts/kafka.sh {args:?} failed with {}",
-        out.status
-    );
-    String::from_utf8(out.stdout)
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/kafka.sh {args:?} failed with {} (its messages are on stderr)",
+            out.status
+        ));
+    }
+    Ok(String::from_utf8(out.stdout)
         .expect("kafka.sh prints ASCII")
         .trim()
-        .to_owned()
+        .to_owned())
 }
 
 /// A name no other test (of this or a concurrent run against the same broker) uses.
