@@ -25,10 +25,9 @@ pub const BOOTSTRAP_ENV: &str = "KBQ_KAFKA_BOOTSTRAP";
 
 /// A broker started by this process through `scripts/kafka.sh`.
 pub struct KafkaBroker {
-    dir: PathBuf,
+    /// The broker's directory; removed on drop, after `Drop::drop` has stopped the broker.
+    dir: tempfile::TempDir,
     bootstrap: String,
-    /// Removes the broker's directory on drop (after the broker has stopped).
-    _tmp: Option<tempfile::TempDir>,
 }
 
 static SHARED: OnceLock<String> = OnceLock::new();
@@ -66,17 +65,12 @@ impl KafkaBroker {
 
     /// A broker owned by the caller: tests that restart or kill the broker must not share it.
     pub fn start_private() -> KafkaBroker {
-        let tmp = tempfile::Builder::new()
+        let dir = tempfile::Builder::new()
             .prefix("kbq-kafka-")
             .tempdir()
             .expect("create a temp dir for a broker");
-        let dir = tmp.path().to_path_buf();
-        let bootstrap = run_script(&["start", path_str(&dir)], true);
-        KafkaBroker {
-            dir,
-            bootstrap,
-            _tmp: Some(tmp),
-        }
+        let bootstrap = run_script(&["start", path_str(dir.path())], true);
+        KafkaBroker { dir, bootstrap }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -85,28 +79,28 @@ impl KafkaBroker {
 
     /// The broker's directory (its log is `broker.log` in it).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// Stops the broker cleanly (SIGTERM, waits for the exit).
     pub fn stop(&self) {
-        run_script(&["stop", path_str(&self.dir)], false);
+        run_script(&["stop", path_str(self.dir.path())], false);
     }
 
     /// Kills the broker with SIGKILL: a crash.
     pub fn kill(&self) {
-        run_script(&["stop", path_str(&self.dir), "--hard"], false);
+        run_script(&["stop", path_str(self.dir.path()), "--hard"], false);
     }
 
     /// Starts a stopped (or killed) broker again on the same ports with the same log dir.
     pub fn start_again(&self) {
-        let addr = run_script(&["start", path_str(&self.dir)], true);
+        let addr = run_script(&["start", path_str(self.dir.path())], true);
         assert_eq!(addr, self.bootstrap, "a restarted broker keeps its address");
     }
 
     /// Stops and starts the broker on the same ports and log dir; `hard` kills it first.
     pub fn restart(&self, hard: bool) {
-        let mut args = vec!["restart", path_str(&self.dir)];
+        let mut args = vec!["restart", path_str(self.dir.path())];
         if hard {
             args.push("--hard");
         }
@@ -120,7 +114,7 @@ impl Drop for KafkaBroker {
         // No panic in drop: a failed stop is left to the watchdog.
         let _ = Command::new("bash")
             .arg(script_path())
-            .args(["stop", path_str(&self.dir)])
+            .args(["stop", path_str(self.dir.path())])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .status();
