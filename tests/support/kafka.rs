@@ -277,6 +277,17 @@ pub fn produce_to_partition(
         .collect()
 }
 
+/// `consumer_config` for the KIP-848 group protocol (`group.protocol=consumer`): the broker
+/// assigns partitions and owns the session timeouts, so the classic-only settings go.
+pub fn consumer_config_kip848(bootstrap: &str, group_id: &str) -> ClientConfig {
+    let mut cfg = consumer_config(bootstrap, group_id);
+    cfg.remove("partition.assignment.strategy")
+        .remove("session.timeout.ms")
+        .remove("heartbeat.interval.ms")
+        .set("group.protocol", "consumer");
+    cfg
+}
+
 /// A consumer config with the settings the sink forces (DESIGN §4) and timeouts short enough
 /// for tests: a member that leaves or dies is noticed in seconds.
 pub fn consumer_config(bootstrap: &str, group_id: &str) -> ClientConfig {
