@@ -1681,7 +1681,17 @@ impl Validator {
                 ),
             );
         }
-        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&c.log.level) {
+        // A bare word is a valid filter for `tracing` (a target name), so `verbose` would
+        // silently log nothing: a single directive without `=` must be a level.
+        let level = c.log.level.trim();
+        let bare = !level.contains(['=', ',', '[']);
+        const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+        if bare && !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            self.err(
+                "log.level",
+                format!("`{level}` is not a level (trace, debug, info, warn, error, off) or a filter like info,kafka_bigquery_sink=debug"),
+            );
+        } else if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
             self.err("log.level", format!("not a level or filter: {e}"));
         }
     }

@@ -443,3 +443,19 @@ fn secrets_never_show_in_a_printed_config() {
         "kafka-pw-4711"
     );
 }
+
+#[test]
+fn a_log_level_must_be_a_level_or_a_filter() {
+    assert_one_error(
+        &with("log:\n  level: verbose\n"),
+        HashMap::new(),
+        "log.level: `verbose` is not a level",
+    );
+    assert_eq!(
+        errors(
+            &with("log:\n  level: warn,kafka_bigquery_sink::writer=trace\n"),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
+    );
+}
