@@ -118,6 +118,11 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 # lets tests use short session timeouts so that a killed consumer is noticed quickly
 group.min.session.timeout.ms=1000
+# the same for the KIP-848 protocol, whose timeouts are set on the broker
+group.consumer.min.session.timeout.ms=1000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=500
 # after a SIGKILL the restarted node waits for its own old registration to expire
 broker.session.timeout.ms=2000
 broker.heartbeat.interval.ms=500
@@ -253,8 +258,12 @@ cmd_start() {
         write_configs "$dir" "$bport" "$cport"
         launch "$dir" || die "broker failed to restart on ports $bport/$cport"
     else
-        local cluster_id
-        cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        # a base64url UUID, as `kafka-storage random-uuid` makes (without a second JVM); one
+        # starting with `-` would read as a flag, so Kafka never generates those and neither do we
+        local cluster_id="-"
+        while [[ "$cluster_id" == -* ]]; do
+            cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        done
         for attempt in 1 2 3; do
             bport="$(free_port)"
             cport="$(free_port)"

@@ -243,6 +243,52 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// librdkafka properties. `Debug` hides the values of secret ones (passwords, keys, JAAS and
+/// OAUTHBEARER configs), so that a logged config or property list cannot leak them.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Properties(pub BTreeMap<String, String>);
+
+impl Properties {
+    /// Whether librdkafka treats the value of `key` as a credential.
+    pub fn is_secret(key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        key.contains("password")
+            || key.contains("secret")
+            || key.ends_with(".pem")
+            || key == "sasl.jaas.config"
+            || key == "sasl.oauthbearer.config"
+    }
+}
+
+impl std::ops::Deref for Properties {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Properties {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, v)| {
+                let shown = if Properties::is_secret(k) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
+                (k, shown)
+            }))
+            .finish()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The config
 
@@ -319,7 +365,7 @@ pub struct KafkaConfig {
     /// else is an error. `partition.assignment.strategy` defaults to `cooperative-sticky`
     /// (unless `group.protocol=consumer`, whose assignor runs on the broker).
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub properties: Properties,
 }
 
 /// The consumer properties the sink forces, with the reason given when a user sets them.
@@ -349,7 +395,7 @@ pub const FORCED_CONSUMER_PROPERTIES: &[(&str, &str, &str)] = &[
 impl KafkaConfig {
     /// The effective librdkafka consumer properties: the user's passthrough, the defaults, the
     /// forced settings, bootstrap servers and group id.
-    pub fn consumer_properties(&self) -> BTreeMap<String, String> {
+    pub fn consumer_properties(&self) -> Properties {
         let mut props = self.properties.clone();
         let kip848 = props
             .get("group.protocol")
@@ -679,7 +725,7 @@ pub struct DeadLetterConfig {
     /// `security.protocol`, `sasl.*`, `ssl.*`) are taken from `kafka`. `acks` is `all`: a
     /// dead-lettered record must be durable before its checkpoint commits.
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub properties: Properties,
 }
 
 /// Consumer properties that describe the connection to the cluster, inherited by the
@@ -695,15 +741,17 @@ fn is_connection_property(key: &str) -> bool {
 impl DeadLetterConfig {
     /// The effective librdkafka producer properties: the connection settings of `kafka` unless
     /// set here, the user's properties, and the durability the sink needs.
-    pub fn producer_properties(&self, kafka: &KafkaConfig) -> BTreeMap<String, String> {
-        let mut props: BTreeMap<String, String> = kafka
-            .properties
-            .iter()
-            .filter(|(k, _)| is_connection_property(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+    pub fn producer_properties(&self, kafka: &KafkaConfig) -> Properties {
+        let mut props = Properties(
+            kafka
+                .properties
+                .iter()
+                .filter(|(k, _)| is_connection_property(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        );
         props.insert("bootstrap.servers".into(), kafka.bootstrap_servers.clone());
-        props.extend(self.properties.clone());
+        props.extend(self.properties.0.clone());
         props.insert("acks".into(), "all".into());
         props
             .entry("enable.idempotence".into())
@@ -1633,7 +1681,17 @@ impl Validator {
                 ),
             );
         }
-        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&c.log.level) {
+        // A bare word is a valid filter for `tracing` (a target name), so `verbose` would
+        // silently log nothing: a single directive without `=` must be a level.
+        let level = c.log.level.trim();
+        let bare = !level.contains(['=', ',', '[']);
+        const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+        if bare && !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            self.err(
+                "log.level",
+                format!("`{level}` is not a level (trace, debug, info, warn, error, off) or a filter like info,kafka_bigquery_sink=debug"),
+            );
+        } else if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
             self.err("log.level", format!("not a level or filter: {e}"));
         }
     }

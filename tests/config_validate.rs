@@ -417,3 +417,45 @@ fn topics_and_a_pattern_are_exclusive() {
         "kafka.topics: set kafka.topics or kafka.topic_pattern",
     );
 }
+
+#[test]
+fn secrets_never_show_in_a_printed_config() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sasl-ssl-kafka.yaml");
+    let text = std::fs::read_to_string(path).expect("read example");
+    let mut env = example_env();
+    env.insert("KAFKA_PASSWORD".into(), "kafka-pw-4711".into());
+    env.insert("SCHEMA_REGISTRY_TOKEN".into(), "sr-token-4711".into());
+    let c = Config::from_yaml(&text, env).expect("parses");
+    let dl = c.dead_letter.as_ref().expect("dead_letter");
+    let printed = format!(
+        "{c:?} {:?} {:?}",
+        c.kafka.consumer_properties(),
+        dl.producer_properties(&c.kafka)
+    );
+    assert!(!printed.contains("4711"), "{printed}");
+    assert!(
+        printed.contains("SCRAM-SHA-512"),
+        "other properties stay readable"
+    );
+    // the values are still there for librdkafka
+    assert_eq!(
+        c.kafka.consumer_properties()["sasl.password"],
+        "kafka-pw-4711"
+    );
+}
+
+#[test]
+fn a_log_level_must_be_a_level_or_a_filter() {
+    assert_one_error(
+        &with("log:\n  level: verbose\n"),
+        HashMap::new(),
+        "log.level: `verbose` is not a level",
+    );
+    assert_eq!(
+        errors(
+            &with("log:\n  level: warn,kafka_bigquery_sink::writer=trace\n"),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
+    );
+}

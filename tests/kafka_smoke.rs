@@ -13,11 +13,11 @@ use rdkafka::consumer::{
 };
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use support::kafka::{
-    KafkaBroker, consumer_config, create_topic_blocking, produce_to_partition, producer,
-    unique_name,
+    KafkaBroker, consumer_config, consumer_config_kip848, create_topic_blocking,
+    produce_to_partition, producer, unique_name,
 };
 
 /// What a consumer saw in its assign callbacks, copied out of librdkafka's lists (a list kept
@@ -82,7 +82,11 @@ struct Member {
 
 impl Member {
     fn join(bootstrap: &str, group: &str, topic: &str) -> Member {
-        let consumer: BaseConsumer<AssignLog> = consumer_config(bootstrap, group)
+        Member::join_with(&consumer_config(bootstrap, group), topic)
+    }
+
+    fn join_with(config: &ClientConfig, topic: &str) -> Member {
+        let consumer: BaseConsumer<AssignLog> = config
             .create_with_context(AssignLog::default())
             .expect("consumer");
         consumer.subscribe(&[topic]).expect("subscribe");
@@ -287,6 +291,91 @@ fn committed_offsets_with_metadata_reach_the_next_group_member_after_a_cooperati
         assert_eq!(*offset, k, "partition {p} resumes at its committed offset");
         assert_eq!(payload, format!("p{p}-o{k}").as_bytes());
     }
+}
+
+#[test]
+fn with_the_kip848_group_protocol_committed_metadata_also_reaches_the_next_owner() {
+    const PARTITIONS: i32 = 3;
+    let bootstrap = KafkaBroker::shared();
+    let topic = unique_name("smoke-kip848");
+    let group = unique_name("smoke-kip848-group");
+    create_topic_blocking(bootstrap, &topic, PARTITIONS);
+    let producer = producer(bootstrap);
+    for p in 0..PARTITIONS {
+        let values: Vec<Vec<u8>> = (0..5).map(|i| format!("p{p}-o{i}").into_bytes()).collect();
+        let records: Vec<(&[u8], &[u8])> = values.iter().map(|v| (&b"k"[..], &v[..])).collect();
+        produce_to_partition(&producer, &topic, p, &records);
+    }
+    let expected: BTreeMap<i32, (i64, String)> = (0..PARTITIONS)
+        .map(|p| {
+            let k = 1 + i64::from(p);
+            (p, (k, checkpoint_metadata(p, k)))
+        })
+        .collect();
+    let config = consumer_config_kip848(bootstrap, &group);
+
+    let mut first = Member::join_with(&config, &topic);
+    poll_until(
+        &mut [&mut first],
+        "the first member to own every partition",
+        |m| m[0].assigned().len() == PARTITIONS as usize,
+    );
+    {
+        let mut tpl = TopicPartitionList::new();
+        for (p, (k, metadata)) in &expected {
+            let mut e = tpl.add_partition(&topic, *p);
+            e.set_offset(Offset::Offset(*k)).expect("offset");
+            e.set_metadata(metadata);
+        }
+        first
+            .consumer
+            .commit(&tpl, CommitMode::Sync)
+            .expect("commit");
+    }
+    drop(first);
+
+    let mut second = Member::join_with(&config, &topic);
+    poll_until(
+        &mut [&mut second],
+        "the second member to own every partition and read from each",
+        |m| {
+            m[0].assigned().len() == PARTITIONS as usize
+                && m[0].first_record.len() == PARTITIONS as usize
+        },
+    );
+    assert!(second.errors.is_empty(), "{:?}", second.errors);
+    let log = second.consumer.context();
+    assert!(log.errors.lock().unwrap().is_empty(), "{:?}", log.errors);
+    let seen: BTreeMap<i32, (i64, String)> = log
+        .committed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, offset, metadata)| {
+            let Offset::Offset(k) = offset else {
+                panic!("partition {p}: no committed offset in the assign callback: {offset:?}")
+            };
+            (*p, (*k, metadata.clone()))
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    for (p, (offset, _)) in &second.first_record {
+        assert_eq!(
+            *offset, expected[p].0,
+            "partition {p} resumes at its committed offset"
+        );
+    }
+    // librdkafka reports KIP-848 assignments as cooperative (incremental) ones
+    let assignments = log.assignments.lock().unwrap();
+    assert!(
+        assignments
+            .iter()
+            .all(|(protocol, _)| *protocol == "cooperative"),
+        "{assignments:?}"
+    );
+    let mut added: Vec<i32> = assignments.iter().flat_map(|(_, ps)| ps.clone()).collect();
+    added.sort_unstable();
+    assert_eq!(added, (0..PARTITIONS).collect::<Vec<_>>());
 }
 
 #[test]

@@ -25,10 +25,9 @@ pub const BOOTSTRAP_ENV: &str = "KBQ_KAFKA_BOOTSTRAP";
 
 /// A broker started by this process through `scripts/kafka.sh`.
 pub struct KafkaBroker {
-    dir: PathBuf,
+    /// The broker's directory; removed on drop, after `Drop::drop` has stopped the broker.
+    dir: tempfile::TempDir,
     bootstrap: String,
-    /// Removes the broker's directory on drop (after the broker has stopped).
-    _tmp: Option<tempfile::TempDir>,
 }
 
 static SHARED: OnceLock<String> = OnceLock::new();
@@ -50,7 +49,12 @@ impl KafkaBroker {
                 .expect("create a temp dir for the shared broker")
                 .keep();
             let started = Instant::now();
-            let bootstrap = run_script(&["start", path_str(&dir), "--remove-dir"], true);
+            let bootstrap = try_run_script(&["start", path_str(&dir), "--remove-dir"], true)
+                .unwrap_or_else(|e| {
+                    // no watchdog was started, so nothing else would remove it
+                    let _ = std::fs::remove_dir_all(&dir);
+                    panic!("{e}")
+                });
             eprintln!(
                 "kafka broker for this test binary at {bootstrap} (started in {:.1}s)",
                 started.elapsed().as_secs_f64()
@@ -61,17 +65,12 @@ impl KafkaBroker {
 
     /// A broker owned by the caller: tests that restart or kill the broker must not share it.
     pub fn start_private() -> KafkaBroker {
-        let tmp = tempfile::Builder::new()
+        let dir = tempfile::Builder::new()
             .prefix("kbq-kafka-")
             .tempdir()
             .expect("create a temp dir for a broker");
-        let dir = tmp.path().to_path_buf();
-        let bootstrap = run_script(&["start", path_str(&dir)], true);
-        KafkaBroker {
-            dir,
-            bootstrap,
-            _tmp: Some(tmp),
-        }
+        let bootstrap = run_script(&["start", path_str(dir.path())], true);
+        KafkaBroker { dir, bootstrap }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -80,28 +79,28 @@ impl KafkaBroker {
 
     /// The broker's directory (its log is `broker.log` in it).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// Stops the broker cleanly (SIGTERM, waits for the exit).
     pub fn stop(&self) {
-        run_script(&["stop", path_str(&self.dir)], false);
+        run_script(&["stop", path_str(self.dir.path())], false);
     }
 
     /// Kills the broker with SIGKILL: a crash.
     pub fn kill(&self) {
-        run_script(&["stop", path_str(&self.dir), "--hard"], false);
+        run_script(&["stop", path_str(self.dir.path()), "--hard"], false);
     }
 
     /// Starts a stopped (or killed) broker again on the same ports with the same log dir.
     pub fn start_again(&self) {
-        let addr = run_script(&["start", path_str(&self.dir)], true);
+        let addr = run_script(&["start", path_str(self.dir.path())], true);
         assert_eq!(addr, self.bootstrap, "a restarted broker keeps its address");
     }
 
     /// Stops and starts the broker on the same ports and log dir; `hard` kills it first.
     pub fn restart(&self, hard: bool) {
-        let mut args = vec!["restart", path_str(&self.dir)];
+        let mut args = vec!["restart", path_str(self.dir.path())];
         if hard {
             args.push("--hard");
         }
@@ -115,7 +114,7 @@ impl Drop for KafkaBroker {
         // No panic in drop: a failed stop is left to the watchdog.
         let _ = Command::new("bash")
             .arg(script_path())
-            .args(["stop", path_str(&self.dir)])
+            .args(["stop", path_str(self.dir.path())])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .status();
@@ -130,9 +129,14 @@ fn path_str(p: &Path) -> &str {
     p.to_str().expect("temp dir paths are UTF-8")
 }
 
+/// Runs `kafka.sh` and returns its stdout (trimmed); panics if it fails.
+fn run_script(args: &[&str], watch: bool) -> String {
+    try_run_script(args, watch).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Runs `kafka.sh` and returns its stdout (trimmed). `watch` adds `--parent <this pid>` so that
 /// the broker cannot outlive this process.
-fn run_script(args: &[&str], watch: bool) -> String {
+fn try_run_script(args: &[&str], watch: bool) -> Result<String, String> {
     let pid = std::process::id().to_string();
     let mut cmd = Command::new("bash");
     cmd.arg(script_path()).args(args);
@@ -146,15 +150,16 @@ fn run_script(args: &[&str], watch: bool) -> String {
         .stderr(Stdio::inherit())
         .output()
         .expect("run scripts/kafka.sh (bash is required)");
-    assert!(
-        out.status.success(),
-        "scripts/kafka.sh {args:?} failed with {}",
-        out.status
-    );
-    String::from_utf8(out.stdout)
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/kafka.sh {args:?} failed with {} (its messages are on stderr)",
+            out.status
+        ));
+    }
+    Ok(String::from_utf8(out.stdout)
         .expect("kafka.sh prints ASCII")
         .trim()
-        .to_owned()
+        .to_owned())
 }
 
 /// A name no other test (of this or a concurrent run against the same broker) uses.
@@ -270,6 +275,17 @@ pub fn produce_to_partition(
             delivery.offset
         })
         .collect()
+}
+
+/// `consumer_config` for the KIP-848 group protocol (`group.protocol=consumer`): the broker
+/// assigns partitions and owns the session timeouts, so the classic-only settings go.
+pub fn consumer_config_kip848(bootstrap: &str, group_id: &str) -> ClientConfig {
+    let mut cfg = consumer_config(bootstrap, group_id);
+    cfg.remove("partition.assignment.strategy")
+        .remove("session.timeout.ms")
+        .remove("heartbeat.interval.ms")
+        .set("group.protocol", "consumer");
+    cfg
 }
 
 /// A consumer config with the settings the sink forces (DESIGN §4) and timeouts short enough
