@@ -1222,21 +1222,10 @@ mod yaml_paths {
 // ---------------------------------------------------------------------------------------------
 // Validation
 
-/// The longest checkpoint metadata the sink can write, for the check against
-/// `checkpoint.metadata_max_bytes`: DESIGN §2's `{v, s, t, r, f}` as compact JSON with a
-/// 16-hex-digit table fingerprint, 20-digit integers and a stream id of up to 128 characters
-/// (real ids run to about 90, so 64 would be too tight).
-// TODO(lead): once the checkpoint metadata codec is merged, use its own worst-case bound
-// (`checkpoint::metadata::worst_case_len`) here so the two cannot drift.
+/// The longest checkpoint metadata the daemon can write (the codec's own bound, so the two
+/// cannot drift).
 pub fn checkpoint_metadata_worst_case_len() -> usize {
-    const MAX_STREAM_ID_LEN: usize = 128;
-    let int = "9".repeat(20);
-    format!(
-        r#"{{"v":{int},"s":"{}","t":"{}","r":{int},"f":{int}}}"#,
-        "s".repeat(MAX_STREAM_ID_LEN),
-        "f".repeat(16)
-    )
-    .len()
+    crate::checkpoint::metadata::worst_case_len()
 }
 
 /// Checks a parsed config without any I/O; returns every problem found.

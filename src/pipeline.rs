@@ -164,7 +164,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
     let protocol = CheckpointProtocol::new(protocol_config(&config, &table_ref), table_marked);
     let (consumer, events) = consumer::spawn(ConsumerSettings {
-        properties: config.kafka.consumer_properties(),
+        properties: config.kafka.consumer_properties().0,
         topics: config.kafka.subscription(),
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),

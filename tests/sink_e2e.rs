@@ -64,6 +64,9 @@ fn encode(schema: &Schema, id: i64) -> Vec<u8> {
     apache_avro::to_avro_datum(schema, value).expect("encode avro")
 }
 
+/// A record's key and value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
 struct Fixture {
     emulator: Emulator,
     bootstrap: &'static str,
@@ -142,7 +145,7 @@ shutdown_deadline: 20s
     /// partition.
     fn produce(&self, ids: std::ops::Range<i64>, partitions: i32) {
         let p = producer(self.bootstrap);
-        let mut per: BTreeMap<i32, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
         for id in ids {
             per.entry((id % partitions as i64) as i32)
                 .or_default()
