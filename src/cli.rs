@@ -28,7 +28,7 @@ pub enum Command {
     Emulator(EmulatorArgs),
     /// The main job on embedded defaults: in-process Kafka, the emulator, generated data, a crash
     /// and recovery, and a verified exactly-once summary.
-    Quickstart,
+    Quickstart(crate::quickstart::QuickstartArgs),
     /// Parse and validate a config file without any I/O.
     Validate {
         #[arg(short = 'c', long = "config")]
@@ -148,7 +148,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Emulator(args) => run_emulator(args),
         Command::Run { config } => run(&config),
-        Command::Quickstart => not_yet("quickstart"),
+        Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),
         Command::Inspect { .. } => not_yet("inspect"),
         Command::Recover { .. } => not_yet("recover"),

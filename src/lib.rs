@@ -10,6 +10,7 @@ pub mod emulator;
 pub mod kafka;
 pub mod ops;
 pub mod pipeline;
+pub mod quickstart;
 pub mod registry;
 pub mod transcode;
 pub mod writer;
