@@ -248,7 +248,10 @@ impl Outcome {
         println!(
             "  clean stop         {}",
             match &self.clean_stop {
-                Ok(()) => "sink #2 stopped on SIGTERM after its final checkpoint (exit 0)".into(),
+                Ok(()) => format!(
+                    "sink #{} stopped on SIGTERM after its final checkpoint (exit 0)",
+                    self.checkpoints.len()
+                ),
                 Err(e) => format!("FAILED: {e}"),
             }
         );
@@ -317,7 +320,13 @@ async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result<Outcome> {
     );
     println!();
 
-    let production = Production::start(bootstrap.clone(), args.records, args.partitions);
+    let crash_point = (((args.records as f64) * CRASH_AT) as u64).max(1);
+    let production = Production::start(
+        bootstrap.clone(),
+        args.records,
+        args.partitions,
+        crash_point,
+    );
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let scraper = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
@@ -330,12 +339,11 @@ async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result<Outcome> {
     let mut crash: Option<Crash> = None;
     let mut restarted_at: Option<Instant> = None;
     let deadline = Duration::from_secs(args.timeout_secs);
-    let crash_point = ((args.records as f64) * CRASH_AT) as u64;
     let mut last_visible = 0u64;
     let mut last_tick = Instant::now();
     let mut last_metrics = String::new();
     let all_visible_at = loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(failure) = production.failure() {
             sink.kill();
             bail!("producing to the mock cluster failed: {failure}");
@@ -379,27 +387,34 @@ async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result<Outcome> {
             last_visible = visible;
             last_tick = Instant::now();
         }
-        if visible >= args.records && production.done() {
-            break Instant::now();
-        }
-        if crash.is_none() && visible >= crash_point && visible < args.records {
+        // The crash: once sink #1 has made the first part visible, the rest is released and the
+        // sink is killed as soon as it holds appended rows that are not yet visible (or, if it
+        // is too quick for that, once everything is visible).
+        if crash.is_none() && visible >= crash_point {
+            production.release();
             let appended = metric(&last_metrics, "kbq_rows_appended_total", None) as u64;
             let flushed = metric(&last_metrics, "kbq_rows_flushed_total", None) as u64;
-            let pid = sink.pid;
-            sink.kill();
-            println!(
-                "  crash: SIGKILL to sink #1 (pid {pid}) with {visible} rows visible and about {} appended but not yet visible; starting sink #2",
-                appended.saturating_sub(flushed)
-            );
-            crash = Some(Crash {
-                at_visible: visible,
-                unflushed: appended.saturating_sub(flushed),
-                pid,
-                resumed_after: None,
-            });
-            sink = Sink::spawn(&exe, &config_path, workdir, 2)?;
-            checkpoints.push(0);
-            restarted_at = Some(Instant::now());
+            if appended > flushed || visible >= args.records {
+                let pid = sink.pid;
+                sink.kill();
+                let unflushed = appended.saturating_sub(flushed);
+                println!(
+                    "  crash: SIGKILL to sink #1 (pid {pid}) with {visible} rows visible and {unflushed} appended but not yet visible; starting sink #2"
+                );
+                crash = Some(Crash {
+                    at_visible: visible,
+                    unflushed,
+                    pid,
+                    resumed_after: None,
+                });
+                sink = Sink::spawn(&exe, &config_path, workdir, 2)?;
+                checkpoints.push(0);
+                restarted_at = Some(Instant::now());
+                continue;
+            }
+        }
+        if visible >= args.records && production.done() && crash.is_some() {
+            break Instant::now();
         }
         if sink_started.elapsed() > deadline {
             sink.kill();
@@ -506,8 +521,8 @@ kafka:
   properties:
     # a restarted sink must get its partitions back quickly: the killed member leaves the
     # group only when its session times out
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
+    session.timeout.ms: "3000"
+    heartbeat.interval.ms: "300"
 schema_registry:
   url: "{registry}"
 bigquery:
@@ -746,14 +761,17 @@ struct Produced {
 /// The producer thread: generated orders, round-robin over the partitions.
 struct Production {
     delivered: Arc<AtomicU64>,
+    released: Arc<AtomicBool>,
     finished: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
     thread: std::thread::JoinHandle<anyhow::Result<Produced>>,
 }
 
 impl Production {
-    fn start(bootstrap: String, records: u64, partitions: i32) -> Production {
+    /// Produces the first `held_after` records at once and the rest after [`Self::release`].
+    fn start(bootstrap: String, records: u64, partitions: i32, held_after: u64) -> Production {
         let delivered = Arc::new(AtomicU64::new(0));
+        let released = Arc::new(AtomicBool::new(false));
         let finished = Arc::new(AtomicBool::new(false));
         let failure = Arc::new(Mutex::new(None));
         let context = DeliveryCounter {
@@ -762,20 +780,36 @@ impl Production {
             ends: Arc::new(Mutex::new(vec![0; partitions as usize])),
         };
         let done = finished.clone();
+        let failed = failure.clone();
+        let gate = Gate {
+            at: held_after,
+            open: released.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("quickstart-producer".into())
             .spawn(move || {
-                let result = produce(&bootstrap, records, partitions, context);
+                let result = produce(&bootstrap, records, partitions, gate, context);
+                if let Err(error) = &result {
+                    failed
+                        .lock()
+                        .expect("failure lock")
+                        .get_or_insert_with(|| format!("{error:#}"));
+                }
                 done.store(true, Ordering::Release);
                 result
             })
             .expect("spawn the producer thread");
         Production {
             delivered,
+            released,
             finished,
             failure,
             thread,
         }
+    }
+
+    fn release(&self) {
+        self.released.store(true, Ordering::Release);
     }
 
     fn delivered(&self) -> u64 {
@@ -797,10 +831,17 @@ impl Production {
     }
 }
 
+/// Where production pauses until the first part is visible.
+struct Gate {
+    at: u64,
+    open: Arc<AtomicBool>,
+}
+
 fn produce(
     bootstrap: &str,
     records: u64,
     partitions: i32,
+    gate: Gate,
     context: DeliveryCounter,
 ) -> anyhow::Result<Produced> {
     let ends = context.ends.clone();
@@ -815,6 +856,14 @@ fn produce(
     let (mut body, mut framed) = (Vec::with_capacity(2048), Vec::with_capacity(2048));
     let mut bytes = 0u64;
     for n in 0..records {
+        if n == gate.at {
+            producer
+                .flush(Duration::from_secs(120))
+                .map_err(|e| anyhow!("cannot flush the producer: {e}"))?;
+            while !gate.open.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         body.clear();
         framed.clear();
         generator.encode(n, &mut body);

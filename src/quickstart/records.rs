@@ -216,7 +216,7 @@ impl OrderGenerator {
         put_str(out, USER_AGENTS[rng.below(USER_AGENTS.len())]);
         put_str(out, &format!("{:016x}{:016x}", rng.next(), rng.next()));
         // A free-text comment brings the record to about 1 KB, like real order payloads.
-        let target = 300 + rng.below(300);
+        let target = 450 + rng.below(350);
         let mut comment = String::with_capacity(target + 16);
         while comment.len() < target {
             if !comment.is_empty() {
