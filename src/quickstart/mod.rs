@@ -599,21 +599,27 @@ fn verify(store: &Store, table: &TableRef, ends: &[u64]) -> anyhow::Result<(u64,
     let page = store
         .read_visible_rows(table, 0, usize::MAX)
         .map_err(|e| anyhow!("cannot read the table: {e}"))?;
-    let mut seen: Vec<Vec<u8>> = ends.iter().map(|&n| vec![0u8; n as usize]).collect();
-    let mut check = Check::default();
-    for row in &page.rows {
+    let pairs = page.rows.iter().map(|row| {
         let cells = row.codec.render(&row.data, &columns);
         let cell = |i: usize| {
             cells["f"][i]["v"]
                 .as_str()
                 .and_then(|v| v.parse::<i64>().ok())
         };
-        let slot = match (cell(pi), cell(oi)) {
-            (Some(p), Some(o)) if p >= 0 && o >= 0 => seen
-                .get_mut(p as usize)
-                .and_then(|offsets| offsets.get_mut(o as usize)),
-            _ => None,
-        };
+        cell(pi).zip(cell(oi))
+    });
+    Ok((page.rows.len() as u64, tally(pairs, ends)))
+}
+
+/// Counts each (partition, offset) against the produced ranges `[0, ends[p])`; `None` is a row
+/// without both values.
+fn tally(pairs: impl Iterator<Item = Option<(i64, i64)>>, ends: &[u64]) -> Check {
+    let mut seen: Vec<Vec<u8>> = ends.iter().map(|&n| vec![0u8; n as usize]).collect();
+    let mut check = Check::default();
+    for pair in pairs {
+        let slot = pair
+            .filter(|&(p, o)| p >= 0 && o >= 0)
+            .and_then(|(p, o)| seen.get_mut(p as usize)?.get_mut(o as usize));
         match slot {
             Some(count) => {
                 if *count > 0 {
@@ -630,7 +636,7 @@ fn verify(store: &Store, table: &TableRef, ends: &[u64]) -> anyhow::Result<(u64,
         .iter()
         .map(|offsets| offsets.iter().filter(|&&c| c == 0).count() as u64)
         .sum();
-    Ok((page.rows.len() as u64, check))
+    check
 }
 
 /// One incarnation of the sink: this binary's `run -c` as a child process.
@@ -903,6 +909,31 @@ fn produce(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tally_counts_duplicates_gaps_and_strangers() {
+        let rows = [
+            Some((0, 0)),
+            Some((0, 1)),
+            Some((0, 1)),
+            Some((1, 0)),
+            Some((1, 5)),
+            Some((2, 0)),
+            None,
+        ];
+        let check = tally(rows.into_iter(), &[3, 2]);
+        assert_eq!(
+            check,
+            Check {
+                distinct: 3,
+                duplicates: 1,
+                missing: 2,
+                unexpected: 3,
+            }
+        );
+        let exact = tally([Some((0, 0)), Some((0, 1))].into_iter(), &[2]);
+        assert_eq!(exact.duplicates + exact.missing + exact.unexpected, 0);
+    }
 
     #[test]
     fn metric_sums_the_series_that_carry_the_label() {
