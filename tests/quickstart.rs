@@ -21,7 +21,11 @@ fn quickstart_verifies_exactly_once_across_a_crash_and_exits_zero() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(output.status.success(), "exit status {}\n{context}", output.status);
+    assert!(
+        output.status.success(),
+        "exit status {}\n{context}",
+        output.status
+    );
     assert!(
         stdout.contains(
             "quickstart: exactly-once verified: records=12000 rows_visible=12000 duplicates=0 missing=0"
