@@ -63,7 +63,7 @@ const STALL: Duration = Duration::from_secs(90);
 #[derive(Debug, Clone, clap::Args)]
 pub struct QuickstartArgs {
     /// Records to produce.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 300_000)]
     pub records: u64,
     /// Partitions of the topic (one write stream each).
     #[arg(long, default_value_t = 8)]
