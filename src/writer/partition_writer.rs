@@ -336,12 +336,20 @@ impl PartitionWriter {
         {
             // A new writer schema: the rows of a request share one descriptor, and an explicit
             // stream changes schema by reconnecting.
+            // The stream stays (one stream per incarnation): only its connection is replaced,
+            // after everything sent with the old descriptor was answered.
             self.seal().await?;
             self.settle_all().await?;
-            if let Some(session) = &mut self.session {
-                session.close();
+            if let Some(mut old) = self.session.take() {
+                old.close();
+                self.session = Some(AppendSession::new(
+                    self.shared.client.clone(),
+                    old.stream().to_string(),
+                    plan.descriptor().clone(),
+                    old.next_offset(),
+                    self.shared.settings.session.clone(),
+                ));
             }
-            self.session = None;
         }
         self.plan = Some(plan.clone());
         let header_values: Vec<KafkaHeader<'_>> = record
