@@ -70,7 +70,7 @@ pub fn varint_len(v: u64) -> usize {
     ((64 - (v | 1).leading_zeros() as usize) * 9 + 64) / 64
 }
 
-#[inline]
+#[inline(always)]
 pub fn put_len_delimited(out: &mut Vec<u8>, tag: Tag, data: &[u8]) {
     tag.put(out);
     put_varint(out, data.len() as u64);
