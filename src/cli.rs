@@ -55,17 +55,122 @@ pub struct EmulatorArgs {
     /// Keep state on disk here so that it survives a restart; in memory without it.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Close an AppendRows call after this many seconds without a request (ABORTED).
+    #[arg(long, default_value_t = 600)]
+    pub idle_timeout_secs: u64,
+    /// Largest AppendRows request accepted, in bytes.
+    #[arg(long, default_value_t = 20 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// Idle lifetime of a COMMITTED stream, in seconds (then NOT_FOUND).
+    #[arg(long, default_value_t = 3 * 24 * 3600)]
+    pub committed_stream_ttl_secs: u64,
+    /// Idle lifetime of a BUFFERED stream, in seconds.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub buffered_stream_ttl_secs: u64,
+    /// Idle lifetime of a PENDING stream, in seconds (undocumented by Google; BUFFERED's value).
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub pending_stream_ttl_secs: u64,
+    /// Fault rules (YAML or JSON) installed at start; see the README's emulator section.
+    #[arg(long)]
+    pub faults: Option<PathBuf>,
+}
+
+impl EmulatorArgs {
+    pub fn config(&self) -> crate::emulator::server::EmulatorConfig {
+        use std::time::Duration;
+        crate::emulator::server::EmulatorConfig {
+            listen: self.listen,
+            data_dir: self.data_dir.clone(),
+            write: crate::emulator::grpc::WriteSettings {
+                idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+                max_request_bytes: self.max_request_bytes,
+            },
+            store: crate::emulator::store::StoreConfig {
+                committed_ttl: Duration::from_secs(self.committed_stream_ttl_secs),
+                buffered_ttl: Duration::from_secs(self.buffered_stream_ttl_secs),
+                pending_ttl: Duration::from_secs(self.pending_stream_ttl_secs),
+            },
+            faults_file: self.faults.clone(),
+        }
+    }
+}
+
+/// `emulator`: serve until SIGINT/SIGTERM. The address line is printed (and flushed) once the
+/// port is bound, so scripts can wait for it.
+fn run_emulator(args: EmulatorArgs) -> ExitCode {
+    use std::io::Write;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let emulator = match crate::emulator::server::Emulator::start(args.config()).await {
+            Ok(e) => e,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("emulator listening on {}", emulator.addr);
+        let _ = std::io::stdout().flush();
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate => {}
+        }
+        emulator.stop();
+        ExitCode::SUCCESS
+    })
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Emulator(_args) => not_yet("emulator"),
+        Command::Emulator(args) => run_emulator(args),
         Command::Run { .. } => not_yet("run"),
         Command::Quickstart => not_yet("quickstart"),
-        Command::Validate { .. } => not_yet("validate"),
+        Command::Validate { config } => validate(&config),
         Command::Inspect { .. } => not_yet("inspect"),
         Command::Recover { .. } => not_yet("recover"),
+    }
+}
+
+/// `validate -c`: parse and check the config without I/O beyond reading the file; every error
+/// names its field.
+fn validate(path: &std::path::Path) -> ExitCode {
+    match crate::config::Config::load(path) {
+        Ok(_) => {
+            println!("config ok");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let errors = e.errors();
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            for line in errors {
+                eprintln!("  {line}");
+            }
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod bigquery;
 pub mod checkpoint;
 pub mod cli;
+pub mod config;
 pub mod emulator;
 pub mod kafka;
 pub mod ops;

@@ -1,1 +1,4 @@
 //! The consumer task, the rebalance bridge and the dead-letter producer.
+
+pub mod consumer;
+pub mod dead_letter;

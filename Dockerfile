@@ -1,0 +1,22 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: compile in the Rust image, run as a non-root user in a small Debian image
+# with CA certificates (TLS to Kafka and Google) and the OpenSSL runtime librdkafka links.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+RUN apt-get update && apt-get install -y --no-install-recommends cmake pkg-config libssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bin kafka-bigquery-sink \
+    && strip target/release/kafka-bigquery-sink
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin sink
+COPY --from=build /src/target/release/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
+USER 65532:65532
+EXPOSE 9090
+ENTRYPOINT ["/usr/local/bin/kafka-bigquery-sink"]
+CMD ["run", "-c", "/etc/kafka-bigquery-sink/config.yaml"]

@@ -1,0 +1,297 @@
+//! The daemon's Storage Write API client: unary calls (CreateWriteStream, GetWriteStream,
+//! FlushRows, FinalizeWriteStream, BatchCommitWriteStreams) and long-lived AppendRows
+//! connections. It only speaks the protocol; what to do about an error is decided by the writer
+//! and the checkpoint coordinator from [`WriteError::class`].
+
+use std::time::Duration;
+
+use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
+    AppendRowsRequest, AppendRowsResponse, BatchCommitWriteStreamsRequest,
+    BatchCommitWriteStreamsResponse, CreateWriteStreamRequest, FinalizeWriteStreamRequest,
+    FlushRowsRequest, GetWriteStreamRequest, TableSchema as ProtoTableSchema, WriteStream,
+    WriteStreamView, append_rows_response, big_query_write_client::BigQueryWriteClient,
+    write_stream,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+use super::auth::Auth;
+use super::error::WriteError;
+
+/// Largest response we accept (responses are small; `updated_schema` is the biggest part).
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// Requests up to BigQuery's current 20 MB limit can be sent.
+const MAX_REQUEST_BYTES: usize = 20 << 20;
+
+/// The type of an explicitly created write stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    Committed,
+    Pending,
+    Buffered,
+}
+
+impl StreamKind {
+    fn proto(self) -> write_stream::Type {
+        match self {
+            StreamKind::Committed => write_stream::Type::Committed,
+            StreamKind::Pending => write_stream::Type::Pending,
+            StreamKind::Buffered => write_stream::Type::Buffered,
+        }
+    }
+}
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct WriteClientOptions {
+    /// `https://…` for Google (TLS with the webpki roots), `http://127.0.0.1:PORT` for the emulator.
+    pub endpoint: String,
+    /// Deadline of each unary call.
+    pub rpc_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// A cheap-to-clone handle on one HTTP/2 channel; many AppendRows calls share it.
+#[derive(Clone, Debug)]
+pub struct WriteClient {
+    grpc: BigQueryWriteClient<Channel>,
+    auth: Auth,
+    rpc_timeout: Duration,
+}
+
+impl WriteClient {
+    /// Builds the channel lazily: the first call connects, and a broken connection is
+    /// re-established by the channel on the next call.
+    pub fn new(options: &WriteClientOptions, auth: Auth) -> Result<WriteClient, WriteError> {
+        let invalid = |e: &dyn std::fmt::Display| {
+            WriteError::from_status(&tonic::Status::invalid_argument(format!(
+                "invalid bigquery endpoint {}: {e}",
+                options.endpoint
+            )))
+        };
+        let mut endpoint = Endpoint::from_shared(options.endpoint.clone())
+            .map_err(|e| invalid(&e))?
+            .connect_timeout(options.connect_timeout)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        if options.endpoint.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(ClientTlsConfig::new().with_webpki_roots())
+                .map_err(|e| invalid(&e))?;
+        }
+        let grpc = BigQueryWriteClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .max_encoding_message_size(MAX_REQUEST_BYTES);
+        Ok(WriteClient {
+            grpc,
+            auth,
+            rpc_timeout: options.rpc_timeout,
+        })
+    }
+
+    /// Auth headers plus the routing header `x-goog-request-params: <key>=<value>` that Google's
+    /// front end uses to find the region of the resource.
+    async fn metadata(&self, routing_key: &str, resource: &str) -> Result<MetadataMap, WriteError> {
+        let headers =
+            self.auth.headers().await.map_err(|e| {
+                WriteError::from_status(&tonic::Status::unauthenticated(e.to_string()))
+            })?;
+        let mut metadata = MetadataMap::from_headers(headers);
+        if let Ok(value) = MetadataValue::try_from(format!("{routing_key}={resource}")) {
+            metadata.insert("x-goog-request-params", value);
+        }
+        Ok(metadata)
+    }
+
+    async fn unary<T>(
+        &self,
+        message: T,
+        routing_key: &str,
+        resource: &str,
+    ) -> Result<tonic::Request<T>, WriteError> {
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata(routing_key, resource).await?;
+        request.set_timeout(self.rpc_timeout);
+        Ok(request)
+    }
+
+    /// `table` is `projects/{p}/datasets/{d}/tables/{t}`.
+    pub async fn create_write_stream(
+        &self,
+        table: &str,
+        kind: StreamKind,
+    ) -> Result<WriteStream, WriteError> {
+        let message = CreateWriteStreamRequest {
+            parent: table.to_string(),
+            write_stream: Some(WriteStream {
+                r#type: kind.proto() as i32,
+                ..Default::default()
+            }),
+        };
+        let request = self.unary(message, "parent", table).await?;
+        Ok(self
+            .grpc
+            .clone()
+            .create_write_stream(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn get_write_stream(
+        &self,
+        stream: &str,
+        full: bool,
+    ) -> Result<WriteStream, WriteError> {
+        let view = if full {
+            WriteStreamView::Full
+        } else {
+            WriteStreamView::Basic
+        };
+        let message = GetWriteStreamRequest {
+            name: stream.to_string(),
+            view: view as i32,
+        };
+        let request = self.unary(message, "name", stream).await?;
+        Ok(self
+            .grpc
+            .clone()
+            .get_write_stream(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Makes the rows of a BUFFERED stream up to and including `offset` visible; returns the
+    /// flushed offset.
+    pub async fn flush_rows(&self, stream: &str, offset: i64) -> Result<i64, WriteError> {
+        let message = FlushRowsRequest {
+            write_stream: stream.to_string(),
+            offset: Some(offset),
+        };
+        let request = self.unary(message, "write_stream", stream).await?;
+        Ok(self
+            .grpc
+            .clone()
+            .flush_rows(request)
+            .await?
+            .into_inner()
+            .offset)
+    }
+
+    /// Returns the stream's row count.
+    pub async fn finalize_write_stream(&self, stream: &str) -> Result<i64, WriteError> {
+        let message = FinalizeWriteStreamRequest {
+            name: stream.to_string(),
+        };
+        let request = self.unary(message, "name", stream).await?;
+        Ok(self
+            .grpc
+            .clone()
+            .finalize_write_stream(request)
+            .await?
+            .into_inner()
+            .row_count)
+    }
+
+    pub async fn batch_commit_write_streams(
+        &self,
+        table: &str,
+        streams: Vec<String>,
+    ) -> Result<BatchCommitWriteStreamsResponse, WriteError> {
+        let message = BatchCommitWriteStreamsRequest {
+            parent: table.to_string(),
+            write_streams: streams,
+        };
+        let request = self.unary(message, "parent", table).await?;
+        Ok(self
+            .grpc
+            .clone()
+            .batch_commit_write_streams(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Opens an AppendRows call with `first` (which must name the stream and carry the writer
+    /// schema). The first request is queued *before* the call is awaited: the server sends no
+    /// response headers until it has seen a message, so awaiting first would deadlock.
+    /// `window` bounds requests queued but not yet taken by the transport.
+    pub async fn open_append(
+        &self,
+        first: AppendRowsRequest,
+        window: usize,
+    ) -> Result<AppendConnection, WriteError> {
+        let stream = first.write_stream.clone();
+        let (tx, rx) = mpsc::channel(window.max(1));
+        tx.try_send(first)
+            .map_err(|_| WriteError::disconnected("cannot queue the first append request"))?;
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        *request.metadata_mut() = self.metadata("write_stream", &stream).await?;
+        let responses = self.grpc.clone().append_rows(request).await?.into_inner();
+        Ok(AppendConnection {
+            requests: tx,
+            responses,
+            stream,
+        })
+    }
+}
+
+/// One AppendRows bidi call. Responses come one per request, in request order.
+pub struct AppendConnection {
+    requests: mpsc::Sender<AppendRowsRequest>,
+    responses: tonic::Streaming<AppendRowsResponse>,
+    stream: String,
+}
+
+/// The answer to one append request.
+#[derive(Debug)]
+pub enum AppendReply {
+    /// Appended. `offset` is the stream offset of the request's first row (absent on `_default`).
+    Appended {
+        offset: Option<i64>,
+        updated_schema: Option<ProtoTableSchema>,
+    },
+    /// The request failed and appended nothing; the connection stays usable.
+    Failed(WriteError),
+}
+
+impl AppendConnection {
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Queues a request. An error means the call is gone: reconnect and resend.
+    pub async fn send(&self, request: AppendRowsRequest) -> Result<(), WriteError> {
+        self.requests
+            .send(request)
+            .await
+            .map_err(|_| WriteError::disconnected("append connection closed"))
+    }
+
+    /// The next response. `Err` means the whole call ended (with the server's status, or a
+    /// broken transport): every unanswered request was lost and must be resent on a new call.
+    pub async fn next_reply(&mut self) -> Result<AppendReply, WriteError> {
+        match self.responses.message().await {
+            Ok(Some(response)) => Ok(reply(response)),
+            Ok(None) => Err(WriteError::disconnected(
+                "append connection ended by the server",
+            )),
+            Err(status) => Err(WriteError::from_status(&status)),
+        }
+    }
+}
+
+fn reply(response: AppendRowsResponse) -> AppendReply {
+    match response.response {
+        Some(append_rows_response::Response::Error(status)) => {
+            AppendReply::Failed(WriteError::from_rpc_status(&status, response.row_errors))
+        }
+        Some(append_rows_response::Response::AppendResult(result)) => AppendReply::Appended {
+            offset: result.offset,
+            updated_schema: response.updated_schema,
+        },
+        None => AppendReply::Failed(WriteError::disconnected("append response without a result")),
+    }
+}

@@ -1,0 +1,643 @@
+//! The checkpoint coordinator: the async shell around the pure [`CheckpointProtocol`]. It feeds
+//! the protocol every event (consumer, writers, I/O results, timers, signals) one at a time and
+//! executes the actions it returns: Kafka commits go to the consumer thread (which makes them
+//! under its commit lock), FlushRows/FinalizeWriteStream and the `resolve` query run as tasks
+//! whose results come back as events, writers are started and stopped here.
+//!
+//! Nothing here decides anything about exactly-once: the protocol does; this file only moves
+//! bytes and measures.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::bigquery::error::ErrorClass;
+use crate::bigquery::rest_client::{FilterValue, RestClient, TableReference};
+use crate::bigquery::write_client::WriteClient;
+use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
+use crate::ops::http::Health;
+use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLabel};
+use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
+
+use super::offsets::{KafkaOffset, NextOffset};
+use super::protocol::{
+    Action, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
+    TopicPartition,
+};
+
+/// Where the `resolve` recovery finds a partition's rows: the metadata columns.
+#[derive(Debug, Clone)]
+pub struct ResolveColumns {
+    pub topic: Option<String>,
+    pub partition: String,
+    pub offset: String,
+}
+
+#[derive(Clone)]
+pub struct CoordinatorSettings {
+    pub table: TableReference,
+    pub checkpoint_interval: Duration,
+    /// Budget of a writer's drain on revoke/shutdown.
+    pub writer_drain: Duration,
+    pub shutdown_deadline: Duration,
+    /// Record channel depth per writer.
+    pub writer_channel: usize,
+    /// The table label that marks "this group has committed before".
+    pub group_label: String,
+    pub resolve: Option<ResolveColumns>,
+}
+
+pub struct Coordinator {
+    protocol: CheckpointProtocol,
+    settings: CoordinatorSettings,
+    consumer: ConsumerHandle,
+    consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
+    writer_shared: Arc<WriterShared>,
+    writers: HashMap<TopicPartition, WriterHandle>,
+    writer_tx: mpsc::UnboundedSender<WriterEvent>,
+    writer_rx: mpsc::UnboundedReceiver<WriterEvent>,
+    io: JoinSet<Event>,
+    client: WriteClient,
+    rest: RestClient,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    failed: HashMap<TopicPartition, String>,
+    /// Start of the cycle in flight, for its duration.
+    cycle_started: Option<Instant>,
+    /// Last visible offset per partition, to count rows made visible.
+    visible: HashMap<TopicPartition, NextOffset>,
+    /// The cycle in flight was abandoned (counted already).
+    cycle_abandoned: bool,
+}
+
+/// How the coordinator ended.
+#[derive(Debug)]
+pub enum Exit {
+    /// SIGTERM handled: final checkpoint made, group left.
+    Shutdown,
+    /// The consumer failed for good.
+    ConsumerFailed(String),
+}
+
+impl Coordinator {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        protocol: CheckpointProtocol,
+        settings: CoordinatorSettings,
+        consumer: ConsumerHandle,
+        consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
+        writer_shared: Arc<WriterShared>,
+        rest: RestClient,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
+        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+        let client = writer_shared.client.clone();
+        Coordinator {
+            protocol,
+            settings,
+            consumer,
+            consumer_events,
+            writer_shared,
+            writers: HashMap::new(),
+            writer_tx,
+            writer_rx,
+            io: JoinSet::new(),
+            client,
+            rest,
+            metrics,
+            health,
+            failed: HashMap::new(),
+            cycle_started: None,
+            visible: HashMap::new(),
+            cycle_abandoned: false,
+        }
+    }
+
+    /// Runs until shutdown completes. `shutdown` is cancelled on SIGTERM/SIGINT.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Exit {
+        let mut ticker = tokio::time::interval(self.settings.checkpoint_interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticker.tick().await;
+        let mut shutdown_deadline: Option<Instant> = None;
+        let mut exit = None;
+        self.health.set_ready();
+        loop {
+            self.health.beat();
+            tokio::select! {
+                _ = shutdown.cancelled(), if shutdown_deadline.is_none() => {
+                    tracing::info!("shutdown requested: final checkpoint");
+                    shutdown_deadline = Some(Instant::now() + self.settings.shutdown_deadline);
+                    self.feed(Event::Shutdown);
+                }
+                _ = sleep_until(shutdown_deadline) => {
+                    tracing::warn!("shutdown deadline passed");
+                    shutdown_deadline = Some(Instant::now() + Duration::from_secs(3600));
+                    self.feed(Event::ShutdownDeadline);
+                }
+                _ = ticker.tick() => {
+                    self.update_readiness();
+                    if !self.protocol.cycle_in_flight() {
+                        self.cycle_started = Some(Instant::now());
+                        self.feed(Event::StartCycle);
+                    }
+                }
+                Some(event) = self.consumer_events.recv() => {
+                    match event {
+                        ConsumerEvent::Closed => break,
+                        ConsumerEvent::Fatal(reason) => {
+                            tracing::error!(reason = %reason, "kafka consumer failed");
+                            exit = Some(Exit::ConsumerFailed(reason));
+                            self.consumer.send(ConsumerCommand::Shutdown);
+                        }
+                        other => self.on_consumer(other),
+                    }
+                }
+                Some(event) = self.writer_rx.recv() => self.on_writer(event),
+                Some(done) = self.io.join_next(), if !self.io.is_empty() => {
+                    if let Ok(event) = done {
+                        self.feed(event);
+                    }
+                }
+            }
+            if self.cycle_started.is_some() && !self.protocol.cycle_in_flight() {
+                let started = self.cycle_started.take().expect("checked");
+                self.metrics
+                    .checkpoint_duration
+                    .observe(started.elapsed().as_secs_f64());
+                if !std::mem::take(&mut self.cycle_abandoned) {
+                    self.metrics.checkpoint_committed();
+                    self.metrics
+                        .checkpoints
+                        .get_or_create(&OutcomeLabel {
+                            outcome: "committed",
+                        })
+                        .inc();
+                }
+            }
+        }
+        for (_, mut writer) in self.writers.drain() {
+            writer.stop(Duration::ZERO);
+        }
+        let consumer = self.consumer;
+        let _ = tokio::task::spawn_blocking(move || consumer.join()).await;
+        exit.unwrap_or(Exit::Shutdown)
+    }
+
+    fn feed(&mut self, event: Event) {
+        let actions = self.protocol.handle(event);
+        for action in actions {
+            self.execute(action);
+        }
+    }
+
+    fn on_consumer(&mut self, event: ConsumerEvent) {
+        match event {
+            ConsumerEvent::Assigned(partitions) => {
+                let m = self.metrics.clone();
+                m.rebalances
+                    .get_or_create(&KindLabel { kind: "assign" })
+                    .inc();
+                for (tp, assignment) in partitions {
+                    m.partitions_assigned.inc();
+                    tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
+                    self.feed(Event::Assigned { tp, assignment });
+                }
+            }
+            ConsumerEvent::RevokeBegan { partitions, lost } => {
+                let kind = if lost { "lost" } else { "revoke" };
+                self.metrics
+                    .rebalances
+                    .get_or_create(&KindLabel { kind })
+                    .inc();
+                for tp in partitions {
+                    tracing::info!(partition = %tp, lost, "partition revoked: handing off");
+                    self.feed(Event::RevokeBegan { tp, lost });
+                }
+                // Every commit sent from now on was built knowing of the revoke.
+                self.consumer.send(ConsumerCommand::RevokeSeen);
+            }
+            ConsumerEvent::HandoffDeadline(partitions) => {
+                for tp in partitions {
+                    self.feed(Event::HandoffDeadline { tp });
+                }
+            }
+            ConsumerEvent::CommitDone { commit, outcome } => {
+                self.feed(Event::CommitResult { commit, outcome });
+            }
+            ConsumerEvent::Reread { tp, assignment } => {
+                self.feed(Event::CheckpointReread { tp, assignment });
+            }
+            ConsumerEvent::RereadFailed { tp, reason } => {
+                // Never read as "no offset": ask again after a pause.
+                tracing::warn!(partition = %tp, reason = %reason, "cannot read the committed offset, retrying");
+                let commands = self.consumer.sender();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = commands.send(ConsumerCommand::ReadCommitted { tp });
+                });
+            }
+            ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
+        }
+    }
+
+    fn on_writer(&mut self, event: WriterEvent) {
+        match event {
+            WriterEvent::Acknowledged { tp, ack } => self.feed(Event::RowsAcknowledged { tp, ack }),
+            WriterEvent::StreamLost {
+                tp,
+                incarnation,
+                stream,
+            } => {
+                if self.is_current(&tp, incarnation) {
+                    tracing::warn!(partition = %tp, stream = %stream, "write stream lost: new incarnation");
+                    self.writers.remove(&tp);
+                    self.feed(Event::StreamLost { tp, stream });
+                }
+            }
+            WriterEvent::Zombie {
+                tp,
+                incarnation,
+                stream,
+            } => {
+                if self.is_current(&tp, incarnation) {
+                    tracing::error!(partition = %tp, stream = %stream, "own stream finalized by another owner: this writer is a zombie");
+                    self.writers.remove(&tp);
+                    self.feed(Event::ZombieDetected { tp, stream });
+                }
+            }
+            WriterEvent::Stopped { tp, incarnation } => {
+                if self.is_current(&tp, incarnation) {
+                    self.writers.remove(&tp);
+                    self.feed(Event::WriterStopped { tp });
+                }
+            }
+            WriterEvent::Failed {
+                tp,
+                incarnation,
+                reason,
+            } => {
+                if self.is_current(&tp, incarnation) {
+                    // The partition stops where its acknowledged prefix ends; that prefix keeps
+                    // being checkpointed. Readiness turns false so an operator looks.
+                    tracing::error!(partition = %tp, reason = %reason, "writer failed: partition stopped");
+                    self.writers.remove(&tp);
+                    self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+                    self.mark_failed(tp, reason);
+                }
+            }
+        }
+    }
+
+    fn is_current(&self, tp: &TopicPartition, incarnation: super::offsets::Incarnation) -> bool {
+        self.writers
+            .get(tp)
+            .is_some_and(|w| w.incarnation == incarnation)
+    }
+
+    fn mark_failed(&mut self, tp: TopicPartition, reason: String) {
+        if self.failed.insert(tp, reason).is_none() {
+            self.metrics.partitions_failed.inc();
+        }
+        self.update_readiness();
+    }
+
+    fn update_readiness(&self) {
+        if let Some((tp, reason)) = self.failed.iter().next() {
+            self.health
+                .set_not_ready(format!("partition {tp} failed: {reason}"));
+            return;
+        }
+        match self.metrics.checkpoint_age_seconds() {
+            Some(age)
+                if age > (self.settings.checkpoint_interval * 6).as_secs_f64()
+                    && !self.writers.is_empty() =>
+            {
+                self.health
+                    .set_not_ready(format!("no checkpoint committed for {age:.0}s"));
+            }
+            _ => self.health.set_ready(),
+        }
+    }
+
+    fn stream_name(&self, stream: &super::offsets::StreamId) -> String {
+        format!("{}/streams/{}", self.settings.table.resource_name(), stream)
+    }
+
+    fn execute(&mut self, action: Action) {
+        match action {
+            Action::FlushRows {
+                tp,
+                stream,
+                through,
+                purpose,
+                attempt,
+            } => {
+                let client = self.client.clone();
+                let name = self.stream_name(&stream);
+                let metrics = self.metrics.clone();
+                let label = TableLabel {
+                    table: self.writer_shared.settings.table_label.clone(),
+                };
+                self.io.spawn(async move {
+                    backoff(attempt).await;
+                    let started = Instant::now();
+                    let result = client.flush_rows(&name, through.0).await;
+                    metrics
+                        .flush_latency
+                        .get_or_create(&label)
+                        .observe(started.elapsed().as_secs_f64());
+                    let outcome = match result {
+                        Ok(_) => FlushOutcome::Flushed,
+                        Err(e) => {
+                            metrics.bigquery_error("FlushRows", &e);
+                            match e.class() {
+                                ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
+                                ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
+                                ErrorClass::NotFound => FlushOutcome::NotFound,
+                                ErrorClass::Transient | ErrorClass::Throttled => {
+                                    FlushOutcome::Transient(e.to_string())
+                                }
+                                _ => FlushOutcome::Fatal(e.to_string()),
+                            }
+                        }
+                    };
+                    match purpose {
+                        FlushPurpose::Recovery => Event::RecoveryFlushResult {
+                            tp,
+                            stream,
+                            through,
+                            outcome,
+                        },
+                        FlushPurpose::Cycle => Event::FlushResult {
+                            tp,
+                            stream,
+                            through,
+                            outcome,
+                        },
+                    }
+                });
+            }
+            Action::ReadCommitted { tp } => {
+                self.consumer.send(ConsumerCommand::ReadCommitted { tp });
+            }
+            Action::ResolveVisible { tp, attempt } => {
+                let rest = self.rest.clone();
+                let table = self.settings.table.clone();
+                let columns = self.settings.resolve.clone();
+                self.io.spawn(async move {
+                    backoff(attempt).await;
+                    let outcome = match columns {
+                        None => Err(
+                            "the resolve policy needs the partition and offset metadata columns"
+                                .to_string(),
+                        ),
+                        Some(c) => {
+                            let mut filters =
+                                vec![(c.partition.as_str(), FilterValue::Int(tp.partition as i64))];
+                            if let Some(topic) = &c.topic {
+                                filters.push((topic.as_str(), FilterValue::Str(&tp.topic)));
+                            }
+                            rest.query_max_int(&table, &c.offset, &filters)
+                                .await
+                                .map(|max| max.map(KafkaOffset))
+                                .map_err(|e| e.to_string())
+                        }
+                    };
+                    Event::ResolveResult { tp, outcome }
+                });
+            }
+            Action::StartIncarnation {
+                tp,
+                incarnation,
+                from,
+            } => {
+                if let Some(mut old) = self.writers.remove(&tp) {
+                    old.stop(Duration::ZERO);
+                }
+                let (tx, rx) = mpsc::channel(self.settings.writer_channel);
+                let handle = partition_writer::spawn(
+                    self.writer_shared.clone(),
+                    tp.clone(),
+                    incarnation,
+                    from,
+                    rx,
+                    self.writer_tx.clone(),
+                );
+                self.writers.insert(tp.clone(), handle);
+                self.visible.entry(tp.clone()).or_insert(from);
+                tracing::info!(partition = %tp, incarnation = incarnation.0, from = from.0, "writer started");
+                self.consumer
+                    .send(ConsumerCommand::Start { tp, from, sink: tx });
+            }
+            Action::Seek {
+                tp,
+                incarnation,
+                to,
+            } => {
+                if self.is_current(&tp, incarnation) {
+                    self.consumer.send(ConsumerCommand::Seek { tp, to });
+                }
+            }
+            Action::CommitOffsets { commit, entries } => {
+                self.consumer
+                    .send(ConsumerCommand::Commit { commit, entries });
+            }
+            Action::FinalizeStream { tp, stream } => {
+                let client = self.client.clone();
+                let name = self.stream_name(&stream);
+                let metrics = self.metrics.clone();
+                let label = TableLabel {
+                    table: self.writer_shared.settings.table_label.clone(),
+                };
+                self.io.spawn(async move {
+                    let outcome = match client.finalize_write_stream(&name).await {
+                        Ok(_) => {
+                            metrics.streams_finalized.get_or_create(&label).inc();
+                            Ok(())
+                        }
+                        Err(e) => {
+                            metrics.bigquery_error("FinalizeWriteStream", &e);
+                            Err(e.to_string())
+                        }
+                    };
+                    Event::FinalizeResult {
+                        tp,
+                        stream,
+                        outcome,
+                    }
+                });
+            }
+            Action::StopWriter { tp } => {
+                self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+                match self.writers.get_mut(&tp) {
+                    Some(writer) => writer.stop(self.settings.writer_drain),
+                    // No writer (recovering, failed): nothing is in flight.
+                    None => self.feed(Event::WriterStopped { tp }),
+                }
+            }
+            Action::Pause { tp } => {
+                self.consumer.send(ConsumerCommand::Pause { tp });
+            }
+            Action::Resume { tp } => {
+                self.consumer.send(ConsumerCommand::Resume { tp });
+            }
+            Action::Release { tp } => {
+                if let Some(mut writer) = self.writers.remove(&tp) {
+                    writer.stop(Duration::ZERO);
+                }
+                self.metrics.partitions_assigned.dec();
+                if self.failed.remove(&tp).is_some() {
+                    self.metrics.partitions_failed.dec();
+                }
+                self.visible.remove(&tp);
+                self.consumer.send(ConsumerCommand::Release { tp });
+            }
+            Action::FailPartition { tp, reason } => {
+                self.fail_partition(tp, reason);
+            }
+            Action::LabelTable => {
+                let rest = self.rest.clone();
+                let table = self.settings.table.clone();
+                let key = self.settings.group_label.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = rest.set_table_label(&table, &key, "committed").await {
+                        tracing::warn!(error = %e, label = %key, "cannot write the group marker on the table");
+                    }
+                });
+            }
+            Action::Count(outcome) => self.count(outcome),
+            Action::ShutdownComplete => {
+                tracing::info!("final checkpoint done: leaving the group");
+                self.consumer.send(ConsumerCommand::Shutdown);
+            }
+        }
+    }
+
+    fn fail_partition(&mut self, tp: TopicPartition, reason: FailReason) {
+        tracing::error!(partition = %tp, reason = %reason, "partition failed closed");
+        if let Some(mut writer) = self.writers.remove(&tp) {
+            writer.stop(Duration::ZERO);
+        }
+        self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+        self.metrics
+            .recovery_actions
+            .get_or_create(&OutcomeLabel { outcome: "failed" })
+            .inc();
+        self.mark_failed(tp, reason.to_string());
+    }
+
+    fn count(&mut self, outcome: Outcome) {
+        let m = self.metrics.clone();
+        let recovery = |outcome: &'static str| {
+            m.recovery_actions
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc()
+        };
+        match outcome {
+            Outcome::Started { tp, case, at } => {
+                tracing::info!(partition = %tp, case = ?case, at = at.0, "partition starts");
+            }
+            Outcome::RecoveryFlushed { tp } => {
+                recovery("reflushed");
+                tracing::info!(partition = %tp, "recovery: committed checkpoint flushed");
+            }
+            Outcome::RecoveryRetried { tp, attempt } => {
+                tracing::warn!(partition = %tp, attempt, "recovery flush failed transiently, retrying");
+            }
+            Outcome::Anomaly { tp, stream } => {
+                recovery("anomaly");
+                tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
+            }
+            Outcome::Rewound { tp, from, to, .. } => {
+                recovery("rewound");
+                m.rewound_records
+                    .get_or_create(&TopicLabel {
+                        topic: tp.topic.clone(),
+                    })
+                    .inc_by(from.distance_to(to));
+                tracing::warn!(partition = %tp, from = from.0, to = to.0, "recovery: stream lost, rewinding (at-least-once for this window)");
+            }
+            Outcome::Resolved { tp, at } => {
+                recovery("resolved");
+                tracing::warn!(partition = %tp, at = at.0, "recovery: stream lost, resolved from the table");
+            }
+            Outcome::RecordsLost { tp, from, to } => {
+                tracing::error!(partition = %tp, from = from.0, to = to.0, "records deleted by retention before they were visible");
+            }
+            Outcome::CommitFailed { tp } => {
+                tracing::warn!(partition = %tp, "kafka commit failed for partition");
+            }
+            Outcome::CycleAbandoned => {
+                self.cycle_abandoned = true;
+                m.checkpoints
+                    .get_or_create(&OutcomeLabel {
+                        outcome: "abandoned",
+                    })
+                    .inc();
+                tracing::warn!("checkpoint cycle abandoned");
+            }
+            Outcome::FlushRetried { tp } => {
+                tracing::warn!(partition = %tp, "flush pending, retried next cycle");
+            }
+            Outcome::Visible { tp, through } => {
+                let before = self.visible.insert(tp.clone(), through).unwrap_or(through);
+                // Records, not rows: dead-lettered records are included (close enough for a
+                // throughput metric; the exact row count is in rows_appended).
+                m.rows_flushed
+                    .get_or_create(&TableLabel {
+                        table: self.writer_shared.settings.table_label.clone(),
+                    })
+                    .inc_by(before.distance_to(through));
+                tracing::debug!(partition = %tp, through = through.0, "visible");
+            }
+            Outcome::Finalized { tp, stream } => {
+                tracing::debug!(partition = %tp, stream = %stream, "superseded stream finalized");
+            }
+            Outcome::ZombieStopped { tp } => {
+                tracing::error!(partition = %tp, "zombie writer stopped");
+            }
+            Outcome::StreamRestarted { tp } => {
+                tracing::warn!(partition = %tp, "stream restarted in process");
+            }
+            Outcome::Paused { tp } => {
+                tracing::info!(partition = %tp, "paused: uncommitted tail at its cap");
+            }
+            Outcome::HandedOff { tp, committed } => {
+                tracing::info!(partition = %tp, committed, "partition handed off");
+            }
+            Outcome::HandoffAbandoned { tp } => {
+                tracing::warn!(partition = %tp, "handoff abandoned at its deadline");
+            }
+            Outcome::ShutdownIncomplete { partitions } => {
+                tracing::warn!(
+                    partitions,
+                    "shutdown deadline passed before every partition was checkpointed"
+                );
+            }
+            #[allow(unreachable_patterns)]
+            other => tracing::debug!(outcome = ?other, "protocol outcome"),
+        }
+    }
+}
+
+/// Retries back off by their attempt number: 0, 0.2 s, 0.4 s, … up to 30 s.
+async fn backoff(attempt: u32) {
+    if attempt > 0 {
+        let d = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(9)))
+            .min(Duration::from_secs(30));
+        tokio::time::sleep(d).await;
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,2325 @@
+//! The exactly-once checkpoint protocol of one process, as a pure state machine: [`Event`]s in,
+//! [`Action`]s out. No I/O, no clock, no async: the coordinator shell executes the actions
+//! (Kafka commits, FlushRows, FinalizeWriteStream, seeks, writer control) and feeds their results
+//! back as events, serialised under the commit lock that the revoke callback also takes.
+//!
+//! The exactly-once argument, in the order the steps happen:
+//!
+//! * A row becomes visible only through FlushRows, and this machine only asks for a FlushRows of
+//!   `(s, r)` after a Kafka commit whose metadata names `(s, r)` succeeded for that partition
+//!   (invariant 1), or during recovery for the checkpoint just read from Kafka (it was committed).
+//! * Every committed checkpoint with `f < K` is flushed eventually: it stays *pending* and is
+//!   retried in every cycle until it succeeds, even when the partition has no new rows; a crash
+//!   leaves it in Kafka, where the next owner re-flushes it before appending (invariant 2).
+//! * A stream is finalized only once the latest commit no longer needs it: either the commit
+//!   references another stream and that stream's flush succeeded, or it says `f == K`
+//!   (invariant 3, the seed bug made impossible).
+//! * After a revocation began, the only thing this machine emits for the partition is one handoff
+//!   commit; every later result for it is dropped (invariant 4).
+//! * Each incarnation appends to a fresh stream that only it knows, and a STREAM_FINALIZED on it
+//!   means a newer owner superseded it: the machine stops the writer and emits nothing more for the
+//!   partition until the group confirms what this process owns (invariant 5).
+//! * No start position is silent: every case is a named [`StartCase`] with a policy and a counted
+//!   [`Outcome`] (invariant 7).
+
+use super::metadata::{CommitMetadata, MetadataError, MetadataVersion, TableFingerprint};
+use super::offsets::{
+    Acknowledged, Checkpoint, Committable, Incarnation, KafkaOffset, NextOffset, RowOffset,
+    StreamId,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A Kafka topic partition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// `recovery.lost_stream`: what to do when the stream of a checkpoint with `f < K` is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostStreamPolicy {
+    /// Ask the table for the highest visible offset of the partition and continue after it: exact.
+    Resolve,
+    /// Seek to `f` and re-deliver `[f, K)`: at-least-once for that window, counted.
+    Rewind,
+    /// Stop the partition.
+    Fail,
+}
+
+/// `recovery.on_anomaly`: what to do when a re-flush says the cursor is already past `r`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnomalyPolicy {
+    Fail,
+    Continue,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartFrom {
+    Earliest,
+    Latest,
+}
+
+/// What to do when a group that has committed before finds no committed offset for a partition
+/// (Kafka expired the group's offsets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingCheckpointPolicy {
+    Fail,
+    Earliest,
+    Latest,
+}
+
+/// What to do when the start position is below the log start (retention deleted records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutOfRangePolicy {
+    Fail,
+    /// Continue at the log start; the deleted range is counted as lost.
+    Earliest,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProtocolConfig {
+    pub table: TableFingerprint,
+    pub write_version: MetadataVersion,
+    pub lost_stream: LostStreamPolicy,
+    pub on_anomaly: AnomalyPolicy,
+    /// First start of the group (no committed offset, no marker on the table).
+    pub initial_position: StartFrom,
+    pub on_missing_checkpoint: MissingCheckpointPolicy,
+    /// A partition added to the topic at runtime.
+    pub new_partition: StartFrom,
+    pub on_out_of_range: OutOfRangePolicy,
+    /// A partition whose commit fails this many cycles in a row is isolated.
+    pub isolate_after_commit_failures: u32,
+    /// NOT_FOUND can be transient (reference §3.1): retry this often before calling a stream gone.
+    pub not_found_retries: u32,
+    /// Appended-but-uncommitted bytes per partition before it is paused.
+    pub max_uncommitted_bytes: u64,
+}
+
+impl ProtocolConfig {
+    /// The production defaults of DESIGN §2 for `table`.
+    pub fn new(table: TableFingerprint) -> Self {
+        ProtocolConfig {
+            table,
+            write_version: MetadataVersion::CURRENT,
+            lost_stream: LostStreamPolicy::Rewind,
+            on_anomaly: AnomalyPolicy::Fail,
+            initial_position: StartFrom::Earliest,
+            on_missing_checkpoint: MissingCheckpointPolicy::Fail,
+            new_partition: StartFrom::Earliest,
+            on_out_of_range: OutOfRangePolicy::Fail,
+            isolate_after_commit_failures: 5,
+            not_found_retries: 3,
+            max_uncommitted_bytes: 256 << 20,
+        }
+    }
+}
+
+/// A committed offset as read from Kafka (OffsetFetch), metadata as raw bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedRead {
+    pub offset: NextOffset,
+    pub metadata: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionOrigin {
+    /// The partition existed when the subscription was made.
+    Existing,
+    /// The partition appeared in topic metadata while the group was running.
+    AddedAtRuntime,
+}
+
+/// What the shell reads before handing a partition to the protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// `None`: Kafka has no committed offset for this partition in the group.
+    pub committed: Option<CommittedRead>,
+    /// Log start and high watermark at assignment time.
+    pub low: NextOffset,
+    pub high: NextOffset,
+    pub origin: PartitionOrigin,
+}
+
+/// Result of one FlushRows, classified by the BigQuery client (DESIGN §2 recovery table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FlushOutcome {
+    Flushed,
+    /// The cursor is already past the requested offset.
+    AlreadyExists,
+    /// INVALID_ARGUMENT "Stream has been finalized…".
+    StreamFinalized,
+    NotFound,
+    /// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, or no response.
+    Transient(String),
+    /// OUT_OF_RANGE, PERMISSION_DENIED, UNAUTHENTICATED, other INVALID_ARGUMENT: never rewind.
+    Fatal(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// The whole request failed (rebalance in progress, illegal generation, unknown member, stale
+    /// epoch, timeout with no read-back): the cycle is abandoned.
+    Rejected(String),
+    /// Per partition, after reading the committed offsets back when the call reported an error.
+    PerPartition(Vec<(TopicPartition, Result<(), String>)>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CommitId(pub u64);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Assigned {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
+    /// The answer to a recovery [`Action::FlushRows`]. It names what was flushed: an answer to
+    /// the re-flush of an earlier assignment must not pass for the current one.
+    RecoveryFlushResult {
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        outcome: FlushOutcome,
+    },
+    /// Answer to [`Action::ReadCommitted`]: the committed offset and watermarks read again.
+    CheckpointReread {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
+    /// Answer to [`Action::ResolveVisible`]: the highest visible Kafka offset of the partition.
+    ResolveResult {
+        tp: TopicPartition,
+        outcome: Result<Option<KafkaOffset>, String>,
+    },
+    RowsAcknowledged {
+        tp: TopicPartition,
+        ack: Acknowledged,
+    },
+    /// The checkpoint timer fired.
+    StartCycle,
+    CommitResult {
+        commit: CommitId,
+        outcome: CommitOutcome,
+    },
+    FlushResult {
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        outcome: FlushOutcome,
+    },
+    FinalizeResult {
+        tp: TopicPartition,
+        stream: StreamId,
+        outcome: Result<(), String>,
+    },
+    /// The consumer's fetch position `position` of incarnation `incarnation` is below the log
+    /// start `low` (`auto.offset.reset=error` reported it): retention deleted records we had not
+    /// handled yet, for example the target of a rewind.
+    OffsetOutOfRange {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
+    },
+    /// NOT_FOUND on the writer's own stream (after the writer's retries): the stream expired.
+    StreamLost {
+        tp: TopicPartition,
+        stream: StreamId,
+    },
+    /// STREAM_FINALIZED on the writer's own stream: another incarnation superseded this one.
+    ZombieDetected {
+        tp: TopicPartition,
+        stream: StreamId,
+    },
+    /// The revoke callback runs (under the commit lock). `lost`: the assignment was lost (session
+    /// timeout, fenced), so no commit of ours can be trusted to land.
+    RevokeBegan {
+        tp: TopicPartition,
+        lost: bool,
+    },
+    /// The writer answered [`Action::StopWriter`]: its in-flight appends are acknowledged or
+    /// abandoned, and its last [`Event::RowsAcknowledged`] was delivered.
+    WriterStopped {
+        tp: TopicPartition,
+    },
+    /// The handoff deadline passed: every remaining step for the partition is cancelled.
+    HandoffDeadline {
+        tp: TopicPartition,
+    },
+    /// SIGTERM.
+    Shutdown,
+    ShutdownDeadline,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPurpose {
+    /// Re-flush of the checkpoint read at assignment, before anything is appended.
+    Recovery,
+    /// Step 3 of a cycle (or the retry of a pending flush).
+    Cycle,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitEntry {
+    pub tp: TopicPartition,
+    pub offset: NextOffset,
+    pub metadata: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    FlushRows {
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        purpose: FlushPurpose,
+        /// Retries so far; the shell backs off by it.
+        attempt: u32,
+    },
+    /// Read the committed offset + metadata and the watermarks of `tp` again (OffsetFetch; a
+    /// STALE_MEMBER_EPOCH or timeout is retried by the shell, never read as "no offset").
+    ReadCommitted {
+        tp: TopicPartition,
+    },
+    /// Query the table for the highest visible offset of `tp` (the `resolve` policy).
+    ResolveVisible {
+        tp: TopicPartition,
+        attempt: u32,
+    },
+    /// Seek to `from`, discard anything queued or in flight for `tp`, and let the writer open a
+    /// new stream lazily, at its first row; resume the partition.
+    StartIncarnation {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        from: NextOffset,
+    },
+    /// Move the consumer of incarnation `incarnation` to `to`; its stream and rows stay.
+    Seek {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        to: NextOffset,
+    },
+    /// One Kafka commit (offset + metadata per partition), handed to librdkafka under the lock.
+    CommitOffsets {
+        commit: CommitId,
+        entries: Vec<CommitEntry>,
+    },
+    FinalizeStream {
+        tp: TopicPartition,
+        stream: StreamId,
+    },
+    /// Stop appending and drain in-flight appends (bounded); answer with
+    /// [`Event::WriterStopped`].
+    StopWriter {
+        tp: TopicPartition,
+    },
+    Pause {
+        tp: TopicPartition,
+    },
+    Resume {
+        tp: TopicPartition,
+    },
+    /// The protocol is done with `tp`: the revoke callback may return.
+    Release {
+        tp: TopicPartition,
+    },
+    FailPartition {
+        tp: TopicPartition,
+        reason: FailReason,
+    },
+    /// Write the group's marker on the table (after its first successful commit), so that a later
+    /// start without committed offsets is recognised as expired offsets, not a first start.
+    /// Emitted once per process; the shell retries it until it succeeds.
+    LabelTable,
+    Count(Outcome),
+    ShutdownComplete,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartCase {
+    /// A checkpoint of ours.
+    Checkpoint,
+    /// No committed offset and no marker on the table.
+    FirstStart,
+    /// No committed offset although the group has committed before.
+    MissingCheckpoint,
+    NewPartition,
+    /// Committed offset with empty metadata (operator reset).
+    OperatorReset,
+    /// Written by at-least-once mode.
+    AtLeastOnce,
+}
+
+/// Counted outcomes: each becomes a metric and a log line in the shell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Started {
+        tp: TopicPartition,
+        case: StartCase,
+        at: NextOffset,
+    },
+    RecoveryFlushed {
+        tp: TopicPartition,
+    },
+    RecoveryRetried {
+        tp: TopicPartition,
+        attempt: u32,
+    },
+    /// The flush cursor was past `r`: rows after it are visible and will be written again.
+    Anomaly {
+        tp: TopicPartition,
+        stream: StreamId,
+    },
+    /// At-least-once window `[from, to)` re-delivered after `stream` was lost.
+    Rewound {
+        tp: TopicPartition,
+        stream: StreamId,
+        from: NextOffset,
+        to: NextOffset,
+    },
+    Resolved {
+        tp: TopicPartition,
+        at: NextOffset,
+    },
+    /// A re-read found a newer checkpoint than the one being recovered: recovery restarts.
+    CheckpointMoved {
+        tp: TopicPartition,
+    },
+    /// Records `[from, to)` were deleted by retention before they were made visible.
+    RecordsLost {
+        tp: TopicPartition,
+        from: NextOffset,
+        to: NextOffset,
+    },
+    CommitFailed {
+        tp: TopicPartition,
+    },
+    CycleAbandoned,
+    FlushRetried {
+        tp: TopicPartition,
+    },
+    Visible {
+        tp: TopicPartition,
+        through: NextOffset,
+    },
+    Finalized {
+        tp: TopicPartition,
+        stream: StreamId,
+    },
+    ZombieStopped {
+        tp: TopicPartition,
+    },
+    StreamRestarted {
+        tp: TopicPartition,
+    },
+    Paused {
+        tp: TopicPartition,
+    },
+    HandedOff {
+        tp: TopicPartition,
+        committed: bool,
+    },
+    HandoffAbandoned {
+        tp: TopicPartition,
+    },
+    ShutdownIncomplete {
+        partitions: usize,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FailReason {
+    #[error("unreadable checkpoint: {0}")]
+    Metadata(MetadataError),
+    #[error("checkpoint belongs to another table: found {found}")]
+    ForeignTable { found: TableFingerprint },
+    #[error("no committed offset although the group has committed before")]
+    CheckpointMissing,
+    #[error("committed offset {committed} is above the high watermark {high}")]
+    AboveHighWatermark {
+        committed: NextOffset,
+        high: NextOffset,
+    },
+    #[error("start offset {from} is below the log start {low}")]
+    OutOfRange { from: NextOffset, low: NextOffset },
+    #[error("re-flush found the cursor past the checkpoint of stream {stream}")]
+    Anomaly { stream: StreamId },
+    #[error("stream {stream} of an unflushed checkpoint is gone")]
+    LostStream { stream: StreamId },
+    #[error("flush failed: {0}")]
+    FlushFatal(String),
+    #[error("commit failed {failures} cycles in a row")]
+    Isolated { failures: u32 },
+}
+
+/// A committed checkpoint whose FlushRows has not succeeded yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PendingFlush {
+    stream: StreamId,
+    through: RowOffset,
+    covers: NextOffset,
+    not_found: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Re-flushing the checkpoint read at assignment.
+    Flushing {
+        checkpoint: Checkpoint,
+        attempt: u32,
+        not_found: u32,
+    },
+    /// The checkpoint's stream is gone: re-reading the committed offset to confirm the
+    /// checkpoint is still the latest before treating the stream as lost.
+    Confirming {
+        checkpoint: Checkpoint,
+        stream: StreamId,
+    },
+    /// Asking the table where the partition's visible rows end (the `resolve` policy).
+    Resolving {
+        attempt: u32,
+    },
+    Running,
+    /// Superseded by another incarnation: silent until the group says what we own.
+    Zombie,
+    /// Writer stopping for a handoff (`handoff`) or for shutdown.
+    Draining {
+        handoff: bool,
+    },
+    /// Shutdown: writer stopped, the final cycles run.
+    Stopped,
+    HandoffCommitting {
+        commit: CommitId,
+    },
+    Failed,
+}
+
+#[derive(Clone, Debug)]
+struct PartitionState {
+    phase: Phase,
+    /// What this process believes the latest durable checkpoint is. It can only lag the truth by
+    /// commits of our own whose response was lost, which name our own streams.
+    committed: Option<Checkpoint>,
+    /// `f` as this process knows it: every record below it is visible (or counted lost). It can be
+    /// ahead of the committed `f`: a flush we saw succeed.
+    visible: NextOffset,
+    progress: Acknowledged,
+    committed_bytes: u64,
+    pending: Option<PendingFlush>,
+    flush_in_flight: bool,
+    /// Streams of earlier incarnations, finalized once the latest commit no longer needs them.
+    superseded: Vec<StreamId>,
+    commit_failures: u32,
+    paused: bool,
+    low: NextOffset,
+}
+
+/// What a process remembers of a partition it released, to keep a flush it saw succeed if the
+/// partition comes back and nobody committed in between.
+#[derive(Clone, Debug)]
+struct Remembered {
+    committed: Checkpoint,
+    visible: NextOffset,
+}
+
+#[derive(Debug, Default)]
+struct Cycle {
+    commit: Option<CommitId>,
+    entries: BTreeMap<TopicPartition, Committable>,
+    flushing: BTreeSet<TopicPartition>,
+    failed: bool,
+    /// Sent a commit or a flush: only such a cycle may start the next one at once (shutdown).
+    worked: bool,
+}
+
+/// The checkpoint protocol of one process.
+#[derive(Debug)]
+pub struct CheckpointProtocol {
+    config: ProtocolConfig,
+    table_marked: bool,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    remembered: BTreeMap<TopicPartition, Remembered>,
+    cycle: Option<Cycle>,
+    next_commit: u64,
+    next_incarnation: u64,
+    shutting_down: bool,
+    done: bool,
+}
+
+impl CheckpointProtocol {
+    /// `table_marked`: the table carries this group's marker (it has committed before).
+    pub fn new(config: ProtocolConfig, table_marked: bool) -> Self {
+        CheckpointProtocol {
+            config,
+            table_marked,
+            partitions: BTreeMap::new(),
+            remembered: BTreeMap::new(),
+            cycle: None,
+            next_commit: 0,
+            next_incarnation: 0,
+            shutting_down: false,
+            done: false,
+        }
+    }
+
+    /// Partitions currently held (any phase), for readiness and tests.
+    pub fn partitions(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.partitions.keys()
+    }
+
+    /// Whether `tp` is appending under this process.
+    pub fn is_running(&self, tp: &TopicPartition) -> bool {
+        self.partitions
+            .get(tp)
+            .is_some_and(|p| p.phase == Phase::Running)
+    }
+
+    pub fn cycle_in_flight(&self) -> bool {
+        self.cycle.is_some()
+    }
+
+    pub fn handle(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.done {
+            return out;
+        }
+        match event {
+            Event::Assigned { tp, assignment } => self.on_assigned(tp, assignment, &mut out),
+            Event::RecoveryFlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            } => self.on_recovery_flush(tp, stream, through, outcome, &mut out),
+            Event::CheckpointReread { tp, assignment } => self.on_reread(tp, assignment, &mut out),
+            Event::ResolveResult { tp, outcome } => self.on_resolved(tp, outcome, &mut out),
+            Event::RowsAcknowledged { tp, ack } => self.on_ack(tp, ack, &mut out),
+            Event::StartCycle => self.start_cycle(&mut out),
+            Event::CommitResult { commit, outcome } => {
+                self.on_commit_result(commit, outcome, &mut out)
+            }
+            Event::FlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            } => self.on_flush_result(tp, stream, through, outcome, &mut out),
+            Event::FinalizeResult { .. } => {}
+            Event::OffsetOutOfRange {
+                tp,
+                incarnation,
+                position,
+                low,
+            } => self.on_out_of_range(tp, incarnation, position, low, &mut out),
+            Event::StreamLost { tp, stream } => self.on_stream_lost(tp, stream, &mut out),
+            Event::ZombieDetected { tp, stream } => {
+                let current = self
+                    .partitions
+                    .get(&tp)
+                    .is_some_and(|p| p.progress.stream() == Some(&stream));
+                if current {
+                    self.become_zombie(tp, &mut out);
+                }
+            }
+            Event::RevokeBegan { tp, lost } => self.on_revoke(tp, lost, &mut out),
+            Event::WriterStopped { tp } => self.on_writer_stopped(tp, &mut out),
+            Event::HandoffDeadline { tp } => {
+                if self.partitions.contains_key(&tp) {
+                    out.push(Action::Count(Outcome::HandoffAbandoned { tp: tp.clone() }));
+                    self.release(tp, &mut out);
+                }
+            }
+            Event::Shutdown => self.on_shutdown(&mut out),
+            Event::ShutdownDeadline => {
+                if self.shutting_down {
+                    out.push(Action::Count(Outcome::ShutdownIncomplete {
+                        partitions: self.partitions.len(),
+                    }));
+                    self.finish_shutdown(&mut out);
+                }
+            }
+        }
+        if self.shutting_down && !self.done && self.partitions.is_empty() {
+            // Everything was revoked or lost during the shutdown: nothing is left to commit.
+            self.finish_shutdown(&mut out);
+        }
+        out
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Recovery on assignment (DESIGN §2 "Recovery when a partition is assigned").
+
+    fn on_assigned(&mut self, tp: TopicPartition, a: Assignment, out: &mut Vec<Action>) {
+        if self.shutting_down {
+            return;
+        }
+        // A partition we still hold (a zombie whose ownership the group confirmed, or a failed
+        // one being retried) keeps what it knows; one we released may have been remembered.
+        let known = match self.partitions.remove(&tp) {
+            Some(p) => {
+                if matches!(p.phase, Phase::Running | Phase::Draining { .. }) {
+                    out.push(Action::StopWriter { tp: tp.clone() });
+                }
+                p.committed.map(|committed| Remembered {
+                    committed,
+                    visible: p.visible,
+                })
+            }
+            None => self.remembered.remove(&tp),
+        };
+        let mut state = PartitionState {
+            phase: Phase::Failed,
+            committed: None,
+            visible: NextOffset(0),
+            progress: Acknowledged::incarnation_start(Incarnation(0), NextOffset(0)),
+            committed_bytes: 0,
+            pending: None,
+            flush_in_flight: false,
+            superseded: Vec::new(),
+            commit_failures: 0,
+            paused: false,
+            low: a.low,
+        };
+
+        let Some(read) = a.committed else {
+            // No committed offset. On a first start nothing of ours is visible (nothing is
+            // flushed before it is committed); if the group committed before (the table marker),
+            // Kafka expired its offsets and the policy decides, counted. Never a silent reset.
+            let (case, from) = match a.origin {
+                PartitionOrigin::AddedAtRuntime => (
+                    StartCase::NewPartition,
+                    Some(Self::position(self.config.new_partition, &a)),
+                ),
+                PartitionOrigin::Existing if !self.table_marked => (
+                    StartCase::FirstStart,
+                    Some(Self::position(self.config.initial_position, &a)),
+                ),
+                PartitionOrigin::Existing => {
+                    let from = match self.config.on_missing_checkpoint {
+                        MissingCheckpointPolicy::Fail => None,
+                        MissingCheckpointPolicy::Earliest => Some(a.low),
+                        MissingCheckpointPolicy::Latest => Some(a.high),
+                    };
+                    (StartCase::MissingCheckpoint, from)
+                }
+            };
+            let Some(from) = from else {
+                return self.fail(tp, state, FailReason::CheckpointMissing, out);
+            };
+            out.push(Action::Count(Outcome::Started {
+                tp: tp.clone(),
+                case,
+                at: from,
+            }));
+            return self.start_incarnation(tp, state, from, out);
+        };
+
+        if read.offset > a.high {
+            // Kafka lost records we committed past (truncation, unclean election): no right answer.
+            let reason = FailReason::AboveHighWatermark {
+                committed: read.offset,
+                high: a.high,
+            };
+            return self.fail(tp, state, reason, out);
+        }
+
+        let metadata = match CommitMetadata::parse(&read.metadata) {
+            Ok(m) => m,
+            // Never read an unknown checkpoint as "none": that would abandon its unflushed tail.
+            Err(e) => return self.fail(tp, state, FailReason::Metadata(e), out),
+        };
+        let checkpoint = match &metadata {
+            CommitMetadata::Empty => {
+                out.push(Action::Count(Outcome::Started {
+                    tp: tp.clone(),
+                    case: StartCase::OperatorReset,
+                    at: read.offset,
+                }));
+                return self.start_incarnation(tp, state, read.offset, out);
+            }
+            CommitMetadata::AtLeastOnce { table } | CommitMetadata::ExactlyOnce { table, .. }
+                if *table != self.config.table =>
+            {
+                let reason = FailReason::ForeignTable { found: *table };
+                return self.fail(tp, state, reason, out);
+            }
+            CommitMetadata::AtLeastOnce { .. } => {
+                out.push(Action::Count(Outcome::Started {
+                    tp: tp.clone(),
+                    case: StartCase::AtLeastOnce,
+                    at: read.offset,
+                }));
+                return self.start_incarnation(tp, state, read.offset, out);
+            }
+            CommitMetadata::ExactlyOnce { .. } => metadata
+                .checkpoint(read.offset)
+                .expect("exactly-once metadata describes a checkpoint"),
+        };
+
+        state.committed = Some(checkpoint.clone());
+        state.visible = checkpoint.visible_through;
+        // The same process getting the partition back keeps a flush it saw succeed, but only if
+        // nobody committed in between: the durable checkpoint must be exactly the one it knew.
+        if let Some(known) = known.filter(|k| k.committed == checkpoint) {
+            state.visible = state.visible.max(known.visible);
+        }
+        if let Some(s) = &checkpoint.stream {
+            // This incarnation never appends to the old stream; it is finalized once a commit of
+            // ours stops referencing it (or says f == K).
+            state.superseded.push(s.clone());
+        }
+
+        match (&checkpoint.stream, checkpoint.flush_to) {
+            (Some(stream), Some(through)) if state.visible < checkpoint.next => {
+                // Something is in doubt: make the committed rows visible before appending
+                // anything, so that invariant 2 holds across the crash of the previous owner.
+                out.push(Action::FlushRows {
+                    tp: tp.clone(),
+                    stream: stream.clone(),
+                    through,
+                    purpose: FlushPurpose::Recovery,
+                    attempt: 0,
+                });
+                state.phase = Phase::Flushing {
+                    checkpoint,
+                    attempt: 0,
+                    not_found: 0,
+                };
+                self.partitions.insert(tp, state);
+            }
+            _ => {
+                // f == K: nothing in doubt, whatever happened to the stream.
+                out.push(Action::Count(Outcome::Started {
+                    tp: tp.clone(),
+                    case: StartCase::Checkpoint,
+                    at: checkpoint.next,
+                }));
+                self.start_incarnation(tp, state, checkpoint.next, out);
+            }
+        }
+    }
+
+    fn position(from: StartFrom, a: &Assignment) -> NextOffset {
+        match from {
+            StartFrom::Earliest => a.low,
+            StartFrom::Latest => a.high,
+        }
+    }
+
+    fn on_recovery_flush(
+        &mut self,
+        tp: TopicPartition,
+        flushed: StreamId,
+        flushed_through: RowOffset,
+        outcome: FlushOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let Phase::Flushing {
+            checkpoint,
+            attempt,
+            not_found,
+        } = state.phase.clone()
+        else {
+            self.partitions.insert(tp, state);
+            return;
+        };
+        let stream = checkpoint.stream.clone().expect("a re-flush has a stream");
+        if stream != flushed || checkpoint.flush_to != Some(flushed_through) {
+            self.partitions.insert(tp, state);
+            return;
+        }
+        let retry = |state: &mut PartitionState, not_found: u32, out: &mut Vec<Action>| {
+            out.push(Action::Count(Outcome::RecoveryRetried {
+                tp: tp.clone(),
+                attempt: attempt + 1,
+            }));
+            out.push(Action::FlushRows {
+                tp: tp.clone(),
+                stream: stream.clone(),
+                through: checkpoint.flush_to.expect("a re-flush has a flush offset"),
+                purpose: FlushPurpose::Recovery,
+                attempt: attempt + 1,
+            });
+            state.phase = Phase::Flushing {
+                checkpoint: checkpoint.clone(),
+                attempt: attempt + 1,
+                not_found,
+            };
+        };
+        match outcome {
+            FlushOutcome::Flushed => {
+                // Every record below K is visible now.
+                out.push(Action::Count(Outcome::RecoveryFlushed { tp: tp.clone() }));
+                state.visible = checkpoint.next;
+                self.start_incarnation(tp, state, checkpoint.next, out);
+            }
+            FlushOutcome::AlreadyExists => {
+                // The cursor is past r: a newer checkpoint on this stream was committed, flushed
+                // and then lost. Rows after r are visible and will be written again from K.
+                out.push(Action::Count(Outcome::Anomaly {
+                    tp: tp.clone(),
+                    stream: stream.clone(),
+                }));
+                match self.config.on_anomaly {
+                    AnomalyPolicy::Fail => {
+                        self.fail(tp, state, FailReason::Anomaly { stream }, out)
+                    }
+                    AnomalyPolicy::Continue => {
+                        state.visible = checkpoint.next;
+                        self.start_incarnation(tp, state, checkpoint.next, out);
+                    }
+                }
+            }
+            FlushOutcome::NotFound if not_found < self.config.not_found_retries => {
+                retry(&mut state, not_found + 1, out);
+                self.partitions.insert(tp, state);
+            }
+            FlushOutcome::NotFound | FlushOutcome::StreamFinalized => {
+                // The stream is gone. Before deciding anything that costs exactness, make sure
+                // the checkpoint we read is still the latest: a newer owner finalizes the stream
+                // of the checkpoint it superseded, so a stale read (this process is a zombie
+                // that has not noticed yet) looks exactly like a lost stream.
+                out.push(Action::ReadCommitted { tp: tp.clone() });
+                state.phase = Phase::Confirming { checkpoint, stream };
+                self.partitions.insert(tp, state);
+            }
+            FlushOutcome::Transient(_) => {
+                retry(&mut state, not_found, out);
+                self.partitions.insert(tp, state);
+            }
+            FlushOutcome::Fatal(e) => self.fail(tp, state, FailReason::FlushFatal(e), out),
+        }
+    }
+
+    fn on_reread(&mut self, tp: TopicPartition, a: Assignment, out: &mut Vec<Action>) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let Phase::Confirming { checkpoint, stream } = state.phase.clone() else {
+            self.partitions.insert(tp, state);
+            return;
+        };
+        let unchanged = a.committed.as_ref().is_some_and(|read| {
+            read.offset == checkpoint.next
+                && CommitMetadata::parse(&read.metadata)
+                    .ok()
+                    .and_then(|m| m.checkpoint(read.offset))
+                    .as_ref()
+                    == Some(&checkpoint)
+        });
+        if unchanged {
+            state.low = a.low;
+            self.lost_stream(tp, state, stream, checkpoint.next, out);
+        } else {
+            // Someone committed since our read: recover from what is there now. If we no longer
+            // own the partition, the group tells us; nothing here writes to the table.
+            out.push(Action::Count(Outcome::CheckpointMoved { tp: tp.clone() }));
+            self.partitions.insert(tp.clone(), state);
+            self.on_assigned(tp, a, out);
+        }
+    }
+
+    /// The stream holding rows `[f, below)` of a committed checkpoint is gone.
+    fn lost_stream(
+        &mut self,
+        tp: TopicPartition,
+        mut state: PartitionState,
+        stream: StreamId,
+        below: NextOffset,
+        out: &mut Vec<Action>,
+    ) {
+        state.superseded.retain(|s| *s != stream);
+        match self.config.lost_stream {
+            LostStreamPolicy::Fail => self.fail(tp, state, FailReason::LostStream { stream }, out),
+            LostStreamPolicy::Rewind => {
+                // At-least-once for [f, K): those rows may have been flushed without us learning
+                // it (the durable f lags the real cursor by one flush). Counted.
+                out.push(Action::Count(Outcome::Rewound {
+                    tp: tp.clone(),
+                    stream: stream.clone(),
+                    from: state.visible,
+                    to: below,
+                }));
+                let from = state.visible;
+                self.start_incarnation(tp, state, from, out);
+            }
+            LostStreamPolicy::Resolve => {
+                // Exact: rows of a partition become visible as a prefix, so the highest visible
+                // offset tells where re-delivery must start.
+                out.push(Action::ResolveVisible {
+                    tp: tp.clone(),
+                    attempt: 0,
+                });
+                state.phase = Phase::Resolving { attempt: 0 };
+                self.partitions.insert(tp, state);
+            }
+        }
+    }
+
+    fn on_resolved(
+        &mut self,
+        tp: TopicPartition,
+        outcome: Result<Option<KafkaOffset>, String>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let Phase::Resolving { attempt } = state.phase else {
+            self.partitions.insert(tp, state);
+            return;
+        };
+        match outcome {
+            Ok(highest) => {
+                let from = state
+                    .visible
+                    .max(highest.map(NextOffset::after).unwrap_or_default());
+                out.push(Action::Count(Outcome::Resolved {
+                    tp: tp.clone(),
+                    at: from,
+                }));
+                state.visible = from;
+                self.start_incarnation(tp, state, from, out);
+            }
+            Err(_) => {
+                out.push(Action::ResolveVisible {
+                    tp: tp.clone(),
+                    attempt: attempt + 1,
+                });
+                state.phase = Phase::Resolving {
+                    attempt: attempt + 1,
+                };
+                self.partitions.insert(tp, state);
+            }
+        }
+    }
+
+    /// A new incarnation appends records from `from` to a stream of its own. Everything below
+    /// `from` is visible (or counted lost), so `f := from`.
+    fn start_incarnation(
+        &mut self,
+        tp: TopicPartition,
+        mut state: PartitionState,
+        mut from: NextOffset,
+        out: &mut Vec<Action>,
+    ) {
+        if from < state.low {
+            // Retention deleted records we never made visible: never a silent reset.
+            match self.config.on_out_of_range {
+                OutOfRangePolicy::Fail => {
+                    let reason = FailReason::OutOfRange {
+                        from,
+                        low: state.low,
+                    };
+                    return self.fail(tp, state, reason, out);
+                }
+                OutOfRangePolicy::Earliest => {
+                    out.push(Action::Count(Outcome::RecordsLost {
+                        tp: tp.clone(),
+                        from,
+                        to: state.low,
+                    }));
+                    from = state.low;
+                }
+            }
+        }
+        self.next_incarnation += 1;
+        let incarnation = Incarnation(self.next_incarnation);
+        // Below `from` everything is visible, counted lost, or skipped by a named start policy;
+        // a rewind starts at f itself.
+        state.visible = from;
+        state.progress = Acknowledged::incarnation_start(incarnation, from);
+        state.committed_bytes = 0;
+        state.pending = None;
+        state.flush_in_flight = false;
+        state.commit_failures = 0;
+        state.paused = false;
+        state.phase = Phase::Running;
+        out.push(Action::StartIncarnation {
+            tp: tp.clone(),
+            incarnation,
+            from,
+        });
+        self.partitions.insert(tp, state);
+    }
+
+    fn on_out_of_range(
+        &mut self,
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        position: NextOffset,
+        low: NextOffset,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let current = state.phase == Phase::Running
+            && state.progress.incarnation() == incarnation
+            && position < low;
+        if !current {
+            self.partitions.insert(tp, state);
+            return;
+        }
+        state.low = state.low.max(low);
+        match self.config.on_out_of_range {
+            OutOfRangePolicy::Fail => {
+                out.push(Action::StopWriter { tp: tp.clone() });
+                self.fail(
+                    tp,
+                    state,
+                    FailReason::OutOfRange {
+                        from: position,
+                        low,
+                    },
+                    out,
+                );
+            }
+            OutOfRangePolicy::Earliest => {
+                // The records in [position, low) are gone from Kafka and were never appended by
+                // this incarnation: counted, never silent. The stream and its rows stay; the next
+                // commit's K jumps over the gap, and f's meaning ("visible below it") extends to
+                // "visible or counted lost".
+                out.push(Action::Count(Outcome::RecordsLost {
+                    tp: tp.clone(),
+                    from: position,
+                    to: low,
+                }));
+                out.push(Action::Seek {
+                    tp: tp.clone(),
+                    incarnation,
+                    to: low,
+                });
+                self.partitions.insert(tp, state);
+            }
+        }
+    }
+
+    fn fail(
+        &mut self,
+        tp: TopicPartition,
+        mut state: PartitionState,
+        reason: FailReason,
+        out: &mut Vec<Action>,
+    ) {
+        state.phase = Phase::Failed;
+        state.pending = None;
+        out.push(Action::FailPartition {
+            tp: tp.clone(),
+            reason,
+        });
+        self.partitions.insert(tp, state);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Writer progress and the bounded tail.
+
+    fn on_ack(&mut self, tp: TopicPartition, ack: Acknowledged, out: &mut Vec<Action>) {
+        let cap = self.config.max_uncommitted_bytes;
+        let Some(state) = self.partitions.get_mut(&tp) else {
+            return;
+        };
+        let accepting = matches!(state.phase, Phase::Running | Phase::Draining { .. });
+        // An ack of an earlier incarnation describes a stream nobody will flush any more.
+        if !accepting
+            || ack.incarnation() != state.progress.incarnation()
+            || ack.next() < state.progress.next()
+            || ack.rows() < state.progress.rows()
+        {
+            return;
+        }
+        state.progress = ack;
+        if !state.paused && state.progress.bytes().saturating_sub(state.committed_bytes) >= cap {
+            state.paused = true;
+            out.push(Action::Pause { tp: tp.clone() });
+            out.push(Action::Count(Outcome::Paused { tp }));
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The cycle (DESIGN §2 steps 1–4).
+
+    fn start_cycle(&mut self, out: &mut Vec<Action>) {
+        if self.cycle.is_some() {
+            return;
+        }
+        if self.shutting_down {
+            if self
+                .partitions
+                .values()
+                .any(|p| matches!(p.phase, Phase::Draining { handoff: false }))
+            {
+                return;
+            }
+            if self.shutdown_rested() {
+                return self.finish_shutdown(out);
+            }
+        }
+        // Step 1, barrier: each writer's acknowledged prefix is its answer. The writer reports
+        // acks as they come, so the coordinator never waits for a slow writer: a writer with
+        // nothing new keeps its previous checkpoint.
+        let mut cycle = Cycle::default();
+        for (tp, p) in &self.partitions {
+            if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+                continue;
+            }
+            let c = Committable::seal(&p.progress, p.visible);
+            // Idle means "no change to the checkpoint", not "offset unchanged": after a rewind
+            // K comes back to its old value on another stream, and a flush that succeeded
+            // changes f, which the next commit must carry.
+            if p.committed.as_ref() != Some(c.checkpoint()) {
+                cycle.entries.insert(tp.clone(), c);
+            }
+        }
+        if cycle.entries.is_empty() {
+            self.cycle = Some(cycle);
+            return self.flush_phase(out);
+        }
+        // Step 2, prepare: one commit of offsets + metadata, handed to librdkafka under the lock
+        // the revoke callback takes. Nothing is flushed before its result.
+        self.next_commit += 1;
+        let commit = CommitId(self.next_commit);
+        let entries = cycle
+            .entries
+            .iter()
+            .map(|(tp, c)| self.entry(tp, c))
+            .collect();
+        cycle.commit = Some(commit);
+        cycle.worked = true;
+        self.cycle = Some(cycle);
+        out.push(Action::CommitOffsets { commit, entries });
+    }
+
+    fn entry(&self, tp: &TopicPartition, c: &Committable) -> CommitEntry {
+        let metadata = CommitMetadata::for_checkpoint(self.config.table, c.checkpoint());
+        CommitEntry {
+            tp: tp.clone(),
+            offset: c.checkpoint().next,
+            metadata: metadata.encode(self.config.write_version),
+        }
+    }
+
+    fn on_commit_result(
+        &mut self,
+        commit: CommitId,
+        outcome: CommitOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        // Any commit that landed, the handoff's included, makes this group one that "has
+        // committed before": mark the table, or expired offsets would later pass for a first
+        // start and re-deliver everything.
+        let landed = matches!(&outcome, CommitOutcome::PerPartition(r) if r.iter().any(|(_, res)| res.is_ok()));
+        if landed && !self.table_marked {
+            self.table_marked = true;
+            out.push(Action::LabelTable);
+        }
+        if let Some((tp, _)) = self
+            .partitions
+            .iter()
+            .find(|(_, p)| p.phase == Phase::HandoffCommitting { commit })
+        {
+            // The handoff commit: whatever its result, the next owner re-flushes and finalizes.
+            let tp = tp.clone();
+            let committed = matches!(&outcome, CommitOutcome::PerPartition(r)
+                if r.iter().any(|(t, res)| *t == tp && res.is_ok()));
+            out.push(Action::Count(Outcome::HandedOff {
+                tp: tp.clone(),
+                committed,
+            }));
+            return self.release(tp, out);
+        }
+        let Some(cycle) = self.cycle.as_mut().filter(|c| c.commit == Some(commit)) else {
+            return;
+        };
+        cycle.commit = None;
+        let entries = std::mem::take(&mut cycle.entries);
+        let results = match outcome {
+            CommitOutcome::Rejected(_) => {
+                // A whole-request error: we do not know what landed, and the group may be moving
+                // partitions away. No flush, no finalize in this cycle; the next cycle commits
+                // again (a commit that landed anyway names only our own streams). It says
+                // nothing about any one partition, so it does not count towards isolation.
+                out.push(Action::Count(Outcome::CycleAbandoned));
+                self.cycle = None;
+                return self.after_cycle(false, out);
+            }
+            CommitOutcome::PerPartition(results) => results,
+        };
+        let mut failed = false;
+        for (tp, c) in entries {
+            let ok = results.iter().any(|(t, r)| *t == tp && r.is_ok());
+            let Some(p) = self.partitions.get_mut(&tp) else {
+                // Revoked meanwhile: the commit was handed over before the revoke and completed
+                // before it (librdkafka holds the rejoin for it); nothing follows it.
+                continue;
+            };
+            if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+                if ok {
+                    p.committed = Some(c.checkpoint().clone());
+                }
+                continue;
+            }
+            if !ok {
+                failed = true;
+                p.commit_failures += 1;
+                out.push(Action::Count(Outcome::CommitFailed { tp: tp.clone() }));
+                continue;
+            }
+            p.commit_failures = 0;
+            let old = p.committed.replace(c.checkpoint().clone());
+            if let Some(old_stream) = old.and_then(|o| o.stream)
+                && c.checkpoint().stream.as_ref() != Some(&old_stream)
+                && !p.superseded.contains(&old_stream)
+            {
+                p.superseded.push(old_stream);
+            }
+            if c.incarnation() != p.progress.incarnation() {
+                // Built from an incarnation that was restarted since (its stream was lost): the
+                // commit landed, but its stream will never be flushed by us.
+                continue;
+            }
+            p.committed_bytes = c.bytes();
+            if p.paused
+                && p.progress.bytes().saturating_sub(p.committed_bytes)
+                    < self.config.max_uncommitted_bytes
+            {
+                p.paused = false;
+                out.push(Action::Resume { tp: tp.clone() });
+            }
+            let cp = c.checkpoint();
+            // The newest committed checkpoint replaces an older pending flush: on the same
+            // stream its r covers the older one, and a new stream only ever starts above f.
+            p.pending = match (&cp.stream, cp.flush_to) {
+                (Some(stream), Some(through)) if cp.needs_flush() => Some(PendingFlush {
+                    stream: stream.clone(),
+                    through,
+                    covers: cp.next,
+                    not_found: 0,
+                }),
+                _ => None,
+            };
+        }
+        let tps: Vec<_> = self.partitions.keys().cloned().collect();
+        for tp in tps {
+            self.finalize_superseded(&tp, out);
+        }
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle.failed |= failed;
+        }
+        self.isolate_failing(out);
+        self.flush_phase(out);
+    }
+
+    /// A partition whose commit keeps failing (metadata too large, topic ACL, deleted topic) is
+    /// stopped so that it cannot stall the others (F8).
+    fn isolate_failing(&mut self, out: &mut Vec<Action>) {
+        let limit = self.config.isolate_after_commit_failures;
+        let failing: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.phase == Phase::Running && p.commit_failures >= limit)
+            .map(|(tp, p)| (tp.clone(), p.commit_failures))
+            .collect();
+        for (tp, failures) in failing {
+            let state = self.partitions.remove(&tp).expect("listed above");
+            out.push(Action::StopWriter { tp: tp.clone() });
+            if let Some(cycle) = self.cycle.as_mut() {
+                cycle.flushing.remove(&tp);
+            }
+            self.fail(tp, state, FailReason::Isolated { failures }, out);
+        }
+    }
+
+    /// Step 3: FlushRows for every committed-but-not-visible checkpoint, the ones this cycle
+    /// committed and the pending ones of earlier cycles alike (also for idle partitions).
+    fn flush_phase(&mut self, out: &mut Vec<Action>) {
+        let Some(cycle) = self.cycle.as_mut() else {
+            return;
+        };
+        for (tp, p) in self.partitions.iter_mut() {
+            if !matches!(p.phase, Phase::Running | Phase::Stopped) || p.flush_in_flight {
+                continue;
+            }
+            if let Some(pending) = &p.pending {
+                p.flush_in_flight = true;
+                cycle.worked = true;
+                cycle.flushing.insert(tp.clone());
+                out.push(Action::FlushRows {
+                    tp: tp.clone(),
+                    stream: pending.stream.clone(),
+                    through: pending.through,
+                    purpose: FlushPurpose::Cycle,
+                    attempt: pending.not_found,
+                });
+            }
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    fn on_flush_result(
+        &mut self,
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        outcome: FlushOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        let not_found_retries = self.config.not_found_retries;
+        let on_anomaly = self.config.on_anomaly;
+        let mut lost = None;
+        let mut zombie = false;
+        let mut fail = None;
+        if let Some(p) = self.partitions.get_mut(&tp) {
+            let matches = p
+                .pending
+                .as_ref()
+                .is_some_and(|f| f.stream == stream && f.through == through);
+            if matches && let Some(cycle) = self.cycle.as_mut() {
+                cycle.flushing.remove(&tp);
+            }
+            if matches && matches!(p.phase, Phase::Running | Phase::Stopped) {
+                p.flush_in_flight = false;
+                let pending = p.pending.clone().expect("matched above");
+                match outcome {
+                    FlushOutcome::Flushed => {
+                        // Step 3 done: f := K. The next commit carries it, so an idle partition
+                        // gets one more commit and rests at f == K.
+                        p.visible = p.visible.max(pending.covers);
+                        p.pending = None;
+                        out.push(Action::Count(Outcome::Visible {
+                            tp: tp.clone(),
+                            through: p.visible,
+                        }));
+                    }
+                    FlushOutcome::AlreadyExists => {
+                        // Our own committed checkpoint is always the newest on its stream, so a
+                        // cursor past it means someone else flushed our stream.
+                        out.push(Action::Count(Outcome::Anomaly {
+                            tp: tp.clone(),
+                            stream: stream.clone(),
+                        }));
+                        match on_anomaly {
+                            AnomalyPolicy::Fail => {
+                                fail = Some(FailReason::Anomaly {
+                                    stream: stream.clone(),
+                                })
+                            }
+                            AnomalyPolicy::Continue => {
+                                p.visible = p.visible.max(pending.covers);
+                                p.pending = None;
+                            }
+                        }
+                    }
+                    FlushOutcome::StreamFinalized => zombie = true,
+                    FlushOutcome::NotFound if pending.not_found >= not_found_retries => {
+                        lost = Some(pending.stream.clone())
+                    }
+                    FlushOutcome::NotFound => {
+                        p.pending.as_mut().expect("matched").not_found += 1;
+                        out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
+                    }
+                    FlushOutcome::Transient(_) => {
+                        // Stays pending: retried next cycle, whether or not new rows arrive.
+                        out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
+                    }
+                    FlushOutcome::Fatal(e) => fail = Some(FailReason::FlushFatal(e)),
+                }
+            } else if matches {
+                p.flush_in_flight = false;
+            }
+        }
+        if zombie {
+            self.become_zombie(tp.clone(), out);
+        } else if let Some(stream) = lost {
+            self.on_stream_lost(tp.clone(), stream, out);
+        } else if let Some(reason) = fail {
+            out.push(Action::StopWriter { tp: tp.clone() });
+            let state = self.partitions.remove(&tp).expect("present above");
+            self.fail(tp.clone(), state, reason, out);
+        } else {
+            // Step 4, supersede-then-finalize.
+            self.finalize_superseded(&tp, out);
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    /// Finalizes the streams of earlier incarnations once nothing durable needs them: the latest
+    /// commit references another stream whose flush succeeded, or it says f == K (invariant 3).
+    fn finalize_superseded(&mut self, tp: &TopicPartition, out: &mut Vec<Action>) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if !matches!(p.phase, Phase::Running | Phase::Stopped) || p.pending.is_some() {
+            return;
+        }
+        let Some(latest) = &p.committed else {
+            return;
+        };
+        let current = p.progress.stream().cloned();
+        let mut keep = Vec::new();
+        for s in std::mem::take(&mut p.superseded) {
+            let needed = latest.stream.as_ref() == Some(&s) && latest.needs_flush();
+            if needed || current.as_ref() == Some(&s) {
+                keep.push(s);
+                continue;
+            }
+            out.push(Action::FinalizeStream {
+                tp: tp.clone(),
+                stream: s.clone(),
+            });
+            out.push(Action::Count(Outcome::Finalized {
+                tp: tp.clone(),
+                stream: s,
+            }));
+        }
+        p.superseded = keep;
+    }
+
+    fn finish_cycle_if_done(&mut self, out: &mut Vec<Action>) {
+        let done = self
+            .cycle
+            .as_ref()
+            .is_some_and(|c| c.commit.is_none() && c.flushing.is_empty());
+        if done {
+            let cycle = self.cycle.take().expect("checked");
+            self.after_cycle(cycle.worked && !cycle.failed, out);
+        }
+    }
+
+    fn after_cycle(&mut self, clean: bool, out: &mut Vec<Action>) {
+        if !self.shutting_down {
+            return;
+        }
+        if self.shutdown_rested() {
+            self.finish_shutdown(out);
+        } else if clean {
+            // The final cycles run back to back: commit, flush, commit again with f == K.
+            self.start_cycle(out);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // A stream lost under a running writer, and zombies.
+
+    fn on_stream_lost(&mut self, tp: TopicPartition, stream: StreamId, out: &mut Vec<Action>) {
+        let Some(mut state) = self.partitions.remove(&tp) else {
+            return;
+        };
+        let ours = state.progress.stream() == Some(&stream)
+            || state.pending.as_ref().is_some_and(|f| f.stream == stream);
+        if state.phase != Phase::Running || !ours {
+            self.partitions.insert(tp, state);
+            return;
+        }
+        out.push(Action::Count(Outcome::StreamRestarted { tp: tp.clone() }));
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle.flushing.remove(&tp);
+        }
+        state.pending = None;
+        state.flush_in_flight = false;
+        // Rows appended to the lost stream and not flushed are gone; records below f are
+        // visible. The restart keeps f as this process knows it (it may be ahead of the
+        // committed f), which avoids re-delivering a window we saw flushed.
+        let doubt = state.committed.as_ref().filter(|c| {
+            c.stream.as_ref() == Some(&stream) && c.needs_flush() && state.visible < c.next
+        });
+        match doubt.map(|c| c.next) {
+            Some(below) => self.lost_stream(tp, state, stream, below, out),
+            None => {
+                let from = state.visible;
+                self.start_incarnation(tp, state, from, out);
+            }
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    fn become_zombie(&mut self, tp: TopicPartition, out: &mut Vec<Action>) {
+        let Some(p) = self.partitions.get_mut(&tp) else {
+            return;
+        };
+        if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+            return;
+        }
+        // Another incarnation finalized our stream, so it owns the partition now (or an
+        // operator did it). Creating a stream or committing would fight the owner: stop and
+        // wait for the group to say what we own.
+        p.phase = Phase::Zombie;
+        p.pending = None;
+        p.flush_in_flight = false;
+        out.push(Action::StopWriter { tp: tp.clone() });
+        out.push(Action::Count(Outcome::ZombieStopped { tp: tp.clone() }));
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle.flushing.remove(&tp);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Handoff on revoke or loss, and shutdown.
+
+    fn on_revoke(&mut self, tp: TopicPartition, lost: bool, out: &mut Vec<Action>) {
+        let Some(p) = self.partitions.get_mut(&tp) else {
+            out.push(Action::Release { tp });
+            return;
+        };
+        if let Some(cycle) = self.cycle.as_mut() {
+            // A flush already sent may still finish (idempotent, and justified by a successful
+            // commit); nothing new is sent, and the cycle does not wait for it.
+            cycle.flushing.remove(&tp);
+        }
+        p.pending = None;
+        let writing = matches!(
+            p.phase,
+            Phase::Running | Phase::Draining { .. } | Phase::Stopped
+        );
+        if lost {
+            // Our commit may be refused, or worse accepted on an empty group after the group
+            // moved on: make none. The next owner recovers from the last commit that landed.
+            if writing {
+                out.push(Action::StopWriter { tp: tp.clone() });
+            }
+            self.release(tp, out);
+        } else if p.phase == Phase::Running || p.phase == (Phase::Draining { handoff: false }) {
+            p.phase = Phase::Draining { handoff: true };
+            out.push(Action::StopWriter { tp });
+        } else if p.phase == Phase::Stopped {
+            p.phase = Phase::Draining { handoff: true };
+            self.on_writer_stopped(tp, out);
+        } else {
+            self.release(tp, out);
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    fn on_writer_stopped(&mut self, tp: TopicPartition, out: &mut Vec<Action>) {
+        let Some(p) = self.partitions.get_mut(&tp) else {
+            return;
+        };
+        match p.phase {
+            Phase::Draining { handoff: true } => {
+                // The handoff: one commit of what is acknowledged, under the commit lock, and
+                // nothing after it. No flush and no finalize: the next owner re-flushes, and
+                // finalizes our stream after its own first commit.
+                let c = Committable::seal(&p.progress, p.visible);
+                if p.committed.as_ref() == Some(c.checkpoint()) {
+                    out.push(Action::Count(Outcome::HandedOff {
+                        tp: tp.clone(),
+                        committed: false,
+                    }));
+                    return self.release(tp, out);
+                }
+                self.next_commit += 1;
+                let commit = CommitId(self.next_commit);
+                p.phase = Phase::HandoffCommitting { commit };
+                let entry = self.entry(&tp, &c);
+                out.push(Action::CommitOffsets {
+                    commit,
+                    entries: vec![entry],
+                });
+            }
+            Phase::Draining { handoff: false } => {
+                p.phase = Phase::Stopped;
+                let draining = self
+                    .partitions
+                    .values()
+                    .any(|p| matches!(p.phase, Phase::Draining { handoff: false }));
+                if !draining {
+                    self.start_cycle(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn release(&mut self, tp: TopicPartition, out: &mut Vec<Action>) {
+        if let Some(p) = self.partitions.remove(&tp)
+            && let Some(committed) = p.committed
+        {
+            self.remembered.insert(
+                tp.clone(),
+                Remembered {
+                    committed,
+                    visible: p.visible,
+                },
+            );
+        }
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle.flushing.remove(&tp);
+        }
+        out.push(Action::Release { tp });
+    }
+
+    fn on_shutdown(&mut self, out: &mut Vec<Action>) {
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        let tps: Vec<_> = self.partitions.keys().cloned().collect();
+        for tp in tps {
+            let p = self.partitions.get_mut(&tp).expect("listed");
+            if p.phase == Phase::Running {
+                p.phase = Phase::Draining { handoff: false };
+                out.push(Action::StopWriter { tp });
+            } else if !matches!(
+                p.phase,
+                Phase::Draining { .. } | Phase::HandoffCommitting { .. }
+            ) {
+                // Recovering, zombie or failed: the durable checkpoint stands for the next owner.
+                self.release(tp, out);
+            }
+        }
+        if self.partitions.is_empty() {
+            self.finish_shutdown(out);
+        } else if !self
+            .partitions
+            .values()
+            .any(|p| matches!(p.phase, Phase::Draining { .. }))
+        {
+            self.start_cycle(out);
+        }
+    }
+
+    /// Every stopped partition's latest commit is its final state with f == K.
+    fn shutdown_rested(&self) -> bool {
+        self.partitions.values().all(|p| match p.phase {
+            Phase::Stopped => {
+                let c = Committable::seal(&p.progress, p.visible);
+                p.committed.as_ref() == Some(c.checkpoint()) && !c.checkpoint().needs_flush()
+            }
+            Phase::Failed => true,
+            _ => false,
+        })
+    }
+
+    fn finish_shutdown(&mut self, out: &mut Vec<Action>) {
+        let rested = self.shutdown_rested();
+        let tps: Vec<_> = self.partitions.keys().cloned().collect();
+        for tp in tps {
+            let p = self.partitions.get_mut(&tp).expect("listed");
+            if rested && p.phase == Phase::Stopped {
+                // The latest commit says f == K, so no checkpoint needs any of these streams
+                // (invariant 3); finalizing spares the next owner a recovery.
+                let mut streams = std::mem::take(&mut p.superseded);
+                streams.extend(p.progress.stream().cloned());
+                for stream in streams {
+                    out.push(Action::FinalizeStream {
+                        tp: tp.clone(),
+                        stream: stream.clone(),
+                    });
+                    out.push(Action::Count(Outcome::Finalized {
+                        tp: tp.clone(),
+                        stream,
+                    }));
+                }
+            }
+            self.release(tp, out);
+        }
+        self.cycle = None;
+        self.done = true;
+        out.push(Action::ShutdownComplete);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::offsets::RowCount;
+
+    fn table() -> TableFingerprint {
+        TableFingerprint(0x1234)
+    }
+
+    fn tp0() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn sid(s: &str) -> StreamId {
+        StreamId::new(s).unwrap()
+    }
+
+    fn protocol() -> CheckpointProtocol {
+        CheckpointProtocol::new(ProtocolConfig::new(table()), true)
+    }
+
+    fn metadata(stream: Option<&str>, r: Option<i64>, f: i64) -> Vec<u8> {
+        CommitMetadata::ExactlyOnce {
+            table: table(),
+            stream: stream.map(sid),
+            flush_to: r.map(RowOffset),
+            visible_through: NextOffset(f),
+        }
+        .encode(MetadataVersion::CURRENT)
+        .into_bytes()
+    }
+
+    fn assigned(committed: Option<(i64, Vec<u8>)>, low: i64, high: i64) -> Event {
+        Event::Assigned {
+            tp: tp0(),
+            assignment: Assignment {
+                committed: committed.map(|(k, m)| CommittedRead {
+                    offset: NextOffset(k),
+                    metadata: m,
+                }),
+                low: NextOffset(low),
+                high: NextOffset(high),
+                origin: PartitionOrigin::Existing,
+            },
+        }
+    }
+
+    fn started_at(actions: &[Action]) -> Option<(Incarnation, i64)> {
+        actions.iter().find_map(|a| match a {
+            Action::StartIncarnation {
+                incarnation, from, ..
+            } => Some((*incarnation, from.0)),
+            _ => None,
+        })
+    }
+
+    fn failed(actions: &[Action]) -> Option<&FailReason> {
+        actions.iter().find_map(|a| match a {
+            Action::FailPartition { reason, .. } => Some(reason),
+            _ => None,
+        })
+    }
+
+    fn commit(actions: &[Action]) -> Option<(CommitId, Vec<CommitEntry>)> {
+        actions.iter().find_map(|a| match a {
+            Action::CommitOffsets { commit, entries } => Some((*commit, entries.clone())),
+            _ => None,
+        })
+    }
+
+    fn flushes(actions: &[Action]) -> Vec<(StreamId, RowOffset)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::FlushRows {
+                    stream, through, ..
+                } => Some((stream.clone(), *through)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finalized(actions: &[Action]) -> Vec<StreamId> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::FinalizeStream { stream, .. } => Some(stream.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ok(commit: CommitId) -> Event {
+        Event::CommitResult {
+            commit,
+            outcome: CommitOutcome::PerPartition(vec![(tp0(), Ok(()))]),
+        }
+    }
+
+    fn ack(inc: Incarnation, stream: &str, rows: i64, next: i64) -> Event {
+        Event::RowsAcknowledged {
+            tp: tp0(),
+            ack: Acknowledged::from_append_response(
+                inc,
+                sid(stream),
+                RowCount(rows),
+                NextOffset(next),
+                rows as u64 * 10,
+            ),
+        }
+    }
+
+    fn flush_result(stream: &str, through: i64, outcome: FlushOutcome) -> Event {
+        Event::FlushResult {
+            tp: tp0(),
+            stream: sid(stream),
+            through: RowOffset(through),
+            outcome,
+        }
+    }
+
+    fn recovery_result(stream: &str, through: i64, outcome: FlushOutcome) -> Event {
+        Event::RecoveryFlushResult {
+            tp: tp0(),
+            stream: sid(stream),
+            through: RowOffset(through),
+            outcome,
+        }
+    }
+
+    /// A running partition at offset 10 with nothing in doubt; returns its incarnation.
+    fn running(p: &mut CheckpointProtocol) -> Incarnation {
+        let a = p.handle(assigned(Some((10, metadata(None, None, 10))), 0, 100));
+        started_at(&a).unwrap().0
+    }
+
+    /// Appends rows 0..n (records 10..10+n) and commits them; returns the flush request.
+    fn committed(p: &mut CheckpointProtocol, inc: Incarnation, n: i64) -> Vec<Action> {
+        p.handle(ack(inc, "s1", n, 10 + n));
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(10 + n));
+        p.handle(ok(id))
+    }
+
+    #[test]
+    fn a_first_start_uses_the_initial_position_and_a_lost_checkpoint_fails_closed() {
+        let mut first = CheckpointProtocol::new(ProtocolConfig::new(table()), false);
+        let a = first.handle(assigned(None, 5, 50));
+        assert_eq!(started_at(&a).unwrap().1, 5);
+        assert!(a.contains(&Action::Count(Outcome::Started {
+            tp: tp0(),
+            case: StartCase::FirstStart,
+            at: NextOffset(5)
+        })));
+
+        // The table says this group committed before: its offsets expired.
+        let a = protocol().handle(assigned(None, 5, 50));
+        assert_eq!(failed(&a), Some(&FailReason::CheckpointMissing));
+        assert!(started_at(&a).is_none());
+    }
+
+    #[test]
+    fn a_partition_added_at_runtime_starts_at_the_earliest_offset() {
+        let a = protocol().handle(Event::Assigned {
+            tp: tp0(),
+            assignment: Assignment {
+                committed: None,
+                low: NextOffset(0),
+                high: NextOffset(7),
+                origin: PartitionOrigin::AddedAtRuntime,
+            },
+        });
+        assert_eq!(started_at(&a).unwrap().1, 0);
+    }
+
+    #[test]
+    fn unreadable_or_foreign_checkpoints_fail_closed() {
+        let raw = b"kbq;v=9;f=1".to_vec();
+        let a = protocol().handle(assigned(Some((10, raw)), 0, 20));
+        assert!(
+            matches!(failed(&a), Some(FailReason::Metadata(MetadataError::UnknownVersion { raw, .. })) if raw == "kbq;v=9;f=1")
+        );
+        let other = CommitMetadata::AtLeastOnce {
+            table: TableFingerprint(7),
+        }
+        .encode(MetadataVersion::CURRENT)
+        .into_bytes();
+        let a = protocol().handle(assigned(Some((10, other)), 0, 20));
+        assert!(matches!(failed(&a), Some(FailReason::ForeignTable { .. })));
+        let a = protocol().handle(assigned(Some((30, metadata(None, None, 30))), 0, 20));
+        assert!(matches!(
+            failed(&a),
+            Some(FailReason::AboveHighWatermark { .. })
+        ));
+    }
+
+    #[test]
+    fn an_operator_reset_starts_at_the_reset_offset() {
+        let a = protocol().handle(assigned(Some((12, Vec::new())), 0, 20));
+        assert_eq!(started_at(&a).unwrap().1, 12);
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::Count(Outcome::Started {
+                case: StartCase::OperatorReset,
+                ..
+            })
+        )));
+    }
+
+    #[test]
+    fn a_checkpoint_below_the_log_start_is_never_reset_silently() {
+        let a = protocol().handle(assigned(Some((3, metadata(None, None, 3))), 8, 20));
+        assert_eq!(
+            failed(&a),
+            Some(&FailReason::OutOfRange {
+                from: NextOffset(3),
+                low: NextOffset(8)
+            })
+        );
+        let mut config = ProtocolConfig::new(table());
+        config.on_out_of_range = OutOfRangePolicy::Earliest;
+        let a = CheckpointProtocol::new(config, true).handle(assigned(
+            Some((3, metadata(None, None, 3))),
+            8,
+            20,
+        ));
+        assert_eq!(started_at(&a).unwrap().1, 8);
+        assert!(a.contains(&Action::Count(Outcome::RecordsLost {
+            tp: tp0(),
+            from: NextOffset(3),
+            to: NextOffset(8)
+        })));
+    }
+
+    #[test]
+    fn recovery_re_flushes_before_anything_is_appended() {
+        let mut p = protocol();
+        let a = p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        assert_eq!(flushes(&a), vec![(sid("old"), RowOffset(9))]);
+        assert!(started_at(&a).is_none(), "no writer before the re-flush");
+        // A transient error retries with backoff, never rewinds.
+        let a = p.handle(recovery_result(
+            "old",
+            9,
+            FlushOutcome::Transient("unavailable".into()),
+        ));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::FlushRows { attempt: 1, .. }))
+        );
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::Flushed));
+        assert_eq!(started_at(&a).unwrap().1, 20);
+        // The old stream is finalized only after a commit that no longer needs it.
+        assert!(finalized(&a).is_empty());
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(20));
+        assert_eq!(
+            CommitMetadata::parse(entries[0].metadata.as_bytes()).unwrap(),
+            CommitMetadata::parse(&metadata(None, None, 20)).unwrap(),
+            "an idle recovered partition rests at f == K"
+        );
+        assert_eq!(finalized(&p.handle(ok(id))), vec![sid("old")]);
+    }
+
+    #[test]
+    fn a_checkpoint_at_rest_needs_no_flush_even_if_its_stream_is_gone() {
+        let a = protocol().handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 20))),
+            0,
+            30,
+        ));
+        assert!(flushes(&a).is_empty());
+        assert_eq!(started_at(&a).unwrap().1, 20);
+    }
+
+    #[test]
+    fn already_exists_on_re_flush_is_an_anomaly() {
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::AlreadyExists));
+        assert!(matches!(failed(&a), Some(FailReason::Anomaly { .. })));
+        let mut config = ProtocolConfig::new(table());
+        config.on_anomaly = AnomalyPolicy::Continue;
+        let mut p = CheckpointProtocol::new(config, true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::AlreadyExists));
+        assert_eq!(started_at(&a).unwrap().1, 20);
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Anomaly { .. })))
+        );
+    }
+
+    fn unchanged_reread() -> Event {
+        let Event::Assigned { tp, assignment } =
+            assigned(Some((20, metadata(Some("old"), Some(9), 10))), 0, 30)
+        else {
+            unreachable!()
+        };
+        Event::CheckpointReread { tp, assignment }
+    }
+
+    #[test]
+    fn a_stream_finalized_by_a_newer_owner_is_not_a_lost_stream() {
+        // A zombie recovering a checkpoint that the new owner has superseded meanwhile: the
+        // re-read shows the newer checkpoint, so there is nothing to rewind.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let Event::Assigned { tp, assignment } =
+            assigned(Some((24, metadata(None, None, 24))), 0, 30)
+        else {
+            unreachable!()
+        };
+        let a = p.handle(Event::CheckpointReread { tp, assignment });
+        assert_eq!(started_at(&a).unwrap().1, 24);
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+        assert!(a.contains(&Action::Count(Outcome::CheckpointMoved { tp: tp0() })));
+    }
+
+    #[test]
+    fn a_lost_stream_follows_the_policy_and_other_errors_never_rewind() {
+        // rewind (default): NOT_FOUND is retried first, then [f, K) is re-delivered, counted.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        for _ in 0..3 {
+            let a = p.handle(recovery_result("old", 9, FlushOutcome::NotFound));
+            assert!(!flushes(&a).is_empty(), "not found can be transient");
+        }
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::NotFound));
+        assert_eq!(a, vec![Action::ReadCommitted { tp: tp0() }]);
+        let a = p.handle(unchanged_reread());
+        assert_eq!(started_at(&a).unwrap().1, 10);
+        assert!(a.contains(&Action::Count(Outcome::Rewound {
+            tp: tp0(),
+            stream: sid("old"),
+            from: NextOffset(10),
+            to: NextOffset(20)
+        })));
+
+        // resolve: continue after the highest visible offset.
+        let mut config = ProtocolConfig::new(table());
+        config.lost_stream = LostStreamPolicy::Resolve;
+        let mut p = CheckpointProtocol::new(config.clone(), true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let a = p.handle(unchanged_reread());
+        assert!(a.iter().any(|x| matches!(x, Action::ResolveVisible { .. })));
+        let a = p.handle(Event::ResolveResult {
+            tp: tp0(),
+            outcome: Ok(Some(KafkaOffset(14))),
+        });
+        assert_eq!(started_at(&a).unwrap().1, 15);
+
+        // fail
+        config.lost_stream = LostStreamPolicy::Fail;
+        let mut p = CheckpointProtocol::new(config, true);
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
+        let a = p.handle(unchanged_reread());
+        assert!(matches!(failed(&a), Some(FailReason::LostStream { .. })));
+
+        // credentials or corrupt metadata: fail closed, never rewind.
+        let mut p = protocol();
+        p.handle(assigned(
+            Some((20, metadata(Some("old"), Some(9), 10))),
+            0,
+            30,
+        ));
+        let a = p.handle(recovery_result(
+            "old",
+            9,
+            FlushOutcome::Fatal("permission denied".into()),
+        ));
+        assert!(matches!(failed(&a), Some(FailReason::FlushFatal(_))));
+        assert!(started_at(&a).is_none());
+    }
+
+    #[test]
+    fn nothing_is_flushed_before_its_commit_succeeds() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::StartCycle);
+        assert!(flushes(&a).is_empty());
+        let (id, _) = commit(&a).unwrap();
+        // A whole-request error abandons the cycle: no flush, no finalize.
+        let a = p.handle(Event::CommitResult {
+            commit: id,
+            outcome: CommitOutcome::Rejected("rebalance in progress".into()),
+        });
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty());
+        let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(2))]);
+    }
+
+    #[test]
+    fn a_failed_flush_is_retried_every_cycle_and_an_idle_partition_rests_at_f_equals_k() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        let a = committed(&mut p, inc, 3);
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        p.handle(flush_result(
+            "s1",
+            2,
+            FlushOutcome::Transient("deadline".into()),
+        ));
+        // No new rows: the next cycle commits nothing and retries the flush.
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none());
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        // One more commit carries f == K; then the partition rests.
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert!(entries[0].metadata.ends_with(";f=13"));
+        assert!(flushes(&p.handle(ok(id))).is_empty());
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn a_partition_whose_commit_keeps_failing_is_isolated() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        for n in 1..=5 {
+            let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+            let a = p.handle(Event::CommitResult {
+                commit: id,
+                outcome: CommitOutcome::PerPartition(vec![(tp0(), Err("too large".into()))]),
+            });
+            assert!(flushes(&a).is_empty());
+            if n == 5 {
+                assert_eq!(failed(&a), Some(&FailReason::Isolated { failures: 5 }));
+                assert!(a.contains(&Action::StopWriter { tp: tp0() }));
+            } else {
+                assert!(failed(&a).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn the_handoff_commits_once_and_then_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(ack(inc, "s1", 5, 15));
+        let a = p.handle(Event::RevokeBegan {
+            tp: tp0(),
+            lost: false,
+        });
+        assert_eq!(a, vec![Action::StopWriter { tp: tp0() }]);
+        // Acks of the drained appends still count.
+        p.handle(ack(inc, "s1", 6, 16));
+        let a = p.handle(Event::WriterStopped { tp: tp0() });
+        let (id, entries) = commit(&a).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(16));
+        assert!(entries[0].metadata.contains(";s=s1;") && entries[0].metadata.contains(";r=5;"));
+        let a = p.handle(ok(id));
+        assert!(a.contains(&Action::Release { tp: tp0() }));
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty());
+        // The flush of the earlier cycle answers late: nothing follows from it.
+        let a = p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        assert!(flushes(&a).is_empty() && finalized(&a).is_empty() && commit(&a).is_none());
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn a_lost_assignment_commits_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::RevokeBegan {
+            tp: tp0(),
+            lost: true,
+        });
+        assert!(commit(&a).is_none());
+        assert!(a.contains(&Action::Release { tp: tp0() }));
+    }
+
+    #[test]
+    fn a_zombie_stops_and_creates_nothing() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        let a = p.handle(Event::ZombieDetected {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        assert!(a.contains(&Action::StopWriter { tp: tp0() }));
+        assert!(started_at(&a).is_none());
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        assert_eq!(p.handle(Event::StartCycle), vec![]);
+    }
+
+    #[test]
+    fn the_uncommitted_tail_is_bounded() {
+        let mut config = ProtocolConfig::new(table());
+        config.max_uncommitted_bytes = 50;
+        let mut p = CheckpointProtocol::new(config, true);
+        let inc = running(&mut p);
+        assert!(p.handle(ack(inc, "s1", 4, 14)).is_empty());
+        assert!(
+            p.handle(ack(inc, "s1", 5, 15))
+                .contains(&Action::Pause { tp: tp0() })
+        );
+        let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert!(p.handle(ok(id)).contains(&Action::Resume { tp: tp0() }));
+    }
+
+    #[test]
+    fn a_lost_stream_restarts_the_incarnation_keeping_the_known_f() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        p.handle(ack(inc, "s1", 5, 15));
+        // The committed f is still 10, but this process saw the flush through 13 succeed.
+        let a = p.handle(Event::StreamLost {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        let (inc2, from) = started_at(&a).unwrap();
+        assert_eq!(from, 13);
+        assert_ne!(inc2, inc);
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+        // A late ack of the old incarnation is not progress of the new one.
+        p.handle(ack(inc, "s1", 6, 16));
+        let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(13));
+    }
+
+    #[test]
+    fn sigterm_runs_the_final_cycle_and_finalizes() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        p.handle(ack(inc, "s1", 3, 13));
+        let a = p.handle(Event::Shutdown);
+        assert_eq!(a, vec![Action::StopWriter { tp: tp0() }]);
+        let (id, _) = commit(&p.handle(Event::WriterStopped { tp: tp0() })).unwrap();
+        let a = p.handle(ok(id));
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        let (id, entries) =
+            commit(&p.handle(flush_result("s1", 2, FlushOutcome::Flushed))).unwrap();
+        assert!(entries[0].metadata.ends_with(";f=13"));
+        let a = p.handle(ok(id));
+        assert_eq!(finalized(&a), vec![sid("s1")]);
+        assert_eq!(a.last(), Some(&Action::ShutdownComplete));
+    }
+}

@@ -1,0 +1,1714 @@
+//! The daemon's YAML configuration (DESIGN §7): typed sections, `${ENV}` substitution, every
+//! default in [`defaults`], and [`validate`], which checks a parsed config without any I/O and
+//! names the field path of every error.
+//!
+//! Loading runs in two steps. [`Config::from_yaml`] parses (unknown keys are errors everywhere,
+//! `${NAME}` and `${NAME:-default}` are substituted in unquoted values, a missing variable
+//! without a default is an error naming it) and reports parse errors with their field path and
+//! line. [`validate`] then checks the rules between fields and returns every violation at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+/// Every default of the config, in one place. The doc comment of each field says which one
+/// applies.
+pub mod defaults {
+    use super::ByteSize;
+    use std::time::Duration;
+
+    pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
+    pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
+    /// F22: a 404 from the registry can be transient (failover, restore).
+    pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
+    pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+    pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
+    /// The broker default of `offset.metadata.max.bytes`.
+    pub const CHECKPOINT_METADATA_MAX_BYTES: u32 = 4096;
+    pub const WRITER_MAX_REQUEST_BYTES: ByteSize = ByteSize(8 * 1024 * 1024);
+    pub const WRITER_MAX_ROWS_PER_REQUEST: u32 = 50_000;
+    pub const WRITER_LINGER: Duration = Duration::from_millis(50);
+    pub const WRITER_MAX_INFLIGHT_REQUESTS: u32 = 4;
+    pub const WRITER_MAX_INFLIGHT_BYTES: ByteSize = ByteSize(32 * 1024 * 1024);
+    pub const WRITER_MAX_UNCOMMITTED_BYTES: ByteSize = ByteSize(256 * 1024 * 1024);
+    pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(1024 * 1024 * 1024);
+    /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
+    pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
+    pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
+    pub const LOG_LEVEL: &str = "info";
+}
+
+/// Hard limits the validation checks against.
+pub mod limits {
+    use super::ByteSize;
+
+    /// No AppendRows request may be larger than this (BigQuery's own limit is 10 MB on many
+    /// projects and never above this).
+    pub const MAX_REQUEST_BYTES: ByteSize = ByteSize(20 * 1024 * 1024);
+    pub const MIN_REQUEST_BYTES: ByteSize = ByteSize(64 * 1024);
+    /// BigQuery allows at most four clustering columns.
+    pub const MAX_CLUSTERING_FIELDS: usize = 4;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value types
+
+/// A duration written with a unit: `250ms`, `5s`, `2m`, `1h`, `7d` or a sum such as `1m30s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "invalid duration `{s}`: use a number with a unit (ms, s, m, h, d), e.g. 5s or 250ms"
+            )
+        };
+        let text = s.trim();
+        if text.is_empty() {
+            return Err(bad());
+        }
+        let mut total = Duration::ZERO;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                return Err(bad());
+            }
+            let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+            rest = &rest[digits..];
+            let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+            let unit = &rest[..unit_len];
+            rest = &rest[unit_len..];
+            let part = match unit {
+                "ms" => Duration::from_millis(n),
+                "s" => Duration::from_secs(n),
+                "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad)?,
+                "h" => n
+                    .checked_mul(3600)
+                    .map(Duration::from_secs)
+                    .ok_or_else(bad)?,
+                "d" => n
+                    .checked_mul(86_400)
+                    .map(Duration::from_secs)
+                    .ok_or_else(bad)?,
+                _ => return Err(bad()),
+            };
+            total = total.checked_add(part).ok_or_else(bad)?;
+        }
+        Ok(HumanDuration(total))
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if !ms.is_multiple_of(1000) || ms == 0 {
+            write!(f, "{ms}ms")
+        } else {
+            write!(f, "{}s", ms / 1000)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, e.g. 5s or 250ms")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<HumanDuration, E> {
+                HumanDuration::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration `{v}`: add a unit (ms, s, m, h, d), e.g. {v}s"
+                )))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration `{v}`: add a unit, e.g. 5s"
+                )))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration `{v}`: use a whole number with a unit, e.g. 1500ms"
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A byte size: a plain number of bytes or a number with a unit, `KiB`/`MiB`/`GiB` (powers of
+/// 1024) or `KB`/`MB`/`GB` (powers of 1000): `8MiB`, `512 KiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "invalid size `{s}`: use bytes or a number with a unit (KiB, MiB, GiB, KB, MB, GB), e.g. 8MiB"
+            )
+        };
+        let text = s.trim();
+        let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = text[..digits].parse().map_err(|_| bad())?;
+        let factor: u64 = match text[digits..].trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            _ => return Err(bad()),
+        };
+        n.checked_mul(factor).map(ByteSize).ok_or_else(bad)
+    }
+
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if b >= size && b.is_multiple_of(size) {
+                return write!(f, "{}{unit}", b / size);
+            }
+        }
+        write!(f, "{b}B")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size in bytes or with a unit, e.g. 8MiB")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("invalid size `{v}`: must not be negative")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A secret (password, token): never printed, not even by `Debug`, so that a logged config
+/// cannot leak it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The config
+
+/// The whole config file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to consume from.
+    pub kafka: KafkaConfig,
+    /// Confluent wire format (magic byte + schema id) resolved through a Schema Registry.
+    /// Exactly one of `schema_registry` and `avro` is required.
+    #[serde(default)]
+    pub schema_registry: Option<SchemaRegistryConfig>,
+    /// Raw Avro records with one fixed writer schema.
+    #[serde(default)]
+    pub avro: Option<AvroConfig>,
+    /// Where to write to.
+    pub bigquery: BigQueryConfig,
+    /// `exactly_once` (default: BUFFERED streams flushed after each Kafka commit) or
+    /// `at_least_once` (the `_default` stream, Kafka commit after acknowledged appends).
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// The two-phase checkpoint cycle (DESIGN §2).
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+    /// Batching and memory bounds of the per-partition writers.
+    #[serde(default)]
+    pub writer: WriterConfig,
+    /// The dead-letter topic for records that cannot be written.
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterConfig>,
+    /// What happens to a record that cannot be decoded or that BigQuery rejects:
+    /// `dead_letter` (default; requires `dead_letter.topic`), `fail` (the partition stops) or
+    /// `skip` (counted and dropped). Never dropped silently.
+    #[serde(default)]
+    pub on_bad_record: OnBadRecord,
+    /// Policies for the cases where no exact continuation exists.
+    #[serde(default)]
+    pub recovery: RecoveryConfig,
+    /// Time allowed for the final checkpoint cycle on SIGTERM (default 25s). Keep it below the
+    /// pod's `terminationGracePeriodSeconds`.
+    #[serde(default = "default_shutdown_deadline")]
+    pub shutdown_deadline: HumanDuration,
+    /// The Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn default_shutdown_deadline() -> HumanDuration {
+    HumanDuration(defaults::SHUTDOWN_DEADLINE)
+}
+
+/// The consumer.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Comma-separated `host:port` list.
+    pub bootstrap_servers: String,
+    /// The consumer group; its committed offsets and their metadata are the checkpoints.
+    pub group_id: String,
+    /// Topics to consume. Exactly one of `topics` and `topic_pattern` is required.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// A regular expression (librdkafka syntax, without the leading `^`) matching the topics to
+    /// consume.
+    #[serde(default)]
+    pub topic_pattern: Option<String>,
+    /// Any librdkafka consumer property (SASL, SSL, timeouts, fetch sizes …), passed through.
+    /// The sink forces `enable.auto.commit=false`, `enable.auto.offset.store=false`,
+    /// `isolation.level=read_committed` and `auto.offset.reset=error`; setting them to anything
+    /// else is an error. `partition.assignment.strategy` defaults to `cooperative-sticky`
+    /// (unless `group.protocol=consumer`, whose assignor runs on the broker).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The consumer properties the sink forces, with the reason given when a user sets them.
+pub const FORCED_CONSUMER_PROPERTIES: &[(&str, &str, &str)] = &[
+    (
+        "enable.auto.commit",
+        "false",
+        "offsets are committed only with a checkpoint",
+    ),
+    (
+        "enable.auto.offset.store",
+        "false",
+        "offsets are stored only with a checkpoint",
+    ),
+    (
+        "isolation.level",
+        "read_committed",
+        "aborted transactional records must not reach the table",
+    ),
+    (
+        "auto.offset.reset",
+        "error",
+        "the start position is decided by recovery.start_from, recovery.lost_offsets and recovery.new_partitions",
+    ),
+];
+
+impl KafkaConfig {
+    /// The effective librdkafka consumer properties: the user's passthrough, the defaults, the
+    /// forced settings, bootstrap servers and group id.
+    pub fn consumer_properties(&self) -> BTreeMap<String, String> {
+        let mut props = self.properties.clone();
+        let kip848 = props
+            .get("group.protocol")
+            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
+        if !kip848 {
+            props
+                .entry("partition.assignment.strategy".into())
+                .or_insert_with(|| defaults::PARTITION_ASSIGNMENT_STRATEGY.into());
+        }
+        for (key, value, _) in FORCED_CONSUMER_PROPERTIES {
+            props.insert((*key).into(), (*value).into());
+        }
+        props.insert("bootstrap.servers".into(), self.bootstrap_servers.clone());
+        props.insert("group.id".into(), self.group_id.clone());
+        props
+    }
+
+    /// The subscription for librdkafka: the topics, or the pattern with the `^` that marks a
+    /// regular expression.
+    pub fn subscription(&self) -> Vec<String> {
+        match &self.topic_pattern {
+            Some(p) if p.starts_with('^') => vec![p.clone()],
+            Some(p) => vec![format!("^{p}")],
+            None => self.topics.clone(),
+        }
+    }
+
+    /// Whether more than one topic can reach the sink.
+    pub fn may_have_several_topics(&self) -> bool {
+        self.topic_pattern.is_some() || self.topics.len() > 1
+    }
+}
+
+/// A Confluent-compatible Schema Registry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// Base URL, `http://` or `https://`.
+    pub url: String,
+    /// Basic-auth user name; requires `password`.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Basic-auth password; requires `username`.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// Bearer token, instead of basic auth.
+    #[serde(default)]
+    pub bearer_token: Option<Secret>,
+    /// PEM file of CA certificates to trust, in addition to the system roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Per-request timeout (default 10s).
+    #[serde(default = "default_sr_timeout")]
+    pub timeout: HumanDuration,
+    /// Retries of a failed request before the partition waits and tries again later (default
+    /// 5). A registry outage stalls a partition; it never dead-letters good records.
+    #[serde(default = "default_sr_retries")]
+    pub retries: u32,
+    /// How long a schema id may stay unknown (404) before its records count as bad (default
+    /// 60s): a registry failover can answer 404 for a while.
+    #[serde(default = "default_sr_not_found_grace")]
+    pub not_found_grace: HumanDuration,
+}
+
+fn default_sr_timeout() -> HumanDuration {
+    HumanDuration(defaults::SCHEMA_REGISTRY_TIMEOUT)
+}
+fn default_sr_retries() -> u32 {
+    defaults::SCHEMA_REGISTRY_RETRIES
+}
+fn default_sr_not_found_grace() -> HumanDuration {
+    HumanDuration(defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE)
+}
+
+/// Raw Avro input (no wire-format header).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvroConfig {
+    /// The `.avsc` file with the writer schema of every record.
+    pub schema_file: PathBuf,
+}
+
+/// The destination.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BigQueryConfig {
+    /// Google Cloud project id.
+    pub project: String,
+    /// Dataset id.
+    pub dataset: String,
+    /// Table id, or a template where `{topic}` is replaced by the record's topic.
+    pub table: String,
+    /// Base URL of the API instead of Google's (the emulator: `http://127.0.0.1:9060`); gRPC and
+    /// REST share it.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `adc` (default: Application Default Credentials, e.g. GKE Workload Identity),
+    /// `{key_file: path}` (a service-account key) or `none` (only with an emulator `endpoint`).
+    #[serde(default)]
+    pub credentials: Credentials,
+    /// Dataset location (e.g. `US`, `EU`, `europe-west1`), used by query jobs.
+    #[serde(default)]
+    pub location: Option<String>,
+    /// Create a missing table from the Avro schema with these options; without it a missing
+    /// table is an error.
+    #[serde(default)]
+    pub create_table: Option<CreateTableConfig>,
+    /// `none` (default) or `add_columns`: a new writer schema with new nullable fields adds
+    /// NULLABLE columns to the table.
+    #[serde(default)]
+    pub schema_update: SchemaUpdate,
+    /// Avro fields without a table column: `ignore` (default) or `error` (a bad record).
+    #[serde(default)]
+    pub unknown_fields: UnknownFields,
+    /// Avro maps as `struct` (default: REPEATED STRUCT<key, value>) or `json` (a JSON column).
+    #[serde(default)]
+    pub map_mode: MapMode,
+    /// Optional columns for Kafka metadata; each names the column, unset means no column.
+    #[serde(default)]
+    pub metadata_columns: MetadataColumns,
+}
+
+/// How the daemon authenticates to BigQuery.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Credentials {
+    /// Application Default Credentials.
+    #[default]
+    Adc,
+    /// A service-account key file.
+    KeyFile(PathBuf),
+    /// No authentication (emulator only).
+    None,
+}
+
+/// Table creation options.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTableConfig {
+    /// Time partitioning; unset means an unpartitioned table.
+    #[serde(default)]
+    pub time_partitioning: Option<TimePartitioning>,
+    /// Up to four clustering columns.
+    #[serde(default)]
+    pub clustering: Vec<String>,
+    /// Queries must filter on the partitioning column (requires `time_partitioning`).
+    #[serde(default)]
+    pub require_partition_filter: bool,
+    /// Table description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Table labels (lowercase keys and values).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Time partitioning of a created table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimePartitioning {
+    /// The TIMESTAMP/DATE column; unset means ingestion-time partitioning.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// `DAY` (default), `HOUR`, `MONTH` or `YEAR`.
+    #[serde(default, rename = "type")]
+    pub kind: PartitionType,
+    /// Partitions older than this are deleted by BigQuery; unset keeps them.
+    #[serde(default)]
+    pub expiration: Option<HumanDuration>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PartitionType {
+    #[default]
+    Day,
+    Hour,
+    Month,
+    Year,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaUpdate {
+    #[default]
+    None,
+    AddColumns,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownFields {
+    #[default]
+    Ignore,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MapMode {
+    #[default]
+    Struct,
+    Json,
+}
+
+/// Column names for the Kafka metadata of each record.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataColumns {
+    /// STRING column with the source topic.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// INT64 column with the source partition.
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// INT64 column with the source offset.
+    #[serde(default)]
+    pub offset: Option<String>,
+    /// TIMESTAMP column with the record timestamp.
+    #[serde(default)]
+    pub timestamp: Option<String>,
+    /// BYTES column with the record key.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// REPEATED STRUCT<key STRING, value BYTES> column with the record headers.
+    #[serde(default)]
+    pub headers: Option<String>,
+}
+
+impl MetadataColumns {
+    fn named(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("topic", &self.topic),
+            ("partition", &self.partition),
+            ("offset", &self.offset),
+            ("timestamp", &self.timestamp),
+            ("key", &self.key),
+            ("headers", &self.headers),
+        ]
+        .into_iter()
+        .filter_map(|(field, col)| col.as_deref().map(|c| (field, c)))
+        .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    #[default]
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// The checkpoint cycle.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Time between checkpoint cycles (default 5s): the latency until rows are visible.
+    pub interval: HumanDuration,
+    /// How long a cycle waits for each writer's committable (default 10s); a writer that does
+    /// not answer keeps its previous checkpoint for this cycle.
+    pub barrier_timeout: HumanDuration,
+    /// Consecutive failed Kafka commits of one partition after which it is isolated: stopped,
+    /// counted and reported not ready (default 5).
+    pub commit_failure_isolation_threshold: u32,
+    /// The brokers' `offset.metadata.max.bytes` (default 4096); the worst-case checkpoint
+    /// metadata must fit.
+    pub metadata_max_bytes: u32,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: HumanDuration(defaults::CHECKPOINT_INTERVAL),
+            barrier_timeout: HumanDuration(defaults::CHECKPOINT_BARRIER_TIMEOUT),
+            commit_failure_isolation_threshold: defaults::COMMIT_FAILURE_ISOLATION_THRESHOLD,
+            metadata_max_bytes: defaults::CHECKPOINT_METADATA_MAX_BYTES,
+        }
+    }
+}
+
+/// The writers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WriterConfig {
+    /// Largest AppendRows request (default 8MiB, at most 20MiB).
+    pub max_request_bytes: ByteSize,
+    /// Most rows in one request (default 50000).
+    pub max_rows_per_request: u32,
+    /// How long a partial batch waits for more records (default 50ms).
+    pub linger: HumanDuration,
+    /// Appends in flight per stream (default 4).
+    pub max_inflight_requests: u32,
+    /// Bytes in flight per stream (default 32MiB); at least `max_request_bytes`.
+    pub max_inflight_bytes: ByteSize,
+    /// Appended but not yet committed bytes per partition (default 256MiB); at the cap the
+    /// partition pauses until a checkpoint commits.
+    pub max_uncommitted_bytes: ByteSize,
+    /// Bound on the records buffered by the whole process (default 1GiB); polling pauses above
+    /// it.
+    pub memory_limit: ByteSize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            max_request_bytes: defaults::WRITER_MAX_REQUEST_BYTES,
+            max_rows_per_request: defaults::WRITER_MAX_ROWS_PER_REQUEST,
+            linger: HumanDuration(defaults::WRITER_LINGER),
+            max_inflight_requests: defaults::WRITER_MAX_INFLIGHT_REQUESTS,
+            max_inflight_bytes: defaults::WRITER_MAX_INFLIGHT_BYTES,
+            max_uncommitted_bytes: defaults::WRITER_MAX_UNCOMMITTED_BYTES,
+            memory_limit: defaults::WRITER_MEMORY_LIMIT,
+        }
+    }
+}
+
+/// The dead-letter topic.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    /// Topic for bad records (their key, value and headers, plus headers with the reason and the
+    /// source topic/partition/offset). Required when `on_bad_record` is `dead_letter`.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// librdkafka producer properties. Unset connection settings (`bootstrap.servers`,
+    /// `security.protocol`, `sasl.*`, `ssl.*`) are taken from `kafka`. `acks` is `all`: a
+    /// dead-lettered record must be durable before its checkpoint commits.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Consumer properties that describe the connection to the cluster, inherited by the
+/// dead-letter producer.
+fn is_connection_property(key: &str) -> bool {
+    key == "security.protocol"
+        || key == "client.dns.lookup"
+        || key.starts_with("sasl.")
+        || key.starts_with("ssl.")
+        || key.starts_with("ssl_")
+}
+
+impl DeadLetterConfig {
+    /// The effective librdkafka producer properties: the connection settings of `kafka` unless
+    /// set here, the user's properties, and the durability the sink needs.
+    pub fn producer_properties(&self, kafka: &KafkaConfig) -> BTreeMap<String, String> {
+        let mut props: BTreeMap<String, String> = kafka
+            .properties
+            .iter()
+            .filter(|(k, _)| is_connection_property(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        props.insert("bootstrap.servers".into(), kafka.bootstrap_servers.clone());
+        props.extend(self.properties.clone());
+        props.insert("acks".into(), "all".into());
+        props
+            .entry("enable.idempotence".into())
+            .or_insert_with(|| "true".into());
+        props
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBadRecord {
+    #[default]
+    DeadLetter,
+    Fail,
+    Skip,
+}
+
+/// What to do where no exact continuation exists (DESIGN §2).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecoveryConfig {
+    /// A checkpointed stream is gone before its rows were flushed: `resolve` (ask the table for
+    /// the highest visible offset; needs the `partition` and `offset` metadata columns, and
+    /// `topic` when several topics share a table), `rewind` (re-deliver the window: at least
+    /// once for it) or `fail`. Default: `resolve` when those columns are configured, else
+    /// `rewind`.
+    pub lost_stream: Option<LostStream>,
+    /// A re-flush finds rows past the checkpoint already visible: `fail` (default) or
+    /// `continue` (counted and logged).
+    pub on_anomaly: OnAnomaly,
+    /// Where a group that never committed starts: `earliest` (default) or `latest`.
+    pub start_from: StartFrom,
+    /// A group that committed before but whose offsets are gone (expired, or below the log
+    /// start): `fail` (default), `earliest` or `latest`.
+    pub lost_offsets: LostOffsets,
+    /// A partition added while running: `earliest` (default) or `latest`.
+    pub new_partitions: StartFrom,
+}
+
+impl RecoveryConfig {
+    /// The policy in force for a lost stream, with the default resolved against the table's
+    /// metadata columns.
+    pub fn effective_lost_stream(
+        &self,
+        bigquery: &BigQueryConfig,
+        kafka: &KafkaConfig,
+    ) -> LostStream {
+        self.lost_stream.unwrap_or_else(|| {
+            if resolve_missing_columns(bigquery, kafka).is_empty() {
+                LostStream::Resolve
+            } else {
+                LostStream::Rewind
+            }
+        })
+    }
+}
+
+/// Metadata columns that `lost_stream: resolve` needs but the config lacks.
+fn resolve_missing_columns(bigquery: &BigQueryConfig, kafka: &KafkaConfig) -> Vec<&'static str> {
+    let cols = &bigquery.metadata_columns;
+    let shared_table = !bigquery.table.contains("{topic}") && kafka.may_have_several_topics();
+    let mut missing = Vec::new();
+    if shared_table && cols.topic.is_none() {
+        missing.push("topic");
+    }
+    if cols.partition.is_none() {
+        missing.push("partition");
+    }
+    if cols.offset.is_none() {
+        missing.push("offset");
+    }
+    missing
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostStream {
+    Resolve,
+    Rewind,
+    Fail,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAnomaly {
+    #[default]
+    Fail,
+    Continue,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartFrom {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostOffsets {
+    #[default]
+    Fail,
+    Earliest,
+    Latest,
+}
+
+/// The Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Listen address (default `0.0.0.0:9464`).
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: defaults::METRICS_LISTEN
+                .parse()
+                .expect("the default listen address parses"),
+        }
+    }
+}
+
+/// Logging.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` (default, for humans) or `json` (for GKE / Cloud Logging).
+    pub format: LogFormat,
+    /// A `tracing` filter: a level (`info`, default) or directives like
+    /// `info,kafka_bigquery_sink::writer=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::default(),
+            level: defaults::LOG_LEVEL.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+/// One problem in a config, at a field path such as `writer.max_request_bytes` or
+/// `kafka.properties."enable.auto.commit"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+    /// 1-based line of the problem in the file, when known (parse errors).
+    pub line: Option<u64>,
+}
+
+impl ConfigError {
+    fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+            line: None,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() {
+            "<root>"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.message)?;
+        if let Some(line) = self.line {
+            write!(f, " (line {line})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<ConfigError>),
+}
+
+impl LoadError {
+    /// Every problem, one per line, each naming its field.
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            LoadError::Read { .. } => vec![self.to_string()],
+            LoadError::Invalid(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a config file, substituting `${NAME}` from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Config, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let env: HashMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let config = Config::from_yaml(&text, env).map_err(LoadError::Invalid)?;
+        validate(&config).map_err(LoadError::Invalid)?;
+        Ok(config)
+    }
+
+    /// Parses a config (no validation beyond types and unknown keys), substituting `${NAME}`
+    /// and `${NAME:-default}` in unquoted values from `env`.
+    pub fn from_yaml(text: &str, env: HashMap<String, String>) -> Result<Config, Vec<ConfigError>> {
+        // Substitution happens on unquoted scalars only (the parser's rule); a `${` left in a
+        // quoted value would silently stay literal, so it is refused instead.
+        if !yaml_paths::has_content(text) {
+            return Err(vec![ConfigError::at(
+                "",
+                "the config is empty: at least kafka, bigquery and an input (schema_registry or avro) are required",
+            )]);
+        }
+        let quoted = yaml_paths::quoted_substitutions(text);
+        if !quoted.is_empty() {
+            return Err(quoted);
+        }
+        let options = serde_saphyr::options! {
+            strict_booleans: true,
+        }
+        .with_properties(env);
+        serde_saphyr::from_str_with_options::<Config>(text, options)
+            .map_err(|e| vec![yaml_paths::parse_error(text, &e)])
+    }
+}
+
+/// Field paths for YAML positions: serde-saphyr reports a line and column, the user wants to
+/// know which field.
+mod yaml_paths {
+    use super::ConfigError;
+    use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
+
+    enum Frame {
+        Map {
+            key: Option<String>,
+            awaiting_key: bool,
+        },
+        Seq {
+            current: Option<usize>,
+            next: usize,
+        },
+    }
+
+    fn render(stack: &[Frame]) -> String {
+        let mut out = String::new();
+        for frame in stack {
+            match frame {
+                Frame::Map { key: Some(k), .. } => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    let bare = !k.is_empty()
+                        && k.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                    if bare {
+                        out.push_str(k);
+                    } else {
+                        out.push('"');
+                        out.push_str(k);
+                        out.push('"');
+                    }
+                }
+                Frame::Seq {
+                    current: Some(i), ..
+                } => out.push_str(&format!("[{i}]")),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// A node as [`walk`] sees it.
+    struct Node<'a> {
+        /// The field path; for a mapping key, the path of the field it names.
+        path: String,
+        /// For a mapping key, the path of its mapping.
+        container: Option<String>,
+        line: u64,
+        column: u64,
+        scalar: Option<(&'a str, ScalarStyle)>,
+    }
+
+    /// Visits every node in document order with its field path and 1-based line and column.
+    /// Stops at the first parse error: the deserializer reports that one.
+    fn walk(text: &str, mut visit: impl FnMut(&Node<'_>) -> bool) {
+        let mut stack: Vec<Frame> = Vec::new();
+        for item in Parser::new_from_str(text) {
+            let Ok((event, span)) = item else { return };
+            let is_node = matches!(
+                event,
+                Event::Scalar(..)
+                    | Event::MappingStart(..)
+                    | Event::SequenceStart(..)
+                    | Event::Alias(..)
+            );
+            if is_node {
+                let mut is_key = false;
+                match stack.last_mut() {
+                    Some(Frame::Map { key, awaiting_key }) => {
+                        is_key = *awaiting_key;
+                        if is_key {
+                            *key = Some(match &event {
+                                Event::Scalar(s, ..) => s.to_string(),
+                                _ => "?".to_string(),
+                            });
+                        }
+                        *awaiting_key = !is_key;
+                    }
+                    Some(Frame::Seq { current, next }) => {
+                        *current = Some(*next);
+                        *next += 1;
+                    }
+                    None => {}
+                }
+                let node = Node {
+                    path: render(&stack),
+                    container: is_key.then(|| render(&stack[..stack.len() - 1])),
+                    line: span.start.line() as u64,
+                    column: span.start.col() as u64 + 1,
+                    scalar: match &event {
+                        Event::Scalar(s, style, ..) => Some((s.as_ref(), *style)),
+                        _ => None,
+                    },
+                };
+                if !visit(&node) {
+                    return;
+                }
+            }
+            match event {
+                Event::MappingStart(..) => stack.push(Frame::Map {
+                    key: None,
+                    awaiting_key: true,
+                }),
+                Event::SequenceStart(..) => stack.push(Frame::Seq {
+                    current: None,
+                    next: 0,
+                }),
+                Event::MappingEnd | Event::SequenceEnd => {
+                    stack.pop();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The path of the last node that starts at or before (line, column), and the path of the
+    /// mapping that holds it when that node is a key.
+    pub(super) fn path_at(text: &str, line: u64, column: u64) -> (String, Option<String>) {
+        let mut found = (String::new(), None);
+        walk(text, |node| {
+            if (node.line, node.column) <= (line, column) {
+                found = (node.path.clone(), node.container.clone());
+                true
+            } else {
+                false
+            }
+        });
+        found
+    }
+
+    /// Whether the document has any node (not only comments and blank lines). A YAML syntax
+    /// error counts as content: the deserializer reports it.
+    pub(super) fn has_content(text: &str) -> bool {
+        let mut nodes = 0;
+        walk(text, |_| {
+            nodes += 1;
+            false
+        });
+        nodes > 0 || Parser::new_from_str(text).any(|e| e.is_err())
+    }
+
+    pub(super) fn quoted_substitutions(text: &str) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        walk(text, |node| {
+            if let Some((value, style)) = node.scalar
+                && style != ScalarStyle::Plain
+                && value.contains("${")
+            {
+                errors.push(ConfigError {
+                    path: node.path.clone(),
+                    message: "`${...}` is substituted only in unquoted values: remove the quotes"
+                        .into(),
+                    line: Some(node.line),
+                });
+            }
+            true
+        });
+        errors
+    }
+
+    /// A serde-saphyr error as a `ConfigError` with the field path of its position.
+    pub(super) fn parse_error(text: &str, e: &serde_saphyr::Error) -> ConfigError {
+        let mut message = e
+            .without_snippet()
+            .render_with_options(serde_saphyr::render_options! {
+                snippets: serde_saphyr::SnippetMode::Off,
+            });
+        let Some(loc) = e.location().filter(|l| l.line() > 0) else {
+            return ConfigError::at("", message);
+        };
+        let (line, column) = (loc.line(), loc.column());
+        for suffix in [
+            format!(" at line {line}, column {column}"),
+            format!(" at line {line} column {column}"),
+        ] {
+            if let Some(stripped) = message.strip_suffix(&suffix) {
+                message = stripped.to_string();
+            }
+        }
+        if let Some(name) = message
+            .strip_prefix("missing property `")
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            message = format!(
+                "environment variable `{name}` is not set (write ${{{name}:-default}} for a default)"
+            );
+        }
+        let (mut path, container) = path_at(text, line, column);
+        // "missing field `x`" points at the last key of the mapping that lacks `x` (or at the
+        // mapping itself when it is empty): name the missing field.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            let mapping = container.unwrap_or(path);
+            path = if mapping.is_empty() {
+                field.to_string()
+            } else {
+                format!("{mapping}.{field}")
+            };
+            message = "missing field".into();
+        }
+        ConfigError {
+            path,
+            message,
+            line: Some(line),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+/// The longest checkpoint metadata the sink can write, for the check against
+/// `checkpoint.metadata_max_bytes`: DESIGN §2's `{v, s, t, r, f}` as compact JSON with a
+/// 16-hex-digit table fingerprint, 20-digit integers and a stream id of up to 128 characters
+/// (real ids run to about 90, so 64 would be too tight).
+// TODO(lead): once the checkpoint metadata codec is merged, use its own worst-case bound
+// (`checkpoint::metadata::worst_case_len`) here so the two cannot drift.
+pub fn checkpoint_metadata_worst_case_len() -> usize {
+    const MAX_STREAM_ID_LEN: usize = 128;
+    let int = "9".repeat(20);
+    format!(
+        r#"{{"v":{int},"s":"{}","t":"{}","r":{int},"f":{int}}}"#,
+        "s".repeat(MAX_STREAM_ID_LEN),
+        "f".repeat(16)
+    )
+    .len()
+}
+
+/// Checks a parsed config without any I/O; returns every problem found.
+pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
+    let mut v = Validator::default();
+    v.kafka(&config.kafka);
+    v.input(config);
+    v.bigquery(config);
+    v.checkpoint(&config.checkpoint);
+    v.writer(&config.writer, &config.checkpoint);
+    v.dead_letter(config);
+    v.recovery(config);
+    v.ops(config);
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(v.errors)
+    }
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<ConfigError>,
+}
+
+fn quoted_key(key: &str) -> String {
+    format!("\"{key}\"")
+}
+
+fn is_kafka_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn is_column_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.len() <= 300
+}
+
+/// BigQuery label rules: lowercase letters (international ones too), digits, `_` and `-`, at
+/// most 63 characters; a key is not empty and starts with a letter.
+fn is_label(s: &str, key: bool) -> bool {
+    let letter = |c: char| c.is_alphabetic() && !c.is_uppercase();
+    let chars_ok = s
+        .chars()
+        .all(|c| letter(c) || c.is_ascii_digit() || c == '_' || c == '-');
+    let first_ok = !key || s.chars().next().is_some_and(letter);
+    chars_ok && first_ok && s.chars().count() <= 63
+}
+
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+}
+
+impl Validator {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError::at(path, message));
+    }
+
+    fn kafka(&mut self, k: &KafkaConfig) {
+        if k.bootstrap_servers.trim().is_empty() {
+            self.err("kafka.bootstrap_servers", "must not be empty");
+        }
+        for server in k
+            .bootstrap_servers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let port_ok = server.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !port_ok {
+                self.err(
+                    "kafka.bootstrap_servers",
+                    format!("`{server}` is not host:port"),
+                );
+            }
+        }
+        if k.group_id.trim().is_empty() {
+            self.err("kafka.group_id", "must not be empty");
+        }
+        match (&k.topic_pattern, k.topics.is_empty()) {
+            (None, true) => self.err("kafka.topics", "set kafka.topics or kafka.topic_pattern"),
+            (Some(_), false) => self.err(
+                "kafka.topic_pattern",
+                "set either kafka.topics or kafka.topic_pattern, not both",
+            ),
+            (Some(p), true) if p.trim().is_empty() => {
+                self.err("kafka.topic_pattern", "must not be empty")
+            }
+            _ => {}
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, topic) in k.topics.iter().enumerate() {
+            if !is_kafka_topic_name(topic) {
+                self.err(
+                    format!("kafka.topics[{i}]"),
+                    format!("`{topic}` is not a valid topic name (letters, digits, `.`, `_`, `-`; at most 249)"),
+                );
+            } else if !seen.insert(topic) {
+                self.err(
+                    format!("kafka.topics[{i}]"),
+                    format!("`{topic}` is listed twice"),
+                );
+            }
+        }
+        for (key, value, why) in FORCED_CONSUMER_PROPERTIES {
+            if let Some(set) = k.properties.get(*key)
+                && !set.trim().eq_ignore_ascii_case(value)
+            {
+                self.err(
+                    format!("kafka.properties.{}", quoted_key(key)),
+                    format!("forced to {value} by the sink ({why})"),
+                );
+            }
+        }
+        for (key, field) in [
+            ("bootstrap.servers", "bootstrap_servers"),
+            ("group.id", "group_id"),
+        ] {
+            if k.properties.contains_key(key) {
+                self.err(
+                    format!("kafka.properties.{}", quoted_key(key)),
+                    format!("set kafka.{field} instead"),
+                );
+            }
+        }
+        let kip848 = k
+            .properties
+            .get("group.protocol")
+            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
+        if kip848 && k.properties.contains_key("partition.assignment.strategy") {
+            self.err(
+                format!(
+                    "kafka.properties.{}",
+                    quoted_key("partition.assignment.strategy")
+                ),
+                "not used with group.protocol=consumer (the broker assigns partitions)",
+            );
+        }
+    }
+
+    fn input(&mut self, c: &Config) {
+        match (&c.schema_registry, &c.avro) {
+            (None, None) => self.err(
+                "schema_registry",
+                "set schema_registry (Confluent wire format) or avro.schema_file (raw Avro)",
+            ),
+            (Some(_), Some(_)) => self.err(
+                "avro",
+                "set either schema_registry or avro.schema_file, not both",
+            ),
+            _ => {}
+        }
+        if let Some(sr) = &c.schema_registry {
+            if !is_http_url(&sr.url) {
+                self.err("schema_registry.url", "must be an http:// or https:// URL");
+            }
+            match (&sr.username, &sr.password) {
+                (Some(_), None) => self.err(
+                    "schema_registry.password",
+                    "required with schema_registry.username",
+                ),
+                (None, Some(_)) => self.err(
+                    "schema_registry.username",
+                    "required with schema_registry.password",
+                ),
+                _ => {}
+            }
+            if sr.bearer_token.is_some() && (sr.username.is_some() || sr.password.is_some()) {
+                self.err(
+                    "schema_registry.bearer_token",
+                    "use either basic auth (username/password) or a bearer token, not both",
+                );
+            }
+            if sr.timeout.0.is_zero() {
+                self.err("schema_registry.timeout", "must be above zero");
+            }
+        }
+        if let Some(avro) = &c.avro
+            && avro.schema_file.as_os_str().is_empty()
+        {
+            self.err("avro.schema_file", "must not be empty");
+        }
+    }
+
+    fn bigquery(&mut self, c: &Config) {
+        let b = &c.bigquery;
+        if b.project.trim().is_empty() {
+            self.err("bigquery.project", "must not be empty");
+        }
+        if b.dataset.is_empty()
+            || !b
+                .dataset
+                .bytes()
+                .all(|x| x.is_ascii_alphanumeric() || x == b'_')
+        {
+            self.err(
+                "bigquery.dataset",
+                "must be letters, digits and underscores",
+            );
+        }
+        let without_placeholder = b.table.replace("{topic}", "");
+        if b.table.trim().is_empty() {
+            self.err("bigquery.table", "must not be empty");
+        } else if without_placeholder.contains(['{', '}']) {
+            self.err("bigquery.table", "the only placeholder is {topic}");
+        } else if without_placeholder.contains(['.', '/']) {
+            self.err(
+                "bigquery.table",
+                "a table id, not a path (set project and dataset separately)",
+            );
+        }
+        if let Some(endpoint) = &b.endpoint
+            && !is_http_url(endpoint)
+        {
+            self.err("bigquery.endpoint", "must be an http:// or https:// URL");
+        }
+        if b.credentials == Credentials::None && b.endpoint.is_none() {
+            self.err(
+                "bigquery.credentials",
+                "none is only for an emulator: set bigquery.endpoint, or use adc or key_file",
+            );
+        }
+        if let Credentials::KeyFile(p) = &b.credentials
+            && p.as_os_str().is_empty()
+        {
+            self.err("bigquery.credentials.key_file", "must not be empty");
+        }
+        if let Some(ct) = &b.create_table {
+            if ct.clustering.len() > limits::MAX_CLUSTERING_FIELDS {
+                self.err(
+                    "bigquery.create_table.clustering",
+                    format!("at most {} columns", limits::MAX_CLUSTERING_FIELDS),
+                );
+            }
+            for (i, col) in ct.clustering.iter().enumerate() {
+                if !is_column_name(col) {
+                    self.err(
+                        format!("bigquery.create_table.clustering[{i}]"),
+                        format!("`{col}` is not a column name"),
+                    );
+                }
+            }
+            if ct.require_partition_filter && ct.time_partitioning.is_none() {
+                self.err(
+                    "bigquery.create_table.require_partition_filter",
+                    "requires bigquery.create_table.time_partitioning",
+                );
+            }
+            if let Some(tp) = &ct.time_partitioning {
+                if let Some(field) = &tp.field
+                    && !is_column_name(field)
+                {
+                    self.err(
+                        "bigquery.create_table.time_partitioning.field",
+                        format!("`{field}` is not a column name"),
+                    );
+                }
+                if tp.expiration.is_some_and(|e| e.0.is_zero()) {
+                    self.err(
+                        "bigquery.create_table.time_partitioning.expiration",
+                        "must be above zero (leave it out to keep partitions)",
+                    );
+                }
+            }
+            for (key, value) in &ct.labels {
+                if !is_label(key, true) {
+                    self.err(
+                        format!("bigquery.create_table.labels.{}", quoted_key(key)),
+                        "a label key is lowercase letters, digits, `_` or `-`, starts with a letter, at most 63",
+                    );
+                }
+                if !is_label(value, false) {
+                    self.err(
+                        format!("bigquery.create_table.labels.{}", quoted_key(key)),
+                        "a label value is lowercase letters, digits, `_` or `-`, at most 63",
+                    );
+                }
+            }
+        }
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for (field, col) in b.metadata_columns.named() {
+            let path = format!("bigquery.metadata_columns.{field}");
+            if !is_column_name(col) {
+                self.err(&path, format!("`{col}` is not a column name"));
+            } else if let Some(other) = seen.insert(col.to_ascii_lowercase(), field) {
+                self.err(
+                    &path,
+                    format!("column `{col}` is also bigquery.metadata_columns.{other}"),
+                );
+            }
+        }
+    }
+
+    fn checkpoint(&mut self, cp: &CheckpointConfig) {
+        if cp.interval.0 < Duration::from_millis(100) {
+            self.err("checkpoint.interval", "must be at least 100ms");
+        }
+        if cp.barrier_timeout.0.is_zero() {
+            self.err("checkpoint.barrier_timeout", "must be above zero");
+        }
+        if cp.commit_failure_isolation_threshold == 0 {
+            self.err(
+                "checkpoint.commit_failure_isolation_threshold",
+                "must be at least 1",
+            );
+        }
+        let needed = checkpoint_metadata_worst_case_len();
+        if (cp.metadata_max_bytes as usize) < needed {
+            self.err(
+                "checkpoint.metadata_max_bytes",
+                format!(
+                    "{} is below the worst-case checkpoint metadata length {needed}",
+                    cp.metadata_max_bytes
+                ),
+            );
+        }
+    }
+
+    fn writer(&mut self, w: &WriterConfig, cp: &CheckpointConfig) {
+        if w.max_request_bytes > limits::MAX_REQUEST_BYTES {
+            self.err(
+                "writer.max_request_bytes",
+                format!("must be at most {}", limits::MAX_REQUEST_BYTES),
+            );
+        }
+        if w.max_request_bytes < limits::MIN_REQUEST_BYTES {
+            self.err(
+                "writer.max_request_bytes",
+                format!("must be at least {}", limits::MIN_REQUEST_BYTES),
+            );
+        }
+        if w.max_rows_per_request == 0 {
+            self.err("writer.max_rows_per_request", "must be at least 1");
+        }
+        if w.max_inflight_requests == 0 {
+            self.err("writer.max_inflight_requests", "must be at least 1");
+        }
+        if w.linger > cp.interval {
+            self.err(
+                "writer.linger",
+                format!("must not exceed checkpoint.interval ({})", cp.interval),
+            );
+        }
+        if w.max_inflight_bytes < w.max_request_bytes {
+            self.err(
+                "writer.max_inflight_bytes",
+                format!(
+                    "must be at least writer.max_request_bytes ({})",
+                    w.max_request_bytes
+                ),
+            );
+        }
+        if w.max_uncommitted_bytes < w.max_inflight_bytes {
+            self.err(
+                "writer.max_uncommitted_bytes",
+                format!(
+                    "must be at least writer.max_inflight_bytes ({})",
+                    w.max_inflight_bytes
+                ),
+            );
+        }
+        if w.memory_limit < w.max_inflight_bytes {
+            self.err(
+                "writer.memory_limit",
+                format!(
+                    "must be at least writer.max_inflight_bytes ({})",
+                    w.max_inflight_bytes
+                ),
+            );
+        }
+    }
+
+    fn dead_letter(&mut self, c: &Config) {
+        let topic = c.dead_letter.as_ref().and_then(|d| d.topic.as_deref());
+        if c.on_bad_record == OnBadRecord::DeadLetter && topic.is_none() {
+            self.err(
+                "dead_letter.topic",
+                "dead_letter.topic is required when on_bad_record is dead_letter (or choose on_bad_record: fail or skip)",
+            );
+        }
+        let Some(dl) = &c.dead_letter else { return };
+        if let Some(topic) = topic {
+            if !is_kafka_topic_name(topic) {
+                self.err(
+                    "dead_letter.topic",
+                    format!("`{topic}` is not a valid topic name"),
+                );
+            }
+            if c.kafka.topics.iter().any(|t| t == topic) {
+                self.err(
+                    "dead_letter.topic",
+                    "must not be one of kafka.topics (bad records would come back)",
+                );
+            }
+        }
+        if let Some(acks) = dl.properties.get("acks")
+            && !matches!(acks.trim(), "all" | "-1")
+        {
+            self.err(
+                format!("dead_letter.properties.{}", quoted_key("acks")),
+                "forced to all by the sink (a dead-lettered record is durable before its checkpoint commits)",
+            );
+        }
+    }
+
+    fn recovery(&mut self, c: &Config) {
+        if c.recovery.lost_stream == Some(LostStream::Resolve) {
+            let missing = resolve_missing_columns(&c.bigquery, &c.kafka);
+            if !missing.is_empty() {
+                self.err(
+                    "recovery.lost_stream",
+                    format!(
+                        "resolve needs the metadata columns {}: set bigquery.metadata_columns.{}",
+                        missing.join(", "),
+                        missing.join(", bigquery.metadata_columns.")
+                    ),
+                );
+            }
+        }
+    }
+
+    fn ops(&mut self, c: &Config) {
+        if c.shutdown_deadline <= c.checkpoint.barrier_timeout {
+            self.err(
+                "shutdown_deadline",
+                format!(
+                    "must exceed checkpoint.barrier_timeout ({}): the final cycle needs a barrier, a commit and a flush",
+                    c.checkpoint.barrier_timeout
+                ),
+            );
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&c.log.level) {
+            self.err("log.level", format!("not a level or filter: {e}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_and_sums() {
+        assert_eq!(
+            HumanDuration::parse("250ms").unwrap().0,
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            HumanDuration::parse("5s").unwrap().0,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            HumanDuration::parse("1m30s").unwrap().0,
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            HumanDuration::parse("7d").unwrap().0,
+            Duration::from_secs(7 * 86_400)
+        );
+        for bad in ["", "5", "5 s", "s", "5sec", "-1s", "1.5s"] {
+            assert!(HumanDuration::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_binary_and_decimal_units() {
+        assert_eq!(ByteSize::parse("8MiB").unwrap().0, 8 << 20);
+        assert_eq!(ByteSize::parse("512 KiB").unwrap().0, 512 << 10);
+        assert_eq!(ByteSize::parse("10MB").unwrap().0, 10_000_000);
+        assert_eq!(ByteSize::parse("4096").unwrap().0, 4096);
+        assert_eq!(ByteSize(20 << 20).to_string(), "20MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+        for bad in ["", "MiB", "8 XB", "-1"] {
+            assert!(ByteSize::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        assert_eq!(format!("{:?}", Secret::new("hunter2")), "<redacted>");
+    }
+
+    #[test]
+    fn paths_name_keys_sequence_items_and_dotted_keys() {
+        let text =
+            "a:\n  b: 1\n  list:\n    - x\n    - y: 2\n  props:\n    enable.auto.commit: true\n";
+        let path = |line, col| yaml_paths::path_at(text, line, col);
+        assert_eq!(path(2, 3), ("a.b".into(), Some("a".into())));
+        assert_eq!(path(4, 7), ("a.list[0]".into(), None));
+        assert_eq!(path(5, 7), ("a.list[1].y".into(), Some("a.list[1]".into())));
+        assert_eq!(path(5, 10), ("a.list[1].y".into(), None));
+        assert_eq!(
+            path(7, 5),
+            (
+                "a.props.\"enable.auto.commit\"".into(),
+                Some("a.props".into())
+            )
+        );
+    }
+
+    #[test]
+    fn worst_case_metadata_is_well_below_the_broker_default() {
+        let n = checkpoint_metadata_worst_case_len();
+        assert_eq!(
+            n,
+            r#"{"v":,"s":"","t":"","r":,"f":}"#.len() + 3 * 20 + 128 + 16
+        );
+        assert!(n < defaults::CHECKPOINT_METADATA_MAX_BYTES as usize);
+    }
+}

@@ -1,0 +1,763 @@
+//! The consumer task: one OS thread owns the rdkafka consumer, polls it, routes records to the
+//! writer of their partition, and executes the coordinator's commands between polls.
+//!
+//! Why a thread and not an async task: librdkafka's rebalance callbacks are synchronous and run
+//! inside `poll`. A revoke must hand off inside that callback — stop the writer, commit once —
+//! and the commit must be made by this consumer. So the callback itself serves the command channel
+//! (a rendezvous with the coordinator) until the coordinator releases every revoked partition or
+//! the handoff deadline passes. Because one thread executes every commit, a commit and a revoke can
+//! never interleave: that is the commit lock of DESIGN §2.
+//!
+//! Invariant 4 at this edge: a cycle commit the coordinator built before it learned of a revoke
+//! can still be in the channel when the callback starts. The callback tells the coordinator that
+//! the revoke began and waits for its `RevokeSeen`; every commit that arrives before it was built
+//! earlier, and its entries for revoked partitions are dropped (reported as failed), so the only
+//! commit made for a revoked partition is the handoff commit.
+//!
+//! Backpressure: a writer whose channel is full gets its partition paused; the records already
+//! polled are kept in a per-partition stash (librdkafka resumes a paused partition from the
+//! application's position, so dropping them would lose them) and handed over as room appears.
+//! The thread keeps polling all the while, so group membership never lapses.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ffi::CStr;
+use std::sync::Mutex;
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+
+use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::protocol::{
+    Assignment, CommitEntry, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
+    TopicPartition,
+};
+
+/// One Kafka record, owned, as a writer needs it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub offset: i64,
+    /// Milliseconds since the epoch, if the record has a timestamp.
+    pub timestamp_ms: Option<i64>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+}
+
+impl Record {
+    pub fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
+    }
+}
+
+/// What the consumer thread tells the coordinator.
+#[derive(Debug)]
+pub enum ConsumerEvent {
+    /// New partitions, paused, with what Kafka holds for them. Nothing flows for a partition
+    /// until the coordinator answers with [`ConsumerCommand::Start`].
+    Assigned(Vec<(TopicPartition, Assignment)>),
+    /// A revoke (or loss) began; the callback now serves commands until every partition is
+    /// released or `deadline` passes. Answer first with [`ConsumerCommand::RevokeSeen`].
+    RevokeBegan {
+        partitions: Vec<TopicPartition>,
+        lost: bool,
+    },
+    /// The handoff deadline passed inside the callback: these partitions were not released.
+    HandoffDeadline(Vec<TopicPartition>),
+    CommitDone {
+        commit: CommitId,
+        outcome: CommitOutcome,
+    },
+    /// Answer to [`ConsumerCommand::ReadCommitted`].
+    Reread {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
+    /// [`ConsumerCommand::ReadCommitted`] failed (timeout, stale member epoch): ask again later.
+    RereadFailed { tp: TopicPartition, reason: String },
+    /// The consumer hit an error it cannot continue after (e.g. authentication).
+    Fatal(String),
+    /// The thread ended (after [`ConsumerCommand::Shutdown`]).
+    Closed,
+}
+
+/// What the coordinator asks the consumer thread to do.
+#[derive(Debug)]
+pub enum ConsumerCommand {
+    /// Seek `tp` to `from`, route its records to `sink`, resume it.
+    Start {
+        tp: TopicPartition,
+        from: NextOffset,
+        sink: mpsc::Sender<Record>,
+    },
+    /// Move `tp`'s fetch position to `to` (same writer; stashed records are dropped).
+    Seek {
+        tp: TopicPartition,
+        to: NextOffset,
+    },
+    /// Stop routing records of `tp` (its writer is stopping) and pause it.
+    Stop {
+        tp: TopicPartition,
+    },
+    Pause {
+        tp: TopicPartition,
+    },
+    Resume {
+        tp: TopicPartition,
+    },
+    /// The coordinator fed the revoke to the protocol: commits from now on were built after it.
+    RevokeSeen,
+    Commit {
+        commit: CommitId,
+        entries: Vec<CommitEntry>,
+    },
+    /// Read the committed offset, metadata and watermarks of `tp` again.
+    ReadCommitted {
+        tp: TopicPartition,
+    },
+    /// The protocol is done with a revoked partition.
+    Release {
+        tp: TopicPartition,
+    },
+    /// Leave the group and end the thread.
+    Shutdown,
+}
+
+/// Settings of the consumer thread.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    /// librdkafka properties, the sink's forced ones already applied.
+    pub properties: BTreeMap<String, String>,
+    pub topics: Vec<String>,
+    /// Longest time one revoke callback may take (counts against `max.poll.interval.ms`).
+    pub handoff_deadline: Duration,
+    /// Timeout of the blocking Kafka calls (commit, committed offsets, watermarks).
+    pub request_timeout: Duration,
+    /// Records kept per paused partition before the thread stops taking more of it.
+    pub max_stash_records: usize,
+}
+
+/// The handle the coordinator holds.
+pub struct ConsumerHandle {
+    commands: std_mpsc::Sender<ConsumerCommand>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ConsumerHandle {
+    pub fn send(&self, command: ConsumerCommand) -> bool {
+        self.commands.send(command).is_ok()
+    }
+
+    /// A sender for commands issued later (e.g. a retry after a backoff).
+    pub fn sender(&self) -> std_mpsc::Sender<ConsumerCommand> {
+        self.commands.clone()
+    }
+
+    /// Waits for the thread to end (after `Shutdown`), on a blocking-friendly thread.
+    pub fn join(mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the consumer thread. Events arrive on the returned receiver.
+pub fn spawn(
+    settings: ConsumerSettings,
+) -> Result<(ConsumerHandle, mpsc::UnboundedReceiver<ConsumerEvent>), KafkaError> {
+    let (command_tx, command_rx) = std_mpsc::channel();
+    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    let mut config = ClientConfig::new();
+    for (k, v) in &settings.properties {
+        config.set(k, v);
+    }
+    let context = SinkContext {
+        shared: Mutex::new(Shared {
+            commands: command_rx,
+            events: event_tx,
+            routes: HashMap::new(),
+            stashes: HashMap::new(),
+            paused: BTreeSet::new(),
+            initial_partitions: HashMap::new(),
+            shutdown: false,
+        }),
+        settings: settings.clone(),
+    };
+    let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
+    let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+    // Partition counts at subscription time: a partition above them was added at runtime, which
+    // has its own start policy (DESIGN §2).
+    {
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        for topic in &settings.topics {
+            if let Ok(md) = consumer.fetch_metadata(Some(topic), settings.request_timeout) {
+                for t in md.topics() {
+                    shared
+                        .initial_partitions
+                        .insert(t.name().to_string(), t.partitions().len() as i32);
+                }
+            }
+        }
+    }
+    consumer.subscribe(&topics)?;
+    let thread = std::thread::Builder::new()
+        .name("kafka-consumer".into())
+        .spawn(move || run(consumer))
+        .expect("spawning the consumer thread");
+    Ok((
+        ConsumerHandle {
+            commands: command_tx,
+            thread: Some(thread),
+        },
+        event_rx,
+    ))
+}
+
+struct Shared {
+    commands: std_mpsc::Receiver<ConsumerCommand>,
+    events: mpsc::UnboundedSender<ConsumerEvent>,
+    routes: HashMap<TopicPartition, mpsc::Sender<Record>>,
+    stashes: HashMap<TopicPartition, VecDeque<Record>>,
+    paused: BTreeSet<TopicPartition>,
+    initial_partitions: HashMap<String, i32>,
+    shutdown: bool,
+}
+
+struct SinkContext {
+    /// Only the consumer thread touches this (in the poll loop or inside a callback it runs);
+    /// the mutex is for the `Sync` bound of the context.
+    shared: Mutex<Shared>,
+    settings: ConsumerSettings,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ConsumerContext for SinkContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let partitions = partitions_of(tpl);
+            if partitions.is_empty() {
+                return;
+            }
+            let lost = consumer.assignment_lost();
+            let mut shared = self.shared.lock().expect("consumer state");
+            shared.handoff(consumer, &self.settings, partitions, lost);
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let partitions = partitions_of(tpl);
+                if partitions.is_empty() {
+                    return;
+                }
+                let mut shared = self.shared.lock().expect("consumer state");
+                shared.assigned(consumer, &self.settings, partitions);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => {
+                tracing::error!(error = %e, "rebalance error");
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn assigned(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        partitions: Vec<TopicPartition>,
+    ) {
+        // Nothing may flow before recovery decided where the partition starts.
+        let tpl = tpl_of(&partitions);
+        if let Err(e) = consumer.pause(&tpl) {
+            tracing::error!(error = %e, "cannot pause newly assigned partitions");
+        }
+        self.paused.extend(partitions.iter().cloned());
+        let committed = read_committed(consumer, &partitions, settings.request_timeout);
+        let mut out = Vec::with_capacity(partitions.len());
+        for tp in partitions {
+            match &committed {
+                Ok(map) => {
+                    let committed = map.get(&tp).cloned().flatten();
+                    let assignment = self.assignment_of(consumer, settings, &tp, committed);
+                    out.push((tp, assignment));
+                }
+                Err(e) => {
+                    // Without the committed offset nothing safe can be decided.
+                    let _ = self.events.send(ConsumerEvent::Fatal(format!(
+                        "cannot read committed offset of {tp}: {e}"
+                    )));
+                }
+            }
+        }
+        let _ = self.events.send(ConsumerEvent::Assigned(out));
+    }
+
+    fn assignment_of(
+        &self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        tp: &TopicPartition,
+        committed: Option<CommittedRead>,
+    ) -> Assignment {
+        let (low, high) = consumer
+            .fetch_watermarks(&tp.topic, tp.partition, settings.request_timeout)
+            .unwrap_or((0, 0));
+        let origin = match self.initial_partitions.get(&tp.topic) {
+            Some(&n) if tp.partition >= n => PartitionOrigin::AddedAtRuntime,
+            _ => PartitionOrigin::Existing,
+        };
+        Assignment {
+            committed,
+            low: NextOffset(low),
+            high: NextOffset(high),
+            origin,
+        }
+    }
+
+    /// Inside the revoke callback: serve commands until every revoked partition is released.
+    fn handoff(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        partitions: Vec<TopicPartition>,
+        lost: bool,
+    ) {
+        for tp in &partitions {
+            // The writer gets its stop from the coordinator; from here on nothing more is routed.
+            self.routes.remove(tp);
+            self.stashes.remove(tp);
+        }
+        let mut waiting: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
+        let revoking = waiting.clone();
+        let _ = self
+            .events
+            .send(ConsumerEvent::RevokeBegan { partitions, lost });
+        let deadline = Instant::now() + settings.handoff_deadline;
+        let mut seen = false;
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    partitions = waiting.len(),
+                    "handoff deadline passed inside the revoke callback"
+                );
+                let _ = self.events.send(ConsumerEvent::HandoffDeadline(
+                    waiting.into_iter().collect(),
+                ));
+                break;
+            }
+            let command = match self.commands.recv_timeout(left) {
+                Ok(c) => c,
+                Err(std_mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            match command {
+                ConsumerCommand::RevokeSeen => seen = true,
+                ConsumerCommand::Release { tp } => {
+                    waiting.remove(&tp);
+                }
+                ConsumerCommand::Commit { commit, entries } if !seen => {
+                    // Built before the coordinator knew of the revoke: it must not commit the
+                    // revoked partitions (invariant 4).
+                    let (stale, keep): (Vec<_>, Vec<_>) =
+                        entries.into_iter().partition(|e| revoking.contains(&e.tp));
+                    let mut outcome = self.commit(consumer, settings, commit, keep);
+                    if let CommitOutcome::PerPartition(results) = &mut outcome {
+                        results.extend(stale.into_iter().map(|e| {
+                            (
+                                e.tp,
+                                Err("partition revoked before the commit was made".into()),
+                            )
+                        }));
+                    }
+                    let _ = self
+                        .events
+                        .send(ConsumerEvent::CommitDone { commit, outcome });
+                }
+                other => self.execute(consumer, settings, other),
+            }
+        }
+        for tp in &revoking {
+            self.paused.remove(tp);
+        }
+    }
+
+    fn execute(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        command: ConsumerCommand,
+    ) {
+        match command {
+            ConsumerCommand::Start { tp, from, sink } => {
+                let mut tpl = TopicPartitionList::new();
+                if let Err(e) =
+                    tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(from.0))
+                {
+                    tracing::error!(partition = %tp, error = %e, "bad start offset");
+                }
+                match consumer.seek_partitions(tpl, settings.request_timeout) {
+                    Ok(result) => {
+                        for elem in result.elements() {
+                            if let Err(e) = elem.error() {
+                                tracing::warn!(partition = %tp, error = %e, "seek reported an error");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
+                }
+                self.stashes.remove(&tp);
+                self.routes.insert(tp.clone(), sink);
+                self.resume(consumer, &tp);
+            }
+            ConsumerCommand::Seek { tp, to } => {
+                self.stashes.remove(&tp);
+                seek(consumer, &tp, to, settings.request_timeout);
+                self.resume(consumer, &tp);
+            }
+            ConsumerCommand::Stop { tp } => {
+                self.routes.remove(&tp);
+                self.stashes.remove(&tp);
+                self.pause(consumer, &tp);
+            }
+            ConsumerCommand::Pause { tp } => self.pause(consumer, &tp),
+            ConsumerCommand::Resume { tp } => {
+                if self.stashes.get(&tp).is_none_or(VecDeque::is_empty) {
+                    self.resume(consumer, &tp);
+                }
+            }
+            ConsumerCommand::Commit { commit, entries } => {
+                let outcome = self.commit(consumer, settings, commit, entries);
+                let _ = self
+                    .events
+                    .send(ConsumerEvent::CommitDone { commit, outcome });
+            }
+            ConsumerCommand::ReadCommitted { tp } => {
+                let event = match read_committed(
+                    consumer,
+                    std::slice::from_ref(&tp),
+                    settings.request_timeout,
+                ) {
+                    Ok(map) => {
+                        let committed = map.get(&tp).cloned().flatten();
+                        let assignment = self.assignment_of(consumer, settings, &tp, committed);
+                        ConsumerEvent::Reread { tp, assignment }
+                    }
+                    Err(e) => ConsumerEvent::RereadFailed {
+                        tp,
+                        reason: e.to_string(),
+                    },
+                };
+                let _ = self.events.send(event);
+            }
+            ConsumerCommand::RevokeSeen | ConsumerCommand::Release { .. } => {}
+            ConsumerCommand::Shutdown => self.shutdown = true,
+        }
+    }
+
+    fn pause(&mut self, consumer: &BaseConsumer<SinkContext>, tp: &TopicPartition) {
+        if self.paused.insert(tp.clone())
+            && let Err(e) = consumer.pause(&tpl_of(std::slice::from_ref(tp)))
+        {
+            tracing::warn!(partition = %tp, error = %e, "pause failed");
+        }
+    }
+
+    fn resume(&mut self, consumer: &BaseConsumer<SinkContext>, tp: &TopicPartition) {
+        if self.paused.remove(tp)
+            && let Err(e) = consumer.resume(&tpl_of(std::slice::from_ref(tp)))
+        {
+            tracing::warn!(partition = %tp, error = %e, "resume failed");
+        }
+    }
+
+    /// One synchronous commit of offsets + metadata. The broker answers per partition but
+    /// librdkafka reports one error for the list, so on an error the committed offsets are read
+    /// back: a partition whose durable offset and metadata equal what we sent is committed,
+    /// whatever the call said.
+    fn commit(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        commit: CommitId,
+        entries: Vec<CommitEntry>,
+    ) -> CommitOutcome {
+        if entries.is_empty() {
+            return CommitOutcome::PerPartition(Vec::new());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for e in &entries {
+            let mut elem = tpl.add_partition(&e.tp.topic, e.tp.partition);
+            if let Err(err) = elem.set_offset(Offset::Offset(e.offset.0)) {
+                tracing::error!(partition = %e.tp, error = %err, "bad commit offset");
+            }
+            elem.set_metadata(e.metadata.as_str());
+        }
+        let result = consumer.commit(&tpl, CommitMode::Sync);
+        drop(tpl);
+        match result {
+            Ok(()) => {
+                CommitOutcome::PerPartition(entries.into_iter().map(|e| (e.tp, Ok(()))).collect())
+            }
+            Err(error) => {
+                let partitions: Vec<TopicPartition> =
+                    entries.iter().map(|e| e.tp.clone()).collect();
+                match read_committed(consumer, &partitions, settings.request_timeout) {
+                    Ok(now) => CommitOutcome::PerPartition(
+                        entries
+                            .into_iter()
+                            .map(|e| {
+                                let durable = now.get(&e.tp).cloned().flatten();
+                                let landed = durable.is_some_and(|d| {
+                                    d.offset == e.offset && d.metadata == e.metadata.as_bytes()
+                                });
+                                let result = if landed {
+                                    Ok(())
+                                } else {
+                                    Err(error.to_string())
+                                };
+                                (e.tp, result)
+                            })
+                            .collect(),
+                    ),
+                    Err(read_error) => {
+                        tracing::warn!(commit = commit.0, error = %error, read_back = %read_error, "commit failed and could not be read back");
+                        CommitOutcome::Rejected(format!("{error}; read-back failed: {read_error}"))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands stashed and newly polled records to writers; pauses partitions whose writer is full.
+    fn route(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        tp: TopicPartition,
+        record: Record,
+        max_stash: usize,
+    ) {
+        let Some(sink) = self.routes.get(&tp) else {
+            // Not started (recovering) or stopping: the partition is paused and will be sought
+            // to its start offset, so a prefetched record can be dropped.
+            return;
+        };
+        let stash = self.stashes.entry(tp.clone()).or_default();
+        if stash.is_empty() {
+            match sink.try_send(record) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(record)) => stash.push_back(record),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.routes.remove(&tp);
+                    return;
+                }
+            }
+        } else {
+            stash.push_back(record);
+        }
+        if stash.len() >= max_stash.max(1) || !self.paused.contains(&tp) {
+            self.pause(consumer, &tp);
+        }
+    }
+
+    /// Moves stashed records into writers with room; resumes partitions whose stash emptied.
+    fn drain_stashes(&mut self, consumer: &BaseConsumer<SinkContext>) {
+        let mut emptied = Vec::new();
+        for (tp, stash) in self.stashes.iter_mut() {
+            let Some(sink) = self.routes.get(tp) else {
+                continue;
+            };
+            while let Some(record) = stash.pop_front() {
+                match sink.try_send(record) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(record)) => {
+                        stash.push_front(record);
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        stash.clear();
+                        break;
+                    }
+                }
+            }
+            if stash.is_empty() {
+                emptied.push(tp.clone());
+            }
+        }
+        for tp in emptied {
+            self.stashes.remove(&tp);
+            if self.routes.contains_key(&tp) {
+                self.resume(consumer, &tp);
+            }
+        }
+    }
+}
+
+fn run(consumer: BaseConsumer<SinkContext>) {
+    let poll_timeout = Duration::from_millis(20);
+    let max_stash = consumer.context().settings.max_stash_records;
+    loop {
+        // Commands first, so commits are not delayed behind a full poll.
+        {
+            let mut shared = consumer.context().shared.lock().expect("consumer state");
+            let settings = &consumer.context().settings;
+            while let Ok(command) = shared.commands.try_recv() {
+                shared.execute(&consumer, settings, command);
+            }
+            shared.drain_stashes(&consumer);
+            if shared.shutdown {
+                break;
+            }
+        }
+        // The rebalance callbacks run inside this poll and lock `shared` themselves.
+        let polled = consumer.poll(poll_timeout);
+        match polled {
+            None => {}
+            Some(Ok(message)) => {
+                let tp = TopicPartition::new(message.topic(), message.partition());
+                let record = Record {
+                    offset: message.offset(),
+                    timestamp_ms: message.timestamp().to_millis(),
+                    key: message.key().map(Bytes::copy_from_slice),
+                    value: message.payload().map(Bytes::copy_from_slice),
+                    headers: message
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| {
+                                    (
+                                        h.key.to_string(),
+                                        h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                };
+                drop(message);
+                let mut shared = consumer.context().shared.lock().expect("consumer state");
+                shared.route(&consumer, tp, record, max_stash);
+            }
+            Some(Err(error)) => {
+                if is_fatal(&error) {
+                    let shared = consumer.context().shared.lock().expect("consumer state");
+                    let _ = shared.events.send(ConsumerEvent::Fatal(error.to_string()));
+                } else {
+                    tracing::warn!(error = %error, "kafka consumer error");
+                }
+            }
+        }
+    }
+    // Leaving the group: unsubscribe runs the revoke callback (its handoff is a no-op now that
+    // the coordinator released everything), then the consumer is closed on drop.
+    consumer.unsubscribe();
+    let _ = consumer.poll(Duration::from_millis(100));
+    let events = consumer
+        .context()
+        .shared
+        .lock()
+        .expect("consumer state")
+        .events
+        .clone();
+    drop(consumer);
+    let _ = events.send(ConsumerEvent::Closed);
+}
+
+fn seek(
+    consumer: &BaseConsumer<SinkContext>,
+    tp: &TopicPartition,
+    to: NextOffset,
+    timeout: Duration,
+) {
+    let mut tpl = TopicPartitionList::new();
+    if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to.0)) {
+        tracing::error!(partition = %tp, error = %e, "bad seek offset");
+        return;
+    }
+    match consumer.seek_partitions(tpl, timeout) {
+        Ok(result) => {
+            for elem in result.elements() {
+                if let Err(e) = elem.error() {
+                    tracing::warn!(partition = %tp, error = %e, "seek reported an error");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
+    }
+}
+
+fn is_fatal(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::SaslAuthenticationFailed
+        )
+    )
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
+}
+
+fn tpl_of(partitions: &[TopicPartition]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for tp in partitions {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    tpl
+}
+
+/// Committed offset and raw metadata bytes per partition (`None`: nothing committed). The
+/// metadata is read as bytes: rdkafka's `metadata()` panics on non-UTF-8, and metadata written by
+/// another client must fail closed with its raw value, not crash the process.
+pub fn read_committed<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    partitions: &[TopicPartition],
+    timeout: Duration,
+) -> Result<HashMap<TopicPartition, Option<CommittedRead>>, KafkaError> {
+    let tpl = consumer.committed_offsets(tpl_of(partitions), timeout)?;
+    let mut out = HashMap::with_capacity(partitions.len());
+    // SAFETY: `tpl` is a valid list owned by us for the whole loop; `cnt` elements are
+    // initialised by librdkafka; `metadata` points to `metadata_size` bytes or is null.
+    unsafe {
+        let list = &*tpl.ptr();
+        for i in 0..list.cnt as usize {
+            let elem = &*list.elems.add(i);
+            let topic = CStr::from_ptr(elem.topic).to_string_lossy().into_owned();
+            let tp = TopicPartition::new(topic, elem.partition);
+            let read = if elem.offset >= 0 {
+                let metadata = if elem.metadata.is_null() || elem.metadata_size == 0 {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(elem.metadata as *const u8, elem.metadata_size)
+                        .to_vec()
+                };
+                Some(CommittedRead {
+                    offset: NextOffset(elem.offset),
+                    metadata,
+                })
+            } else {
+                None
+            };
+            out.insert(tp, read);
+        }
+    }
+    drop(tpl);
+    Ok(out)
+}

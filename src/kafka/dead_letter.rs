@@ -1,0 +1,128 @@
+//! The dead-letter producer (DESIGN §3 invariant 6). A bad record goes to the dead-letter topic
+//! with its original key, value and headers plus headers saying why and where it came from; the
+//! writer counts it as handled only after the broker acknowledged it, so a checkpoint never
+//! covers a record that is neither in BigQuery nor in the dead-letter topic. The topic itself is
+//! at-least-once (a crash or rewind can repeat a record): the source headers let consumers dedupe.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::consumer::Record;
+
+/// Header names written on every dead-lettered record.
+pub mod headers {
+    pub const REASON: &str = "kbq.error.reason";
+    pub const CLASS: &str = "kbq.error.class";
+    pub const SOURCE_TOPIC: &str = "kbq.source.topic";
+    pub const SOURCE_PARTITION: &str = "kbq.source.partition";
+    pub const SOURCE_OFFSET: &str = "kbq.source.offset";
+    pub const SOURCE_TIMESTAMP: &str = "kbq.source.timestamp";
+}
+
+/// Why a record was dead-lettered: a bounded class (a metric label) and a human reason.
+#[derive(Debug, Clone)]
+pub struct BadRecord {
+    pub class: &'static str,
+    pub reason: String,
+}
+
+#[derive(Clone)]
+pub struct DeadLetterProducer {
+    producer: FutureProducer,
+    topic: String,
+    timeout: Duration,
+}
+
+impl DeadLetterProducer {
+    /// `properties`: librdkafka producer settings (bootstrap, security); acks and idempotence
+    /// are forced so an acknowledged record is durable and not duplicated by producer retries.
+    pub fn new(
+        properties: &BTreeMap<String, String>,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self, KafkaError> {
+        let mut config = ClientConfig::new();
+        for (k, v) in properties {
+            config.set(k, v);
+        }
+        config.set("acks", "all");
+        config.set("enable.idempotence", "true");
+        config.set("message.timeout.ms", timeout.as_millis().to_string());
+        Ok(DeadLetterProducer {
+            producer: config.create()?,
+            topic: topic.to_string(),
+            timeout,
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Produces the record and waits for the broker's acknowledgement.
+    pub async fn send(
+        &self,
+        source_topic: &str,
+        source_partition: i32,
+        record: &Record,
+        bad: &BadRecord,
+    ) -> Result<(), KafkaError> {
+        let partition = source_partition.to_string();
+        let offset = record.offset.to_string();
+        let timestamp = record.timestamp_ms.map(|t| t.to_string());
+        let mut hdrs = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
+        for (k, v) in &record.headers {
+            hdrs = hdrs.insert(Header {
+                key: k,
+                value: Some(v.as_ref()),
+            });
+        }
+        hdrs = hdrs
+            .insert(Header {
+                key: headers::REASON,
+                value: Some(bad.reason.as_bytes()),
+            })
+            .insert(Header {
+                key: headers::CLASS,
+                value: Some(bad.class.as_bytes()),
+            })
+            .insert(Header {
+                key: headers::SOURCE_TOPIC,
+                value: Some(source_topic.as_bytes()),
+            })
+            .insert(Header {
+                key: headers::SOURCE_PARTITION,
+                value: Some(partition.as_bytes()),
+            })
+            .insert(Header {
+                key: headers::SOURCE_OFFSET,
+                value: Some(offset.as_bytes()),
+            });
+        if let Some(ts) = &timestamp {
+            hdrs = hdrs.insert(Header {
+                key: headers::SOURCE_TIMESTAMP,
+                value: Some(ts.as_bytes()),
+            });
+        }
+        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(hdrs);
+        if let Some(key) = &record.key {
+            out = out.key(key.as_ref());
+        }
+        if let Some(value) = &record.value {
+            out = out.payload(value.as_ref());
+        }
+        if let Some(ts) = record.timestamp_ms {
+            out = out.timestamp(ts);
+        }
+        self.producer
+            .send(out, self.timeout)
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| e)
+    }
+}

@@ -1,0 +1,327 @@
+//! The Prometheus metrics of `docs/metrics.md`, in one registry owned by the process (no global
+//! state, so tests can run several daemons in one process).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabel {
+    pub topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabel {
+    pub table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub rpc: &'static str,
+    pub code: &'static str,
+    pub storage_code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub topic: String,
+    pub partition: i32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms … ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Every metric of the spec. Cheap to share behind an `Arc`; updates are atomic.
+pub struct Metrics {
+    registry: Registry,
+    pub records_consumed: Family<TopicLabel, Counter>,
+    pub bytes_consumed: Family<TopicLabel, Counter>,
+    pub rows_appended: Family<TableLabel, Counter>,
+    pub rows_flushed: Family<TableLabel, Counter>,
+    pub append_latency: Histograms<TableLabel>,
+    pub flush_latency: Histograms<TableLabel>,
+    pub checkpoint_duration: Histogram,
+    pub checkpoints: Family<OutcomeLabel, Counter>,
+    checkpoint_age: Gauge<f64, AtomicU64>,
+    last_checkpoint_unix_ms: AtomicU64,
+    pub inflight_requests: Gauge,
+    pub inflight_bytes: Gauge,
+    pub open_streams: Gauge,
+    pub streams_created: Family<TableLabel, Counter>,
+    pub streams_finalized: Family<TableLabel, Counter>,
+    pub bigquery_errors: Family<ErrorLabels, Counter>,
+    pub dead_letter_records: Family<ReasonLabel, Counter>,
+    pub recovery_actions: Family<OutcomeLabel, Counter>,
+    pub rewound_records: Family<TopicLabel, Counter>,
+    pub consumer_lag: Family<PartitionLabels, Gauge>,
+    pub rebalances: Family<KindLabel, Counter>,
+    pub schema_registry_requests: Family<ResultLabel, Counter>,
+    pub partitions_assigned: Gauge,
+    pub partitions_failed: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            records_consumed: Family::default(),
+            bytes_consumed: Family::default(),
+            rows_appended: Family::default(),
+            rows_flushed: Family::default(),
+            append_latency: Family::new_with_constructor(latency_histogram),
+            flush_latency: Family::new_with_constructor(latency_histogram),
+            checkpoint_duration: latency_histogram(),
+            checkpoints: Family::default(),
+            checkpoint_age: Gauge::default(),
+            last_checkpoint_unix_ms: AtomicU64::new(0),
+            inflight_requests: Gauge::default(),
+            inflight_bytes: Gauge::default(),
+            open_streams: Gauge::default(),
+            streams_created: Family::default(),
+            streams_finalized: Family::default(),
+            bigquery_errors: Family::default(),
+            dead_letter_records: Family::default(),
+            recovery_actions: Family::default(),
+            rewound_records: Family::default(),
+            consumer_lag: Family::default(),
+            rebalances: Family::default(),
+            schema_registry_requests: Family::default(),
+            partitions_assigned: Gauge::default(),
+            partitions_failed: Gauge::default(),
+            registry: Registry::default(),
+        };
+        // prometheus-client appends `_total` to counters itself.
+        let r = &mut registry;
+        r.register(
+            "kbq_records_consumed",
+            "Kafka records handed to writers",
+            m.records_consumed.clone(),
+        );
+        r.register(
+            "kbq_bytes_consumed",
+            "Key and value bytes of consumed records",
+            m.bytes_consumed.clone(),
+        );
+        r.register(
+            "kbq_rows_appended",
+            "Rows acknowledged by AppendRows",
+            m.rows_appended.clone(),
+        );
+        r.register(
+            "kbq_rows_flushed",
+            "Rows made visible",
+            m.rows_flushed.clone(),
+        );
+        r.register(
+            "kbq_append_latency_seconds",
+            "AppendRows request to response",
+            m.append_latency.clone(),
+        );
+        r.register(
+            "kbq_flush_latency_seconds",
+            "One FlushRows call",
+            m.flush_latency.clone(),
+        );
+        r.register(
+            "kbq_checkpoint_duration_seconds",
+            "One checkpoint cycle, barrier to finalize",
+            m.checkpoint_duration.clone(),
+        );
+        r.register(
+            "kbq_checkpoints",
+            "Checkpoint cycles by outcome",
+            m.checkpoints.clone(),
+        );
+        r.register(
+            "kbq_checkpoint_last_success_age_seconds",
+            "Seconds since the last committed checkpoint",
+            m.checkpoint_age.clone(),
+        );
+        r.register(
+            "kbq_inflight_requests",
+            "AppendRows requests in flight",
+            m.inflight_requests.clone(),
+        );
+        r.register(
+            "kbq_inflight_bytes",
+            "Encoded bytes of AppendRows requests in flight",
+            m.inflight_bytes.clone(),
+        );
+        r.register(
+            "kbq_open_streams",
+            "Write streams held open",
+            m.open_streams.clone(),
+        );
+        r.register(
+            "kbq_streams_created",
+            "CreateWriteStream successes",
+            m.streams_created.clone(),
+        );
+        r.register(
+            "kbq_streams_finalized",
+            "FinalizeWriteStream successes",
+            m.streams_finalized.clone(),
+        );
+        r.register(
+            "kbq_bigquery_errors",
+            "BigQuery errors by rpc, grpc code and storage error code",
+            m.bigquery_errors.clone(),
+        );
+        r.register(
+            "kbq_dead_letter_records",
+            "Records sent to the dead-letter topic",
+            m.dead_letter_records.clone(),
+        );
+        r.register(
+            "kbq_recovery_actions",
+            "Recovery actions by outcome",
+            m.recovery_actions.clone(),
+        );
+        r.register(
+            "kbq_rewound_records",
+            "Records re-delivered by a rewind recovery",
+            m.rewound_records.clone(),
+        );
+        r.register(
+            "kbq_consumer_lag_records",
+            "High watermark minus committed offset",
+            m.consumer_lag.clone(),
+        );
+        r.register(
+            "kbq_rebalances",
+            "Rebalance callbacks by kind",
+            m.rebalances.clone(),
+        );
+        r.register(
+            "kbq_schema_registry_requests",
+            "Schema lookups by result",
+            m.schema_registry_requests.clone(),
+        );
+        r.register(
+            "kbq_partitions_assigned",
+            "Partitions owned by this replica",
+            m.partitions_assigned.clone(),
+        );
+        r.register(
+            "kbq_partitions_failed",
+            "Partitions stopped by a fail-closed policy",
+            m.partitions_failed.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Records a committed checkpoint now (drives the age gauge).
+    pub fn checkpoint_committed(&self) {
+        self.last_checkpoint_unix_ms
+            .store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Seconds since the last committed checkpoint, `None` before the first.
+    pub fn checkpoint_age_seconds(&self) -> Option<f64> {
+        match self.last_checkpoint_unix_ms.load(Ordering::Relaxed) {
+            0 => None,
+            last => Some(unix_ms().saturating_sub(last) as f64 / 1000.0),
+        }
+    }
+
+    /// Counts a BigQuery error under its bounded labels.
+    pub fn bigquery_error(&self, rpc: &'static str, error: &crate::bigquery::error::WriteError) {
+        let storage_code = error
+            .storage
+            .as_ref()
+            .map(|s| s.code_name())
+            .unwrap_or("none");
+        self.bigquery_errors
+            .get_or_create(&ErrorLabels {
+                rpc,
+                code: error.code_name(),
+                storage_code,
+            })
+            .inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        self.checkpoint_age
+            .set(self.checkpoint_age_seconds().unwrap_or(0.0));
+        let mut out = String::with_capacity(8 << 10);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_exports_counters_with_total_suffix_and_labels() {
+        let m = Metrics::new();
+        m.records_consumed
+            .get_or_create(&TopicLabel {
+                topic: "orders".into(),
+            })
+            .inc_by(3);
+        m.append_latency
+            .get_or_create(&TableLabel { table: "t".into() })
+            .observe(0.002);
+        let text = m.encode();
+        assert!(
+            text.contains("kbq_records_consumed_total{topic=\"orders\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kbq_append_latency_seconds_bucket{le=\"0.002\",table=\"t\"} 1")
+                || text.contains("kbq_append_latency_seconds_bucket{table=\"t\",le=\"0.002\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE kbq_checkpoint_last_success_age_seconds gauge"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,558 @@
+//! One writer incarnation's AppendRows session on its own write stream (DESIGN §4): requests with
+//! explicit offsets, several in flight within a byte bound, responses matched in order, and every
+//! error handled where the Storage Write API defines it:
+//!
+//! * the call breaks (transient status, dropped connection, a response overdue, the 600 s idle
+//!   close): reconnect with backoff and resend every unacknowledged request in order at the same
+//!   offsets. Their first send may have been applied, so each is marked *uncertain*: an
+//!   `ALREADY_EXISTS` for it then means "already appended" and counts as success;
+//! * a request fails in-stream (row errors, quota, an injected fault): it appended nothing and
+//!   every request behind it fails with `OUT_OF_RANGE` because the end of the stream did not
+//!   advance. The session drains those answers, drops the rejected rows (row errors go back to
+//!   the caller for the dead-letter path), renumbers what is left from the failed offset and
+//!   resends it;
+//! * `STREAM_FINALIZED` on our own stream: another incarnation superseded this one; we are a
+//!   zombie and stop (invariant 5). `NOT_FOUND`: the stream expired; the caller opens a new one.
+//!
+//! The session owns no Kafka state: each row carries an opaque tag (its Kafka offset) that comes
+//! back with the acknowledgement, so the writer can build its committable prefix.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
+    AppendRowsRequest, ProtoRows, ProtoSchema, TableSchema as ProtoTableSchema,
+    append_rows_request::{ProtoData, Rows},
+};
+use prost::Message;
+use tokio::time::Instant;
+
+use crate::bigquery::error::{ErrorClass, WriteError};
+use crate::bigquery::write_client::{AppendConnection, AppendReply, WriteClient};
+
+/// Limits of one session.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// Requests sent and not yet answered.
+    pub max_inflight_requests: usize,
+    /// Encoded bytes of those requests.
+    pub max_inflight_bytes: usize,
+    /// A response later than this counts as a broken connection.
+    pub response_timeout: Duration,
+    /// Backoff between reconnect attempts: doubles from `min` up to `max`.
+    pub reconnect_backoff_min: Duration,
+    pub reconnect_backoff_max: Duration,
+    /// Consecutive failed reconnects before the session gives up (the partition then restarts
+    /// its incarnation with the protocol's backoff).
+    pub max_reconnect_attempts: u32,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_inflight_requests: 8,
+            max_inflight_bytes: 32 << 20,
+            response_timeout: Duration::from_secs(60),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(10),
+            max_reconnect_attempts: 20,
+        }
+    }
+}
+
+/// Rows to append, each with the caller's tag (e.g. its Kafka offset).
+#[derive(Debug, Clone)]
+pub struct Batch<T> {
+    pub rows: Vec<Bytes>,
+    pub tags: Vec<T>,
+}
+
+impl<T> Default for Batch<T> {
+    fn default() -> Self {
+        Batch {
+            rows: Vec::new(),
+            tags: Vec::new(),
+        }
+    }
+}
+
+impl<T> Batch<T> {
+    pub fn push(&mut self, row: Bytes, tag: T) {
+        self.rows.push(row);
+        self.tags.push(tag);
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// What the session reports, in stream order.
+#[derive(Debug)]
+pub enum SessionEvent<T> {
+    /// Rows `[first_offset, first_offset + tags.len())` of the stream are appended.
+    Appended {
+        first_offset: i64,
+        tags: Vec<T>,
+        /// The table's schema changed since the connection started (schema evolution).
+        updated_schema: Option<ProtoTableSchema>,
+    },
+    /// BigQuery refused these rows (`row_errors`); they were taken out of the request and the
+    /// rest was resent. They must go to the dead-letter path.
+    RowsRejected {
+        rows: Vec<(T, Bytes, String)>,
+        /// Every row of the request was rejected: no `Appended` will follow for it.
+        request_emptied: bool,
+    },
+}
+
+/// Why a session ended. Each variant tells the caller what to do with the incarnation.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Our own stream was finalized: another incarnation took over (invariant 5). Stop, create
+    /// nothing, wait for the group to say what we own.
+    #[error("stream {stream} was finalized behind this writer: it is a zombie")]
+    Zombie { stream: String },
+    /// The stream no longer exists (idle TTL): open a new stream, keep the known flush point.
+    #[error("stream {stream} was lost: {error}")]
+    StreamLost { stream: String, error: WriteError },
+    /// The writer schema does not fit the table.
+    #[error("writer schema rejected on {stream}: {error}")]
+    SchemaRejected { stream: String, error: WriteError },
+    /// The stream's offsets disagree with ours: something else wrote into our stream.
+    #[error("offset conflict on {stream} at offset {offset}: {error}")]
+    OffsetConflict {
+        stream: String,
+        offset: i64,
+        error: WriteError,
+    },
+    /// Reconnecting kept failing, or the error cannot be retried.
+    #[error("append session on {stream} failed: {error}")]
+    Failed { stream: String, error: WriteError },
+}
+
+struct Inflight<T> {
+    offset: i64,
+    batch: Batch<T>,
+    encoded_bytes: usize,
+    /// A send of this request at this offset may have been applied (its connection broke before
+    /// the answer came), so `ALREADY_EXISTS` for it means success.
+    uncertain: bool,
+    sent_at: Instant,
+}
+
+/// One stream, one connection at a time, requests in order.
+pub struct AppendSession<T> {
+    client: WriteClient,
+    stream: String,
+    writer_schema: prost_types::DescriptorProto,
+    limits: SessionLimits,
+    connection: Option<AppendConnection>,
+    /// Whether the current connection has carried the writer schema yet.
+    schema_sent: bool,
+    /// Offset of the next row to send.
+    next_offset: i64,
+    inflight: VecDeque<Inflight<T>>,
+    inflight_bytes: usize,
+    /// AppendRows calls opened so far; all but the first are reconnects (a metric).
+    pub connections_opened: u64,
+}
+
+impl<T> AppendSession<T> {
+    /// A session on a stream that has `next_offset` rows already (0 for a new stream).
+    pub fn new(
+        client: WriteClient,
+        stream: String,
+        writer_schema: prost_types::DescriptorProto,
+        next_offset: i64,
+        limits: SessionLimits,
+    ) -> Self {
+        AppendSession {
+            client,
+            stream,
+            writer_schema,
+            limits,
+            connection: None,
+            schema_sent: false,
+            next_offset,
+            inflight: VecDeque::new(),
+            inflight_bytes: 0,
+            connections_opened: 0,
+        }
+    }
+
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Offset the next appended row will get.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    pub fn inflight_requests(&self) -> usize {
+        self.inflight.len()
+    }
+
+    pub fn inflight_bytes(&self) -> usize {
+        self.inflight_bytes
+    }
+
+    /// Whether a request of `bytes` may be sent now without exceeding the window (one request
+    /// always fits when nothing is in flight).
+    pub fn has_room_for(&self, bytes: usize) -> bool {
+        self.inflight.is_empty()
+            || (self.inflight.len() < self.limits.max_inflight_requests
+                && self.inflight_bytes + bytes <= self.limits.max_inflight_bytes)
+    }
+
+    /// Exact encoded size of the request `batch` would become (the size limit is on this).
+    pub fn request_size(&self, batch: &Batch<T>) -> usize {
+        self.build_request(self.next_offset, &batch.rows, true)
+            .encoded_len()
+    }
+
+    fn build_request(&self, offset: i64, rows: &[Bytes], with_schema: bool) -> AppendRowsRequest {
+        AppendRowsRequest {
+            write_stream: if with_schema {
+                self.stream.clone()
+            } else {
+                String::new()
+            },
+            offset: Some(offset),
+            rows: Some(Rows::ProtoRows(ProtoData {
+                writer_schema: with_schema.then(|| ProtoSchema {
+                    proto_descriptor: Some(self.writer_schema.clone()),
+                }),
+                rows: Some(ProtoRows {
+                    serialized_rows: rows.to_vec(),
+                }),
+            })),
+            ..Default::default()
+        }
+    }
+
+    /// Sends `batch` at the end of the stream. Call only when [`has_room_for`] says so (or
+    /// accept that the window grows by one request).
+    pub async fn submit(&mut self, batch: Batch<T>) -> Result<(), SessionError> {
+        debug_assert!(!batch.is_empty(), "empty appends are rejected by BigQuery");
+        let offset = self.next_offset;
+        self.next_offset += batch.len() as i64;
+        let entry = Inflight {
+            offset,
+            encoded_bytes: 0,
+            batch,
+            uncertain: false,
+            sent_at: Instant::now(),
+        };
+        self.inflight.push_back(entry);
+        let index = self.inflight.len() - 1;
+        if self.connection.is_none() {
+            // Opening the connection sends everything in flight, this request included.
+            return self.reconnect(None).await;
+        }
+        if let Err(error) = self.send_one(index).await {
+            return self.reconnect(Some(error)).await;
+        }
+        Ok(())
+    }
+
+    async fn send_one(&mut self, index: usize) -> Result<(), WriteError> {
+        let with_schema = !self.schema_sent;
+        let entry = &self.inflight[index];
+        let request = self.build_request(entry.offset, &entry.batch.rows, with_schema);
+        let size = request.encoded_len();
+        let connection = self.connection.as_ref().expect("connected");
+        connection.send(request).await?;
+        self.schema_sent = true;
+        let entry = &mut self.inflight[index];
+        self.inflight_bytes = self.inflight_bytes - entry.encoded_bytes + size;
+        entry.encoded_bytes = size;
+        entry.sent_at = Instant::now();
+        Ok(())
+    }
+
+    /// Opens a new connection and resends everything in flight, in order, at the same offsets.
+    /// `cause` is the error that broke the previous connection (None for the first one).
+    async fn reconnect(&mut self, cause: Option<WriteError>) -> Result<(), SessionError> {
+        let had_connection = self.connection.take().is_some();
+        if had_connection || cause.is_some() {
+            // Whatever was sent on the broken call may or may not have been applied.
+            for entry in self.inflight.iter_mut() {
+                entry.uncertain = true;
+            }
+        }
+        let mut backoff = self.limits.reconnect_backoff_min;
+        let mut attempt = 0u32;
+        let mut last_error = cause;
+        loop {
+            if let Some(error) = &last_error {
+                match error.class() {
+                    ErrorClass::Transient | ErrorClass::Throttled => {}
+                    _ => return Err(self.terminal(error.clone(), None)),
+                }
+                attempt += 1;
+                if attempt > self.limits.max_reconnect_attempts {
+                    return Err(SessionError::Failed {
+                        stream: self.stream.clone(),
+                        error: error.clone(),
+                    });
+                }
+                let pause = if error.class() == ErrorClass::Throttled {
+                    backoff.max(Duration::from_secs(1))
+                } else {
+                    backoff
+                };
+                tokio::time::sleep(jitter(pause)).await;
+                backoff = (backoff * 2).min(self.limits.reconnect_backoff_max);
+            }
+            match self.open_and_resend().await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    self.connection = None;
+                    last_error = Some(error);
+                }
+            }
+        }
+    }
+
+    async fn open_and_resend(&mut self) -> Result<(), WriteError> {
+        let Some(first) = self.inflight.front() else {
+            // Nothing to send: connect lazily on the next submit.
+            return Ok(());
+        };
+        let request = self.build_request(first.offset, &first.batch.rows, true);
+        let first_size = request.encoded_len();
+        let window = self.limits.max_inflight_requests + 1;
+        let connection = self.client.open_append(request, window).await?;
+        self.connections_opened += 1;
+        self.connection = Some(connection);
+        self.schema_sent = true;
+        let now = Instant::now();
+        for entry in self.inflight.iter_mut() {
+            entry.sent_at = now;
+        }
+        self.inflight[0].encoded_bytes = first_size;
+        self.inflight_bytes = self.inflight.iter().map(|e| e.encoded_bytes).sum();
+        for index in 1..self.inflight.len() {
+            self.send_one(index).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the answer to the oldest request in flight and handles it. Returns `None` when
+    /// nothing is in flight.
+    pub async fn next_event(&mut self) -> Result<Option<SessionEvent<T>>, SessionError> {
+        loop {
+            let Some(head) = self.inflight.front() else {
+                return Ok(None);
+            };
+            if self.connection.is_none() {
+                self.reconnect(None).await?;
+                continue;
+            }
+            let deadline = head.sent_at + self.limits.response_timeout;
+            let connection = self.connection.as_mut().expect("connected");
+            let reply = match tokio::time::timeout_at(deadline, connection.next_reply()).await {
+                Ok(reply) => reply,
+                Err(_) => Err(WriteError::from_status(&tonic::Status::deadline_exceeded(
+                    "append response overdue",
+                ))),
+            };
+            match reply {
+                Err(broken) => self.reconnect(Some(broken)).await?,
+                Ok(AppendReply::Appended {
+                    offset,
+                    updated_schema,
+                }) => {
+                    let head = self.inflight.pop_front().expect("head");
+                    self.inflight_bytes -= head.encoded_bytes;
+                    if offset.is_some_and(|o| o != head.offset) {
+                        let error = WriteError::disconnected(format!(
+                            "append acknowledged at offset {offset:?}, sent at {}",
+                            head.offset
+                        ));
+                        return Err(SessionError::OffsetConflict {
+                            stream: self.stream.clone(),
+                            offset: head.offset,
+                            error,
+                        });
+                    }
+                    return Ok(Some(SessionEvent::Appended {
+                        first_offset: head.offset,
+                        tags: head.batch.tags,
+                        updated_schema,
+                    }));
+                }
+                Ok(AppendReply::Failed(error)) => {
+                    if let Some(event) = self.handle_failure(error).await? {
+                        return Ok(Some(event));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The head request failed in-stream and appended nothing.
+    async fn handle_failure(
+        &mut self,
+        error: WriteError,
+    ) -> Result<Option<SessionEvent<T>>, SessionError> {
+        let head_offset = self.inflight.front().expect("head").offset;
+        match error.class() {
+            ErrorClass::AlreadyExists if self.inflight.front().is_some_and(|h| h.uncertain) => {
+                // The first send of this request was applied before its connection broke.
+                let head = self.inflight.pop_front().expect("head");
+                self.inflight_bytes -= head.encoded_bytes;
+                Ok(Some(SessionEvent::Appended {
+                    first_offset: head.offset,
+                    tags: head.batch.tags,
+                    updated_schema: None,
+                }))
+            }
+            ErrorClass::RowErrors => {
+                self.drain_rejected_tail().await?;
+                let head = self.inflight.front_mut().expect("head");
+                let mut bad: Vec<usize> = error
+                    .row_errors
+                    .iter()
+                    .filter_map(|e| usize::try_from(e.index).ok())
+                    .filter(|&i| i < head.batch.len())
+                    .collect();
+                bad.sort_unstable();
+                bad.dedup();
+                if bad.is_empty() {
+                    return Err(self.terminal(error, Some(head_offset)));
+                }
+                let mut rejected = Vec::with_capacity(bad.len());
+                let mut keep = Batch {
+                    rows: Vec::with_capacity(head.batch.len() - bad.len()),
+                    tags: Vec::with_capacity(head.batch.len() - bad.len()),
+                };
+                let old = std::mem::take(&mut head.batch);
+                let mut bad_iter = bad.iter().peekable();
+                for (i, (row, tag)) in old.rows.into_iter().zip(old.tags).enumerate() {
+                    if bad_iter.peek() == Some(&&i) {
+                        bad_iter.next();
+                        let reason = error
+                            .row_errors
+                            .iter()
+                            .find(|e| e.index == i as i64)
+                            .map(|e| e.message.clone())
+                            .unwrap_or_default();
+                        rejected.push((tag, row, reason));
+                    } else {
+                        keep.push(row, tag);
+                    }
+                }
+                head.batch = keep;
+                let request_emptied = head.batch.is_empty();
+                if request_emptied {
+                    let head = self.inflight.pop_front().expect("head");
+                    self.inflight_bytes -= head.encoded_bytes;
+                }
+                self.renumber_and_resend(head_offset).await?;
+                Ok(Some(SessionEvent::RowsRejected {
+                    rows: rejected,
+                    request_emptied,
+                }))
+            }
+            ErrorClass::Transient | ErrorClass::Throttled => {
+                self.drain_rejected_tail().await?;
+                let pause = if error.class() == ErrorClass::Throttled {
+                    Duration::from_secs(1)
+                } else {
+                    self.limits.reconnect_backoff_min
+                };
+                tokio::time::sleep(jitter(pause)).await;
+                self.renumber_and_resend(head_offset).await?;
+                Ok(None)
+            }
+            _ => Err(self.terminal(error, Some(head_offset))),
+        }
+    }
+
+    /// After the head request failed, every request behind it fails too (its offset is past the
+    /// end). Read those answers so the connection is in step again. A success among them would
+    /// mean the stream's end moved under us.
+    async fn drain_rejected_tail(&mut self) -> Result<(), SessionError> {
+        let behind = self.inflight.len() - 1;
+        for _ in 0..behind {
+            let connection = self.connection.as_mut().expect("connected");
+            match tokio::time::timeout(self.limits.response_timeout, connection.next_reply()).await
+            {
+                Ok(Ok(AppendReply::Failed(_))) => {}
+                Ok(Ok(AppendReply::Appended { offset, .. })) => {
+                    let error = WriteError::disconnected(format!(
+                        "append behind a failed request succeeded at offset {offset:?}"
+                    ));
+                    return Err(SessionError::OffsetConflict {
+                        stream: self.stream.clone(),
+                        offset: offset.unwrap_or(-1),
+                        error,
+                    });
+                }
+                // The call broke while draining: a new connection starts in step anyway. None of
+                // these requests was applied (the head failed), so they are not uncertain.
+                Ok(Err(_)) | Err(_) => {
+                    self.connection = None;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renumbers every request in flight from `from` (nothing at or after `from` was applied) and
+    /// sends them again.
+    async fn renumber_and_resend(&mut self, from: i64) -> Result<(), SessionError> {
+        let mut offset = from;
+        for entry in self.inflight.iter_mut() {
+            entry.offset = offset;
+            entry.uncertain = false;
+            offset += entry.batch.len() as i64;
+        }
+        self.next_offset = offset;
+        if self.connection.is_none() {
+            return self.reconnect(None).await;
+        }
+        for index in 0..self.inflight.len() {
+            if let Err(error) = self.send_one(index).await {
+                return self.reconnect(Some(error)).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn terminal(&self, error: WriteError, offset: Option<i64>) -> SessionError {
+        let stream = self.stream.clone();
+        match error.class() {
+            ErrorClass::StreamFinalized => SessionError::Zombie { stream },
+            ErrorClass::NotFound => SessionError::StreamLost { stream, error },
+            ErrorClass::SchemaMismatch => SessionError::SchemaRejected { stream, error },
+            ErrorClass::AlreadyExists | ErrorClass::OutOfRange => SessionError::OffsetConflict {
+                stream,
+                offset: offset.unwrap_or(-1),
+                error,
+            },
+            _ => SessionError::Failed { stream, error },
+        }
+    }
+
+    /// Closes the connection after every request was answered (a clean half-close).
+    pub fn close(&mut self) {
+        self.connection = None;
+        self.schema_sent = false;
+    }
+}
+
+/// ±25 % so that many partitions reconnecting after one outage do not stampede.
+fn jitter(d: Duration) -> Duration {
+    let factor = 0.75 + rand::random::<f64>() * 0.5;
+    d.mul_f64(factor)
+}

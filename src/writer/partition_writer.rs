@@ -1,0 +1,707 @@
+//! The writer actor of one partition incarnation (DESIGN §1, §4): takes the partition's records
+//! in offset order, transcodes them into a batch, appends batches to its own BUFFERED stream with
+//! explicit offsets, and reports the acknowledged prefix to the checkpoint coordinator.
+//!
+//! The acknowledged prefix is what a checkpoint may cover: records below `next` are each either
+//! an acknowledged row of the stream (rows `0..rows`) or a dead-lettered record whose produce the
+//! broker acknowledged (invariant 6). A bad record never stalls the partition.
+//!
+//! The actor is sequential on purpose: AppendSession's recovery (reconnect, resend, resequence)
+//! must never be cancelled half-way, so the actor awaits it outside any `select!`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use crate::bigquery::write_client::{StreamKind, WriteClient};
+use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
+use crate::checkpoint::protocol::TopicPartition;
+use crate::kafka::consumer::Record;
+use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
+use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
+use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError, split_confluent};
+
+use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
+
+/// Why a schema lookup failed.
+#[derive(Debug, Clone)]
+pub enum PlanLookupError {
+    /// This record's schema can never be used (unknown id, incompatible with the table): the
+    /// record is bad.
+    BadRecord(BadRecord),
+    /// The registry or the table is unreachable: the partition waits and retries, it never
+    /// dead-letters good data (invariant 6).
+    Unavailable(String),
+}
+
+/// The plan for a payload and the offset of the Avro body inside the payload.
+pub type PlanLookup<'a> =
+    Pin<Box<dyn Future<Output = Result<(Arc<Plan>, usize), PlanLookupError>> + Send + 'a>>;
+
+/// Where plans come from: the Schema Registry (by the id in the Confluent header) or a fixed
+/// `.avsc` (raw Avro).
+pub trait PlanSource: Send + Sync {
+    /// The plan for this payload and the Avro body inside it.
+    fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+}
+
+/// What to do with a record that cannot become a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecordPolicy {
+    DeadLetter,
+    /// Count it and move on (explicit opt-in).
+    Skip,
+    /// Stop the partition.
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// `projects/{p}/datasets/{d}/tables/{t}`.
+    pub table: String,
+    /// Short table name for metric labels.
+    pub table_label: String,
+    pub max_request_bytes: usize,
+    pub max_rows_per_request: usize,
+    pub linger: Duration,
+    pub session: SessionLimits,
+    pub on_bad_record: BadRecordPolicy,
+    /// Pause between attempts while the schema source is unavailable.
+    pub lookup_backoff: Duration,
+}
+
+/// Shared by all writers of the process.
+pub struct WriterShared {
+    pub client: WriteClient,
+    pub plans: Arc<dyn PlanSource>,
+    pub dead_letter: Option<DeadLetterProducer>,
+    pub metrics: Arc<Metrics>,
+    /// CreateWriteStream is quota-limited per project: at most this many creations at once.
+    pub stream_creation: Arc<Semaphore>,
+    pub settings: WriterSettings,
+}
+
+/// What a writer tells the coordinator.
+#[derive(Debug)]
+pub enum WriterEvent {
+    Acknowledged {
+        tp: TopicPartition,
+        ack: Acknowledged,
+    },
+    StreamLost {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        stream: StreamId,
+    },
+    Zombie {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        stream: StreamId,
+    },
+    /// Answer to a stop: the last acknowledgement was sent before this.
+    Stopped {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+    },
+    Failed {
+        tp: TopicPartition,
+        incarnation: Incarnation,
+        reason: String,
+    },
+}
+
+/// The coordinator's handle on a writer.
+pub struct WriterHandle {
+    pub incarnation: Incarnation,
+    stop: Option<tokio::sync::oneshot::Sender<Duration>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl WriterHandle {
+    /// Asks the writer to stop taking records, wait up to `drain` for its appends in flight,
+    /// report its last acknowledgement and answer `Stopped`.
+    pub fn stop(&mut self, drain: Duration) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(drain);
+        }
+    }
+}
+
+/// Starts the writer of one incarnation. It reads `records` (routed by the consumer from offset
+/// `from`) and reports on `events`.
+pub fn spawn(
+    shared: Arc<WriterShared>,
+    tp: TopicPartition,
+    incarnation: Incarnation,
+    from: NextOffset,
+    records: mpsc::Receiver<Record>,
+    events: mpsc::UnboundedSender<WriterEvent>,
+) -> WriterHandle {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let writer = PartitionWriter {
+        shared,
+        topic_label: TopicLabel {
+            topic: tp.topic.clone(),
+        },
+        tp,
+        incarnation,
+        events,
+        session: None,
+        stream_id: None,
+        plan: None,
+        open: OpenBatch::default(),
+        meta: VecDeque::new(),
+        acked_rows: 0,
+        acked_next: from,
+        acked_bytes: 0,
+        pending_next: from,
+    };
+    let task = tokio::spawn(writer.run(records, stop_rx));
+    WriterHandle {
+        incarnation,
+        stop: Some(stop_tx),
+        task,
+    }
+}
+
+/// Rows being collected for the next request.
+#[derive(Default)]
+struct OpenBatch {
+    buffer: Vec<u8>,
+    ranges: Vec<std::ops::Range<usize>>,
+    records: Vec<Record>,
+    /// Exact encoded size of the rows inside ProtoRows (tag + length + bytes per row).
+    rows_encoded: usize,
+    first_at: Option<Instant>,
+}
+
+/// Bookkeeping of one request in flight, in the session's order.
+struct InflightMeta {
+    /// Every record below this is handled once the request is acknowledged.
+    kafka_next: NextOffset,
+    bytes: u64,
+}
+
+struct PartitionWriter {
+    shared: Arc<WriterShared>,
+    tp: TopicPartition,
+    topic_label: TopicLabel,
+    incarnation: Incarnation,
+    events: mpsc::UnboundedSender<WriterEvent>,
+    session: Option<AppendSession<Record>>,
+    stream_id: Option<StreamId>,
+    plan: Option<Arc<Plan>>,
+    open: OpenBatch,
+    meta: VecDeque<InflightMeta>,
+    /// The acknowledged prefix.
+    acked_rows: i64,
+    acked_next: NextOffset,
+    acked_bytes: u64,
+    /// Records below this have been taken into a batch or dead-lettered.
+    pending_next: NextOffset,
+}
+
+/// How a writer's run ended.
+enum End {
+    Stopped,
+    Lost(StreamId),
+    Zombie(StreamId),
+    Failed(String),
+}
+
+impl PartitionWriter {
+    async fn run(
+        mut self,
+        mut records: mpsc::Receiver<Record>,
+        mut stop: tokio::sync::oneshot::Receiver<Duration>,
+    ) {
+        let end = match self.work(&mut records, &mut stop).await {
+            Ok(drain) => self
+                .drain(drain)
+                .await
+                .map(|()| End::Stopped)
+                .unwrap_or_else(|e| e),
+            Err(end) => end,
+        };
+        let m = &self.shared.metrics;
+        for meta in self.meta.drain(..) {
+            m.inflight_requests.dec();
+            m.inflight_bytes.dec_by(meta.bytes as i64);
+        }
+        if self.session.is_some() {
+            m.open_streams.dec();
+        }
+        let tp = self.tp.clone();
+        let incarnation = self.incarnation;
+        let event = match end {
+            End::Stopped => WriterEvent::Stopped { tp, incarnation },
+            End::Lost(stream) => WriterEvent::StreamLost {
+                tp,
+                incarnation,
+                stream,
+            },
+            End::Zombie(stream) => WriterEvent::Zombie {
+                tp,
+                incarnation,
+                stream,
+            },
+            End::Failed(reason) => WriterEvent::Failed {
+                tp,
+                incarnation,
+                reason,
+            },
+        };
+        let _ = self.events.send(event);
+    }
+
+    /// Takes records until told to stop; returns the drain budget of the stop.
+    async fn work(
+        &mut self,
+        records: &mut mpsc::Receiver<Record>,
+        stop: &mut tokio::sync::oneshot::Receiver<Duration>,
+    ) -> Result<Duration, End> {
+        let linger = self.shared.settings.linger;
+        loop {
+            let deadline = self.open.first_at.map(|t| t + linger);
+            tokio::select! {
+                biased;
+                drain = &mut *stop => return Ok(drain.unwrap_or(Duration::ZERO)),
+                record = records.recv() => match record {
+                    Some(record) => self.take(record).await?,
+                    // The consumer dropped the route: wait for the stop that follows.
+                    None => return Ok((&mut *stop).await.unwrap_or(Duration::ZERO)),
+                },
+                _ = sleep_until(deadline) => self.seal().await?,
+                // Idle: no records for a linger period and nothing open. Settle what is in
+                // flight so the checkpoint sees it.
+                _ = tokio::time::sleep(linger), if self.open.records.is_empty() && !self.meta.is_empty() => {
+                    self.settle_all().await?;
+                }
+            }
+        }
+    }
+
+    /// Seals what is open, waits (bounded) for every append in flight, reports the prefix.
+    async fn drain(&mut self, budget: Duration) -> Result<(), End> {
+        let work = async {
+            self.seal().await?;
+            self.settle_all().await
+        };
+        match tokio::time::timeout(budget, work).await {
+            Ok(result) => result,
+            // The rest stays unacknowledged: the checkpoint does not cover it, the next owner
+            // reads those records again.
+            Err(_) => Ok(()),
+        }
+    }
+
+    async fn take(&mut self, record: Record) -> Result<(), End> {
+        let m = &self.shared.metrics;
+        m.records_consumed.get_or_create(&self.topic_label).inc();
+        m.bytes_consumed
+            .get_or_create(&self.topic_label)
+            .inc_by(record.size() as u64);
+        let next = NextOffset(record.offset + 1);
+        let Some(value) = record.value.clone() else {
+            return self
+                .bad(
+                    record,
+                    BadRecord {
+                        class: "malformed_avro",
+                        reason: "record has no value (tombstone)".into(),
+                    },
+                )
+                .await;
+        };
+        let (plan, body_at) = loop {
+            match self.shared.plans.plan_for(&value).await {
+                Ok(found) => break found,
+                Err(PlanLookupError::BadRecord(bad)) => return self.bad(record, bad).await,
+                Err(PlanLookupError::Unavailable(why)) => {
+                    tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+                    tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+                }
+            }
+        };
+        if self
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.descriptor() != plan.descriptor())
+        {
+            // A new writer schema: the rows of a request share one descriptor, and an explicit
+            // stream changes schema by reconnecting.
+            self.seal().await?;
+            self.settle_all().await?;
+            if let Some(session) = &mut self.session {
+                session.close();
+            }
+            self.session = None;
+        }
+        self.plan = Some(plan.clone());
+        let header_values: Vec<KafkaHeader<'_>> = record
+            .headers
+            .iter()
+            .map(|(k, v)| KafkaHeader {
+                key: k,
+                value: Some(v.as_ref()),
+            })
+            .collect();
+        let meta = KafkaMetadata {
+            topic: &self.tp.topic,
+            partition: self.tp.partition,
+            offset: record.offset,
+            timestamp_millis: record.timestamp_ms,
+            key: record.key.as_deref(),
+            headers: &header_values,
+        };
+        let range = match plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer) {
+            Ok(range) => range,
+            Err(error) => {
+                drop(header_values);
+                let bad = BadRecord {
+                    class: record_error_class(&error),
+                    reason: error.to_string(),
+                };
+                return self.bad(record, bad).await;
+            }
+        };
+        drop(header_values);
+        let len = range.len();
+        let encoded = 1 + varint_len(len as u64) + len;
+        if !self.open.records.is_empty()
+            && self.request_bound(self.open.rows_encoded + encoded)
+                > self.shared.settings.max_request_bytes
+        {
+            // This row would overflow the request: send what is open first, then start a new
+            // batch with this row (moving its bytes to the front of the fresh buffer).
+            let row = self.open.buffer[range.clone()].to_vec();
+            self.open.buffer.truncate(range.start);
+            self.seal().await?;
+            self.open.buffer.extend_from_slice(&row);
+            self.push_row(0..row.len(), encoded, record, next);
+        } else {
+            self.push_row(range, encoded, record, next);
+        }
+        if self.open.records.len() >= self.shared.settings.max_rows_per_request {
+            self.seal().await?;
+        }
+        Ok(())
+    }
+
+    fn push_row(
+        &mut self,
+        range: std::ops::Range<usize>,
+        encoded: usize,
+        record: Record,
+        next: NextOffset,
+    ) {
+        if self.open.first_at.is_none() {
+            self.open.first_at = Some(Instant::now());
+        }
+        self.open.ranges.push(range);
+        self.open.records.push(record);
+        self.open.rows_encoded += encoded;
+        self.pending_next = next;
+    }
+
+    /// Upper bound of the encoded request for rows of `rows_encoded` bytes: the rows plus the
+    /// request's other fields (stream name, offset, the writer schema on a connection's first
+    /// request).
+    fn request_bound(&self, rows_encoded: usize) -> usize {
+        let schema = self
+            .plan
+            .as_ref()
+            .map_or(0, |p| prost::Message::encoded_len(p.descriptor()));
+        rows_encoded + schema + self.shared.settings.table.len() + 128
+    }
+
+    /// A record that cannot become a row: dead-letter it (acknowledged) or apply the policy.
+    async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
+        let next = NextOffset(record.offset + 1);
+        match self.shared.settings.on_bad_record {
+            BadRecordPolicy::Fail => {
+                return Err(End::Failed(format!(
+                    "bad record at offset {}: {}",
+                    record.offset, bad.reason
+                )));
+            }
+            BadRecordPolicy::Skip => {
+                tracing::warn!(partition = %self.tp, offset = record.offset, reason = %bad.reason, "bad record skipped");
+            }
+            BadRecordPolicy::DeadLetter => {
+                let producer = self
+                    .shared
+                    .dead_letter
+                    .as_ref()
+                    .expect("validated: dead_letter policy has a producer");
+                let mut backoff = Duration::from_millis(100);
+                loop {
+                    match producer
+                        .send(&self.tp.topic, self.tp.partition, &record, &bad)
+                        .await
+                    {
+                        Ok(()) => break,
+                        Err(e) => {
+                            // The DLQ must acknowledge before the record counts as handled;
+                            // until it does, the partition waits.
+                            tracing::warn!(partition = %self.tp, offset = record.offset, error = %e, "dead-letter produce failed, retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(10));
+                        }
+                    }
+                }
+                tracing::info!(partition = %self.tp, offset = record.offset, class = bad.class, reason = %bad.reason, "record dead-lettered");
+            }
+        }
+        self.shared
+            .metrics
+            .dead_letter_records
+            .get_or_create(&ReasonLabel { reason: bad.class })
+            .inc();
+        self.record_handled_out_of_band(next);
+        Ok(())
+    }
+
+    /// A record handled without a row: it joins the unit that decides when the prefix passes it.
+    fn record_handled_out_of_band(&mut self, next: NextOffset) {
+        self.pending_next = next;
+        if !self.open.records.is_empty() {
+            // The open batch's acknowledgement will cover it (its kafka_next is pending_next).
+        } else if let Some(last) = self.meta.back_mut() {
+            last.kafka_next = next;
+        } else {
+            self.acked_next = next;
+            self.report();
+        }
+    }
+
+    /// Sends the open batch.
+    async fn seal(&mut self) -> Result<(), End> {
+        if self.open.records.is_empty() {
+            return Ok(());
+        }
+        if self.session.is_none() {
+            self.open_stream().await?;
+        }
+        let open = std::mem::take(&mut self.open);
+        let buffer = Bytes::from(open.buffer);
+        let mut batch = Batch {
+            rows: Vec::with_capacity(open.ranges.len()),
+            tags: Vec::with_capacity(open.ranges.len()),
+        };
+        for (range, record) in open.ranges.into_iter().zip(open.records) {
+            batch.push(buffer.slice(range), record);
+        }
+        let bytes = open.rows_encoded as u64;
+        loop {
+            let session = self.session.as_ref().expect("session");
+            if session.has_room_for(open.rows_encoded) {
+                break;
+            }
+            self.settle_one().await?;
+        }
+        self.meta.push_back(InflightMeta {
+            kafka_next: self.pending_next,
+            bytes,
+        });
+        self.shared.metrics.inflight_requests.inc();
+        self.shared.metrics.inflight_bytes.inc_by(bytes as i64);
+        let session = self.session.as_mut().expect("session");
+        let result = session.submit(batch).await;
+        result.map_err(|e| self.session_end(e))
+    }
+
+    async fn open_stream(&mut self) -> Result<(), End> {
+        let plan = self.plan.clone().expect("a plan before the first row");
+        let stream = {
+            let _permit = self
+                .shared
+                .stream_creation
+                .acquire()
+                .await
+                .expect("semaphore open");
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match self
+                    .shared
+                    .client
+                    .create_write_stream(&self.shared.settings.table, StreamKind::Buffered)
+                    .await
+                {
+                    Ok(stream) => break stream,
+                    Err(e) => {
+                        self.shared.metrics.bigquery_error("CreateWriteStream", &e);
+                        use crate::bigquery::error::ErrorClass::*;
+                        match e.class() {
+                            Transient | Throttled | NotFound => {
+                                tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(30));
+                            }
+                            _ => {
+                                return Err(End::Failed(format!(
+                                    "cannot create a write stream: {e}"
+                                )));
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let id = StreamId::from_stream_name(&stream.name)
+            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
+        let m = &self.shared.metrics;
+        m.streams_created
+            .get_or_create(&TableLabel {
+                table: self.shared.settings.table_label.clone(),
+            })
+            .inc();
+        m.open_streams.inc();
+        tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
+        let next_offset = self.acked_rows;
+        self.session = Some(AppendSession::new(
+            self.shared.client.clone(),
+            stream.name,
+            plan.descriptor().clone(),
+            next_offset,
+            self.shared.settings.session.clone(),
+        ));
+        self.stream_id = Some(id);
+        Ok(())
+    }
+
+    async fn settle_all(&mut self) -> Result<(), End> {
+        while !self.meta.is_empty() {
+            self.settle_one().await?;
+        }
+        Ok(())
+    }
+
+    /// Handles the next answer of the session.
+    async fn settle_one(&mut self) -> Result<(), End> {
+        let started = Instant::now();
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        let event = match session.next_event().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(self.session_end(e)),
+        };
+        match event {
+            SessionEvent::Appended {
+                first_offset,
+                tags,
+                updated_schema,
+            } => {
+                let meta = self.pop_meta();
+                let rows = tags.len() as i64;
+                self.acked_rows = first_offset + rows;
+                self.acked_next = meta.kafka_next;
+                self.acked_bytes += meta.bytes;
+                let label = TableLabel {
+                    table: self.shared.settings.table_label.clone(),
+                };
+                let m = &self.shared.metrics;
+                m.rows_appended.get_or_create(&label).inc_by(rows as u64);
+                m.append_latency
+                    .get_or_create(&label)
+                    .observe(started.elapsed().as_secs_f64());
+                if updated_schema.is_some() {
+                    tracing::info!(partition = %self.tp, "table schema changed under the connection");
+                }
+                self.report();
+            }
+            SessionEvent::RowsRejected {
+                rows,
+                request_emptied,
+            } => {
+                for (record, _row, reason) in rows {
+                    let bad = BadRecord {
+                        class: "row_rejected",
+                        reason,
+                    };
+                    // Already covered by the request's kafka_next: only dead-letter here.
+                    let next = self.pending_next;
+                    self.bad(record, bad).await?;
+                    self.pending_next = next;
+                }
+                if request_emptied {
+                    let meta = self.pop_meta();
+                    self.acked_next = meta.kafka_next;
+                    self.report();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pop_meta(&mut self) -> InflightMeta {
+        let meta = self
+            .meta
+            .pop_front()
+            .expect("one meta per request in flight");
+        self.shared.metrics.inflight_requests.dec();
+        self.shared.metrics.inflight_bytes.dec_by(meta.bytes as i64);
+        meta
+    }
+
+    fn report(&self) {
+        let ack = match &self.stream_id {
+            Some(stream) if self.acked_rows > 0 => Acknowledged::from_append_response(
+                self.incarnation,
+                stream.clone(),
+                RowCount(self.acked_rows),
+                self.acked_next,
+                self.acked_bytes,
+            ),
+            _ => Acknowledged::incarnation_start(self.incarnation, self.acked_next),
+        };
+        let _ = self.events.send(WriterEvent::Acknowledged {
+            tp: self.tp.clone(),
+            ack,
+        });
+    }
+
+    fn session_end(&self, error: SessionError) -> End {
+        let stream = self.stream_id.clone();
+        match (error, stream) {
+            (SessionError::Zombie { .. }, Some(s)) => End::Zombie(s),
+            (SessionError::StreamLost { .. }, Some(s)) => End::Lost(s),
+            (e, _) => End::Failed(e.to_string()),
+        }
+    }
+}
+
+fn record_error_class(error: &RecordError) -> &'static str {
+    match error {
+        RecordError::ShortHeader { .. } | RecordError::BadMagic { .. } => "bad_magic",
+        RecordError::Value { .. } => "out_of_range",
+        RecordError::MissingRequired { .. }
+        | RecordError::NullRequired { .. }
+        | RecordError::NullElement { .. } => "incompatible_schema",
+        _ => "malformed_avro",
+    }
+}
+
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Splits a Confluent-framed payload: used by plan sources.
+pub fn confluent_schema_id(payload: &[u8]) -> Result<u32, RecordError> {
+    split_confluent(payload).map(|(id, _)| id)
+}

@@ -1,0 +1,419 @@
+//! The config (DESIGN §7): the shipped examples validate, and every kind of mistake is reported
+//! with the path of the field that is wrong.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use kafka_bigquery_sink::config::{Config, Credentials, LostStream, validate};
+
+/// The variables the example configs reference.
+fn example_env() -> HashMap<String, String> {
+    [
+        ("KAFKA_BOOTSTRAP", "broker-1:9092,broker-2:9092"),
+        ("SCHEMA_REGISTRY_USER", "kbq"),
+        ("SCHEMA_REGISTRY_PASSWORD", "p@ss: #word\"'"),
+        ("KAFKA_USERNAME", "kbq"),
+        ("KAFKA_PASSWORD", "secret"),
+        ("SCHEMA_REGISTRY_URL", "https://sr.example.internal"),
+        ("SCHEMA_REGISTRY_TOKEN", "token"),
+        ("GCP_PROJECT", "acme-payments"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Parse + validate; every error as `path: message`.
+fn errors(yaml: &str, env: HashMap<String, String>) -> Vec<String> {
+    match Config::from_yaml(yaml, env) {
+        Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        Ok(config) => match validate(&config) {
+            Ok(()) => Vec::new(),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        },
+    }
+}
+
+const MINIMAL: &str = "\
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  group_id: g
+  topics: [t]
+avro:
+  schema_file: s.avsc
+bigquery:
+  project: p
+  dataset: d
+  table: t
+dead_letter:
+  topic: t-dlq
+";
+
+/// MINIMAL with more top-level sections (MINIMAL sets only kafka, avro, bigquery, dead_letter).
+fn with(extra: &str) -> String {
+    format!("{MINIMAL}{extra}")
+}
+
+fn assert_one_error(yaml: &str, env: HashMap<String, String>, expected: &str) {
+    let errs = errors(yaml, env);
+    assert!(
+        errs.iter().any(|e| e.starts_with(expected)),
+        "expected an error starting with {expected:?}, got {errs:#?}"
+    );
+}
+
+#[test]
+fn every_example_config_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("config/ exists") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read example");
+        assert_eq!(
+            errors(&text, example_env()),
+            Vec::<String>::new(),
+            "{}",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert!(
+        seen >= 3,
+        "expected the three example configs, found {seen}"
+    );
+}
+
+#[test]
+fn the_minimal_config_gets_the_documented_defaults() {
+    let c = Config::from_yaml(MINIMAL, HashMap::new()).expect("parses");
+    validate(&c).expect("valid");
+    assert_eq!(c.checkpoint.interval.0.as_secs(), 5);
+    assert_eq!(c.checkpoint.metadata_max_bytes, 4096);
+    assert_eq!(c.writer.max_request_bytes.bytes(), 8 << 20);
+    assert_eq!(c.bigquery.credentials, Credentials::Adc);
+    // no partition/offset columns: a lost stream is rewound (at least once for the window)
+    assert_eq!(
+        c.recovery.effective_lost_stream(&c.bigquery, &c.kafka),
+        LostStream::Rewind
+    );
+    let props = c.kafka.consumer_properties();
+    for (k, v) in [
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        ("isolation.level", "read_committed"),
+        ("auto.offset.reset", "error"),
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("bootstrap.servers", "127.0.0.1:9092"),
+        ("group.id", "g"),
+    ] {
+        assert_eq!(props.get(k).map(String::as_str), Some(v), "{k}");
+    }
+}
+
+#[test]
+fn env_substitution_takes_the_environment_then_the_default_and_keeps_special_characters() {
+    let yaml = MINIMAL.replace(
+        "bootstrap_servers: 127.0.0.1:9092",
+        "bootstrap_servers: ${BOOT:-127.0.0.1:9092}\n  properties:\n    sasl.password: ${PW}",
+    );
+    let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let c = Config::from_yaml(&yaml, env(&[("PW", "a: b # c")])).expect("parses");
+    assert_eq!(c.kafka.bootstrap_servers, "127.0.0.1:9092");
+    // a value from the environment is never parsed as YAML
+    assert_eq!(c.kafka.properties["sasl.password"], "a: b # c");
+    let c = Config::from_yaml(&yaml, env(&[("PW", "x"), ("BOOT", "b:1")])).expect("parses");
+    assert_eq!(c.kafka.bootstrap_servers, "b:1");
+}
+
+#[test]
+fn a_missing_env_variable_without_default_is_an_error_naming_it_and_its_field() {
+    let yaml = MINIMAL.replace("group_id: g", "group_id: ${KBQ_TEST_GROUP}");
+    let errs = errors(&yaml, HashMap::new());
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].starts_with("kafka.group_id: "), "{errs:?}");
+    assert!(errs[0].contains("KBQ_TEST_GROUP"), "{errs:?}");
+    assert!(errs[0].contains("line 3"), "{errs:?}");
+}
+
+#[test]
+fn a_quoted_env_reference_is_refused_rather_than_kept_literally() {
+    let yaml = MINIMAL.replace("group_id: g", "group_id: \"${GROUP}\"");
+    assert_one_error(
+        &yaml,
+        HashMap::new(),
+        "kafka.group_id: `${...}` is substituted only in unquoted values",
+    );
+}
+
+#[test]
+fn an_unknown_key_names_its_path() {
+    let yaml = MINIMAL.replace("  group_id: g", "  group_id: g\n  grup_id: typo");
+    assert_one_error(
+        &yaml,
+        HashMap::new(),
+        "kafka.grup_id: unknown field `grup_id`",
+    );
+    let yaml = with("writer:\n  max_request_byte: 1MiB\n");
+    assert_one_error(
+        &yaml,
+        HashMap::new(),
+        "writer.max_request_byte: unknown field",
+    );
+    let yaml = with("bigquery_extra: 1\n");
+    assert_one_error(&yaml, HashMap::new(), "bigquery_extra: unknown field");
+}
+
+#[test]
+fn a_missing_required_field_names_its_path() {
+    let yaml = MINIMAL.replace("  group_id: g\n", "");
+    assert_one_error(&yaml, HashMap::new(), "kafka.group_id: missing field");
+}
+
+#[test]
+fn a_bad_duration_or_size_names_its_field() {
+    assert_one_error(
+        &with("checkpoint:\n  interval: 5 seconds\n"),
+        HashMap::new(),
+        "checkpoint.interval: invalid duration `5 seconds`",
+    );
+    assert_one_error(
+        &with("checkpoint:\n  interval: 5\n"),
+        HashMap::new(),
+        "checkpoint.interval: invalid duration `5`: add a unit",
+    );
+    assert_one_error(
+        &with("writer:\n  max_request_bytes: 8 megs\n"),
+        HashMap::new(),
+        "writer.max_request_bytes: invalid size `8 megs`",
+    );
+}
+
+#[test]
+fn an_oversized_request_limit_is_refused() {
+    assert_one_error(
+        &with("writer:\n  max_request_bytes: 32MiB\n  max_inflight_bytes: 64MiB\n"),
+        HashMap::new(),
+        "writer.max_request_bytes: must be at most 20MiB",
+    );
+}
+
+#[test]
+fn forced_consumer_properties_cannot_be_overridden() {
+    let yaml = MINIMAL.replace(
+        "  topics: [t]",
+        "  topics: [t]\n  properties:\n    enable.auto.commit: true\n    isolation.level: read_uncommitted\n    auto.offset.reset: earliest\n    enable.auto.offset.store: false",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "kafka.properties.\"enable.auto.commit\": forced to false by the sink",
+        "kafka.properties.\"isolation.level\": forced to read_committed by the sink",
+        "kafka.properties.\"auto.offset.reset\": forced to error by the sink",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+    // the forced value itself is accepted
+    assert!(
+        !errs.iter().any(|e| e.contains("enable.auto.offset.store")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn dead_letter_without_a_topic_is_refused_unless_another_policy_is_chosen() {
+    let without_dlq = MINIMAL.replace("dead_letter:\n  topic: t-dlq\n", "");
+    assert_one_error(
+        &without_dlq,
+        HashMap::new(),
+        "dead_letter.topic: dead_letter.topic is required when on_bad_record is dead_letter",
+    );
+    assert_eq!(
+        errors(
+            &format!("{without_dlq}on_bad_record: fail\n"),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
+    );
+    // the dead-letter topic must not feed the sink itself
+    let loop_dlq = MINIMAL.replace("topic: t-dlq", "topic: t");
+    assert_one_error(
+        &loop_dlq,
+        HashMap::new(),
+        "dead_letter.topic: must not be one of kafka.topics",
+    );
+}
+
+#[test]
+fn a_metadata_limit_below_the_worst_case_checkpoint_is_refused() {
+    let worst = kafka_bigquery_sink::config::checkpoint_metadata_worst_case_len();
+    assert_one_error(
+        &with("checkpoint:\n  metadata_max_bytes: 100\n"),
+        HashMap::new(),
+        &format!(
+            "checkpoint.metadata_max_bytes: 100 is below the worst-case checkpoint metadata length {worst}"
+        ),
+    );
+    assert_eq!(
+        errors(
+            &with(&format!("checkpoint:\n  metadata_max_bytes: {worst}\n")),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn resolve_needs_the_partition_and_offset_columns() {
+    assert_one_error(
+        &with("recovery:\n  lost_stream: resolve\n"),
+        HashMap::new(),
+        "recovery.lost_stream: resolve needs the metadata columns partition, offset",
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let yaml = with(
+        "checkpoint:\n  metadata_max_bytes: 10\nwriter:\n  max_rows_per_request: 0\nbigquery_never: 1\n",
+    );
+    // a parse error stops before validation: one error
+    assert_eq!(errors(&yaml, HashMap::new()).len(), 1);
+    let yaml = with("checkpoint:\n  metadata_max_bytes: 10\nwriter:\n  max_rows_per_request: 0\n")
+        .replace("group_id: g", "group_id: \"\"");
+    let errs = errors(&yaml, HashMap::new());
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}
+
+#[test]
+fn the_validate_command_prints_config_ok_or_every_error_with_exit_code_1() {
+    let bin = env!("CARGO_BIN_EXE_kafka-bigquery-sink");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/gke-production.yaml");
+    let ok = Command::new(bin)
+        .args(["validate", "-c"])
+        .arg(&example)
+        .env_clear()
+        .envs(example_env())
+        .output()
+        .expect("run validate");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "config ok");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        with("checkpoint:\n  metadata_max_bytes: 10\n")
+            .replace("dead_letter:\n  topic: t-dlq\n", ""),
+    )
+    .expect("write");
+    let out = Command::new(bin)
+        .args(["validate", "-c"])
+        .arg(&bad)
+        .output()
+        .expect("run validate");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("checkpoint.metadata_max_bytes: 10 is below"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("dead_letter.topic: "), "{stderr}");
+    // a secret from the environment never appears in the output of a failed validation
+    assert!(!stderr.contains("p@ss"), "{stderr}");
+}
+
+#[test]
+fn the_sasl_example_shares_its_connection_with_the_dead_letter_producer_and_subscribes_by_pattern()
+{
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sasl-ssl-kafka.yaml");
+    let text = std::fs::read_to_string(path).expect("read example");
+    let c = Config::from_yaml(&text, example_env()).expect("parses");
+    assert_eq!(c.kafka.subscription(), vec!["^payments\\..*".to_string()]);
+    // KIP-848: the broker assigns, so no client-side assignor is configured
+    assert!(
+        !c.kafka
+            .consumer_properties()
+            .contains_key("partition.assignment.strategy")
+    );
+    let dl = c.dead_letter.as_ref().expect("dead_letter section");
+    let props = dl.producer_properties(&c.kafka);
+    for (k, v) in [
+        ("bootstrap.servers", "broker-1:9092,broker-2:9092"),
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.password", "secret"),
+        ("acks", "all"),
+        ("linger.ms", "20"),
+    ] {
+        assert_eq!(props.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    // consumer-only settings stay with the consumer
+    assert!(!props.contains_key("group.protocol"));
+}
+
+#[test]
+fn an_unknown_enum_value_names_its_field_and_the_choices() {
+    assert_one_error(
+        &with("delivery: exactly-once\n"),
+        HashMap::new(),
+        "delivery: unknown variant `exactly-once`, expected one of exactly_once, at_least_once",
+    );
+}
+
+#[test]
+fn an_empty_file_says_what_is_required() {
+    for empty in ["", "# only a comment\n\n"] {
+        assert_one_error(empty, HashMap::new(), "<root>: the config is empty");
+    }
+}
+
+#[test]
+fn table_and_credential_rules_name_their_fields() {
+    let yaml = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  credentials: none\n  create_table:\n    require_partition_filter: true\n    clustering: [a, b, c, d, e]\n    labels:\n      Team: x\n",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "bigquery.credentials: none is only for an emulator",
+        "bigquery.create_table.require_partition_filter: requires bigquery.create_table.time_partitioning",
+        "bigquery.create_table.clustering: at most 4 columns",
+        "bigquery.create_table.labels.\"Team\": a label key",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+}
+
+#[test]
+fn topics_and_a_pattern_are_exclusive() {
+    let both = MINIMAL.replace("  topics: [t]", "  topics: [t]\n  topic_pattern: t.*");
+    assert_one_error(
+        &both,
+        HashMap::new(),
+        "kafka.topic_pattern: set either kafka.topics or kafka.topic_pattern, not both",
+    );
+    let neither = MINIMAL.replace("  topics: [t]\n", "");
+    assert_one_error(
+        &neither,
+        HashMap::new(),
+        "kafka.topics: set kafka.topics or kafka.topic_pattern",
+    );
+}

@@ -1,0 +1,5 @@
+//! Shared harness of the integration tests: each test binary includes it with `mod support;`.
+//! Not every binary uses every helper, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+pub mod kafka;
