@@ -14,6 +14,7 @@ use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
 };
 use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
+use crate::checkpoint::at_least_once::AtLeastOnceCoordinator;
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, ResolveColumns};
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
@@ -39,9 +40,6 @@ const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
 
 /// Runs the daemon. Returns when shutdown completed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    if config.delivery == Delivery::AtLeastOnce {
-        bail!("delivery: at_least_once is not implemented yet; use exactly_once");
-    }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(Duration::from_secs(30)));
     let ops = http::serve(
@@ -159,10 +157,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 OnBadRecord::Fail => BadRecordPolicy::Fail,
             },
             lookup_backoff: Duration::from_secs(1),
+            default_stream: config.delivery == Delivery::AtLeastOnce,
         },
     });
 
-    let protocol = CheckpointProtocol::new(protocol_config(&config, &table_ref), table_marked);
+    let recovery = protocol_config(&config, &table_ref);
     let (consumer, events) = consumer::spawn(ConsumerSettings {
         properties: config.kafka.consumer_properties().0,
         topics: config.kafka.subscription(),
@@ -179,25 +178,48 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         }),
         _ => None,
     };
-    let coordinator = Coordinator::new(
-        protocol,
-        CoordinatorSettings {
-            table: table_ref,
-            checkpoint_interval: config.checkpoint.interval.0,
-            writer_drain: config.shutdown_deadline.0 / 2,
-            shutdown_deadline: config.shutdown_deadline.0,
-            writer_channel: 4096,
-            group_label,
-            resolve,
-        },
-        consumer,
-        events,
-        writer_shared,
-        rest,
-        metrics,
-        health,
-    );
-    match coordinator.run(shutdown).await {
+    let settings = CoordinatorSettings {
+        table: table_ref,
+        checkpoint_interval: config.checkpoint.interval.0,
+        writer_drain: config.shutdown_deadline.0 / 2,
+        shutdown_deadline: config.shutdown_deadline.0,
+        writer_channel: 4096,
+        group_label,
+        resolve,
+    };
+    let exit = match config.delivery {
+        Delivery::ExactlyOnce => {
+            let protocol = CheckpointProtocol::new(recovery, table_marked);
+            Coordinator::new(
+                protocol,
+                settings,
+                consumer,
+                events,
+                writer_shared,
+                rest,
+                metrics,
+                health,
+            )
+            .run(shutdown)
+            .await
+        }
+        Delivery::AtLeastOnce => {
+            AtLeastOnceCoordinator::new(
+                recovery,
+                table_marked,
+                settings,
+                consumer,
+                events,
+                writer_shared,
+                rest,
+                metrics,
+                health,
+            )
+            .run(shutdown)
+            .await
+        }
+    };
+    match exit {
         Exit::Shutdown => Ok(()),
         Exit::ConsumerFailed(reason) => Err(anyhow!("kafka consumer failed: {reason}")),
     }
