@@ -52,28 +52,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     .with_context(|| format!("cannot listen on metrics.listen {}", config.metrics.listen))?;
     tracing::info!(address = %ops, "ops endpoints: /metrics /healthz /readyz");
 
-    let auth = match &config.bigquery.credentials {
-        Credentials::Adc => Auth::application_default()?,
-        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
-        Credentials::None => Auth::None,
-    };
-    let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
-        Some(e) => (e.clone(), e.clone()),
-        None => (
-            GOOGLE_STORAGE_ENDPOINT.to_string(),
-            GOOGLE_REST_ENDPOINT.to_string(),
-        ),
-    };
-    let rest = RestClient::new(&rest_endpoint, auth.clone(), Duration::from_secs(60))?;
-    let client = WriteClient::new(
-        &WriteClientOptions {
-            endpoint: grpc_endpoint,
-            rpc_timeout: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(10),
-        },
-        auth,
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let (client, rest) = bigquery_clients(&config)?;
 
     let table_id = single_table(&config)?;
     let table_ref = TableReference::new(
@@ -225,9 +204,36 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     }
 }
 
+/// The Storage Write API and REST clients for the configured endpoint and credentials.
+pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, RestClient)> {
+    let auth = match &config.bigquery.credentials {
+        Credentials::Adc => Auth::application_default()?,
+        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
+        Credentials::None => Auth::None,
+    };
+    let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
+        Some(e) => (e.clone(), e.clone()),
+        None => (
+            GOOGLE_STORAGE_ENDPOINT.to_string(),
+            GOOGLE_REST_ENDPOINT.to_string(),
+        ),
+    };
+    let rest = RestClient::new(&rest_endpoint, auth.clone(), Duration::from_secs(60))?;
+    let client = WriteClient::new(
+        &WriteClientOptions {
+            endpoint: grpc_endpoint,
+            rpc_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        },
+        auth,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    Ok((client, rest))
+}
+
 /// This release writes one table per process: a `{topic}` template is allowed when it resolves
 /// to one table (one topic).
-fn single_table(config: &Config) -> anyhow::Result<String> {
+pub(crate) fn single_table(config: &Config) -> anyhow::Result<String> {
     let t = &config.bigquery.table;
     if !t.contains("{topic}") {
         return Ok(t.clone());
