@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::kafka::consumer::read_committed;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
+const READ_ATTEMPTS: u32 = 20;
 
 /// What Kafka holds for one partition of the group.
 #[derive(Debug, Clone)]
@@ -65,8 +66,7 @@ pub fn read_group(
     let committed = if all.is_empty() {
         Default::default()
     } else {
-        read_committed(consumer, &all, TIMEOUT)
-            .context("cannot read the group's committed offsets")?
+        read_committed_retrying(consumer, &all)?
     };
     let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
     let with_checkpoint: BTreeSet<&str> = committed
@@ -91,6 +91,29 @@ pub fn read_group(
     }
     out.sort_by(|a, b| a.tp.cmp(&b.tp));
     Ok(out)
+}
+
+/// The group coordinator can be moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)
+/// for a while after a broker start or a failover: those answers are retried, never read as
+/// "no checkpoint".
+fn read_committed_retrying(
+    consumer: &BaseConsumer,
+    partitions: &[TopicPartition],
+) -> anyhow::Result<std::collections::HashMap<TopicPartition, Option<CommittedRead>>> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match read_committed(consumer, partitions, TIMEOUT) {
+            Ok(read) => return Ok(read),
+            Err(e) if attempt < READ_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "cannot read committed offsets yet, retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(e).context("cannot read the group's committed offsets");
+            }
+        }
+    }
 }
 
 /// One row of the report.

@@ -242,7 +242,8 @@ fn commit_outside_group(
     let result = consumer.commit(&tpl, CommitMode::Sync);
     drop(tpl);
     result?;
-    let now = read_committed(consumer, std::slice::from_ref(tp), TIMEOUT)?;
+    let now = read_committed(consumer, std::slice::from_ref(tp), TIMEOUT)
+        .context("the commit's read-back failed")?;
     match now.get(tp).cloned().flatten() {
         Some(read) if read.offset == k && read.metadata == metadata.as_bytes() => Ok(()),
         other => bail!("the commit did not land: read back {other:?}"),
