@@ -60,6 +60,9 @@ enum Partition {
     Stopped(Progress),
     /// The writer failed; its acknowledged prefix is still committed.
     Failed(Progress),
+    /// Recovery failed closed (unreadable checkpoint, lost stream under `fail`, …): nothing was
+    /// appended, nothing is committed, readiness stays false until the partition is released.
+    FailedClosed(String),
 }
 
 struct Progress {
@@ -109,6 +112,8 @@ pub struct AtLeastOnceCoordinator {
     next_commit: u64,
     cycle_in_flight: bool,
     shutting_down: bool,
+    /// The final commit (or, with nothing to commit, the leave) was sent.
+    final_sent: bool,
     labelled: bool,
 }
 
@@ -147,6 +152,7 @@ impl AtLeastOnceCoordinator {
             next_commit: 0,
             cycle_in_flight: false,
             shutting_down: false,
+            final_sent: false,
         }
     }
 
@@ -232,6 +238,9 @@ impl AtLeastOnceCoordinator {
                 for tp in partitions {
                     tracing::warn!(partition = %tp, "handoff abandoned at its deadline");
                     self.forget(&tp);
+                }
+                if self.shutting_down {
+                    self.maybe_final_commit();
                 }
             }
             ConsumerEvent::CommitDone { commit, outcome } => self.on_commit(commit, outcome),
@@ -372,11 +381,12 @@ impl AtLeastOnceCoordinator {
                         .get_or_create(&OutcomeLabel { outcome: "failed" })
                         .inc();
                     self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
-                    // Nothing was appended: there is nothing of ours to commit either.
-                    self.partitions.remove(&tp);
-                    self.metrics.partitions_assigned.dec();
+                    self.metrics.partitions_failed.inc();
                     self.health
                         .set_not_ready(format!("partition {tp} failed: {reason}"));
+                    // Nothing was appended: there is nothing of ours to commit either.
+                    self.partitions
+                        .insert(tp, Partition::FailedClosed(reason.to_string()));
                 }
                 Action::Count(outcome) => self.count(outcome),
                 other => {
@@ -388,6 +398,9 @@ impl AtLeastOnceCoordinator {
 
     /// Recovery is done: the partition appends to `_default` from `from`.
     fn start_writer(&mut self, tp: TopicPartition, incarnation: Incarnation, from: NextOffset) {
+        if !matches!(self.partitions.get(&tp), Some(Partition::Recovering { .. })) {
+            return;
+        }
         let Some(Partition::Recovering { read, .. }) = self.partitions.remove(&tp) else {
             return;
         };
@@ -446,6 +459,19 @@ impl AtLeastOnceCoordinator {
             }
             | WriterEvent::Zombie {
                 tp, incarnation, ..
+            }
+            | WriterEvent::Failed {
+                tp, incarnation, ..
+            } if matches!(self.partitions.get(&tp), Some(Partition::Draining { .. })) => {
+                // A writer that ends on an error while draining sends no `Stopped`: its
+                // acknowledged prefix is final all the same.
+                self.writer_stopped(tp, incarnation);
+            }
+            WriterEvent::StreamLost {
+                tp, incarnation, ..
+            }
+            | WriterEvent::Zombie {
+                tp, incarnation, ..
             } => {
                 // `_default` lives as long as the table: a NOT_FOUND means the table was
                 // recreated. Restart from the acknowledged prefix (the rest is re-delivered).
@@ -470,13 +496,16 @@ impl AtLeastOnceCoordinator {
                 incarnation,
                 reason,
             } => {
+                let current = matches!(
+                    self.partitions.get(&tp),
+                    Some(Partition::Running(p)) if p.incarnation == incarnation
+                );
+                if !current {
+                    return;
+                }
                 let Some(Partition::Running(mut p)) = self.partitions.remove(&tp) else {
                     return;
                 };
-                if p.incarnation != incarnation {
-                    self.partitions.insert(tp, Partition::Running(p));
-                    return;
-                }
                 tracing::error!(partition = %tp, reason = %reason, "writer failed: partition stopped");
                 self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
                 p.writer = None;
@@ -501,6 +530,9 @@ impl AtLeastOnceCoordinator {
     }
 
     fn writer_stopped(&mut self, tp: TopicPartition, incarnation: Incarnation) {
+        if !matches!(self.partitions.get(&tp), Some(Partition::Draining { .. })) {
+            return;
+        }
         let Some(Partition::Draining {
             mut progress,
             commit,
@@ -514,13 +546,16 @@ impl AtLeastOnceCoordinator {
             return;
         }
         progress.writer = None;
-        if self.shutting_down {
-            self.partitions.insert(tp, Partition::Stopped(progress));
-            self.maybe_final_commit();
-        } else if commit {
-            self.hand_off(tp, progress);
-        } else {
+        if !commit {
+            // A lost assignment: another member may own the partition already.
             self.release(tp);
+        } else if self.shutting_down {
+            self.partitions.insert(tp, Partition::Stopped(progress));
+        } else {
+            self.hand_off(tp, progress);
+        }
+        if self.shutting_down {
+            self.maybe_final_commit();
         }
     }
 
@@ -577,7 +612,7 @@ impl AtLeastOnceCoordinator {
     /// Drops everything known of `tp`, stopping its writer without a drain.
     fn forget(&mut self, tp: &TopicPartition) {
         if let Some(partition) = self.partitions.remove(tp) {
-            if matches!(partition, Partition::Failed(_)) {
+            if matches!(partition, Partition::Failed(_) | Partition::FailedClosed(_)) {
                 self.metrics.partitions_failed.dec();
             }
             self.metrics.partitions_assigned.dec();
@@ -669,6 +704,9 @@ impl AtLeastOnceCoordinator {
             CommitPurpose::Handoff(tp) => {
                 tracing::info!(partition = %tp, "partition handed off");
                 self.release(tp);
+                if self.shutting_down {
+                    self.maybe_final_commit();
+                }
             }
             CommitPurpose::Final => {
                 tracing::info!("final commit done: leaving the group");
@@ -768,13 +806,10 @@ impl AtLeastOnceCoordinator {
             .partitions
             .values()
             .any(|p| matches!(p, Partition::Draining { .. } | Partition::HandingOff(_)));
-        let sent = self
-            .commits
-            .values()
-            .any(|(p, _)| matches!(p, CommitPurpose::Final));
-        if waiting || sent {
+        if waiting || self.final_sent {
             return;
         }
+        self.final_sent = true;
         let entries: Vec<CommitEntry> = self
             .partitions
             .iter()
@@ -792,11 +827,13 @@ impl AtLeastOnceCoordinator {
     }
 
     fn update_readiness(&self) {
-        if self
-            .partitions
-            .values()
-            .any(|p| matches!(p, Partition::Failed(_)))
-        {
+        let failed = self.partitions.iter().find_map(|(tp, p)| match p {
+            Partition::Failed(_) => Some(format!("partition {tp} failed")),
+            Partition::FailedClosed(reason) => Some(format!("partition {tp} failed: {reason}")),
+            _ => None,
+        });
+        if let Some(reason) = failed {
+            self.health.set_not_ready(reason);
             return;
         }
         match self.metrics.checkpoint_age_seconds() {
@@ -849,7 +886,7 @@ impl AtLeastOnceCoordinator {
 
 fn progress_of(partition: Partition) -> Option<Progress> {
     match partition {
-        Partition::Recovering { .. } => None,
+        Partition::Recovering { .. } | Partition::FailedClosed(_) => None,
         Partition::Running(p)
         | Partition::Draining { progress: p, .. }
         | Partition::HandingOff(p)
