@@ -289,3 +289,71 @@ pub fn table_path(config: &Config) -> anyhow::Result<String> {
     )
     .resource_name())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::offsets::NextOffset;
+
+    fn table() -> TableFingerprint {
+        TableFingerprint::of_table_path("projects/p/datasets/d/tables/t")
+    }
+
+    fn view(offset: i64, metadata: &[u8]) -> PartitionView {
+        PartitionView {
+            tp: TopicPartition::new("orders", 0),
+            committed: Some(CommittedRead {
+                offset: NextOffset(offset),
+                metadata: metadata.to_vec(),
+            }),
+            low: 0,
+            high: 120,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_with_an_unflushed_tail_shows_stream_flush_point_and_the_pending_range() {
+        let raw = format!("kbq;v=1;s=abc;t={};r=99;f=40", table());
+        let row = describe(view(100, raw.as_bytes()), table());
+        assert_eq!(row.mode, "exactly_once");
+        assert_eq!(row.stream.as_deref(), Some("abc"));
+        assert_eq!((row.flush_to, row.visible_through), (Some(99), Some(40)));
+        assert!(
+            row.note.contains("flush pending: records [40, 100)"),
+            "{}",
+            row.note
+        );
+        assert_eq!(lag(&row.view), Some(20));
+    }
+
+    #[test]
+    fn a_checkpoint_at_rest_has_no_note() {
+        let raw = format!("kbq;v=1;t={};f=100", table());
+        let row = describe(view(100, raw.as_bytes()), table());
+        assert_eq!(row.mode, "exactly_once");
+        assert!(row.note.is_empty(), "{}", row.note);
+    }
+
+    #[test]
+    fn unreadable_metadata_is_printed_raw_and_never_read_as_no_checkpoint() {
+        let row = describe(view(7, b"{\"flink\":1}"), table());
+        assert_eq!(row.mode, "unreadable");
+        assert!(row.note.contains("{\\\"flink\\\":1}"), "{}", row.note);
+        let row = describe(view(7, b"\xff\xfe"), table());
+        assert_eq!(row.mode, "unreadable");
+    }
+
+    #[test]
+    fn at_least_once_reset_and_foreign_checkpoints_are_named() {
+        let alo = format!("kbq;v=1;m=alo;t={}", table());
+        assert_eq!(
+            describe(view(5, alo.as_bytes()), table()).mode,
+            "at_least_once"
+        );
+        assert_eq!(describe(view(5, b""), table()).mode, "reset");
+        let other = TableFingerprint::of_table_path("projects/p/datasets/d/tables/other");
+        let foreign = format!("kbq;v=1;t={other};f=5");
+        let row = describe(view(5, foreign.as_bytes()), table());
+        assert!(row.note.contains("another table"), "{}", row.note);
+    }
+}

@@ -402,6 +402,27 @@ async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_sh
         assert_eq!(r["high_watermark"].as_i64(), Some(count), "{r}");
         assert_eq!(r["lag"].as_i64(), Some(0), "{r}");
     }
+    // The plain table says the same, one line per partition under a header.
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["inspect", "-c"])
+        .arg(&config)
+        .output()
+        .expect("run inspect");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("COMMITTED"), "{text}");
+    for (p, count) in per_partition(n, 3) {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .take(2)
+                    .eq([f.topic.as_str(), &p.to_string()])
+            })
+            .unwrap_or_else(|| panic!("no line for partition {p}: {text}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[2], count.to_string(), "{line}");
+        assert_eq!(cells[3], "at_least_once", "{line}");
+    }
     // Nothing was appended to a BUFFERED stream: at-least-once rows are visible on append.
     assert!(report.values().all(|r| r["stream"].is_null()), "{report:?}");
 }
