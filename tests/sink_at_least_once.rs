@@ -431,17 +431,47 @@ async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_sh
 async fn at_least_once_loses_nothing_across_a_sigkill() {
     let f = Fixture::new(3).await;
     let config = f.config(&unique_name("alo-kill"), "at_least_once", &f.topic);
+    // Small, slow appends, one at a time: the backlog takes seconds, so the kill lands after
+    // some offsets were committed and before all of them were.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("writer:\n  max_rows_per_request: 500\n  max_inflight_requests: 1\n");
+    std::fs::write(&config, text).expect("config");
+    f.emulator
+        .faults
+        .install(vec![FaultRule {
+            rpc: Rpc::AppendRows,
+            action: FaultAction::Delay { ms: 200 },
+            nth: None,
+            times: None,
+            probability: None,
+            target: None,
+        }])
+        .expect("install fault");
     let first = 60_000;
     f.produce(0..first, 3);
     let daemon = Daemon::start(&config);
-    let v = f.wait_visible(1, Duration::from_secs(120));
-    let before = v.values().sum::<usize>();
+    let started = Instant::now();
+    let committed = |report: &BTreeMap<i64, serde_json::Value>| -> i64 {
+        report
+            .values()
+            .filter_map(|r| r["committed"].as_i64())
+            .sum()
+    };
+    while committed(&inspect(&config, &f.topic)) == 0
+        && started.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     daemon.kill();
-    let committed: i64 = inspect(&config, &f.topic)
-        .values()
-        .filter_map(|r| r["committed"].as_i64())
-        .sum();
-    eprintln!("killed with {before} of {first} rows visible, {committed} offsets committed");
+    let before = f.visible().values().sum::<usize>();
+    let at_kill = committed(&inspect(&config, &f.topic));
+    eprintln!("killed with {before} of {first} rows visible, {at_kill} offsets committed");
+    assert!(at_kill > 0, "offsets are committed while the daemon runs");
+    assert!(
+        at_kill < first,
+        "the daemon was killed after it had committed everything; the crash proved nothing"
+    );
+    f.emulator.faults.clear();
     let total = first + 5_000;
     f.produce(first..total, 3);
     let daemon = Daemon::start(&config);
@@ -456,10 +486,6 @@ async fn at_least_once_loses_nothing_across_a_sigkill() {
     let dupes = v.values().filter(|n| **n > 1).count();
     eprintln!("{dupes} records written more than once after the SIGKILL (allowed)");
     assert!(daemon.terminate().success());
-    assert!(
-        committed < first,
-        "the daemon was killed after it had committed everything; the crash proved nothing"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
