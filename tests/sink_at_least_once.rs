@@ -626,3 +626,45 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
     let (ok, text) = run(&[]);
     assert!(ok && text.matches("at rest").count() == 2, "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("recover-lost");
+    let config = f.config(&group, "exactly_once", &f.topic);
+    let n = 500;
+    f.produce(0..n, 1);
+    fail_every_flush(&f.emulator);
+    let daemon = Daemon::start(&config);
+    let before = wait_committed(&config, &f.topic, &per_partition(n, 1), |r| {
+        r["stream"].is_string()
+    });
+    daemon.kill();
+    f.emulator.faults.clear();
+    let stream = before[&0]["stream"].as_str().expect("stream").to_string();
+    let name = format!("projects/p/datasets/d/tables/{}/streams/{stream}", f.table);
+    f.emulator
+        .store
+        .finalize_now(&name)
+        .expect("finalize behind the sink");
+
+    // The topic is still subscribed: --topic selects it explicitly.
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["recover", "--topic", &f.topic, "-c"])
+        .arg(&config)
+        .output()
+        .expect("run recover");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a lost stream is not a success: {text}"
+    );
+    assert!(
+        text.contains("NOT RECOVERED") && text.contains("is gone"),
+        "{text}"
+    );
+    assert_eq!(f.visible().len(), 0);
+    let after = inspect(&config, &f.topic);
+    assert_eq!(after[&0]["committed"], before[&0]["committed"], "{after:?}");
+    assert_eq!(after[&0]["metadata"], before[&0]["metadata"], "{after:?}");
+}
