@@ -74,6 +74,9 @@ pub struct WriterSettings {
     pub on_bad_record: BadRecordPolicy,
     /// Pause between attempts while the schema source is unavailable.
     pub lookup_backoff: Duration,
+    /// At-least-once mode: append to the table's `_default` stream without offsets instead of
+    /// a BUFFERED stream of this incarnation.
+    pub default_stream: bool,
 }
 
 /// Shared by all writers of the process.
@@ -527,6 +530,9 @@ impl PartitionWriter {
 
     async fn open_stream(&mut self) -> Result<(), End> {
         let plan = self.plan.clone().expect("a plan before the first row");
+        if self.shared.settings.default_stream {
+            return self.open_default_stream(plan);
+        }
         let stream = {
             let _permit = self
                 .shared
@@ -580,6 +586,27 @@ impl PartitionWriter {
             next_offset,
             self.shared.settings.session.clone(),
         ));
+        self.stream_id = Some(id);
+        Ok(())
+    }
+
+    /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
+    fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
+        let name = format!("{}/streams/_default", self.shared.settings.table);
+        let id = StreamId::from_stream_name(&name)
+            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
+        self.shared.metrics.open_streams.inc();
+        tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                name,
+                plan.descriptor().clone(),
+                self.acked_rows,
+                self.shared.settings.session.clone(),
+            )
+            .without_offsets(),
+        );
         self.stream_id = Some(id);
         Ok(())
     }
