@@ -161,6 +161,9 @@ pub struct AppendSession<T> {
     inflight_bytes: usize,
     /// AppendRows calls opened so far; all but the first are reconnects (a metric).
     pub connections_opened: u64,
+    /// Requests carry their offset (explicit streams). The `_default` stream takes none, and a
+    /// resend there may append twice: accepted by at-least-once mode only.
+    explicit_offsets: bool,
 }
 
 impl<T> AppendSession<T> {
@@ -183,7 +186,14 @@ impl<T> AppendSession<T> {
             inflight: VecDeque::new(),
             inflight_bytes: 0,
             connections_opened: 0,
+            explicit_offsets: true,
         }
+    }
+
+    /// Sends requests without offsets (the `_default` stream, at-least-once mode).
+    pub fn without_offsets(mut self) -> Self {
+        self.explicit_offsets = false;
+        self
     }
 
     pub fn stream(&self) -> &str {
@@ -224,7 +234,7 @@ impl<T> AppendSession<T> {
             } else {
                 String::new()
             },
-            offset: Some(offset),
+            offset: self.explicit_offsets.then_some(offset),
             rows: Some(Rows::ProtoRows(ProtoData {
                 writer_schema: with_schema.then(|| ProtoSchema {
                     proto_descriptor: Some(self.writer_schema.clone()),
@@ -372,7 +382,7 @@ impl<T> AppendSession<T> {
                 }) => {
                     let head = self.inflight.pop_front().expect("head");
                     self.inflight_bytes -= head.encoded_bytes;
-                    if offset.is_some_and(|o| o != head.offset) {
+                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset) {
                         let error = WriteError::disconnected(format!(
                             "append acknowledged at offset {offset:?}, sent at {}",
                             head.offset

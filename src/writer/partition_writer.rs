@@ -74,6 +74,9 @@ pub struct WriterSettings {
     pub on_bad_record: BadRecordPolicy,
     /// Pause between attempts while the schema source is unavailable.
     pub lookup_backoff: Duration,
+    /// At-least-once mode: append to the table's `_default` stream without offsets instead of
+    /// a BUFFERED stream of this incarnation.
+    pub default_stream: bool,
 }
 
 /// Shared by all writers of the process.
@@ -336,12 +339,20 @@ impl PartitionWriter {
         {
             // A new writer schema: the rows of a request share one descriptor, and an explicit
             // stream changes schema by reconnecting.
+            // The stream stays (one stream per incarnation): only its connection is replaced,
+            // after everything sent with the old descriptor was answered.
             self.seal().await?;
             self.settle_all().await?;
-            if let Some(session) = &mut self.session {
-                session.close();
+            if let Some(mut old) = self.session.take() {
+                old.close();
+                self.session = Some(AppendSession::new(
+                    self.shared.client.clone(),
+                    old.stream().to_string(),
+                    plan.descriptor().clone(),
+                    old.next_offset(),
+                    self.shared.settings.session.clone(),
+                ));
             }
-            self.session = None;
         }
         self.plan = Some(plan.clone());
         let header_values: Vec<KafkaHeader<'_>> = record
@@ -519,6 +530,9 @@ impl PartitionWriter {
 
     async fn open_stream(&mut self) -> Result<(), End> {
         let plan = self.plan.clone().expect("a plan before the first row");
+        if self.shared.settings.default_stream {
+            return self.open_default_stream(plan);
+        }
         let stream = {
             let _permit = self
                 .shared
@@ -572,6 +586,27 @@ impl PartitionWriter {
             next_offset,
             self.shared.settings.session.clone(),
         ));
+        self.stream_id = Some(id);
+        Ok(())
+    }
+
+    /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
+    fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
+        let name = format!("{}/streams/_default", self.shared.settings.table);
+        let id = StreamId::from_stream_name(&name)
+            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
+        self.shared.metrics.open_streams.inc();
+        tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                name,
+                plan.descriptor().clone(),
+                self.acked_rows,
+                self.shared.settings.session.clone(),
+            )
+            .without_offsets(),
+        );
         self.stream_id = Some(id);
         Ok(())
     }
