@@ -544,6 +544,17 @@ impl<T> AppendSession<T> {
         }
     }
 
+    /// Switches to a new writer schema (schema evolution) on the same stream: call with nothing
+    /// in flight. The next append opens a new connection that carries `schema`.
+    pub fn change_writer_schema(&mut self, schema: prost_types::DescriptorProto) {
+        debug_assert!(
+            self.inflight.is_empty(),
+            "schema change with appends in flight"
+        );
+        self.close();
+        self.writer_schema = schema;
+    }
+
     /// Closes the connection after every request was answered (a clean half-close).
     pub fn close(&mut self) {
         self.connection = None;

@@ -19,6 +19,8 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
+
 use crate::bigquery::write_client::{StreamKind, WriteClient};
 use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
@@ -49,6 +51,9 @@ pub type PlanLookup<'a> =
 pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+
+    /// An AppendRows response carried `updated_schema`: the table changed under the connection.
+    fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }
 
 /// What to do with a record that cannot become a row.
@@ -335,13 +340,12 @@ impl PartitionWriter {
             .is_some_and(|p| p.descriptor() != plan.descriptor())
         {
             // A new writer schema: the rows of a request share one descriptor, and an explicit
-            // stream changes schema by reconnecting.
+            // stream changes schema by reconnecting (same stream, same offsets).
             self.seal().await?;
             self.settle_all().await?;
             if let Some(session) = &mut self.session {
-                session.close();
+                session.change_writer_schema(plan.descriptor().clone());
             }
-            self.session = None;
         }
         self.plan = Some(plan.clone());
         let header_values: Vec<KafkaHeader<'_>> = record
@@ -613,8 +617,8 @@ impl PartitionWriter {
                 m.append_latency
                     .get_or_create(&label)
                     .observe(started.elapsed().as_secs_f64());
-                if updated_schema.is_some() {
-                    tracing::info!(partition = %self.tp, "table schema changed under the connection");
+                if let Some(schema) = &updated_schema {
+                    self.shared.plans.table_schema_updated(schema);
                 }
                 self.report();
             }
