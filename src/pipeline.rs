@@ -78,6 +78,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     .map_err(|e| anyhow!("{e}"))?;
 
     let table_id = single_table(&config)?;
+    metrics.preregister(&table_id, &config.kafka.topics);
     let table_ref = TableReference::new(
         &config.bigquery.project,
         &config.bigquery.dataset,
@@ -182,6 +183,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),
         max_stash_records: 10_000,
+        metrics: Some(metrics.clone()),
     })?;
     let cols = &config.bigquery.metadata_columns;
     let resolve = match (&cols.partition, &cols.offset) {

@@ -569,13 +569,17 @@ impl PartitionWriter {
         m.open_streams.inc();
         tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
         let next_offset = self.acked_rows;
-        self.session = Some(AppendSession::new(
-            self.shared.client.clone(),
-            stream.name,
-            plan.descriptor().clone(),
-            next_offset,
-            self.shared.settings.session.clone(),
-        ));
+        let metrics = self.shared.metrics.clone();
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                stream.name,
+                plan.descriptor().clone(),
+                next_offset,
+                self.shared.settings.session.clone(),
+            )
+            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
+        );
         self.stream_id = Some(id);
         Ok(())
     }
@@ -589,7 +593,6 @@ impl PartitionWriter {
 
     /// Handles the next answer of the session.
     async fn settle_one(&mut self) -> Result<(), End> {
-        let started = Instant::now();
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
@@ -603,6 +606,7 @@ impl PartitionWriter {
                 first_offset,
                 tags,
                 updated_schema,
+                latency,
             } => {
                 let meta = self.pop_meta();
                 let rows = tags.len() as i64;
@@ -616,7 +620,7 @@ impl PartitionWriter {
                 m.rows_appended.get_or_create(&label).inc_by(rows as u64);
                 m.append_latency
                     .get_or_create(&label)
-                    .observe(started.elapsed().as_secs_f64());
+                    .observe(latency.as_secs_f64());
                 if let Some(schema) = &updated_schema {
                     self.shared.plans.table_schema_updated(schema);
                 }
