@@ -109,18 +109,18 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         ),
         (Some(sr), None) => {
             let registry = SchemaRegistry::new(registry_config(sr)?).map_err(|e| anyhow!("{e}"))?;
-            let evolution = (config.bigquery.schema_update == config::SchemaUpdate::AddColumns)
-                .then(|| SchemaEvolution {
-                    rest: rest.clone(),
-                    client: client.clone(),
-                    table: table_ref.clone(),
-                    derive: DeriveOptions {
-                        map_mode: map_mode(&config),
-                        metadata: MetadataColumns::default(),
-                    },
-                    visible_timeout: Duration::from_secs(30),
-                    poll_interval: Duration::from_millis(500),
-                });
+            let evolution = Some(SchemaEvolution {
+                add_columns: config.bigquery.schema_update == config::SchemaUpdate::AddColumns,
+                rest: rest.clone(),
+                client: client.clone(),
+                table: table_ref.clone(),
+                derive: DeriveOptions {
+                    map_mode: map_mode(&config),
+                    metadata: MetadataColumns::default(),
+                },
+                visible_timeout: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(500),
+            });
             Arc::new(RegistryPlans::new(
                 registry,
                 table.schema.clone(),

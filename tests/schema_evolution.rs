@@ -120,8 +120,8 @@ impl Fixture {
         }
     }
 
-    fn config(&self, registry: std::net::SocketAddr) -> std::path::PathBuf {
-        let path = self.dir.path().join("sink.yaml");
+    fn config(&self, registry: std::net::SocketAddr, schema_update: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(format!("sink-{schema_update}.yaml"));
         let text = format!(
             r#"
 kafka:
@@ -139,7 +139,7 @@ bigquery:
   table: "{table}"
   endpoint: "http://{emulator}"
   credentials: none
-  schema_update: add_columns
+  schema_update: {schema_update}
   metadata_columns:
     partition: kafka_partition
     offset: kafka_offset
@@ -278,7 +278,7 @@ async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss()
         .map(|(id, t)| (id, t.to_string()))
         .collect();
     let (registry, _reg) = Registry::serve(texts, None).await;
-    let config = f.config(registry);
+    let config = f.config(registry, "add_columns");
     let log = f.dir.path().join("daemon.log");
 
     let mut positions = f.produce(1, 0..1_000);
@@ -355,5 +355,97 @@ async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss()
         required_reason.contains("tier") && required_reason.contains("required"),
         "{required_reason}"
     );
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_an_operator_adds_is_written_once_appends_report_the_new_table_schema() {
+    use kafka_bigquery_sink::bigquery::auth::Auth;
+    use kafka_bigquery_sink::bigquery::rest_client::{RestClient, TableReference};
+
+    let f = Fixture::new().await;
+    let texts = HashMap::from([(2, V2.to_string())]);
+    let (registry, _reg) = Registry::serve(texts, None).await;
+    // Without add_columns the daemon never changes the table: `email` has no column and is
+    // ignored until someone adds one.
+    let config = f.config(registry, "none");
+    let log = f.dir.path().join("daemon.log");
+    let mut positions = f.produce(2, 0..500);
+    let mut daemon = Daemon::start(&config, "info,rdkafka=warn", &log);
+    assert_eq!(f.wait_rows(500, Duration::from_secs(120)).await, 500);
+    assert!(!f.columns().contains(&"email".to_string()));
+
+    let rest = RestClient::new(
+        &format!("http://{}", f.emulator.addr),
+        Auth::None,
+        Duration::from_secs(10),
+    )
+    .expect("rest client");
+    let table_ref = TableReference::new("p", "d", &f.table);
+    let mut table = rest.get_table(&table_ref).await.expect("get table");
+    table.schema.fields.push(TableFieldSchema::new(
+        "email",
+        FieldType::String,
+        Mode::Nullable,
+    ));
+    rest.patch_table_schema(&table_ref, &table.schema, None)
+        .await
+        .expect("patch the table");
+
+    // The next appends carry updated_schema; the daemon re-reads the table, recompiles the plan
+    // and reconnects with a descriptor that has the column.
+    let mut next = 500;
+    let started = Instant::now();
+    let filled = loop {
+        positions.extend(f.produce(2, next..next + 100));
+        next += 100;
+        let total = positions.len();
+        assert_eq!(f.wait_rows(total, Duration::from_secs(60)).await, total);
+        let rows = f.rows();
+        if rows
+            .iter()
+            .any(|r| r.get("email").is_some_and(Option::is_some))
+        {
+            break rows;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            panic!("the new column was never written");
+        }
+    };
+    assert!(daemon.running(), "the daemon never restarted");
+
+    let mut by_partition: BTreeMap<i64, BTreeMap<i64, (i64, Option<String>)>> = BTreeMap::new();
+    for row in &filled {
+        let num = |c: &str| row[c].as_deref().expect(c).parse::<i64>().expect("int");
+        let previous = by_partition
+            .entry(num("kafka_partition"))
+            .or_default()
+            .insert(num("kafka_offset"), (num("id"), row["email"].clone()));
+        assert!(previous.is_none(), "no duplicates");
+    }
+    let got: BTreeSet<(i64, i64)> = by_partition
+        .iter()
+        .flat_map(|(p, rows)| rows.keys().map(move |o| (*p, *o)))
+        .collect();
+    let expected: BTreeSet<(i64, i64)> = positions.values().copied().collect();
+    assert_eq!(got, expected, "every record exactly once");
+    for rows in by_partition.values() {
+        let mut seen_filled = false;
+        for (id, email) in rows.values() {
+            if *id < 500 {
+                assert_eq!(*email, None, "written before the column existed");
+            }
+            match email {
+                Some(e) => {
+                    assert_eq!(*e, format!("user-{id}@example.test"));
+                    seen_filled = true;
+                }
+                None => assert!(
+                    !seen_filled,
+                    "once a partition writes the column it keeps doing so"
+                ),
+            }
+        }
+    }
     assert!(daemon.terminate().success());
 }

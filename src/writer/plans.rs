@@ -31,9 +31,13 @@ use crate::transcode::{
 
 use super::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 
-/// How new writer schemas change the table (`schema_update: add_columns`).
+/// How the plans follow the table: the REST and Write API clients to read it, and whether new
+/// writer schemas may add columns (`schema_update: add_columns`).
 #[derive(Clone)]
 pub struct SchemaEvolution {
+    /// Add NULLABLE columns for new fields; without it the table is only re-read when an
+    /// AppendRows response says it changed (`updated_schema`).
+    pub add_columns: bool,
     pub rest: RestClient,
     pub client: WriteClient,
     pub table: TableReference,
@@ -139,7 +143,7 @@ impl RegistryPlans {
         id: u32,
         schema: &AvroSchema,
     ) -> Result<(Result<Arc<Plan>, BadRecord>, u64), PlanLookupError> {
-        if let Some(evolution) = &self.evolution {
+        if let Some(evolution) = self.evolution.as_ref().filter(|e| e.add_columns) {
             let (table, version) = self.table.current();
             if let Err(bad) = self.evolve(evolution, id, schema, &table).await? {
                 return Ok((Err(bad), version));
