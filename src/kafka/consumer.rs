@@ -184,7 +184,12 @@ pub fn spawn(
     for (k, v) in &settings.properties {
         config.set(k, v);
     }
-    if settings.metrics.is_some() && !settings.properties.contains_key("statistics.interval.ms") {
+    // Readiness and the lag gauges depend on the statistics: they cannot be switched off.
+    let statistics_off = settings
+        .properties
+        .get("statistics.interval.ms")
+        .is_none_or(|v| v.trim() == "0");
+    if settings.metrics.is_some() && statistics_off {
         config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
     }
     let context = SinkContext {

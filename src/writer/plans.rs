@@ -18,7 +18,7 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
 };
 use tokio::time::Instant;
 
-use crate::bigquery::rest_client::{RestClient, TableReference};
+use crate::bigquery::rest_client::{RestClient, RestError, TableReference};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::bigquery::write_client::WriteClient;
 use crate::kafka::dead_letter::BadRecord;
@@ -166,10 +166,11 @@ impl RegistryPlans {
     ) -> Result<Result<(), BadRecord>, PlanLookupError> {
         let wanted = match table_schema_from_avro(schema, &evolution.derive) {
             Ok(w) => w,
+            // A schema without a table shape of its own adds nothing: the plan compiler decides
+            // whether it fits the table as it is.
             Err(e) => {
-                return Ok(Err(incompatible(format!(
-                    "writer schema {id} has no table shape: {e}"
-                ))));
+                tracing::debug!(schema_id = id, error = %e, "no columns derived from the writer schema");
+                return Ok(Ok(()));
             }
         };
         if merge(&known.fields, &wanted.fields, "").is_ok_and(|m| m.added.is_empty()) {
@@ -213,13 +214,8 @@ impl RegistryPlans {
                 Ok(_) => {
                     tracing::info!(table = %evolution.table.resource_name(), schema_id = id, columns = ?merged.added, "columns added to the table");
                 }
-                Err(e)
-                    if e.is_retryable()
-                        || matches!(
-                            &e,
-                            crate::bigquery::rest_client::RestError::Api { status: 412, .. }
-                        ) =>
-                {
+                // 412: the table changed since it was read (another replica patched it first).
+                Err(e) if e.is_retryable() || matches!(&e, RestError::Api { status: 412, .. }) => {
                     return Err(unavailable(&e));
                 }
                 Err(e) => {
