@@ -33,7 +33,7 @@ use crate::transcode::{
 };
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, PlanSource, WriterSettings, WriterShared};
-use crate::writer::plans::{FixedPlan, RegistryPlans};
+use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
 
 const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
 const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
@@ -55,6 +55,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let (client, rest) = bigquery_clients(&config)?;
 
     let table_id = single_table(&config)?;
+    metrics.preregister(&table_id, &config.kafka.topics);
     let table_ref = TableReference::new(
         &config.bigquery.project,
         &config.bigquery.dataset,
@@ -85,11 +86,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         ),
         (Some(sr), None) => {
             let registry = SchemaRegistry::new(registry_config(sr)?).map_err(|e| anyhow!("{e}"))?;
+            let evolution = Some(SchemaEvolution {
+                add_columns: config.bigquery.schema_update == config::SchemaUpdate::AddColumns,
+                rest: rest.clone(),
+                client: client.clone(),
+                table: table_ref.clone(),
+                derive: DeriveOptions {
+                    map_mode: map_mode(&config),
+                    metadata: MetadataColumns::default(),
+                },
+                visible_timeout: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(500),
+            });
             Arc::new(RegistryPlans::new(
                 registry,
                 table.schema.clone(),
                 plan_options,
                 metrics.clone(),
+                evolution,
             ))
         }
         (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
@@ -147,6 +161,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),
         max_stash_records: 10_000,
+        metrics: Some(metrics.clone()),
     })?;
     let cols = &config.bigquery.metadata_columns;
     let resolve = match (&cols.partition, &cols.offset) {
@@ -294,10 +309,7 @@ async fn ensure_table(
     let derived = table_schema_from_avro(
         schema,
         &DeriveOptions {
-            map_mode: match config.bigquery.map_mode {
-                config::MapMode::Struct => MapMode::Repeated,
-                config::MapMode::Json => MapMode::Json,
-            },
+            map_mode: map_mode(config),
             metadata: metadata_columns(config),
         },
     )
@@ -332,6 +344,13 @@ async fn ensure_table(
         // Another replica created it first.
         Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
         Err(e) => Err(e.into()),
+    }
+}
+
+fn map_mode(config: &Config) -> MapMode {
+    match config.bigquery.map_mode {
+        config::MapMode::Struct => MapMode::Repeated,
+        config::MapMode::Json => MapMode::Json,
     }
 }
 

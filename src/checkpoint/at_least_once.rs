@@ -647,7 +647,7 @@ impl AtLeastOnceCoordinator {
             .collect();
         if entries.is_empty() {
             // Nothing new: the committed offsets are as fresh as the data.
-            self.metrics.checkpoint_committed();
+            self.metrics.checkpoint_succeeded();
             return;
         }
         self.cycle_in_flight = true;
@@ -687,7 +687,7 @@ impl AtLeastOnceCoordinator {
             }
         }
         if any {
-            self.metrics.checkpoint_committed();
+            self.metrics.checkpoint_succeeded();
             self.metrics
                 .checkpoints
                 .get_or_create(&OutcomeLabel {

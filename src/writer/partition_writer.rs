@@ -19,6 +19,8 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
+
 use crate::bigquery::write_client::{StreamKind, WriteClient};
 use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
@@ -49,6 +51,9 @@ pub type PlanLookup<'a> =
 pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+
+    /// An AppendRows response carried `updated_schema`: the table changed under the connection.
+    fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }
 
 /// What to do with a record that cannot become a row.
@@ -338,20 +343,11 @@ impl PartitionWriter {
             .is_some_and(|p| p.descriptor() != plan.descriptor())
         {
             // A new writer schema: the rows of a request share one descriptor, and an explicit
-            // stream changes schema by reconnecting.
-            // The stream stays (one stream per incarnation): only its connection is replaced,
-            // after everything sent with the old descriptor was answered.
+            // stream changes schema by reconnecting (same stream, same offsets).
             self.seal().await?;
             self.settle_all().await?;
-            if let Some(mut old) = self.session.take() {
-                old.close();
-                self.session = Some(AppendSession::new(
-                    self.shared.client.clone(),
-                    old.stream().to_string(),
-                    plan.descriptor().clone(),
-                    old.next_offset(),
-                    self.shared.settings.session.clone(),
-                ));
+            if let Some(session) = &mut self.session {
+                session.change_writer_schema(plan.descriptor().clone());
             }
         }
         self.plan = Some(plan.clone());
@@ -579,13 +575,17 @@ impl PartitionWriter {
         m.open_streams.inc();
         tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
         let next_offset = self.acked_rows;
-        self.session = Some(AppendSession::new(
-            self.shared.client.clone(),
-            stream.name,
-            plan.descriptor().clone(),
-            next_offset,
-            self.shared.settings.session.clone(),
-        ));
+        let metrics = self.shared.metrics.clone();
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                stream.name,
+                plan.descriptor().clone(),
+                next_offset,
+                self.shared.settings.session.clone(),
+            )
+            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
+        );
         self.stream_id = Some(id);
         Ok(())
     }
@@ -620,7 +620,6 @@ impl PartitionWriter {
 
     /// Handles the next answer of the session.
     async fn settle_one(&mut self) -> Result<(), End> {
-        let started = Instant::now();
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
@@ -634,6 +633,7 @@ impl PartitionWriter {
                 first_offset,
                 tags,
                 updated_schema,
+                latency,
             } => {
                 let meta = self.pop_meta();
                 let rows = tags.len() as i64;
@@ -647,9 +647,9 @@ impl PartitionWriter {
                 m.rows_appended.get_or_create(&label).inc_by(rows as u64);
                 m.append_latency
                     .get_or_create(&label)
-                    .observe(started.elapsed().as_secs_f64());
-                if updated_schema.is_some() {
-                    tracing::info!(partition = %self.tp, "table schema changed under the connection");
+                    .observe(latency.as_secs_f64());
+                if let Some(schema) = &updated_schema {
+                    self.shared.plans.table_schema_updated(schema);
                 }
                 self.report();
             }
