@@ -338,10 +338,18 @@ impl PartitionWriter {
             // stream changes schema by reconnecting.
             self.seal().await?;
             self.settle_all().await?;
-            if let Some(session) = &mut self.session {
-                session.close();
+            // Same stream, new connection: the incarnation's stream holds the rows the
+            // checkpoint covers, so a new stream here would strand them (and start at row 0,
+            // not at the rows already appended).
+            if let Some(old) = self.session.take() {
+                self.session = Some(AppendSession::new(
+                    self.shared.client.clone(),
+                    old.stream().to_string(),
+                    plan.descriptor().clone(),
+                    old.next_offset(),
+                    self.shared.settings.session.clone(),
+                ));
             }
-            self.session = None;
         }
         self.plan = Some(plan.clone());
         let header_values: Vec<KafkaHeader<'_>> = record
