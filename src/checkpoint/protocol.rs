@@ -592,6 +592,13 @@ impl CheckpointProtocol {
             .is_some_and(|p| p.phase == Phase::Running)
     }
 
+    /// Whether `tp` stopped as a zombie and waits for the group to confirm what we own.
+    pub fn is_zombie(&self, tp: &TopicPartition) -> bool {
+        self.partitions
+            .get(tp)
+            .is_some_and(|p| p.phase == Phase::Zombie)
+    }
+
     pub fn cycle_in_flight(&self) -> bool {
         self.cycle.is_some()
     }
