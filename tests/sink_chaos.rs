@@ -154,6 +154,12 @@ async fn three_replicas_come_and_go_under_sigterm_and_sigkill_while_producing() 
         assert!(status.success(), "{} leaves cleanly: {status:?}", d.name);
     }
     assert_exactly_once(&f.visible(), &f.expected());
+    // The replicas did hand partitions to each other (a graceful revoke commits once).
+    let handoffs: usize = [&a, &b, &c]
+        .iter()
+        .map(|d| d.logged("partition handed off").len())
+        .sum();
+    assert!(handoffs > 0, "no handoff happened");
     eprintln!(
         "replicas: {} records exactly once across {} kills and {} graceful stops",
         f.expected().len(),
@@ -279,6 +285,25 @@ async fn bigquery_faults_unavailable_drops_delays_and_idle_close_are_ridden_out(
     assert!(
         d.metric("kbq_bigquery_errors_total") > 0.0,
         "the faults reached the daemon"
+    );
+    // tonic reports its own client timeout as CANCELLED ("Timeout expired").
+    let timed_out = ["CANCELLED", "DEADLINE_EXCEEDED"]
+        .iter()
+        .map(|code| {
+            d.metric_with(
+                "kbq_bigquery_errors_total",
+                &["rpc=\"FlushRows\"", &format!("code=\"{code}\"")],
+            )
+        })
+        .sum::<f64>();
+    assert!(
+        timed_out > 0.0,
+        "a flush answered after the client timeout is counted as timed out: {:?}",
+        d.http_get("/metrics")
+            .1
+            .lines()
+            .filter(|l| l.starts_with("kbq_bigquery_errors_total"))
+            .collect::<Vec<_>>()
     );
     assert_eq!(
         d.metric("kbq_rewound_records_total"),

@@ -81,6 +81,9 @@ pub fn confluent(schema_id: u32, body: &[u8]) -> Vec<u8> {
 /// A (partition, offset) pair as the metadata columns hold it.
 pub type Position = (i64, i64);
 
+/// A record's key and value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// What produces good records into the topic; shared with background producer threads.
 pub struct Source {
     bootstrap: String,
@@ -98,7 +101,7 @@ impl Source {
     pub fn produce(&self, n: i64) {
         let first = self.next_id.fetch_add(n, Ordering::SeqCst);
         let p = producer(&self.bootstrap);
-        let mut per: BTreeMap<i32, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
         for id in first..first + n {
             let body = encode(&self.schema, id);
             let value = match self.framing {
@@ -690,11 +693,26 @@ impl Daemon {
         (status, body)
     }
 
+    /// The sum over the series of metric `name` whose labels contain each of `labels`.
+    pub fn metric_with(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.http_get("/metrics");
+        metric_where(&body, name, labels)
+    }
+
     /// The sum over every series of metric `name` (e.g. `kbq_rewound_records_total`).
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.http_get("/metrics");
         metric_sum(&body, name)
     }
+}
+
+/// Sums the samples of `name` whose labels contain every fragment of `labels`.
+pub fn metric_where(body: &str, name: &str, labels: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)))
+        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .map(|v| v.unwrap_or(0.0))
+        .sum()
 }
 
 /// Sums every sample of `name` in a Prometheus text exposition.
