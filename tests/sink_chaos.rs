@@ -535,6 +535,13 @@ async fn the_seed_scenario_replayed_every_committed_checkpoint_flushes_and_the_p
     let mut d = Daemon::start(&config);
     f.produce(1_000);
     f.wait_exactly_once(Duration::from_secs(120));
+    let fired: Vec<u64> = f.emulator.faults.list().iter().map(|r| r.fired).collect();
+    assert_eq!(fired, vec![3, 3], "every injected fault acted");
+    assert_eq!(
+        d.logged("offsets conflict with ours").len(),
+        3,
+        "each writer moved to a new stream once"
+    );
     // Every checkpoint left behind was flushed by the recovery: nothing was rewound.
     assert_eq!(d.metric("kbq_rewound_records_total"), 0.0);
     assert!(
