@@ -39,6 +39,7 @@ pub mod defaults {
     pub const WRITER_MAX_INFLIGHT_BYTES: ByteSize = ByteSize(32 * 1024 * 1024);
     pub const WRITER_MAX_UNCOMMITTED_BYTES: ByteSize = ByteSize(256 * 1024 * 1024);
     pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(1024 * 1024 * 1024);
+    pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
     pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
     pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
@@ -697,6 +698,9 @@ pub struct WriterConfig {
     /// Bound on the records buffered by the whole process (default 1GiB); polling pauses above
     /// it.
     pub memory_limit: ByteSize,
+    /// A BigQuery answer (append, flush, create, finalize) later than this counts as lost: the
+    /// connection is reopened and the request retried (default 60s).
+    pub response_timeout: HumanDuration,
 }
 
 impl Default for WriterConfig {
@@ -709,6 +713,7 @@ impl Default for WriterConfig {
             max_inflight_bytes: defaults::WRITER_MAX_INFLIGHT_BYTES,
             max_uncommitted_bytes: defaults::WRITER_MAX_UNCOMMITTED_BYTES,
             memory_limit: defaults::WRITER_MEMORY_LIMIT,
+            response_timeout: HumanDuration(defaults::WRITER_RESPONSE_TIMEOUT),
         }
     }
 }
@@ -1575,6 +1580,9 @@ impl Validator {
         }
         if w.max_inflight_requests == 0 {
             self.err("writer.max_inflight_requests", "must be at least 1");
+        }
+        if w.response_timeout.0 < Duration::from_millis(100) {
+            self.err("writer.response_timeout", "must be at least 100ms");
         }
         if w.linger > cp.interval {
             self.err(

@@ -142,6 +142,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             session: SessionLimits {
                 max_inflight_requests: w.max_inflight_requests as usize,
                 max_inflight_bytes: w.max_inflight_bytes.0 as usize,
+                response_timeout: w.response_timeout.0,
                 ..SessionLimits::default()
             },
             on_bad_record: match config.on_bad_record {
@@ -155,8 +156,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     });
 
     let recovery = protocol_config(&config, &table_ref);
+    let consumer_properties = config.kafka.consumer_properties().0;
+    let session_timeout = consumer_properties
+        .get("session.timeout.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(Duration::from_secs(45), Duration::from_millis);
     let (consumer, events) = consumer::spawn(ConsumerSettings {
-        properties: config.kafka.consumer_properties().0,
+        properties: consumer_properties,
         topics: config.kafka.subscription(),
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),
@@ -180,6 +186,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         writer_channel: 4096,
         group_label,
         resolve,
+        zombie_confirm_after: session_timeout.max(Duration::from_secs(1)),
     };
     let exit = match config.delivery {
         Delivery::ExactlyOnce => {
@@ -237,7 +244,7 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
     let client = WriteClient::new(
         &WriteClientOptions {
             endpoint: grpc_endpoint,
-            rpc_timeout: Duration::from_secs(60),
+            rpc_timeout: config.writer.response_timeout.0,
             connect_timeout: Duration::from_secs(10),
         },
         auth,

@@ -255,6 +255,9 @@ impl AtLeastOnceCoordinator {
                     let _ = commands.send(ConsumerCommand::ReadCommitted { tp });
                 });
             }
+            // Only the exactly-once coordinator asks who owns a partition (a zombie's question);
+            // the `_default` stream has no zombies.
+            ConsumerEvent::OwnershipConfirmed { .. } | ConsumerEvent::OwnershipUnknown { .. } => {}
             ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
         }
     }

@@ -50,6 +50,10 @@ pub struct CoordinatorSettings {
     /// The table label that marks "this group has committed before".
     pub group_label: String,
     pub resolve: Option<ResolveColumns>,
+    /// How long a zombie partition waits before asking the consumer whether the group still
+    /// gives it to this member (a session timeout: a member fenced by the group learns it by
+    /// then).
+    pub zombie_confirm_after: Duration,
 }
 
 pub struct Coordinator {
@@ -257,6 +261,19 @@ impl Coordinator {
                     let _ = commands.send(ConsumerCommand::ReadCommitted { tp });
                 });
             }
+            ConsumerEvent::OwnershipConfirmed { tp, assignment } => {
+                if self.protocol.is_zombie(&tp) {
+                    // Nobody else took the partition: whoever finalized our stream was not its
+                    // next owner (an operator, a tool). Recover it like a new assignment, from
+                    // the checkpoint in Kafka and what this process knows.
+                    tracing::warn!(partition = %tp, "zombie partition still assigned to this member: recovering it");
+                    self.feed(Event::Assigned { tp, assignment });
+                }
+            }
+            ConsumerEvent::OwnershipUnknown { tp, reason } => {
+                tracing::warn!(partition = %tp, reason = %reason, "cannot confirm ownership of a zombie partition, retrying");
+                self.confirm_ownership_later(tp, Duration::from_secs(1));
+            }
             ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
         }
     }
@@ -283,7 +300,14 @@ impl Coordinator {
                 if self.is_current(&tp, incarnation) {
                     tracing::error!(partition = %tp, stream = %stream, "own stream finalized by another owner: this writer is a zombie");
                     self.writers.remove(&tp);
-                    self.feed(Event::ZombieDetected { tp, stream });
+                    self.feed(Event::ZombieDetected {
+                        tp: tp.clone(),
+                        stream,
+                    });
+                    // Without a rebalance nobody would ever tell the zombie what it owns: ask.
+                    if self.protocol.is_zombie(&tp) {
+                        self.confirm_ownership_later(tp, self.settings.zombie_confirm_after);
+                    }
                 }
             }
             WriterEvent::Stopped { tp, incarnation } => {
@@ -307,6 +331,14 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    fn confirm_ownership_later(&self, tp: TopicPartition, after: Duration) {
+        let commands = self.consumer.sender();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = commands.send(ConsumerCommand::ConfirmOwnership { tp });
+        });
     }
 
     fn is_current(&self, tp: &TopicPartition, incarnation: super::offsets::Incarnation) -> bool {

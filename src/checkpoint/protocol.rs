@@ -592,6 +592,13 @@ impl CheckpointProtocol {
             .is_some_and(|p| p.phase == Phase::Running)
     }
 
+    /// Whether `tp` stopped as a zombie and waits for the group to confirm what we own.
+    pub fn is_zombie(&self, tp: &TopicPartition) -> bool {
+        self.partitions
+            .get(tp)
+            .is_some_and(|p| p.phase == Phase::Zombie)
+    }
+
     pub fn cycle_in_flight(&self) -> bool {
         self.cycle.is_some()
     }
@@ -1526,7 +1533,11 @@ impl CheckpointProtocol {
         let Some(mut state) = self.partitions.remove(&tp) else {
             return;
         };
+        // An incarnation that has no acknowledged row yet knows no stream: a stream lost under
+        // it is its own first one (the shell reports only the current incarnation's writer).
+        // Restarting it costs nothing, it starts again where it started.
         let ours = state.progress.stream() == Some(&stream)
+            || state.progress.stream().is_none()
             || state.pending.as_ref().is_some_and(|f| f.stream == stream);
         if state.phase != Phase::Running || !ours {
             self.partitions.insert(tp, state);
@@ -2303,6 +2314,28 @@ mod tests {
         p.handle(ack(inc, "s1", 6, 16));
         let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
         assert_eq!(entries[0].offset, NextOffset(13));
+    }
+
+    #[test]
+    fn a_stream_lost_before_its_first_acknowledged_row_restarts_where_the_incarnation_began() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        // The writer's first append on its new stream failed for good (e.g. ALREADY_EXISTS on a
+        // request sent once): no row of it was ever acknowledged.
+        let a = p.handle(Event::StreamLost {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        let (inc2, from) = started_at(&a).expect("a new incarnation, not a stall");
+        assert_ne!(inc2, inc);
+        assert_eq!(from, 10);
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+        p.handle(ack(inc2, "s2", 2, 12));
+        let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(12));
     }
 
     #[test]

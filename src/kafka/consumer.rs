@@ -83,6 +83,15 @@ pub enum ConsumerEvent {
     },
     /// [`ConsumerCommand::ReadCommitted`] failed (timeout, stale member epoch): ask again later.
     RereadFailed { tp: TopicPartition, reason: String },
+    /// Answer to [`ConsumerCommand::ConfirmOwnership`]: `tp` is still in this member's
+    /// assignment, which is not lost; what Kafka holds for it now.
+    OwnershipConfirmed {
+        tp: TopicPartition,
+        assignment: Assignment,
+    },
+    /// Answer to [`ConsumerCommand::ConfirmOwnership`]: the question could not be answered now
+    /// (the committed offset could not be read); ask again later.
+    OwnershipUnknown { tp: TopicPartition, reason: String },
     /// The consumer hit an error it cannot continue after (e.g. authentication).
     Fatal(String),
     /// The thread ended (after [`ConsumerCommand::Shutdown`]).
@@ -121,6 +130,12 @@ pub enum ConsumerCommand {
     },
     /// Read the committed offset, metadata and watermarks of `tp` again.
     ReadCommitted {
+        tp: TopicPartition,
+    },
+    /// A zombie's question to the group: is `tp` still ours? Answered with
+    /// [`ConsumerEvent::OwnershipConfirmed`] when it is; when it is not, the revoke or loss
+    /// that follows (or came) answers it.
+    ConfirmOwnership {
         tp: TopicPartition,
     },
     /// The protocol is done with a revoked partition.
@@ -568,6 +583,32 @@ impl Shared {
                         ConsumerEvent::Reread { tp, assignment }
                     }
                     Err(e) => ConsumerEvent::RereadFailed {
+                        tp,
+                        reason: e.to_string(),
+                    },
+                };
+                let _ = self.events.send(event);
+            }
+            ConsumerCommand::ConfirmOwnership { tp } => {
+                let owned = !consumer.assignment_lost()
+                    && consumer
+                        .assignment()
+                        .is_ok_and(|a| a.find_partition(&tp.topic, tp.partition).is_some());
+                if !owned {
+                    tracing::info!(partition = %tp, "zombie partition is no longer ours");
+                    return;
+                }
+                let event = match read_committed(
+                    consumer,
+                    std::slice::from_ref(&tp),
+                    settings.request_timeout,
+                ) {
+                    Ok(map) => {
+                        let committed = map.get(&tp).cloned().flatten();
+                        let assignment = self.assignment_of(consumer, settings, &tp, committed);
+                        ConsumerEvent::OwnershipConfirmed { tp, assignment }
+                    }
+                    Err(e) => ConsumerEvent::OwnershipUnknown {
                         tp,
                         reason: e.to_string(),
                     },

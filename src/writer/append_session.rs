@@ -561,6 +561,10 @@ impl<T> AppendSession<T> {
         if self.connection.is_none() {
             return self.reconnect(None).await;
         }
+        // The failed head may have been the connection's first request, the one that named the
+        // stream; whether a failed first request still binds the connection to its stream is
+        // the server's business, so the resend names it (and the writer schema) again.
+        self.schema_sent = false;
         for index in 0..self.inflight.len() {
             if let Err(error) = self.send_one(index).await {
                 return self.reconnect(Some(error)).await;

@@ -219,6 +219,8 @@ struct PartitionWriter {
 enum End {
     Stopped,
     Lost(StreamId),
+    /// The stream's offsets disagree with ours: reported as lost, after a pause.
+    Conflict(StreamId),
     Zombie(StreamId),
     Failed(String),
 }
@@ -254,6 +256,16 @@ impl PartitionWriter {
                 incarnation,
                 stream,
             },
+            End::Conflict(stream) => {
+                tracing::warn!(partition = %tp, stream = %stream, "write stream offsets conflict with ours: abandoning the stream");
+                // Bounds the rate of new streams should every new stream conflict too.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                WriterEvent::StreamLost {
+                    tp,
+                    incarnation,
+                    stream,
+                }
+            }
             End::Zombie(stream) => WriterEvent::Zombie {
                 tp,
                 incarnation,
@@ -709,6 +721,12 @@ impl PartitionWriter {
         match (error, stream) {
             (SessionError::Zombie { .. }, Some(s)) => End::Zombie(s),
             (SessionError::StreamLost { .. }, Some(s)) => End::Lost(s),
+            // Offsets that disagree with ours (ALREADY_EXISTS on a request sent once,
+            // OUT_OF_RANGE, an ack at another offset): this stream cannot be trusted with more
+            // rows. Abandoning it is safe, the protocol restarts the incarnation on a new
+            // stream from what is known visible (the rows in doubt of a checkpoint naming it
+            // go through recovery.lost_stream); stopping the partition would stall it for good.
+            (SessionError::OffsetConflict { .. }, Some(s)) => End::Conflict(s),
             (e, _) => End::Failed(e.to_string()),
         }
     }

@@ -1,0 +1,769 @@
+//! Chaos against the real binary, a real broker and the emulator (issue 4, "Prove it"): replicas
+//! joining and leaving (SIGTERM, SIGKILL) while a producer keeps producing, a broker restart,
+//! BigQuery faults (UNAVAILABLE, dropped connections, slow answers, the idle close, streams
+//! finalized or expired behind the daemon's back), the seed scenario of the Flink connector
+//! replayed with processes, and poison records. After each: every good record visible exactly
+//! once (checked through the Kafka metadata columns), or exactly the counted rewind window, and
+//! no restart loop.
+//!
+//! Sizes are for CI (2 cores, a few minutes for the file); `KBQ_CHAOS_SCALE=N` multiplies the
+//! record counts and rounds.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use axum::Router;
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
+use kafka_bigquery_sink::emulator::faults::FaultRule;
+use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+use kafka_bigquery_sink::emulator::store::{Dataset, Table};
+use support::kafka::{KafkaBroker, unique_name};
+use support::sink::{
+    BackgroundProducer, Daemon, Fixture, Position, SCHEMA, SinkOptions, Tweaks,
+    assert_exactly_once, confluent, encode,
+};
+
+fn scale() -> i64 {
+    std::env::var("KBQ_CHAOS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &i64| n >= 1)
+        .unwrap_or(1)
+}
+
+/// Polls `done` every 100 ms until it holds; panics with `what` after `timeout`.
+fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until at least `by` more rows are visible than now: the pipeline moves.
+fn progress(f: &Fixture, by: usize, what: &str) {
+    let before = f.visible_count();
+    let v = f.wait_visible(before + by, Duration::from_secs(120));
+    let now = v.values().sum::<usize>();
+    assert!(
+        now >= before + by,
+        "no progress {what}: {before} → {now} visible rows"
+    );
+}
+
+/// A daemon that is still running, has no failed partition and did not loop: every restart of
+/// a partition's incarnation (`writer started`) is accounted for by a bounded number per
+/// assignment.
+fn assert_healthy(d: &mut Daemon, max_incarnations: usize) {
+    assert!(d.is_running(), "{} exited", d.name);
+    assert_eq!(
+        d.metric("kbq_partitions_failed"),
+        0.0,
+        "{} has failed partitions: {:?}",
+        d.name,
+        d.logged("failed")
+    );
+    let started = d.logged("writer started").len();
+    assert!(
+        started <= max_incarnations,
+        "{} started {started} writer incarnations (restart loop?)",
+        d.name
+    );
+}
+
+/// `(partition, from, to)` of every rewind the daemon logged.
+fn rewinds(d: &Daemon) -> Vec<(i64, i64, i64)> {
+    d.logged("stream lost, rewinding")
+        .iter()
+        .map(|l| {
+            let partition = l["partition"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next())
+                .and_then(|p| p.parse().ok())
+                .expect("partition field");
+            (
+                partition,
+                l["from"].as_i64().expect("from"),
+                l["to"].as_i64().expect("to"),
+            )
+        })
+        .collect()
+}
+
+/// The end offset of each partition among the good records produced so far.
+fn produced_ends(f: &Fixture) -> BTreeMap<i64, i64> {
+    let mut ends = BTreeMap::new();
+    for (p, o) in f.expected() {
+        let e = ends.entry(p).or_insert(0);
+        *e = (*e).max(o + 1);
+    }
+    ends
+}
+
+fn rules(json: &str) -> Vec<FaultRule> {
+    serde_json::from_str(json).expect("fault rules")
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Replicas of one group come and go while the producer produces.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn three_replicas_come_and_go_under_sigterm_and_sigkill_while_producing() {
+    let s = scale();
+    let f = Fixture::new(6).await;
+    let group = unique_name("replicas");
+    let config = f.config(&group);
+    let producer = BackgroundProducer::start(f.source.clone(), 60 * s, Duration::from_millis(50));
+    let mut a = Daemon::start_named(&config, "a");
+    progress(&f, 500, "with replica a");
+    let mut b = Daemon::start_named(&config, "b");
+    progress(&f, 500, "after b joined");
+    let mut c = Daemon::start_named(&config, "c");
+    progress(&f, 500, "after c joined");
+    for round in 0..s {
+        b.kill();
+        progress(&f, 500, "after b was killed");
+        let status = a.terminate();
+        assert!(status.success(), "a leaves cleanly on SIGTERM: {status:?}");
+        progress(&f, 500, "after a left");
+        a = Daemon::start_named(&config, &format!("a{round}"));
+        progress(&f, 500, "after a rejoined");
+        c.kill();
+        progress(&f, 500, "after c was killed");
+        b = Daemon::start_named(&config, &format!("b{round}"));
+        c = Daemon::start_named(&config, &format!("c{round}"));
+        progress(&f, 500, "with three replicas again");
+    }
+    producer.stop();
+    f.wait_exactly_once(Duration::from_secs(120));
+    for d in [&mut a, &mut b, &mut c] {
+        assert_healthy(d, 200);
+    }
+    for d in [&mut a, &mut b, &mut c] {
+        let status = d.terminate();
+        assert!(status.success(), "{} leaves cleanly: {status:?}", d.name);
+    }
+    assert_exactly_once(&f.visible(), &f.expected());
+    // The replicas did hand partitions to each other (a graceful revoke commits once).
+    let handoffs: usize = [&a, &b, &c]
+        .iter()
+        .map(|d| d.logged("partition handed off").len())
+        .sum();
+    assert!(handoffs > 0, "no handoff happened");
+    eprintln!(
+        "replicas: {} records exactly once across {} kills and {} graceful stops",
+        f.expected().len(),
+        2 * s,
+        s + 3
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The broker restarts under the daemon.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_broker_restart_in_the_middle_loses_and_duplicates_nothing() {
+    let s = scale();
+    let broker = KafkaBroker::start_private();
+    let f = Fixture::with(SinkOptions {
+        bootstrap: Some(broker.bootstrap().to_string()),
+        ..SinkOptions::partitions(3)
+    })
+    .await;
+    let config = f.config(&unique_name("broker-restart"));
+    f.produce(20_000 * s);
+    let mut d = Daemon::start(&config);
+    progress(&f, 1, "before the broker restart");
+    broker.restart(false);
+    f.produce(5_000 * s);
+    progress(&f, 1, "after a clean broker restart");
+    broker.restart(true);
+    f.produce(5_000 * s);
+    f.wait_exactly_once(Duration::from_secs(180));
+    assert_healthy(&mut d, 30);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. BigQuery faults.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn bigquery_faults_unavailable_drops_delays_and_idle_close_are_ridden_out() {
+    let s = scale();
+    let mut emulator = EmulatorConfig::local();
+    // The idle close of AppendRows connections, at 2 s instead of 600 s: every pause between
+    // the phases below closes each writer's connection.
+    emulator.write.idle_timeout = Duration::from_secs(2);
+    let f = Fixture::with(SinkOptions {
+        emulator,
+        ..SinkOptions::partitions(3)
+    })
+    .await;
+    let config = f.config_with(
+        &unique_name("faults"),
+        &Tweaks {
+            // Small requests (many appends), and a client timeout the delays below exceed.
+            writer: vec![
+                "  max_rows_per_request: 50".into(),
+                "  response_timeout: 2s".into(),
+            ],
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    let phases: [(&str, &str); 4] = [
+        (
+            "unavailable",
+            r#"[{"rpc":"AppendRows","action":{"fail":{"code":"UNAVAILABLE"}},"probability":0.2,"times":20},
+                {"rpc":"FlushRows","action":{"fail":{"code":"UNAVAILABLE"}},"probability":0.5,"times":10}]"#,
+        ),
+        (
+            "in-stream errors",
+            r#"[{"rpc":"AppendRows","action":{"fail":{"code":"UNAVAILABLE","in_stream":true}},"probability":0.2,"times":20},
+                {"rpc":"AppendRows","action":{"fail":{"code":"INTERNAL","in_stream":true}},"probability":0.1,"times":5},
+                {"rpc":"FlushRows","action":{"fail":{"code":"INTERNAL"}},"probability":0.5,"times":5}]"#,
+        ),
+        (
+            "dropped connections",
+            r#"[{"rpc":"AppendRows","action":{"drop":{"after":false}},"probability":0.1,"times":10},
+                {"rpc":"AppendRows","action":{"drop":{"after":true}},"probability":0.1,"times":10},
+                {"rpc":"FlushRows","action":{"drop":{"after":true}},"probability":0.3,"times":5},
+                {"rpc":"FlushRows","action":{"drop":{"after":false}},"probability":0.3,"times":5}]"#,
+        ),
+        (
+            // Answers later than the daemon's 2 s timeout: the request is applied, its answer
+            // comes too late, the resend meets ALREADY_EXISTS (appends) or a done flush.
+            "answers past the client timeout",
+            r#"[{"rpc":"AppendRows","action":{"delay":{"ms":3000}},"probability":0.1,"times":5},
+                {"rpc":"FlushRows","action":{"delay":{"ms":3000}},"probability":0.3,"times":3}]"#,
+        ),
+    ];
+    // Stream creation fails too, for the writers' first streams (created lazily, at the first
+    // records of the first phase).
+    let create = f
+        .emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"CreateWriteStream","action":{"fail":{"code":"UNAVAILABLE"}},"times":2}]"#,
+        ))
+        .expect("install");
+    for round in 0..s {
+        for (name, json) in phases {
+            let producer =
+                BackgroundProducer::start(f.source.clone(), 20 * s, Duration::from_millis(100));
+            let ids = f
+                .emulator
+                .faults
+                .install(rules(json))
+                .expect("install faults");
+            // Every rule must have acted at least once, or the phase proved nothing.
+            wait_until(
+                Duration::from_secs(90),
+                &format!("every fault of phase {name} to fire"),
+                || {
+                    let list = f.emulator.faults.list();
+                    ids.iter()
+                        .all(|id| list.iter().any(|r| r.id == *id && r.fired > 0))
+                },
+            );
+            for id in &ids {
+                f.emulator.faults.remove(*id);
+            }
+            producer.stop();
+            f.wait_exactly_once(Duration::from_secs(120));
+            eprintln!(
+                "round {round} phase {name}: {} rows exactly once",
+                f.expected().len()
+            );
+            // Longer than the idle timeout: the next phase starts on closed connections.
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    }
+    let create_fired = f.emulator.faults.list();
+    assert!(
+        create_fired
+            .iter()
+            .any(|r| r.id == create[0] && r.fired == 2),
+        "stream creation failed twice: {create_fired:?}"
+    );
+    f.produce(100);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert!(
+        d.metric("kbq_bigquery_errors_total") > 0.0,
+        "the faults reached the daemon"
+    );
+    // tonic reports its own client timeout as CANCELLED ("Timeout expired").
+    let timed_out = ["CANCELLED", "DEADLINE_EXCEEDED"]
+        .iter()
+        .map(|code| {
+            d.metric_with(
+                "kbq_bigquery_errors_total",
+                &["rpc=\"FlushRows\"", &format!("code=\"{code}\"")],
+            )
+        })
+        .sum::<f64>();
+    assert!(
+        timed_out > 0.0,
+        "a flush answered after the client timeout is counted as timed out: {:?}",
+        d.http_get("/metrics")
+            .1
+            .lines()
+            .filter(|l| l.starts_with("kbq_bigquery_errors_total"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        d.metric("kbq_rewound_records_total"),
+        0.0,
+        "nothing rewound"
+    );
+    assert_healthy(&mut d, 3 + 3 * 10 * s as usize);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+/// Runs the daemon with FlushRows failing until every partition's checkpoint covers all that was
+/// produced while no flush succeeded (`f < K`), then kills it. Returns each partition's
+/// checkpoint `(K, stream, f)`.
+fn committed_but_never_flushed(
+    f: &Fixture,
+    group: &str,
+    config: &std::path::Path,
+) -> Vec<(i32, i64, String, i64)> {
+    let mut d = Daemon::start(config);
+    f.produce(3_000);
+    f.wait_exactly_once(Duration::from_secs(120));
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"FlushRows","action":{"fail":{"code":"UNAVAILABLE"}}}]"#,
+        ))
+        .expect("install");
+    f.produce(2_000);
+    let ends = produced_ends(f);
+    let mut found = Vec::new();
+    wait_until(
+        Duration::from_secs(120),
+        "checkpoints covering the unflushed records",
+        || {
+            let cps = f.checkpoints(group);
+            found.clear();
+            for (p, (k, meta)) in cps {
+                if let CommitMetadata::ExactlyOnce {
+                    stream: Some(stream),
+                    visible_through,
+                    ..
+                } = meta
+                    && ends.get(&(p as i64)) == Some(&k)
+                    && visible_through.0 < k
+                {
+                    found.push((p, k, stream.as_str().to_string(), visible_through.0));
+                }
+            }
+            found.len() == f.partitions as usize
+        },
+    );
+    d.kill();
+    f.emulator.faults.clear();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn checkpointed_streams_finalized_or_expired_behind_a_crashed_daemon_are_rewound_and_counted()
+{
+    let f = Fixture::new(2).await;
+    let group = unique_name("lost-rewind");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            recovery: vec!["  lost_stream: rewind".into()],
+            ..Tweaks::default()
+        },
+    );
+    let checkpoints = committed_but_never_flushed(&f, &group, &config);
+    let before = f.visible();
+    let mut window = 0;
+    for (p, k, stream, visible_through) in &checkpoints {
+        let name = f.stream_name(stream);
+        if *p == 0 {
+            f.emulator.store.finalize_now(&name).expect("finalize");
+        } else {
+            f.emulator.store.expire_now(&name).expect("expire");
+        }
+        window += k - visible_through;
+    }
+    let mut d = Daemon::start(&config);
+    f.produce(500);
+    // The window was never flushed, so the rewind re-delivers only invisible rows: exact.
+    f.wait_exactly_once(Duration::from_secs(120));
+    let rewound = rewinds(&d);
+    assert_eq!(rewound.len(), 2, "one rewind per lost stream: {rewound:?}");
+    for (p, k, _, visible_through) in &checkpoints {
+        assert!(
+            rewound.contains(&(*p as i64, *visible_through, *k)),
+            "partition {p} rewound [{visible_through}, {k}): {rewound:?}"
+        );
+    }
+    assert_eq!(d.metric("kbq_rewound_records_total"), window as f64);
+    assert!(before.len() < f.visible().len());
+    assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_lost_checkpointed_stream_is_resolved_exactly_from_the_metadata_columns() {
+    let f = Fixture::new(2).await;
+    let group = unique_name("lost-resolve");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            recovery: vec!["  lost_stream: resolve".into()],
+            ..Tweaks::default()
+        },
+    );
+    let checkpoints = committed_but_never_flushed(&f, &group, &config);
+    for (p, _, stream, _) in &checkpoints {
+        let name = f.stream_name(stream);
+        if *p == 0 {
+            f.emulator.store.expire_now(&name).expect("expire");
+        } else {
+            f.emulator.store.finalize_now(&name).expect("finalize");
+        }
+    }
+    let mut d = Daemon::start(&config);
+    f.produce(500);
+    f.wait_exactly_once(Duration::from_secs(120));
+    assert_eq!(d.metric("kbq_rewound_records_total"), 0.0);
+    assert_eq!(
+        d.logged("resolved from the table").len(),
+        2,
+        "both partitions resolved"
+    );
+    assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn streams_finalized_or_expired_under_a_running_daemon_cost_at_most_the_counted_window() {
+    let f = Fixture::new(2).await;
+    let group = unique_name("lost-live");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            recovery: vec!["  lost_stream: rewind".into()],
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    let producer = BackgroundProducer::start(f.source.clone(), 20, Duration::from_millis(50));
+    progress(&f, 500, "before the streams are taken away");
+    // The stream of each partition's latest checkpoint (its current stream while it runs).
+    let mut taken = BTreeSet::new();
+    wait_until(
+        Duration::from_secs(60),
+        "checkpoints naming streams",
+        || {
+            let cps = f.checkpoints(&group);
+            for (p, (_, meta)) in cps {
+                if let CommitMetadata::ExactlyOnce {
+                    stream: Some(s), ..
+                } = meta
+                    && !taken.iter().any(|(q, _)| *q == p)
+                {
+                    let name = f.stream_name(s.as_str());
+                    if p == 0 {
+                        f.emulator.store.finalize_now(&name).expect("finalize");
+                    } else {
+                        f.emulator.store.expire_now(&name).expect("expire");
+                    }
+                    taken.insert((p, s.as_str().to_string()));
+                }
+            }
+            taken.len() == 2
+        },
+    );
+    progress(&f, 500, "after the streams were taken away");
+    producer.stop();
+    let expected = f.expected();
+    let windows = rewinds(&d);
+    let v = f.wait_for(Duration::from_secs(120), |v| {
+        expected.iter().all(|p| v.contains_key(p))
+    });
+    // Duplicates only inside a counted rewind window, and no more than its size.
+    let mut dupes = 0usize;
+    for ((p, o), n) in &v {
+        if *n > 1 {
+            assert!(
+                windows
+                    .iter()
+                    .any(|(q, from, to)| q == p && from <= o && o < to),
+                "duplicate ({p}, {o}) outside every rewind window {windows:?}"
+            );
+            dupes += n - 1;
+        }
+    }
+    let counted: i64 = windows.iter().map(|(_, from, to)| to - from).sum();
+    assert!(
+        dupes as i64 <= counted,
+        "{dupes} duplicates > {counted} counted"
+    );
+    assert_eq!(d.metric("kbq_rewound_records_total"), counted as f64);
+    let seen: BTreeSet<Position> = v.keys().copied().collect();
+    assert!(expected.is_subset(&seen), "records lost");
+    assert!(seen.is_subset(&expected), "rows that were never produced");
+    eprintln!("live lost streams: {dupes} duplicates within {counted} counted rewound records");
+    assert_healthy(&mut d, 10);
+    assert!(d.terminate().success());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The seed scenario of the Flink connector, replayed with processes.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn the_seed_scenario_replayed_every_committed_checkpoint_flushes_and_the_pipeline_continues()
+{
+    let f = Fixture::new(3).await;
+    let group = unique_name("seed");
+    let config = f.config(&group);
+    // A checkpoint is committed; the next one is snapshotted (committed to Kafka) but its flush
+    // never completes; the process dies.
+    let checkpoints = committed_but_never_flushed(&f, &group, &config);
+    // On restart the writers hit ALREADY_EXISTS on their first append, and the first flushes
+    // fail once more.
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"AppendRows","action":{"fail":{"code":"ALREADY_EXISTS","in_stream":true}},"times":3},
+                {"rpc":"FlushRows","action":{"fail":{"code":"UNAVAILABLE"}},"times":3}]"#,
+        ))
+        .expect("install");
+    let mut d = Daemon::start(&config);
+    f.produce(1_000);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let fired: Vec<u64> = f.emulator.faults.list().iter().map(|r| r.fired).collect();
+    assert_eq!(fired, vec![3, 3], "every injected fault acted");
+    assert_eq!(
+        d.logged("offsets conflict with ours").len(),
+        3,
+        "each writer moved to a new stream once"
+    );
+    // Every checkpoint left behind was flushed by the recovery: nothing was rewound.
+    assert_eq!(d.metric("kbq_rewound_records_total"), 0.0);
+    assert!(
+        d.logged("committed checkpoint flushed").len() >= checkpoints.len(),
+        "every committed checkpoint re-flushed"
+    );
+    // And the pipeline keeps going: more records, more checkpoints.
+    let cycles = d.metric("kbq_checkpoints_total");
+    f.produce(1_000);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert!(d.metric("kbq_checkpoints_total") > cycles);
+    assert_healthy(&mut d, 12);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Poison records.
+
+/// Writer schema 2: schema 1 plus a nullable date.
+const SCHEMA_WITH_DAY: &str = r#"{
+  "type": "record", "name": "Order", "namespace": "test",
+  "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "note", "type": ["null", "string"], "default": null},
+    {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}], "default": null}
+  ]
+}"#;
+
+/// A tiny Confluent Schema Registry: ids 1 and 2, 404 for anything else.
+async fn start_registry() -> SocketAddr {
+    async fn by_id(Path(id): Path<u32>) -> Response {
+        let schema = match id {
+            1 => SCHEMA,
+            2 => SCHEMA_WITH_DAY,
+            _ => {
+                return (
+                    StatusCode::NOT_FOUND,
+                    r#"{"error_code":40403,"message":"Schema not found"}"#,
+                )
+                    .into_response();
+            }
+        };
+        let body = serde_json::json!({ "schema": schema }).to_string();
+        (
+            [("content-type", "application/vnd.schemaregistry.v1+json")],
+            body,
+        )
+            .into_response()
+    }
+    let app = Router::new().route("/schemas/ids/{id}", get(by_id));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind registry");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[allow(deprecated)]
+fn encode_with_day(schema: &Schema, id: i64, day: i32) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("customer".into(), Value::String("c".into())),
+        (
+            "amount".into(),
+            Value::Decimal(apache_avro::Decimal::from(1i64.to_be_bytes().to_vec())),
+        ),
+        (
+            "created".into(),
+            Value::TimestampMicros(1_700_000_000_000_000),
+        ),
+        ("note".into(), Value::Union(0, Box::new(Value::Null))),
+        ("day".into(), Value::Union(1, Box::new(Value::Date(day)))),
+    ]);
+    apache_avro::to_avro_datum(schema, value).expect("encode avro")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall_a_partition() {
+    let s = scale();
+    let registry = start_registry().await;
+    let f = Fixture::with(SinkOptions {
+        framing: Some(1),
+        ..SinkOptions::partitions(2)
+    })
+    .await;
+    // The table exists beforehand (registry input does not create it) with a short `customer`
+    // column: BigQuery itself rejects longer values as row errors.
+    let table_schema: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "customer", "type": "STRING", "mode": "REQUIRED", "maxLength": "20"},
+        {"name": "amount", "type": "NUMERIC", "mode": "REQUIRED", "precision": "12", "scale": "2"},
+        {"name": "created", "type": "TIMESTAMP", "mode": "REQUIRED"},
+        {"name": "note", "type": "STRING"},
+        {"name": "day", "type": "DATE"},
+        {"name": "kafka_topic", "type": "STRING"},
+        {"name": "kafka_partition", "type": "INTEGER"},
+        {"name": "kafka_offset", "type": "INTEGER"}
+    ]}))
+    .expect("table schema");
+    let table_ref = f.table_ref();
+    f.emulator
+        .store
+        .insert_dataset(Dataset::new("p", "d"))
+        .expect("dataset");
+    f.emulator
+        .store
+        .insert_table(Table::new(table_ref, table_schema))
+        .expect("table");
+    let config = f.config_with(
+        &unique_name("poison"),
+        &Tweaks {
+            registry_url: Some(format!("http://{registry}")),
+            ..Tweaks::default()
+        },
+    );
+    let with_day = Schema::parse_str(SCHEMA_WITH_DAY).expect("schema 2");
+    let mut d = Daemon::start(&config);
+    // ~1 % bad records of five kinds, interleaved with good ones on both partitions.
+    let kinds = [
+        "bad_magic",
+        "unknown_schema",
+        "truncated",
+        "date",
+        "too_long",
+    ];
+    let mut bad: BTreeMap<Position, &str> = BTreeMap::new();
+    for round in 0..(10 * s) {
+        f.produce(100);
+        let partition = (round % 2) as i32;
+        let kind = kinds[(round % 5) as usize];
+        let payload = match kind {
+            "bad_magic" => {
+                let mut p = confluent(1, &encode(&f.schema, round));
+                p[0] = 7;
+                p
+            }
+            "unknown_schema" => confluent(99, &encode(&f.schema, round)),
+            "truncated" => {
+                let body = encode(&f.schema, round);
+                confluent(1, &body[..body.len() / 2])
+            }
+            // Year 29 000: outside BigQuery's DATE range.
+            "date" => confluent(2, &encode_with_day(&with_day, round, 10_000_000)),
+            _ => {
+                let mut schema1 = encode(&f.schema, round);
+                // Re-encode with a 30-character customer: valid Avro, rejected by the table.
+                schema1.clear();
+                let value = Value::Record(vec![
+                    ("id".into(), Value::Long(round)),
+                    ("customer".into(), Value::String("x".repeat(30))),
+                    (
+                        "amount".into(),
+                        Value::Decimal(apache_avro::Decimal::from(1i64.to_be_bytes().to_vec())),
+                    ),
+                    (
+                        "created".into(),
+                        Value::TimestampMicros(1_700_000_000_000_000),
+                    ),
+                    ("note".into(), Value::Union(0, Box::new(Value::Null))),
+                ]);
+                #[allow(deprecated)]
+                schema1.extend(apache_avro::to_avro_datum(&f.schema, value).expect("encode"));
+                confluent(1, &schema1)
+            }
+        };
+        let offsets = f.source.produce_raw(partition, &[payload]);
+        bad.insert((partition as i64, offsets[0]), kind);
+        // A good record with schema 2 (a date in range) right after each bad one.
+        let good = confluent(2, &encode_with_day(&with_day, 1_000_000 + round, 19_000));
+        let offsets = f.source.produce_raw(partition, &[good]);
+        f.source.expect([(partition as i64, offsets[0])]);
+    }
+    f.produce(100);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let dead = f.dead_letters(bad.len());
+    let got: BTreeMap<Position, (String, String)> = dead
+        .iter()
+        .map(|(p, o, class, reason)| ((*p, *o), (class.clone(), reason.clone())))
+        .collect();
+    assert_eq!(
+        got.keys().copied().collect::<BTreeSet<_>>(),
+        bad.keys().copied().collect::<BTreeSet<_>>(),
+        "every bad record dead-lettered, nothing else: {dead:?}"
+    );
+    for (pos, kind) in &bad {
+        let (class, reason) = &got[pos];
+        assert!(!reason.is_empty(), "{kind} at {pos:?} has a reason");
+        let expected_class = match *kind {
+            "bad_magic" => "bad_magic",
+            "unknown_schema" => "unknown_schema",
+            "truncated" => "malformed_avro",
+            "date" => "out_of_range",
+            _ => "row_rejected",
+        };
+        assert_eq!(class, expected_class, "{kind} at {pos:?}: {reason}");
+    }
+    assert_eq!(dead.len(), bad.len(), "no record dead-lettered twice");
+    assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}

@@ -1,0 +1,753 @@
+//! The daemon under test: a fixture (topic, dead-letter topic, emulator, table, config file) and
+//! the real binary (`run -c`) as a child process whose logs are kept for assertions. Every check
+//! of the result goes through the Kafka metadata columns of the table: each (partition, offset)
+//! the producer wrote must be visible exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
+use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
+use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
+use kafka_bigquery_sink::emulator::store::TableRef;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+
+use super::kafka::{
+    KafkaBroker, consumer_config, create_topic_blocking, produce_to_partition, producer,
+    unique_name,
+};
+
+pub const SCHEMA: &str = r#"{
+  "type": "record", "name": "Order", "namespace": "test",
+  "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "note", "type": ["null", "string"], "default": null}
+  ]
+}"#;
+
+/// The Avro body of the record with id `id`.
+#[allow(deprecated)] // the GenericDatumWriter replacement needs more ceremony for a test helper
+pub fn encode(schema: &Schema, id: i64) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        (
+            "customer".into(),
+            Value::String(format!("customer-{}", id % 97)),
+        ),
+        (
+            "amount".into(),
+            Value::Decimal(apache_avro::Decimal::from(
+                (id * 7 % 100_000).to_be_bytes().to_vec(),
+            )),
+        ),
+        (
+            "created".into(),
+            Value::TimestampMicros(1_700_000_000_000_000 + id),
+        ),
+        (
+            "note".into(),
+            if id % 3 == 0 {
+                Value::Union(1, Box::new(Value::String("n".into())))
+            } else {
+                Value::Union(0, Box::new(Value::Null))
+            },
+        ),
+    ]);
+    apache_avro::to_avro_datum(schema, value).expect("encode avro")
+}
+
+/// Confluent wire format: magic 0, the schema id big-endian, the Avro body.
+pub fn confluent(schema_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(0);
+    out.extend_from_slice(&schema_id.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// A (partition, offset) pair as the metadata columns hold it.
+pub type Position = (i64, i64);
+
+/// A record's key and value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// What produces good records into the topic; shared with background producer threads.
+pub struct Source {
+    bootstrap: String,
+    topic: String,
+    schema: Schema,
+    partitions: i32,
+    /// Confluent framing with this schema id, or raw Avro.
+    framing: Option<u32>,
+    next_id: AtomicI64,
+    produced: Mutex<BTreeSet<Position>>,
+}
+
+impl Source {
+    /// Produces the next `n` ids round-robin over the partitions and waits for every ack.
+    pub fn produce(&self, n: i64) {
+        let first = self.next_id.fetch_add(n, Ordering::SeqCst);
+        let p = producer(&self.bootstrap);
+        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+        for id in first..first + n {
+            let body = encode(&self.schema, id);
+            let value = match self.framing {
+                Some(schema_id) => confluent(schema_id, &body),
+                None => body,
+            };
+            per.entry((id % self.partitions as i64) as i32)
+                .or_default()
+                .push((id.to_string().into_bytes(), value));
+        }
+        for (partition, records) in per {
+            let refs: Vec<(&[u8], &[u8])> = records
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            let offsets = produce_to_partition(&p, &self.topic, partition, &refs);
+            let mut produced = self.produced.lock().expect("produced");
+            produced.extend(offsets.into_iter().map(|o| (partition as i64, o)));
+        }
+    }
+
+    /// Produces `payloads` to one partition; they are not expected in the table.
+    pub fn produce_raw(&self, partition: i32, payloads: &[Vec<u8>]) -> Vec<i64> {
+        let p = producer(&self.bootstrap);
+        let refs: Vec<(&[u8], &[u8])> = payloads
+            .iter()
+            .map(|v| (b"bad".as_slice(), v.as_slice()))
+            .collect();
+        produce_to_partition(&p, &self.topic, partition, &refs)
+    }
+
+    /// Marks positions as good records that must be visible.
+    pub fn expect(&self, positions: impl IntoIterator<Item = Position>) {
+        self.produced.lock().expect("produced").extend(positions);
+    }
+
+    pub fn expected(&self) -> BTreeSet<Position> {
+        self.produced.lock().expect("produced").clone()
+    }
+}
+
+/// A producer thread that keeps producing `batch` records every `every` until stopped.
+pub struct BackgroundProducer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BackgroundProducer {
+    pub fn start(source: Arc<Source>, batch: i64, every: Duration) -> BackgroundProducer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                source.produce(batch);
+                std::thread::sleep(every);
+            }
+        });
+        BackgroundProducer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops producing; every record produced so far is acknowledged when this returns.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("producer thread");
+        }
+    }
+}
+
+impl Drop for BackgroundProducer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Knobs of the generated daemon config.
+#[derive(Clone, Debug)]
+pub struct Tweaks {
+    /// Confluent-framed input through this registry instead of the fixed `.avsc`; the table must
+    /// exist then.
+    pub registry_url: Option<String>,
+    /// Lines under `recovery:` (indented by the caller's two spaces).
+    pub recovery: Vec<String>,
+    /// Lines under `writer:`.
+    pub writer: Vec<String>,
+    pub checkpoint_interval: &'static str,
+    pub shutdown_deadline: &'static str,
+}
+
+impl Default for Tweaks {
+    fn default() -> Self {
+        Tweaks {
+            registry_url: None,
+            recovery: Vec::new(),
+            writer: Vec::new(),
+            checkpoint_interval: "200ms",
+            shutdown_deadline: "20s",
+        }
+    }
+}
+
+pub struct SinkOptions {
+    pub partitions: i32,
+    /// A broker of the test's own (restart tests); the shared one otherwise.
+    pub bootstrap: Option<String>,
+    pub emulator: EmulatorConfig,
+    pub framing: Option<u32>,
+}
+
+impl SinkOptions {
+    pub fn partitions(partitions: i32) -> SinkOptions {
+        SinkOptions {
+            partitions,
+            bootstrap: None,
+            emulator: EmulatorConfig::local(),
+            framing: None,
+        }
+    }
+}
+
+pub struct Fixture {
+    pub emulator: Emulator,
+    pub bootstrap: String,
+    pub topic: String,
+    pub dlq: String,
+    pub table: String,
+    pub dir: tempfile::TempDir,
+    pub schema: Schema,
+    pub partitions: i32,
+    pub source: Arc<Source>,
+}
+
+impl Fixture {
+    pub async fn new(partitions: i32) -> Fixture {
+        Fixture::with(SinkOptions::partitions(partitions)).await
+    }
+
+    pub async fn with(options: SinkOptions) -> Fixture {
+        let mut config = options.emulator;
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        let emulator = Emulator::start(config).await.expect("emulator starts");
+        let bootstrap = options
+            .bootstrap
+            .unwrap_or_else(|| KafkaBroker::shared().to_string());
+        let topic = unique_name("orders");
+        let dlq = format!("{topic}-dlq");
+        create_topic_blocking(&bootstrap, &topic, options.partitions);
+        create_topic_blocking(&bootstrap, &dlq, 1);
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("order.avsc"), SCHEMA).expect("write avsc");
+        let schema = Schema::parse_str(SCHEMA).expect("schema");
+        let source = Arc::new(Source {
+            bootstrap: bootstrap.clone(),
+            topic: topic.clone(),
+            schema: schema.clone(),
+            partitions: options.partitions,
+            framing: options.framing,
+            next_id: AtomicI64::new(0),
+            produced: Mutex::new(BTreeSet::new()),
+        });
+        Fixture {
+            emulator,
+            bootstrap,
+            table: topic.replace('-', "_"),
+            topic,
+            dlq,
+            dir,
+            schema,
+            partitions: options.partitions,
+            source,
+        }
+    }
+
+    pub fn config(&self, group: &str) -> PathBuf {
+        self.config_with(group, &Tweaks::default())
+    }
+
+    pub fn config_with(&self, group: &str, tweaks: &Tweaks) -> PathBuf {
+        let path = self.dir.path().join(format!("{group}.yaml"));
+        let input = match &tweaks.registry_url {
+            Some(url) => {
+                format!("schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: 1s\n")
+            }
+            None => format!(
+                "avro:\n  schema_file: \"{}\"\n",
+                self.dir.path().join("order.avsc").display()
+            ),
+        };
+        let create_table = if tweaks.registry_url.is_some() {
+            ""
+        } else {
+            "  create_table: {}\n"
+        };
+        let block = |name: &str, lines: &[String]| {
+            if lines.is_empty() {
+                String::new()
+            } else {
+                format!("{name}:\n{}\n", lines.join("\n"))
+            }
+        };
+        let text = format!(
+            r#"
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+{input}bigquery:
+  project: p
+  dataset: d
+  table: "{table}"
+  endpoint: "http://{emulator}"
+  credentials: none
+{create_table}  metadata_columns:
+    topic: kafka_topic
+    partition: kafka_partition
+    offset: kafka_offset
+dead_letter:
+  topic: "{dlq}"
+checkpoint:
+  interval: {interval}
+metrics:
+  listen: "127.0.0.1:0"
+log:
+  format: json
+shutdown_deadline: {deadline}
+{recovery}{writer}"#,
+            bootstrap = self.bootstrap,
+            topic = self.topic,
+            table = self.table,
+            emulator = self.emulator.addr,
+            dlq = self.dlq,
+            interval = tweaks.checkpoint_interval,
+            deadline = tweaks.shutdown_deadline,
+            recovery = block("recovery", &tweaks.recovery),
+            writer = block("writer", &tweaks.writer),
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    /// Produces the next `n` good records round-robin over the partitions.
+    pub fn produce(&self, n: i64) {
+        self.source.produce(n);
+    }
+
+    pub fn expected(&self) -> BTreeSet<Position> {
+        self.source.expected()
+    }
+
+    pub fn table_ref(&self) -> TableRef {
+        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("table ref")
+    }
+
+    /// Every visible (partition, offset), with how often it appears.
+    pub fn visible(&self) -> BTreeMap<Position, usize> {
+        let mut out = BTreeMap::new();
+        let Some(table) = self.emulator.store.get_table(&self.table_ref()) else {
+            return out;
+        };
+        let names: Vec<String> = table.schema.fields.iter().map(|f| f.name.clone()).collect();
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .expect("metadata column")
+        };
+        let (pi, oi) = (at("kafka_partition"), at("kafka_offset"));
+        let page = self
+            .emulator
+            .store
+            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
+            .expect("rows");
+        for row in page.rows {
+            let r = row.codec.render(&row.data, &table.schema);
+            let num = |i: usize| {
+                r["f"][i]["v"]
+                    .as_str()
+                    .expect("value")
+                    .parse::<i64>()
+                    .expect("int")
+            };
+            *out.entry((num(pi), num(oi))).or_insert(0) += 1;
+        }
+        out
+    }
+
+    pub fn visible_count(&self) -> usize {
+        self.visible().values().sum()
+    }
+
+    /// Waits until at least `at_least` rows are visible (or the timeout passes).
+    pub fn wait_visible(&self, at_least: usize, timeout: Duration) -> BTreeMap<Position, usize> {
+        let started = Instant::now();
+        loop {
+            let v = self.visible();
+            if v.values().sum::<usize>() >= at_least || started.elapsed() > timeout {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until every expected position is visible, then checks exactly-once.
+    pub fn wait_exactly_once(&self, timeout: Duration) {
+        let expected = self.expected();
+        let v = self.wait_for(timeout, |v| {
+            expected.iter().all(|p| v.contains_key(p)) || v.values().any(|n| *n > 1)
+        });
+        assert_exactly_once(&v, &expected);
+    }
+
+    /// Polls the visible rows until `done` holds for them (or the timeout passes).
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&BTreeMap<Position, usize>) -> bool,
+    ) -> BTreeMap<Position, usize> {
+        let started = Instant::now();
+        loop {
+            let v = self.visible();
+            if done(&v) || started.elapsed() > timeout {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The dead letters: (source partition, source offset, error class, reason).
+    pub fn dead_letters(&self, expect: usize) -> Vec<(i64, i64, String, String)> {
+        let consumer: BaseConsumer = consumer_config(&self.bootstrap, &unique_name("dlq-reader"))
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[&self.dlq]).expect("subscribe");
+        let mut out = Vec::new();
+        let started = Instant::now();
+        let mut quiet_since = Instant::now();
+        // Up to 30 s for the expected ones, then a short quiet period to catch extras.
+        while started.elapsed() < Duration::from_secs(30)
+            && (out.len() < expect || quiet_since.elapsed() < Duration::from_secs(2))
+        {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                quiet_since = Instant::now();
+                let headers = m.headers().expect("dead letters carry headers");
+                let get = |name: &str| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == name)
+                        .and_then(|h| h.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default()
+                };
+                out.push((
+                    get("kbq.source.partition").parse().unwrap_or(-1),
+                    get("kbq.source.offset").parse().unwrap_or(-1),
+                    get("kbq.error.class"),
+                    get("kbq.error.reason"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The group's committed offset and parsed metadata per partition (read without joining).
+    pub fn checkpoints(&self, group: &str) -> BTreeMap<i32, (i64, CommitMetadata)> {
+        let consumer: BaseConsumer = consumer_config(&self.bootstrap, group)
+            .create()
+            .expect("consumer");
+        let partitions: Vec<TopicPartition> = (0..self.partitions)
+            .map(|p| TopicPartition::new(&self.topic, p))
+            .collect();
+        let read = kafka_bigquery_sink::kafka::consumer::read_committed(
+            &consumer,
+            &partitions,
+            Duration::from_secs(10),
+        )
+        .expect("read committed offsets");
+        read.into_iter()
+            .filter_map(|(tp, c)| {
+                let c = c?;
+                let meta = CommitMetadata::parse(&c.metadata).expect("our metadata parses");
+                Some((tp.partition, (c.offset.0, meta)))
+            })
+            .collect()
+    }
+
+    /// `projects/…/streams/{id}` for a stream id of a checkpoint.
+    pub fn stream_name(&self, id: &str) -> String {
+        format!("{}/streams/{id}", self.table_ref().path())
+    }
+}
+
+pub fn assert_exactly_once(visible: &BTreeMap<Position, usize>, expected: &BTreeSet<Position>) {
+    let dupes: Vec<_> = visible.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    let total_dupes: usize = visible.values().map(|n| n.saturating_sub(1)).sum();
+    assert!(
+        dupes.is_empty(),
+        "{total_dupes} duplicate rows, e.g. {dupes:?}"
+    );
+    let seen: BTreeSet<Position> = visible.keys().copied().collect();
+    let missing: Vec<_> = expected.difference(&seen).take(5).collect();
+    let extra: Vec<_> = seen.difference(expected).take(5).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {} e.g. {missing:?}, unexpected {} e.g. {extra:?} ({} visible, {} expected)",
+        expected.difference(&seen).count(),
+        seen.difference(expected).count(),
+        seen.len(),
+        expected.len()
+    );
+}
+
+/// The real binary running `run -c config`, its stderr (JSON logs) kept in memory.
+pub struct Daemon {
+    child: Child,
+    pub name: String,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Daemon {
+    pub fn start(config: &Path) -> Daemon {
+        Daemon::start_named(config, "daemon")
+    }
+
+    pub fn start_named(config: &Path, name: &str) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+            .args(["run", "-c"])
+            .arg(config)
+            .env("RUST_LOG", "info,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the daemon");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let verbose = std::env::var_os("KBQ_TEST_DAEMON_LOGS").is_some();
+        let label = name.to_string();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if verbose {
+                    eprintln!("[{label}] {line}");
+                }
+                sink.lock().expect("log lines").push(line);
+            }
+        });
+        Daemon {
+            child,
+            name: name.to_string(),
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.join_reader();
+    }
+
+    /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
+    pub fn terminate(&mut self) -> ExitStatus {
+        signal(self.child.id(), 15);
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                self.join_reader();
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = self.child.kill();
+                self.dump_logs(60);
+                panic!("{} did not stop within 60 s of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn sigterm(&self) {
+        signal(self.child.id(), 15);
+    }
+
+    fn join_reader(&mut self) {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+
+    /// Every log line so far that parses as JSON.
+    pub fn logs(&self) -> Vec<serde_json::Value> {
+        self.lines
+            .lock()
+            .expect("log lines")
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Log records whose message contains `text`.
+    pub fn logged(&self, text: &str) -> Vec<serde_json::Value> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l["message"].as_str().is_some_and(|m| m.contains(text)))
+            .collect()
+    }
+
+    /// Log records of severity ERROR.
+    pub fn errors(&self) -> Vec<serde_json::Value> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l["severity"] == "ERROR")
+            .collect()
+    }
+
+    pub fn dump_logs(&self, last: usize) {
+        let lines = self.lines.lock().expect("log lines");
+        let from = lines.len().saturating_sub(last);
+        eprintln!(
+            "---- last {} log lines of {} ----",
+            lines.len() - from,
+            self.name
+        );
+        for l in &lines[from..] {
+            eprintln!("[{}] {l}", self.name);
+        }
+    }
+
+    /// The ops endpoint's address, from the daemon's start-up log.
+    pub fn ops_addr(&self) -> SocketAddr {
+        let started = Instant::now();
+        loop {
+            if let Some(addr) = self
+                .logged("ops endpoints")
+                .first()
+                .and_then(|l| l["address"].as_str())
+                .and_then(|a| a.parse().ok())
+            {
+                return addr;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{} never logged its ops address",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET path` on the ops endpoint: (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        let addr = self.ops_addr();
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect ops");
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read response");
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// The sum over the series of metric `name` whose labels contain each of `labels`.
+    pub fn metric_with(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.http_get("/metrics");
+        metric_where(&body, name, labels)
+    }
+
+    /// The sum over every series of metric `name` (e.g. `kbq_rewound_records_total`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.http_get("/metrics");
+        metric_sum(&body, name)
+    }
+}
+
+/// Sums the samples of `name` whose labels contain every fragment of `labels`.
+pub fn metric_where(body: &str, name: &str, labels: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)))
+        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .map(|v| v.unwrap_or(0.0))
+        .sum()
+}
+
+/// Sums every sample of `name` in a Prometheus text exposition.
+pub fn metric_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                return None;
+            }
+            l.rsplit(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.join_reader();
+        if std::thread::panicking() {
+            self.dump_logs(80);
+        }
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signals a child this harness spawned, by its pid.
+    unsafe {
+        libc_kill(pid as i32, sig);
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
