@@ -31,7 +31,7 @@ use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::coordinator::{CoordinatorSettings, Exit};
+use super::coordinator::{CoordinatorSettings, Exit, backoff, sleep_until};
 use super::metadata::CommitMetadata;
 use super::offsets::{Incarnation, KafkaOffset, NextOffset, StreamId};
 use super::protocol::{
@@ -853,36 +853,8 @@ impl AtLeastOnceCoordinator {
     }
 
     fn count(&self, outcome: Outcome) {
-        let recovery = |outcome: &'static str| {
-            self.metrics
-                .recovery_actions
-                .get_or_create(&OutcomeLabel { outcome })
-                .inc()
-        };
-        match outcome {
-            Outcome::Started { tp, case, at } => {
-                tracing::info!(partition = %tp, case = ?case, at = at.0, "partition starts");
-            }
-            Outcome::RecoveryFlushed { tp } => {
-                recovery("reflushed");
-                tracing::info!(partition = %tp, "recovery: exactly-once checkpoint flushed before at-least-once appends");
-            }
-            Outcome::RecoveryRetried { tp, attempt } => {
-                tracing::warn!(partition = %tp, attempt, "recovery flush failed transiently, retrying");
-            }
-            Outcome::Anomaly { tp, stream } => {
-                recovery("anomaly");
-                tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
-            }
-            Outcome::Rewound { tp, from, to, .. } => {
-                recovery("rewound");
-                tracing::warn!(partition = %tp, from = from.0, to = to.0, "recovery: stream lost, rewinding");
-            }
-            Outcome::Resolved { tp, at } => {
-                recovery("resolved");
-                tracing::warn!(partition = %tp, at = at.0, "recovery: stream lost, resolved from the table");
-            }
-            other => tracing::debug!(outcome = ?other, "recovery outcome"),
+        if let Some(other) = super::coordinator::count_recovery(&self.metrics, outcome) {
+            tracing::debug!(outcome = ?other, "recovery outcome");
         }
     }
 }
@@ -895,21 +867,5 @@ fn progress_of(partition: Partition) -> Option<Progress> {
         | Partition::HandingOff(p)
         | Partition::Stopped(p)
         | Partition::Failed(p) => Some(p),
-    }
-}
-
-/// Retries back off by their attempt number: 0, 0.2 s, 0.4 s, … up to 30 s.
-async fn backoff(attempt: u32) {
-    if attempt > 0 {
-        let d = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(9)))
-            .min(Duration::from_secs(30));
-        tokio::time::sleep(d).await;
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

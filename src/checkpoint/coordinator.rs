@@ -595,39 +595,11 @@ impl Coordinator {
 
     fn count(&mut self, outcome: Outcome) {
         let m = self.metrics.clone();
-        let recovery = |outcome: &'static str| {
-            m.recovery_actions
-                .get_or_create(&OutcomeLabel { outcome })
-                .inc()
+        let outcome = match count_recovery(&m, outcome) {
+            Some(other) => other,
+            None => return,
         };
         match outcome {
-            Outcome::Started { tp, case, at } => {
-                tracing::info!(partition = %tp, case = ?case, at = at.0, "partition starts");
-            }
-            Outcome::RecoveryFlushed { tp } => {
-                recovery("reflushed");
-                tracing::info!(partition = %tp, "recovery: committed checkpoint flushed");
-            }
-            Outcome::RecoveryRetried { tp, attempt } => {
-                tracing::warn!(partition = %tp, attempt, "recovery flush failed transiently, retrying");
-            }
-            Outcome::Anomaly { tp, stream } => {
-                recovery("anomaly");
-                tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
-            }
-            Outcome::Rewound { tp, from, to, .. } => {
-                recovery("rewound");
-                m.rewound_records
-                    .get_or_create(&TopicLabel {
-                        topic: tp.topic.clone(),
-                    })
-                    .inc_by(from.distance_to(to));
-                tracing::warn!(partition = %tp, from = from.0, to = to.0, "recovery: stream lost, rewinding (at-least-once for this window)");
-            }
-            Outcome::Resolved { tp, at } => {
-                recovery("resolved");
-                tracing::warn!(partition = %tp, at = at.0, "recovery: stream lost, resolved from the table");
-            }
             Outcome::RecordsLost { tp, from, to } => {
                 tracing::error!(partition = %tp, from = from.0, to = to.0, "records deleted by retention before they were visible");
             }
@@ -687,8 +659,49 @@ impl Coordinator {
     }
 }
 
+/// Counts and logs what recovery did for a partition (shared by both delivery modes); hands
+/// every other outcome back.
+pub(crate) fn count_recovery(m: &Metrics, outcome: Outcome) -> Option<Outcome> {
+    let recovery = |outcome: &'static str| {
+        m.recovery_actions
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc()
+    };
+    match outcome {
+        Outcome::Started { tp, case, at } => {
+            tracing::info!(partition = %tp, case = ?case, at = at.0, "partition starts");
+        }
+        Outcome::RecoveryFlushed { tp } => {
+            recovery("reflushed");
+            tracing::info!(partition = %tp, "recovery: committed checkpoint flushed");
+        }
+        Outcome::RecoveryRetried { tp, attempt } => {
+            tracing::warn!(partition = %tp, attempt, "recovery flush failed transiently, retrying");
+        }
+        Outcome::Anomaly { tp, stream } => {
+            recovery("anomaly");
+            tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
+        }
+        Outcome::Rewound { tp, from, to, .. } => {
+            recovery("rewound");
+            m.rewound_records
+                .get_or_create(&TopicLabel {
+                    topic: tp.topic.clone(),
+                })
+                .inc_by(from.distance_to(to));
+            tracing::warn!(partition = %tp, from = from.0, to = to.0, "recovery: stream lost, rewinding (at-least-once for this window)");
+        }
+        Outcome::Resolved { tp, at } => {
+            recovery("resolved");
+            tracing::warn!(partition = %tp, at = at.0, "recovery: stream lost, resolved from the table");
+        }
+        other => return Some(other),
+    }
+    None
+}
+
 /// Retries back off by their attempt number: 0, 0.2 s, 0.4 s, … up to 30 s.
-async fn backoff(attempt: u32) {
+pub(crate) async fn backoff(attempt: u32) {
     if attempt > 0 {
         let d = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(9)))
             .min(Duration::from_secs(30));
@@ -696,7 +709,7 @@ async fn backoff(attempt: u32) {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
