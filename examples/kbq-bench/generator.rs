@@ -103,8 +103,8 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
     }
 }
 
@@ -197,7 +197,7 @@ pub fn encode(seq: u64, event_time_micros: i64, out: &mut Vec<u8>) {
     put_str(out, &s);
 
     // device
-    let (platform, os) = *r.pick(&PLATFORMS);
+    let (platform, os) = r.pick(&PLATFORMS);
     put_str(out, platform);
     put_str(out, os);
     let app = format!("5.{}.{}", r.below(20), r.below(10));
@@ -222,7 +222,7 @@ pub fn encode(seq: u64, event_time_micros: i64, out: &mut Vec<u8>) {
         r.below(5) + 1
     );
     put_optional(out, r.below(3) != 0, |o| put_str(o, &referrer));
-    let query = *r.pick(&SEARCHES);
+    let query = r.pick(&SEARCHES);
     put_optional(out, event_type == 1, |o| put_str(o, query));
 
     // cart: 0 to 5 line items

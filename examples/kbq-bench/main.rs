@@ -28,7 +28,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 
 #[derive(Debug, Parser)]
-#[command(name = "kbq-bench", about = "End-to-end benchmark of kafka-bigquery-sink")]
+#[command(
+    name = "kbq-bench",
+    about = "End-to-end benchmark of kafka-bigquery-sink"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -165,9 +168,8 @@ impl Http {
     }
 
     fn delete(&self, url: &str) -> anyhow::Result<u16> {
-        self.rt.block_on(async {
-            Ok(self.client.delete(url).send().await?.status().as_u16())
-        })
+        self.rt
+            .block_on(async { Ok(self.client.delete(url).send().await?.status().as_u16()) })
     }
 }
 
@@ -181,7 +183,9 @@ impl Table<'_> {
     fn new<'a>(http: &'a Http, emulator: &str, table: &str) -> Table<'a> {
         Table {
             http,
-            base: format!("http://{emulator}/bigquery/v2/projects/bench/datasets/bench/tables/{table}"),
+            base: format!(
+                "http://{emulator}/bigquery/v2/projects/bench/datasets/bench/tables/{table}"
+            ),
         }
     }
 
@@ -289,7 +293,11 @@ impl Metrics {
     /// The checkpoints between `earlier` and `self`.
     fn since(&self, earlier: &Metrics) -> Metrics {
         let mut m = self.clone();
-        for (b, e) in m.checkpoint_buckets.iter_mut().zip(&earlier.checkpoint_buckets) {
+        for (b, e) in m
+            .checkpoint_buckets
+            .iter_mut()
+            .zip(&earlier.checkpoint_buckets)
+        {
             b.1 -= e.1;
         }
         m.checkpoint_count -= earlier.checkpoint_count;
@@ -314,7 +322,11 @@ impl Metrics {
                     return Some(lower);
                 }
                 let inside = cum - below;
-                let frac = if inside > 0.0 { (rank - below) / inside } else { 1.0 };
+                let frac = if inside > 0.0 {
+                    (rank - below) / inside
+                } else {
+                    1.0
+                };
                 return Some(lower + (le - lower) * frac);
             }
             lower = le;
@@ -366,8 +378,11 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result
     }
 }
 
+/// (partition, low watermark, high watermark)
+type Watermarks = (i32, i64, i64);
+
 /// The sum of the partitions' high watermarks: how many records a full read returns.
-fn topic_end(bootstrap: &str, topic: &str) -> anyhow::Result<(u64, Vec<(i32, i64, i64)>)> {
+fn topic_end(bootstrap: &str, topic: &str) -> anyhow::Result<(u64, Vec<Watermarks>)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()?;
@@ -516,8 +531,8 @@ fn raw(config_path: &Path, topic: &str) -> anyhow::Result<()> {
             Some(Ok(m)) => {
                 first.get_or_insert_with(|| started.elapsed());
                 records += 1;
-                bytes += (m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len))
-                    as u64;
+                bytes +=
+                    (m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)) as u64;
                 if remaining
                     .get(&m.partition())
                     .is_some_and(|&end| m.offset() + 1 >= end)
@@ -667,7 +682,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         raw_row.mb_per_s()
     );
     rows.push(raw_row);
-    for mode in args.modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+    for mode in args
+        .modes
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
         let row = sink_phase(&args, &http, &topic, &avsc, &unique, mode, &mut next_seq)?;
         match &row.not_measured {
             Some(why) => eprintln!("bench: {mode} not measured: {why}"),
@@ -703,14 +723,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 /// The hand-written encoder must produce what an Avro reader accepts for the schema.
 fn check_generator() -> anyhow::Result<()> {
     let schema = apache_avro::Schema::parse_str(generator::SCHEMA)?;
+    let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema).build()?;
     for seq in [0, 1, 2, 3, 17, 1_000_003] {
         let mut buf = Vec::new();
         generator::encode(seq, 1_700_000_000_000_000, &mut buf);
-        let mut reader = buf.as_slice();
-        apache_avro::from_avro_datum(&schema, &mut reader, None)
+        let mut rest = buf.as_slice();
+        reader
+            .read_value(&mut rest)
             .with_context(|| format!("generated record {seq} does not decode"))?;
-        if !reader.is_empty() {
-            bail!("generated record {seq} has {} trailing bytes", reader.len());
+        if !rest.is_empty() {
+            bail!("generated record {seq} has {} trailing bytes", rest.len());
         }
     }
     Ok(())
@@ -1091,9 +1113,10 @@ fn render_table(rows: &[Row], raw: Option<&Row>) -> String {
         let ratio = raw.map_or("-".into(), |raw| {
             format!("{:.2}", r.records_per_s() / raw.records_per_s())
         });
-        let latency = r.latency.as_ref().map_or("-".into(), |l| {
-            format!("{:.0} / {:.0}", l.p50_ms, l.p99_ms)
-        });
+        let latency = r
+            .latency
+            .as_ref()
+            .map_or("-".into(), |l| format!("{:.0} / {:.0}", l.p50_ms, l.p99_ms));
         out.push_str(&format!(
             "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.0} | {} | {} / {} | {} |\n",
             r.name,
