@@ -260,7 +260,7 @@ pub fn encode(seq: u64, event_time_micros: i64, out: &mut Vec<u8>) {
     }
     put_long(out, 0);
 
-    let attributes = 4 + r.below(5);
+    let attributes = 9 + r.below(6);
     put_long(out, attributes as i64);
     for i in 0..attributes {
         s.clear();
