@@ -2,7 +2,7 @@
 # The end-to-end benchmark (BENCHMARKS.md): raw Kafka consumption against the sink, one command.
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
-#                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M]
+#                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
@@ -24,6 +24,7 @@ while (($#)); do
     --partitions) partitions="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
+    --perf) extra+=(--perf); shift ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) usage; exit 0 ;;

@@ -82,6 +82,10 @@ struct RunArgs {
     /// Delivery modes to measure, comma-separated.
     #[arg(long, default_value = "exactly_once,at_least_once")]
     modes: String,
+    /// Record a CPU profile of each sink during its drain (`perf record`, written to
+    /// OUT/perf-MODE.data).
+    #[arg(long)]
+    perf: bool,
     /// Give up on a phase after this long without progress.
     #[arg(long, default_value_t = 180)]
     stall_secs: u64,
@@ -102,6 +106,7 @@ unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 const SC_CLK_TCK: i32 = 2;
+const SIGINT: i32 = 2;
 const SIGTERM: i32 = 15;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -945,6 +950,20 @@ fn sink_phase(
         &args.out.join(format!("sink-{mode}.log")),
     )?;
     let pid = daemon.child.id();
+    let mut perf = if args.perf {
+        Some(
+            Command::new("perf")
+                .args(["record", "-F", "499", "-g", "-o"])
+                .arg(args.out.join(format!("perf-{mode}.data")))
+                .args(["-p", &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start perf")?,
+        )
+    } else {
+        None
+    };
     let stall = Duration::from_secs(args.stall_secs);
     let (mut first, mut last_progress) = (None, Instant::now());
     let (mut seen_rows, mut seen_records) = (0u64, 0f64);
@@ -977,6 +996,11 @@ fn sink_phase(
     }
     let done = Instant::now();
     let stats = proc_stats(pid)?;
+    if let Some(mut p) = perf.take() {
+        // perf writes its file on SIGINT
+        unsafe { kill(p.id() as i32, SIGINT) };
+        let _ = p.wait();
+    }
     let emu_after = emulator_cpu(args);
     let drained = daemon
         .metrics(http)
