@@ -3,6 +3,7 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
+#                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
@@ -25,7 +26,8 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --perf) extra+=(--perf); shift ;;
-    --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs)
+    --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
+      --consumer-property | --writer)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;

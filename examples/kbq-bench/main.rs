@@ -82,6 +82,13 @@ struct RunArgs {
     /// Delivery modes to measure, comma-separated.
     #[arg(long, default_value = "exactly_once,at_least_once")]
     modes: String,
+    /// An extra librdkafka consumer property `KEY=VALUE` for the sink and the raw baseline
+    /// (repeatable).
+    #[arg(long = "consumer-property")]
+    consumer_properties: Vec<String>,
+    /// An extra `writer:` setting `KEY=VALUE` for the sink (repeatable).
+    #[arg(long = "writer")]
+    writer: Vec<String>,
     /// Record a CPU profile of each sink during its drain (`perf record`, written to
     /// OUT/perf-MODE.data).
     #[arg(long)]
@@ -761,7 +768,7 @@ kafka:
   properties:
     session.timeout.ms: "10000"
     heartbeat.interval.ms: "1000"
-avro:
+{consumer_extra}avro:
   schema_file: "{avsc}"
 bigquery:
   project: bench
@@ -778,7 +785,7 @@ delivery: {delivery}
 checkpoint:
   interval: {interval}
 on_bad_record: fail
-metrics:
+{writer}metrics:
   listen: "127.0.0.1:0"
 log:
   format: json
@@ -789,9 +796,30 @@ shutdown_deadline: 30s
         avsc = avsc.display(),
         emulator = args.emulator,
         interval = args.checkpoint_interval,
+        consumer_extra = yaml_pairs(&args.consumer_properties, "    ")?,
+        writer = match yaml_pairs(&args.writer, "  ")? {
+            w if w.is_empty() => w,
+            w => format!("writer:\n{w}"),
+        },
     );
     std::fs::write(path, text)?;
     Ok(())
+}
+
+/// `KEY=VALUE` pairs as YAML mapping lines at `indent`, values quoted.
+fn yaml_pairs(pairs: &[String], indent: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for pair in pairs {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("expected KEY=VALUE, got {pair}"))?;
+        out.push_str(&format!(
+            "{indent}{}: {}\n",
+            k.trim(),
+            serde_json::to_string(v)?
+        ));
+    }
+    Ok(out)
 }
 
 fn raw_phase(args: &RunArgs, topic: &str, avsc: &Path, unique: &str) -> anyhow::Result<Row> {
