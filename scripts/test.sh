@@ -65,7 +65,9 @@ KBQ_KAFKA_BOOTSTRAP=$(cat "$kafka_dir/bootstrap")
 export KBQ_KAFKA_DIR="$kafka_dir"
 
 log "cargo test"
-cargo test --all-targets --locked -- --test-threads="${KBQ_TEST_THREADS:-2}"
+# Test binaries run one after the other, each using the cores for its tests. No libtest flags
+# here: the criterion benches (run once each as a smoke test) do not accept them.
+cargo test --all-targets --locked
 
 if ((quick == 0)); then
   log "Google's Python clients against the emulator"

@@ -28,7 +28,7 @@ pub enum Command {
     Emulator(EmulatorArgs),
     /// The main job on embedded defaults: in-process Kafka, the emulator, generated data, a crash
     /// and recovery, and a verified exactly-once summary.
-    Quickstart,
+    Quickstart(crate::quickstart::QuickstartArgs),
     /// Parse and validate a config file without any I/O.
     Validate {
         #[arg(short = 'c', long = "config")]
@@ -38,11 +38,21 @@ pub enum Command {
     Inspect {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
-    /// Flush and finalize what checkpoints of unsubscribed topics still reference.
+    /// Flush and finalize what checkpoints of unsubscribed topics still reference, then record
+    /// them at rest (f = K). Run it with the group's consumers stopped.
     Recover {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
+        /// Every topic the group has checkpoints for, subscribed or not.
+        #[arg(long, conflicts_with = "topic")]
+        all: bool,
+        /// Only this topic (repeatable), subscribed or not.
+        #[arg(long)]
+        topic: Vec<String>,
     },
 }
 
@@ -148,10 +158,19 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Emulator(args) => run_emulator(args),
         Command::Run { config } => run(&config),
-        Command::Quickstart => not_yet("quickstart"),
+        Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),
-        Command::Inspect { .. } => not_yet("inspect"),
-        Command::Recover { .. } => not_yet("recover"),
+        Command::Inspect { config, json } => inspect(&config, json),
+        Command::Recover { config, all, topic } => {
+            let selection = if all {
+                crate::recover::Selection::All
+            } else if !topic.is_empty() {
+                crate::recover::Selection::Topics(topic)
+            } else {
+                crate::recover::Selection::Unsubscribed
+            };
+            recover(&config, selection)
+        }
     }
 }
 
@@ -170,6 +189,50 @@ fn validate(path: &std::path::Path) -> ExitCode {
                 eprintln!("  {line}");
             }
             ExitCode::from(1)
+        }
+    }
+}
+
+/// Loads a config for a one-shot command, printing its errors.
+fn load_config(path: &std::path::Path) -> Option<crate::config::Config> {
+    match crate::config::Config::load(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            let errors = e.errors();
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            for line in errors {
+                eprintln!("  {line}");
+            }
+            None
+        }
+    }
+}
+
+/// `inspect -c`: per-partition checkpoint state, read without joining the group.
+fn inspect(path: &std::path::Path, json: bool) -> ExitCode {
+    let Some(config) = load_config(path) else {
+        return ExitCode::from(1);
+    };
+    match crate::inspect::run(&config, json) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `recover -c`: exits 0 when every selected checkpoint is at rest afterwards, 1 otherwise.
+fn recover(path: &std::path::Path, selection: crate::recover::Selection) -> ExitCode {
+    let Some(config) = load_config(path) else {
+        return ExitCode::from(1);
+    };
+    match crate::recover::run(&config, selection) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -229,9 +292,4 @@ fn run(path: &std::path::Path) -> ExitCode {
             }
         }
     })
-}
-
-fn not_yet(what: &str) -> ExitCode {
-    eprintln!("error: `{what}` is not yet implemented");
-    ExitCode::from(2)
 }

@@ -14,6 +14,7 @@ use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
 };
 use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
+use crate::checkpoint::at_least_once::AtLeastOnceCoordinator;
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, ResolveColumns};
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
@@ -32,16 +33,13 @@ use crate::transcode::{
 };
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, PlanSource, WriterSettings, WriterShared};
-use crate::writer::plans::{FixedPlan, RegistryPlans};
+use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
 
 const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
 const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
 
 /// Runs the daemon. Returns when shutdown completed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    if config.delivery == Delivery::AtLeastOnce {
-        bail!("delivery: at_least_once is not implemented yet; use exactly_once");
-    }
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(Duration::from_secs(30)));
     let ops = http::serve(
@@ -54,30 +52,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     .with_context(|| format!("cannot listen on metrics.listen {}", config.metrics.listen))?;
     tracing::info!(address = %ops, "ops endpoints: /metrics /healthz /readyz");
 
-    let auth = match &config.bigquery.credentials {
-        Credentials::Adc => Auth::application_default()?,
-        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
-        Credentials::None => Auth::None,
-    };
-    let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
-        Some(e) => (e.clone(), e.clone()),
-        None => (
-            GOOGLE_STORAGE_ENDPOINT.to_string(),
-            GOOGLE_REST_ENDPOINT.to_string(),
-        ),
-    };
-    let rest = RestClient::new(&rest_endpoint, auth.clone(), Duration::from_secs(60))?;
-    let client = WriteClient::new(
-        &WriteClientOptions {
-            endpoint: grpc_endpoint,
-            rpc_timeout: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(10),
-        },
-        auth,
-    )
-    .map_err(|e| anyhow!("{e}"))?;
+    let (client, rest) = bigquery_clients(&config)?;
 
     let table_id = single_table(&config)?;
+    metrics.preregister(&table_id, &config.kafka.topics);
     let table_ref = TableReference::new(
         &config.bigquery.project,
         &config.bigquery.dataset,
@@ -108,11 +86,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         ),
         (Some(sr), None) => {
             let registry = SchemaRegistry::new(registry_config(sr)?).map_err(|e| anyhow!("{e}"))?;
+            let evolution = Some(SchemaEvolution {
+                add_columns: config.bigquery.schema_update == config::SchemaUpdate::AddColumns,
+                rest: rest.clone(),
+                client: client.clone(),
+                table: table_ref.clone(),
+                derive: DeriveOptions {
+                    map_mode: map_mode(&config),
+                    metadata: MetadataColumns::default(),
+                },
+                visible_timeout: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(500),
+            });
             Arc::new(RegistryPlans::new(
                 registry,
                 table.schema.clone(),
                 plan_options,
                 metrics.clone(),
+                evolution,
             ))
         }
         (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
@@ -159,16 +150,18 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 OnBadRecord::Fail => BadRecordPolicy::Fail,
             },
             lookup_backoff: Duration::from_secs(1),
+            default_stream: config.delivery == Delivery::AtLeastOnce,
         },
     });
 
-    let protocol = CheckpointProtocol::new(protocol_config(&config, &table_ref), table_marked);
+    let recovery = protocol_config(&config, &table_ref);
     let (consumer, events) = consumer::spawn(ConsumerSettings {
         properties: config.kafka.consumer_properties().0,
         topics: config.kafka.subscription(),
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),
         max_stash_records: 10_000,
+        metrics: Some(metrics.clone()),
     })?;
     let cols = &config.bigquery.metadata_columns;
     let resolve = match (&cols.partition, &cols.offset) {
@@ -179,33 +172,83 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         }),
         _ => None,
     };
-    let coordinator = Coordinator::new(
-        protocol,
-        CoordinatorSettings {
-            table: table_ref,
-            checkpoint_interval: config.checkpoint.interval.0,
-            writer_drain: config.shutdown_deadline.0 / 2,
-            shutdown_deadline: config.shutdown_deadline.0,
-            writer_channel: 4096,
-            group_label,
-            resolve,
-        },
-        consumer,
-        events,
-        writer_shared,
-        rest,
-        metrics,
-        health,
-    );
-    match coordinator.run(shutdown).await {
+    let settings = CoordinatorSettings {
+        table: table_ref,
+        checkpoint_interval: config.checkpoint.interval.0,
+        writer_drain: config.shutdown_deadline.0 / 2,
+        shutdown_deadline: config.shutdown_deadline.0,
+        writer_channel: 4096,
+        group_label,
+        resolve,
+    };
+    let exit = match config.delivery {
+        Delivery::ExactlyOnce => {
+            let protocol = CheckpointProtocol::new(recovery, table_marked);
+            Coordinator::new(
+                protocol,
+                settings,
+                consumer,
+                events,
+                writer_shared,
+                rest,
+                metrics,
+                health,
+            )
+            .run(shutdown)
+            .await
+        }
+        Delivery::AtLeastOnce => {
+            AtLeastOnceCoordinator::new(
+                recovery,
+                table_marked,
+                settings,
+                consumer,
+                events,
+                writer_shared,
+                rest,
+                metrics,
+                health,
+            )
+            .run(shutdown)
+            .await
+        }
+    };
+    match exit {
         Exit::Shutdown => Ok(()),
         Exit::ConsumerFailed(reason) => Err(anyhow!("kafka consumer failed: {reason}")),
     }
 }
 
+/// The Storage Write API and REST clients for the configured endpoint and credentials.
+pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, RestClient)> {
+    let auth = match &config.bigquery.credentials {
+        Credentials::Adc => Auth::application_default()?,
+        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
+        Credentials::None => Auth::None,
+    };
+    let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
+        Some(e) => (e.clone(), e.clone()),
+        None => (
+            GOOGLE_STORAGE_ENDPOINT.to_string(),
+            GOOGLE_REST_ENDPOINT.to_string(),
+        ),
+    };
+    let rest = RestClient::new(&rest_endpoint, auth.clone(), Duration::from_secs(60))?;
+    let client = WriteClient::new(
+        &WriteClientOptions {
+            endpoint: grpc_endpoint,
+            rpc_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        },
+        auth,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    Ok((client, rest))
+}
+
 /// This release writes one table per process: a `{topic}` template is allowed when it resolves
 /// to one table (one topic).
-fn single_table(config: &Config) -> anyhow::Result<String> {
+pub(crate) fn single_table(config: &Config) -> anyhow::Result<String> {
     let t = &config.bigquery.table;
     if !t.contains("{topic}") {
         return Ok(t.clone());
@@ -266,10 +309,7 @@ async fn ensure_table(
     let derived = table_schema_from_avro(
         schema,
         &DeriveOptions {
-            map_mode: match config.bigquery.map_mode {
-                config::MapMode::Struct => MapMode::Repeated,
-                config::MapMode::Json => MapMode::Json,
-            },
+            map_mode: map_mode(config),
             metadata: metadata_columns(config),
         },
     )
@@ -304,6 +344,13 @@ async fn ensure_table(
         // Another replica created it first.
         Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
         Err(e) => Err(e.into()),
+    }
+}
+
+fn map_mode(config: &Config) -> MapMode {
+    match config.bigquery.map_mode {
+        config::MapMode::Struct => MapMode::Repeated,
+        config::MapMode::Json => MapMode::Json,
     }
 }
 

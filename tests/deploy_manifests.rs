@@ -107,3 +107,14 @@ fn production_overlay_builds_on_the_base() {
     assert_eq!(o["resources"][0], "../../base");
     assert!(o["images"][0]["newTag"].is_string());
 }
+
+#[test]
+fn the_configmap_holds_a_config_that_validates() {
+    let cm = manifest("base/configmap.yaml");
+    let text = cm["data"]["config.yaml"].as_str().unwrap();
+    let config = kafka_bigquery_sink::config::Config::from_yaml(text, Default::default())
+        .unwrap_or_else(|e| panic!("the ConfigMap's config does not parse: {e:?}"));
+    if let Err(errors) = kafka_bigquery_sink::config::validate(&config) {
+        panic!("the ConfigMap's config does not validate: {errors:?}");
+    }
+}

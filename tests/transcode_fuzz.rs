@@ -93,7 +93,7 @@ fn seed_record(rng: &mut StdRng) -> Value {
             "dt",
             Value::LocalTimestampMillis(rng.random_range(-1 << 40..1 << 40)),
         ),
-        ("day", Value::Date(rng.random_range(-800_000..3_000_000))),
+        ("day", Value::Date(rng.random_range(-719_162..=2_932_896))),
         ("tod", Value::TimeMillis(rng.random_range(0..86_400_000))),
         (
             "amount",

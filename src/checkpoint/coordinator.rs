@@ -73,6 +73,8 @@ pub struct Coordinator {
     visible: HashMap<TopicPartition, NextOffset>,
     /// The cycle in flight was abandoned (counted already).
     cycle_abandoned: bool,
+    /// The cycle in flight committed offsets or flushed rows (else it was empty).
+    cycle_worked: bool,
 }
 
 /// How the coordinator ended.
@@ -116,6 +118,7 @@ impl Coordinator {
             cycle_started: None,
             visible: HashMap::new(),
             cycle_abandoned: false,
+            cycle_worked: false,
         }
     }
 
@@ -126,7 +129,7 @@ impl Coordinator {
         ticker.tick().await;
         let mut shutdown_deadline: Option<Instant> = None;
         let mut exit = None;
-        self.health.set_ready();
+        self.update_readiness();
         loop {
             self.health.beat();
             tokio::select! {
@@ -167,18 +170,30 @@ impl Coordinator {
             }
             if self.cycle_started.is_some() && !self.protocol.cycle_in_flight() {
                 let started = self.cycle_started.take().expect("checked");
+                let duration = started.elapsed();
                 self.metrics
                     .checkpoint_duration
-                    .observe(started.elapsed().as_secs_f64());
-                if !std::mem::take(&mut self.cycle_abandoned) {
-                    self.metrics.checkpoint_committed();
+                    .observe(duration.as_secs_f64());
+                let worked = std::mem::take(&mut self.cycle_worked);
+                let outcome = if std::mem::take(&mut self.cycle_abandoned) {
+                    "abandoned"
+                } else {
+                    // Nothing to commit or flush: every checkpoint is current, which is a
+                    // success for the age gauge and readiness.
+                    self.metrics.checkpoint_succeeded();
+                    let outcome = if worked { "committed" } else { "empty" };
                     self.metrics
                         .checkpoints
-                        .get_or_create(&OutcomeLabel {
-                            outcome: "committed",
-                        })
+                        .get_or_create(&OutcomeLabel { outcome })
                         .inc();
-                }
+                    outcome
+                };
+                tracing::debug!(
+                    outcome,
+                    duration_ms = duration.as_millis() as u64,
+                    partitions = self.writers.len(),
+                    "checkpoint cycle"
+                );
             }
         }
         for (_, mut writer) in self.writers.drain() {
@@ -307,19 +322,29 @@ impl Coordinator {
         self.update_readiness();
     }
 
+    /// Ready: a member of the group, no partition failed closed, and — when partitions are
+    /// assigned — a checkpoint cycle succeeded within the bound. A joined replica without
+    /// partitions is ready (it is idle, not broken).
     fn update_readiness(&self) {
         if let Some((tp, reason)) = self.failed.iter().next() {
             self.health
                 .set_not_ready(format!("partition {tp} failed: {reason}"));
             return;
         }
+        if self.metrics.group_joined.get() == 0 {
+            self.health
+                .set_not_ready("not a member of the consumer group yet");
+            return;
+        }
+        let bound = (self.settings.checkpoint_interval * 10).max(Duration::from_secs(30));
         match self.metrics.checkpoint_age_seconds() {
             Some(age)
-                if age > (self.settings.checkpoint_interval * 6).as_secs_f64()
-                    && !self.writers.is_empty() =>
+                if age > bound.as_secs_f64() && self.metrics.partitions_assigned.get() > 0 =>
             {
-                self.health
-                    .set_not_ready(format!("no checkpoint committed for {age:.0}s"));
+                self.health.set_not_ready(format!(
+                    "no successful checkpoint for {age:.0}s (bound {}s)",
+                    bound.as_secs()
+                ));
             }
             _ => self.health.set_ready(),
         }
@@ -338,6 +363,9 @@ impl Coordinator {
                 purpose,
                 attempt,
             } => {
+                if purpose == FlushPurpose::Cycle {
+                    self.cycle_worked = true;
+                }
                 let client = self.client.clone();
                 let name = self.stream_name(&stream);
                 let metrics = self.metrics.clone();
@@ -445,6 +473,7 @@ impl Coordinator {
                 }
             }
             Action::CommitOffsets { commit, entries } => {
+                self.cycle_worked = true;
                 self.consumer
                     .send(ConsumerCommand::Commit { commit, entries });
             }

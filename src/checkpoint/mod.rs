@@ -16,6 +16,7 @@
 //! * the writer reports every acknowledgement with [`protocol::Event::RowsAcknowledged`], in
 //!   order, tagged with the incarnation it was started for.
 
+pub mod at_least_once;
 pub mod coordinator;
 pub mod metadata;
 pub mod offsets;

@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::CStr;
-use std::sync::Mutex;
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,7 @@ use crate::checkpoint::protocol::{
     Assignment, CommitEntry, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
     TopicPartition,
 };
+use crate::ops::metrics::{Metrics, PartitionLabels};
 
 /// One Kafka record, owned, as a writer needs it.
 #[derive(Debug, Clone)]
@@ -142,7 +143,12 @@ pub struct ConsumerSettings {
     pub request_timeout: Duration,
     /// Records kept per paused partition before the thread stops taking more of it.
     pub max_stash_records: usize,
+    /// Where librdkafka's statistics go: consumer lag per partition and group membership.
+    pub metrics: Option<Arc<Metrics>>,
 }
+
+/// How often librdkafka reports statistics (the lag gauges' refresh) unless configured.
+const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// The handle the coordinator holds.
 pub struct ConsumerHandle {
@@ -178,6 +184,14 @@ pub fn spawn(
     for (k, v) in &settings.properties {
         config.set(k, v);
     }
+    // Readiness and the lag gauges depend on the statistics: they cannot be switched off.
+    let statistics_off = settings
+        .properties
+        .get("statistics.interval.ms")
+        .is_none_or(|v| v.trim() == "0");
+    if settings.metrics.is_some() && statistics_off {
+        config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
+    }
     let context = SinkContext {
         shared: Mutex::new(Shared {
             commands: command_rx,
@@ -186,6 +200,7 @@ pub fn spawn(
             stashes: HashMap::new(),
             paused: BTreeSet::new(),
             initial_partitions: HashMap::new(),
+            committed: HashMap::new(),
             shutdown: false,
         }),
         settings: settings.clone(),
@@ -227,6 +242,9 @@ struct Shared {
     stashes: HashMap<TopicPartition, VecDeque<Record>>,
     paused: BTreeSet<TopicPartition>,
     initial_partitions: HashMap<String, i32>,
+    /// The committed offset of each assigned partition, as read at assignment and written by
+    /// our commits: the lag gauges subtract it from the high watermark.
+    committed: HashMap<TopicPartition, i64>,
     shutdown: bool,
 }
 
@@ -237,7 +255,43 @@ struct SinkContext {
     settings: ConsumerSettings,
 }
 
-impl ClientContext for SinkContext {}
+impl ClientContext for SinkContext {
+    /// Lag per assigned partition (high watermark − committed offset) and group membership.
+    /// Runs inside `poll` on the consumer thread; skips a round rather than wait for the lock.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let Some(metrics) = &self.settings.metrics else {
+            return;
+        };
+        let joined = statistics.cgrp.as_ref().is_some_and(|g| {
+            g.state == "up" && (g.join_state == "steady" || g.assignment_size > 0)
+        });
+        metrics.group_joined.set(i64::from(joined));
+        let Ok(shared) = self.shared.try_lock() else {
+            return;
+        };
+        for (tp, committed) in &shared.committed {
+            let high = statistics
+                .topics
+                .get(&tp.topic)
+                .and_then(|t| t.partitions.get(&tp.partition))
+                .map(|p| p.hi_offset)
+                .filter(|h| *h >= 0);
+            if let Some(high) = high {
+                metrics
+                    .consumer_lag
+                    .get_or_create(&lag_labels(tp))
+                    .set((high - committed).max(0));
+            }
+        }
+    }
+}
+
+fn lag_labels(tp: &TopicPartition) -> PartitionLabels {
+    PartitionLabels {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+    }
+}
 
 impl ConsumerContext for SinkContext {
     /// librdkafka's rebalance, done here rather than by the default handler for one reason: new
@@ -333,6 +387,9 @@ impl Shared {
             match &committed {
                 Ok(map) => {
                     let committed = map.get(&tp).cloned().flatten();
+                    if let Some(c) = &committed {
+                        self.committed.insert(tp.clone(), c.offset.0);
+                    }
                     let assignment = self.assignment_of(consumer, settings, &tp, committed);
                     out.push((tp, assignment));
                 }
@@ -381,6 +438,10 @@ impl Shared {
             // The writer gets its stop from the coordinator; from here on nothing more is routed.
             self.routes.remove(tp);
             self.stashes.remove(tp);
+            self.committed.remove(tp);
+            if let Some(metrics) = &settings.metrics {
+                metrics.consumer_lag.remove(&lag_labels(tp));
+            }
         }
         if self.shutdown {
             // Leaving after the coordinator's final checkpoint: it already released everything
@@ -500,6 +561,9 @@ impl Shared {
                 ) {
                     Ok(map) => {
                         let committed = map.get(&tp).cloned().flatten();
+                        if let Some(c) = &committed {
+                            self.committed.insert(tp.clone(), c.offset.0);
+                        }
                         let assignment = self.assignment_of(consumer, settings, &tp, committed);
                         ConsumerEvent::Reread { tp, assignment }
                     }
@@ -555,6 +619,28 @@ impl Shared {
         }
         let result = consumer.commit(&tpl, CommitMode::Sync);
         drop(tpl);
+        let offsets: HashMap<TopicPartition, i64> =
+            entries.iter().map(|e| (e.tp.clone(), e.offset.0)).collect();
+        let outcome = Self::commit_outcome(consumer, settings, commit, entries, result);
+        if let CommitOutcome::PerPartition(results) = &outcome {
+            for (tp, result) in results {
+                if result.is_ok()
+                    && let Some(offset) = offsets.get(tp)
+                {
+                    self.committed.insert(tp.clone(), *offset);
+                }
+            }
+        }
+        outcome
+    }
+
+    fn commit_outcome(
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        commit: CommitId,
+        entries: Vec<CommitEntry>,
+        result: Result<(), KafkaError>,
+    ) -> CommitOutcome {
         match result {
             Ok(()) => {
                 CommitOutcome::PerPartition(entries.into_iter().map(|e| (e.tp, Ok(()))).collect())

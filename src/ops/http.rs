@@ -1,6 +1,7 @@
 //! The side HTTP server: `/metrics` (Prometheus text), `/healthz` (the process and its event loop
-//! are alive) and `/readyz` (joined the group and every assigned partition checkpoints within
-//! its bound; a replica without partitions is ready). See `docs/operations.md` for the probes.
+//! are alive) and `/readyz` (joined the group, no partition failed closed, and checkpoints
+//! succeed within their bound; a joined replica without partitions is ready). The coordinator
+//! decides readiness; `docs/metrics.md` documents the probes for Kubernetes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

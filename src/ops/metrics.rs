@@ -54,6 +54,16 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// The `reason` label values of `kbq_dead_letter_records_total` (the classes of bad records).
+pub const DEAD_LETTER_REASONS: [&str; 6] = [
+    "bad_magic",
+    "unknown_schema",
+    "malformed_avro",
+    "out_of_range",
+    "row_rejected",
+    "incompatible_schema",
+];
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -88,6 +98,15 @@ pub struct Metrics {
     pub schema_registry_requests: Family<ResultLabel, Counter>,
     pub partitions_assigned: Gauge,
     pub partitions_failed: Gauge,
+    /// 1 while the consumer is a member of its group in a steady state (from librdkafka's
+    /// statistics); readiness needs it.
+    pub group_joined: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -124,6 +143,7 @@ impl Metrics {
             schema_registry_requests: Family::default(),
             partitions_assigned: Gauge::default(),
             partitions_failed: Gauge::default(),
+            group_joined: Gauge::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
@@ -170,7 +190,7 @@ impl Metrics {
         );
         r.register(
             "kbq_checkpoint_last_success_age_seconds",
-            "Seconds since the last committed checkpoint",
+            "Seconds since the last successful checkpoint cycle",
             m.checkpoint_age.clone(),
         );
         r.register(
@@ -243,16 +263,74 @@ impl Metrics {
             "Partitions stopped by a fail-closed policy",
             m.partitions_failed.clone(),
         );
+        r.register(
+            "kbq_consumer_group_joined",
+            "1 while the consumer is a steady member of its group",
+            m.group_joined.clone(),
+        );
         Metrics { registry, ..m }
     }
 
-    /// Records a committed checkpoint now (drives the age gauge).
-    pub fn checkpoint_committed(&self) {
+    /// Creates the series whose label values are known at start, at 0, so that dashboards and
+    /// alerts see "nothing happened" rather than a missing series (prometheus-client does not
+    /// render a family before its first series).
+    pub fn preregister(&self, table: &str, topics: &[String]) {
+        let table = TableLabel {
+            table: table.to_string(),
+        };
+        for family in [
+            &self.rows_appended,
+            &self.rows_flushed,
+            &self.streams_created,
+            &self.streams_finalized,
+        ] {
+            let _ = family.get_or_create(&table);
+        }
+        let _ = self.append_latency.get_or_create(&table);
+        let _ = self.flush_latency.get_or_create(&table);
+        for topic in topics {
+            let topic = TopicLabel {
+                topic: topic.clone(),
+            };
+            for family in [
+                &self.records_consumed,
+                &self.bytes_consumed,
+                &self.rewound_records,
+            ] {
+                let _ = family.get_or_create(&topic);
+            }
+        }
+        for outcome in ["committed", "abandoned", "empty"] {
+            let _ = self.checkpoints.get_or_create(&OutcomeLabel { outcome });
+        }
+        for outcome in ["reflushed", "resolved", "rewound", "anomaly", "failed"] {
+            let _ = self
+                .recovery_actions
+                .get_or_create(&OutcomeLabel { outcome });
+        }
+        for reason in DEAD_LETTER_REASONS {
+            let _ = self
+                .dead_letter_records
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for kind in ["assign", "revoke", "lost"] {
+            let _ = self.rebalances.get_or_create(&KindLabel { kind });
+        }
+        for result in ["hit", "fetched", "not_found", "error"] {
+            let _ = self
+                .schema_registry_requests
+                .get_or_create(&ResultLabel { result });
+        }
+    }
+
+    /// Records a successful checkpoint cycle now (drives the age gauge): one that committed, or
+    /// found every checkpoint current.
+    pub fn checkpoint_succeeded(&self) {
         self.last_checkpoint_unix_ms
             .store(unix_ms(), Ordering::Relaxed);
     }
 
-    /// Seconds since the last committed checkpoint, `None` before the first.
+    /// Seconds since the last successful checkpoint cycle, `None` before the first.
     pub fn checkpoint_age_seconds(&self) -> Option<f64> {
         match self.last_checkpoint_unix_ms.load(Ordering::Relaxed) {
             0 => None,

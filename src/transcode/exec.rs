@@ -7,7 +7,8 @@ use std::sync::Arc;
 use base64::Engine;
 
 use super::convert::{
-    DecimalTarget, Wide, date_days, datetime_packed, time_packed, timestamp_micros,
+    DecimalTarget, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Wide, date_days, datetime_packed,
+    time_packed, timestamp_micros,
 };
 use super::error::RecordError;
 use super::ops::{Conv, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
@@ -39,6 +40,8 @@ pub fn run_row(
     meta: Option<&KafkaMetadata<'_>>,
     out: &mut Vec<u8>,
 ) -> Result<(), RecordError> {
+    // Proto rows are about as long as the Avro input: one reservation instead of regrowth.
+    out.reserve(avro.len() + avro.len() / 4 + 64);
     let mut r = AvroReader::new(avro);
     run_record(root, &mut r, out)?;
     if r.remaining() != 0 {
@@ -61,7 +64,7 @@ fn run_record(
     }
     let at = rec.tag.map(|t| open_len(out, t));
     for op in rec.fields.iter() {
-        run(op, r, out)?;
+        step(op, r, out)?;
     }
     if let Some(at) = at {
         close_len(out, at);
@@ -69,6 +72,22 @@ fn run_record(
     Ok(())
 }
 
+/// One value: scalars inline, everything else through [`run`]. Most fields are scalars or
+/// nullable scalars, and a call per field with `run`'s large frame was the main cost.
+#[inline(always)]
+fn step(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+    match op {
+        Op::Scalar { tag, conv, column } => scalar(*tag, conv, column, r, out),
+        Op::Union(branches) => match &branches[r.branch(branches.len())?] {
+            Op::Scalar { tag, conv, column } => scalar(*tag, conv, column, r, out),
+            Op::Null(OnNull::Nothing) => Ok(()),
+            other => run(other, r, out),
+        },
+        other => run(other, r, out),
+    }
+}
+
+#[inline(never)]
 fn run(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
     match op {
         Op::Scalar { tag, conv, column } => scalar(*tag, conv, column, r, out),
@@ -93,7 +112,7 @@ fn run(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordE
                 return Ok(());
             }
             for _ in 0..n {
-                run(item, r, out)?;
+                step(item, r, out)?;
             }
         },
         Op::MapEntries {
@@ -141,8 +160,47 @@ fn put_f64(out: &mut Vec<u8>, tag: Tag, v: f64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-#[inline]
+/// The conversions most columns use, kept small so they inline into the loops that call them;
+/// the rest live in [`scalar_cold`].
+#[inline(always)]
 fn scalar(
+    tag: Tag,
+    conv: &Conv,
+    column: &Arc<str>,
+    r: &mut AvroReader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    match conv {
+        Conv::Long => put_i64(out, tag, r.long()?),
+        Conv::Int => put_i64(out, tag, r.int()? as i64),
+        Conv::Str | Conv::StrAsBytes | Conv::BytesAsStr => put_len_delimited(out, tag, r.string()?),
+        Conv::Bytes => put_len_delimited(out, tag, r.bytes()?),
+        Conv::Double => put_f64(out, tag, r.double()?),
+        Conv::Bool => {
+            let b = r.boolean()?;
+            tag.put(out);
+            out.push(b as u8);
+        }
+        Conv::TimestampMicros => {
+            let v = r.long()?;
+            if !(MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&v) {
+                return Err(out_of_range(column, timestamp_micros(Some(v))));
+            }
+            put_i64(out, tag, v);
+        }
+        _ => scalar_cold(tag, conv, column, r, out)?,
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(column: &Arc<str>, res: Result<i64, String>) -> RecordError {
+    value_error(column, res.err().unwrap_or_default())
+}
+
+#[inline(never)]
+fn scalar_cold(
     tag: Tag,
     conv: &Conv,
     column: &Arc<str>,
@@ -151,19 +209,9 @@ fn scalar(
 ) -> Result<(), RecordError> {
     let checked = |res: Result<i64, String>| res.map_err(|e| value_error(column, e));
     match conv {
-        Conv::Long => put_i64(out, tag, r.long()?),
-        Conv::Int => put_i64(out, tag, r.int()? as i64),
-        Conv::Str | Conv::StrAsBytes | Conv::BytesAsStr => put_len_delimited(out, tag, r.string()?),
-        Conv::Bytes => put_len_delimited(out, tag, r.bytes()?),
-        Conv::Double => put_f64(out, tag, r.double()?),
         Conv::Float => put_f64(out, tag, r.float()? as f64),
         Conv::IntToDouble => put_f64(out, tag, r.int()? as f64),
         Conv::LongToDouble => put_f64(out, tag, r.long()? as f64),
-        Conv::Bool => {
-            let b = r.boolean()?;
-            tag.put(out);
-            out.push(b as u8);
-        }
         Conv::JsonStr => {
             let s = r.string()?;
             check_json(s).map_err(|e| value_error(column, e))?;
@@ -202,10 +250,15 @@ fn scalar(
             let v = r.long()?;
             put_i64(out, tag, checked(timestamp_micros(v.checked_mul(1000)))?);
         }
-        Conv::TimestampMicros => {
-            let v = r.long()?;
-            put_i64(out, tag, checked(timestamp_micros(Some(v)))?);
-        }
+        Conv::Long
+        | Conv::Int
+        | Conv::Str
+        | Conv::StrAsBytes
+        | Conv::BytesAsStr
+        | Conv::Bytes
+        | Conv::Double
+        | Conv::Bool
+        | Conv::TimestampMicros => unreachable!("handled by scalar"),
         Conv::TimestampNanos => {
             let v = r.long()?;
             put_i64(

@@ -32,7 +32,7 @@ impl Tag {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put(&self, out: &mut Vec<u8>) {
         // Field numbers below 16 (most columns) have one-byte keys: a push, not a memcpy.
         if self.len == 1 {
@@ -43,12 +43,17 @@ impl Tag {
     }
 }
 
-#[inline]
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+#[inline(always)]
+pub fn put_varint(out: &mut Vec<u8>, v: u64) {
     if v < 0x80 {
         out.push(v as u8);
-        return;
+    } else {
+        put_long_varint(out, v);
     }
+}
+
+#[inline(never)]
+fn put_long_varint(out: &mut Vec<u8>, mut v: u64) {
     let mut buf = [0u8; 10];
     let mut n = 0;
     while v >= 0x80 {
@@ -65,7 +70,7 @@ pub fn varint_len(v: u64) -> usize {
     ((64 - (v | 1).leading_zeros() as usize) * 9 + 64) / 64
 }
 
-#[inline]
+#[inline(always)]
 pub fn put_len_delimited(out: &mut Vec<u8>, tag: Tag, data: &[u8]) {
     tag.put(out);
     put_varint(out, data.len() as u64);

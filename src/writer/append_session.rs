@@ -101,6 +101,8 @@ pub enum SessionEvent<T> {
         tags: Vec<T>,
         /// The table's schema changed since the connection started (schema evolution).
         updated_schema: Option<ProtoTableSchema>,
+        /// From the request's last send to this answer.
+        latency: Duration,
     },
     /// BigQuery refused these rows (`row_errors`); they were taken out of the request and the
     /// rest was resent. They must go to the dead-letter path.
@@ -161,7 +163,15 @@ pub struct AppendSession<T> {
     inflight_bytes: usize,
     /// AppendRows calls opened so far; all but the first are reconnects (a metric).
     pub connections_opened: u64,
+    /// Requests carry their offset (explicit streams). The `_default` stream takes none, and a
+    /// resend there may append twice: accepted by at-least-once mode only.
+    explicit_offsets: bool,
+    /// Told of every error BigQuery (or the transport) answered, handled or not (a metric).
+    error_observer: Option<ErrorObserver>,
 }
+
+/// See [`AppendSession::observe_errors`].
+pub type ErrorObserver = std::sync::Arc<dyn Fn(&WriteError) + Send + Sync>;
 
 impl<T> AppendSession<T> {
     /// A session on a stream that has `next_offset` rows already (0 for a new stream).
@@ -183,7 +193,27 @@ impl<T> AppendSession<T> {
             inflight: VecDeque::new(),
             inflight_bytes: 0,
             connections_opened: 0,
+            explicit_offsets: true,
+            error_observer: None,
         }
+    }
+
+    /// Calls `observer` with every error of the session, including the ones it recovers from.
+    pub fn observe_errors(mut self, observer: ErrorObserver) -> Self {
+        self.error_observer = Some(observer);
+        self
+    }
+
+    fn observe(&self, error: &WriteError) {
+        if let Some(observer) = &self.error_observer {
+            observer(error);
+        }
+    }
+
+    /// Sends requests without offsets (the `_default` stream, at-least-once mode).
+    pub fn without_offsets(mut self) -> Self {
+        self.explicit_offsets = false;
+        self
     }
 
     pub fn stream(&self) -> &str {
@@ -224,7 +254,7 @@ impl<T> AppendSession<T> {
             } else {
                 String::new()
             },
-            offset: Some(offset),
+            offset: self.explicit_offsets.then_some(offset),
             rows: Some(Rows::ProtoRows(ProtoData {
                 writer_schema: with_schema.then(|| ProtoSchema {
                     proto_descriptor: Some(self.writer_schema.clone()),
@@ -314,6 +344,7 @@ impl<T> AppendSession<T> {
             match self.open_and_resend().await {
                 Ok(()) => return Ok(()),
                 Err(error) => {
+                    self.observe(&error);
                     self.connection = None;
                     last_error = Some(error);
                 }
@@ -365,14 +396,17 @@ impl<T> AppendSession<T> {
                 ))),
             };
             match reply {
-                Err(broken) => self.reconnect(Some(broken)).await?,
+                Err(broken) => {
+                    self.observe(&broken);
+                    self.reconnect(Some(broken)).await?
+                }
                 Ok(AppendReply::Appended {
                     offset,
                     updated_schema,
                 }) => {
                     let head = self.inflight.pop_front().expect("head");
                     self.inflight_bytes -= head.encoded_bytes;
-                    if offset.is_some_and(|o| o != head.offset) {
+                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset) {
                         let error = WriteError::disconnected(format!(
                             "append acknowledged at offset {offset:?}, sent at {}",
                             head.offset
@@ -387,9 +421,11 @@ impl<T> AppendSession<T> {
                         first_offset: head.offset,
                         tags: head.batch.tags,
                         updated_schema,
+                        latency: head.sent_at.elapsed(),
                     }));
                 }
                 Ok(AppendReply::Failed(error)) => {
+                    self.observe(&error);
                     if let Some(event) = self.handle_failure(error).await? {
                         return Ok(Some(event));
                     }
@@ -413,6 +449,7 @@ impl<T> AppendSession<T> {
                     first_offset: head.offset,
                     tags: head.batch.tags,
                     updated_schema: None,
+                    latency: head.sent_at.elapsed(),
                 }))
             }
             ErrorClass::RowErrors => {
@@ -518,6 +555,9 @@ impl<T> AppendSession<T> {
             offset += entry.batch.len() as i64;
         }
         self.next_offset = offset;
+        // The failed request may have been the connection's first, and a rejected first request
+        // does not bind the connection to the stream: name the stream and the schema again.
+        self.schema_sent = false;
         if self.connection.is_none() {
             return self.reconnect(None).await;
         }
@@ -542,6 +582,17 @@ impl<T> AppendSession<T> {
             },
             _ => SessionError::Failed { stream, error },
         }
+    }
+
+    /// Switches to a new writer schema (schema evolution) on the same stream: call with nothing
+    /// in flight. The next append opens a new connection that carries `schema`.
+    pub fn change_writer_schema(&mut self, schema: prost_types::DescriptorProto) {
+        debug_assert!(
+            self.inflight.is_empty(),
+            "schema change with appends in flight"
+        );
+        self.close();
+        self.writer_schema = schema;
     }
 
     /// Closes the connection after every request was answered (a clean half-close).

@@ -19,6 +19,8 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
+
 use crate::bigquery::write_client::{StreamKind, WriteClient};
 use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
@@ -49,6 +51,9 @@ pub type PlanLookup<'a> =
 pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+
+    /// An AppendRows response carried `updated_schema`: the table changed under the connection.
+    fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }
 
 /// What to do with a record that cannot become a row.
@@ -74,6 +79,9 @@ pub struct WriterSettings {
     pub on_bad_record: BadRecordPolicy,
     /// Pause between attempts while the schema source is unavailable.
     pub lookup_backoff: Duration,
+    /// At-least-once mode: append to the table's `_default` stream without offsets instead of
+    /// a BUFFERED stream of this incarnation.
+    pub default_stream: bool,
 }
 
 /// Shared by all writers of the process.
@@ -341,13 +349,12 @@ impl PartitionWriter {
                 .is_some_and(|p| p.descriptor() != plan.descriptor())
             {
                 // A new writer schema: the rows of a request share one descriptor, and an
-                // explicit stream changes schema by reconnecting.
+                // explicit stream changes schema by reconnecting (same stream, same offsets).
                 self.seal().await?;
                 self.settle_all().await?;
                 if let Some(session) = &mut self.session {
-                    session.close();
+                    session.change_writer_schema(plan.descriptor().clone());
                 }
-                self.session = None;
             }
             self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
             self.plan = Some(plan.clone());
@@ -523,6 +530,9 @@ impl PartitionWriter {
 
     async fn open_stream(&mut self) -> Result<(), End> {
         let plan = self.plan.clone().expect("a plan before the first row");
+        if self.shared.settings.default_stream {
+            return self.open_default_stream(plan);
+        }
         let stream = {
             let _permit = self
                 .shared
@@ -569,13 +579,38 @@ impl PartitionWriter {
         m.open_streams.inc();
         tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
         let next_offset = self.acked_rows;
-        self.session = Some(AppendSession::new(
-            self.shared.client.clone(),
-            stream.name,
-            plan.descriptor().clone(),
-            next_offset,
-            self.shared.settings.session.clone(),
-        ));
+        let metrics = self.shared.metrics.clone();
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                stream.name,
+                plan.descriptor().clone(),
+                next_offset,
+                self.shared.settings.session.clone(),
+            )
+            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
+        );
+        self.stream_id = Some(id);
+        Ok(())
+    }
+
+    /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
+    fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
+        let name = format!("{}/streams/_default", self.shared.settings.table);
+        let id = StreamId::from_stream_name(&name)
+            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
+        self.shared.metrics.open_streams.inc();
+        tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+        self.session = Some(
+            AppendSession::new(
+                self.shared.client.clone(),
+                name,
+                plan.descriptor().clone(),
+                self.acked_rows,
+                self.shared.settings.session.clone(),
+            )
+            .without_offsets(),
+        );
         self.stream_id = Some(id);
         Ok(())
     }
@@ -589,7 +624,6 @@ impl PartitionWriter {
 
     /// Handles the next answer of the session.
     async fn settle_one(&mut self) -> Result<(), End> {
-        let started = Instant::now();
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
@@ -603,6 +637,7 @@ impl PartitionWriter {
                 first_offset,
                 tags,
                 updated_schema,
+                latency,
             } => {
                 let meta = self.pop_meta();
                 let rows = tags.len() as i64;
@@ -616,9 +651,9 @@ impl PartitionWriter {
                 m.rows_appended.get_or_create(&label).inc_by(rows as u64);
                 m.append_latency
                     .get_or_create(&label)
-                    .observe(started.elapsed().as_secs_f64());
-                if updated_schema.is_some() {
-                    tracing::info!(partition = %self.tp, "table schema changed under the connection");
+                    .observe(latency.as_secs_f64());
+                if let Some(schema) = &updated_schema {
+                    self.shared.plans.table_schema_updated(schema);
                 }
                 self.report();
             }

@@ -1,0 +1,359 @@
+//! `inspect -c config.yaml`: the checkpoint of every partition of the group, read from Kafka
+//! without joining the group (design review F19). A consumer that subscribes would join, trigger
+//! a rebalance and possibly be assigned partitions it never processes; this one never subscribes:
+//! it reads the committed offsets with an OffsetFetch under the group id and the watermarks of
+//! each partition, and never commits.
+//!
+//! Which partitions: those of the configured topics, plus every partition of any topic the group
+//! has a committed offset for (an unsubscribed topic with a checkpoint is what `recover` is for).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde_json::json;
+
+use crate::checkpoint::metadata::{CommitMetadata, TableFingerprint};
+use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
+use crate::config::Config;
+use crate::kafka::consumer::read_committed;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const READ_ATTEMPTS: u32 = 20;
+
+/// What Kafka holds for one partition of the group.
+#[derive(Debug, Clone)]
+pub struct PartitionView {
+    pub tp: TopicPartition,
+    pub committed: Option<CommittedRead>,
+    pub low: i64,
+    pub high: i64,
+}
+
+/// A consumer with the group's id and connection settings that never subscribes, so it never
+/// joins the group.
+pub fn group_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
+    let mut client = ClientConfig::new();
+    for (k, v) in &config.kafka.consumer_properties().0 {
+        client.set(k, v);
+    }
+    client
+        .create()
+        .context("cannot create a kafka client for the group")
+}
+
+/// Reads the committed offset and watermarks of every partition of `topics` and of every topic
+/// the group has committed offsets for.
+pub fn read_group(
+    consumer: &BaseConsumer,
+    topics: &[String],
+) -> anyhow::Result<Vec<PartitionView>> {
+    let metadata = consumer
+        .fetch_metadata(None, TIMEOUT)
+        .context("cannot read the cluster's topic metadata")?;
+    let mut all = Vec::new();
+    for topic in metadata.topics() {
+        if topic.name().starts_with("__") || topic.error().is_some() {
+            continue;
+        }
+        for p in topic.partitions() {
+            all.push(TopicPartition::new(topic.name(), p.id()));
+        }
+    }
+    drop(metadata);
+    let committed = if all.is_empty() {
+        Default::default()
+    } else {
+        read_committed_retrying(consumer, &all)?
+    };
+    let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+    let with_checkpoint: BTreeSet<&str> = committed
+        .iter()
+        .filter(|(_, read)| read.is_some())
+        .map(|(tp, _)| tp.topic.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for tp in &all {
+        if !wanted.contains(tp.topic.as_str()) && !with_checkpoint.contains(tp.topic.as_str()) {
+            continue;
+        }
+        let (low, high) = consumer
+            .fetch_watermarks(&tp.topic, tp.partition, TIMEOUT)
+            .with_context(|| format!("cannot read the watermarks of {tp}"))?;
+        out.push(PartitionView {
+            tp: tp.clone(),
+            committed: committed.get(tp).cloned().flatten(),
+            low,
+            high,
+        });
+    }
+    out.sort_by(|a, b| a.tp.cmp(&b.tp));
+    Ok(out)
+}
+
+/// The group coordinator can be moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)
+/// for a while after a broker start or a failover: those answers are retried, never read as
+/// "no checkpoint".
+fn read_committed_retrying(
+    consumer: &BaseConsumer,
+    partitions: &[TopicPartition],
+) -> anyhow::Result<std::collections::HashMap<TopicPartition, Option<CommittedRead>>> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match read_committed(consumer, partitions, TIMEOUT) {
+            Ok(read) => return Ok(read),
+            Err(e) if attempt < READ_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "cannot read committed offsets yet, retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(e).context("cannot read the group's committed offsets");
+            }
+        }
+    }
+}
+
+/// One row of the report.
+struct Row {
+    view: PartitionView,
+    mode: &'static str,
+    stream: Option<String>,
+    flush_to: Option<i64>,
+    visible_through: Option<i64>,
+    note: String,
+}
+
+fn describe(view: PartitionView, table: TableFingerprint) -> Row {
+    let mut row = Row {
+        mode: "none",
+        stream: None,
+        flush_to: None,
+        visible_through: None,
+        note: String::new(),
+        view,
+    };
+    let Some(read) = &row.view.committed else {
+        row.note = "no committed offset".into();
+        return row;
+    };
+    let k = read.offset.0;
+    match CommitMetadata::parse(&read.metadata) {
+        Ok(CommitMetadata::Empty) => {
+            row.mode = "reset";
+            row.note = "offset without metadata (operator reset or another tool)".into();
+        }
+        Ok(CommitMetadata::AtLeastOnce { table: t }) => {
+            row.mode = "at_least_once";
+            if t != table {
+                row.note = format!("checkpoint of another table ({t})");
+            }
+        }
+        Ok(CommitMetadata::ExactlyOnce {
+            table: t,
+            stream,
+            flush_to,
+            visible_through,
+        }) => {
+            row.mode = "exactly_once";
+            row.stream = stream.map(|s| s.as_str().to_owned());
+            row.flush_to = flush_to.map(|r| r.0);
+            row.visible_through = Some(visible_through.0);
+            let mut notes = Vec::new();
+            if t != table {
+                notes.push(format!("checkpoint of another table ({t})"));
+            }
+            if visible_through.0 < k {
+                notes.push(format!(
+                    "flush pending: records [{}, {k}) not yet known visible",
+                    visible_through.0
+                ));
+            }
+            row.note = notes.join("; ");
+        }
+        Err(e) => {
+            row.mode = "unreadable";
+            row.note = format!(
+                "unreadable metadata ({e}); raw={:?}",
+                String::from_utf8_lossy(&read.metadata)
+            );
+        }
+    }
+    row
+}
+
+fn lag(view: &PartitionView) -> Option<i64> {
+    view.committed
+        .as_ref()
+        .map(|c| (view.high - c.offset.0).max(0))
+}
+
+/// Runs `inspect`: prints the report to stdout.
+pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
+    let consumer = group_reader(config)?;
+    let views = read_group(&consumer, &config.kafka.topics)?;
+    drop(consumer);
+    let table = TableFingerprint::of_table_path(&table_path(config)?);
+    let rows: Vec<Row> = views.into_iter().map(|v| describe(v, table)).collect();
+    if json_output {
+        let items: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "topic": r.view.tp.topic,
+                    "partition": r.view.tp.partition,
+                    "committed": r.view.committed.as_ref().map(|c| c.offset.0),
+                    "metadata": r.view.committed.as_ref().map(|c| String::from_utf8_lossy(&c.metadata).into_owned()),
+                    "mode": r.mode,
+                    "stream": r.stream,
+                    "flush_to": r.flush_to,
+                    "visible_through": r.visible_through,
+                    "low_watermark": r.view.low,
+                    "high_watermark": r.view.high,
+                    "lag": lag(&r.view),
+                    "note": r.note,
+                })
+            })
+            .collect();
+        let out = json!({
+            "group": config.kafka.group_id,
+            "partitions": items,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("group {}", config.kafka.group_id);
+    let header = [
+        "TOPIC",
+        "PARTITION",
+        "COMMITTED",
+        "MODE",
+        "STREAM",
+        "FLUSH_TO",
+        "VISIBLE_THROUGH",
+        "HIGH",
+        "LAG",
+        "NOTE",
+    ];
+    let dash = || "-".to_string();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.view.tp.topic.clone(),
+                r.view.tp.partition.to_string(),
+                r.view
+                    .committed
+                    .as_ref()
+                    .map_or_else(dash, |c| c.offset.0.to_string()),
+                r.mode.to_string(),
+                r.stream.clone().unwrap_or_else(dash),
+                r.flush_to.map_or_else(dash, |v| v.to_string()),
+                r.visible_through.map_or_else(dash, |v| v.to_string()),
+                r.view.high.to_string(),
+                lag(&r.view).map_or_else(dash, |v| v.to_string()),
+                r.note.clone(),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for line in &cells {
+        for (w, c) in widths.iter_mut().zip(line) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let print = |line: &[String]| {
+        let text: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    print(&header.map(str::to_string));
+    for line in &cells {
+        print(line);
+    }
+    Ok(())
+}
+
+/// The table path checkpoints are fingerprinted with.
+pub fn table_path(config: &Config) -> anyhow::Result<String> {
+    let table = crate::pipeline::single_table(config)?;
+    Ok(crate::bigquery::rest_client::TableReference::new(
+        &config.bigquery.project,
+        &config.bigquery.dataset,
+        &table,
+    )
+    .resource_name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::offsets::NextOffset;
+
+    fn table() -> TableFingerprint {
+        TableFingerprint::of_table_path("projects/p/datasets/d/tables/t")
+    }
+
+    fn view(offset: i64, metadata: &[u8]) -> PartitionView {
+        PartitionView {
+            tp: TopicPartition::new("orders", 0),
+            committed: Some(CommittedRead {
+                offset: NextOffset(offset),
+                metadata: metadata.to_vec(),
+            }),
+            low: 0,
+            high: 120,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_with_an_unflushed_tail_shows_stream_flush_point_and_the_pending_range() {
+        let raw = format!("kbq;v=1;s=abc;t={};r=99;f=40", table());
+        let row = describe(view(100, raw.as_bytes()), table());
+        assert_eq!(row.mode, "exactly_once");
+        assert_eq!(row.stream.as_deref(), Some("abc"));
+        assert_eq!((row.flush_to, row.visible_through), (Some(99), Some(40)));
+        assert!(
+            row.note.contains("flush pending: records [40, 100)"),
+            "{}",
+            row.note
+        );
+        assert_eq!(lag(&row.view), Some(20));
+    }
+
+    #[test]
+    fn a_checkpoint_at_rest_has_no_note() {
+        let raw = format!("kbq;v=1;t={};f=100", table());
+        let row = describe(view(100, raw.as_bytes()), table());
+        assert_eq!(row.mode, "exactly_once");
+        assert!(row.note.is_empty(), "{}", row.note);
+    }
+
+    #[test]
+    fn unreadable_metadata_is_printed_raw_and_never_read_as_no_checkpoint() {
+        let row = describe(view(7, b"{\"flink\":1}"), table());
+        assert_eq!(row.mode, "unreadable");
+        assert!(row.note.contains("{\\\"flink\\\":1}"), "{}", row.note);
+        let row = describe(view(7, b"\xff\xfe"), table());
+        assert_eq!(row.mode, "unreadable");
+    }
+
+    #[test]
+    fn at_least_once_reset_and_foreign_checkpoints_are_named() {
+        let alo = format!("kbq;v=1;m=alo;t={}", table());
+        assert_eq!(
+            describe(view(5, alo.as_bytes()), table()).mode,
+            "at_least_once"
+        );
+        assert_eq!(describe(view(5, b""), table()).mode, "reset");
+        let other = TableFingerprint::of_table_path("projects/p/datasets/d/tables/other");
+        let foreign = format!("kbq;v=1;t={other};f=5");
+        let row = describe(view(5, foreign.as_bytes()), table());
+        assert!(row.note.contains("another table"), "{}", row.note);
+    }
+}

@@ -1,0 +1,251 @@
+//! `recover -c config.yaml`: brings the checkpoints that no running sink will pick up to rest
+//! (design review F21). Invariant 2 ("every committed checkpoint is eventually flushed") counts on
+//! the next owner of a partition; a topic removed from the subscription has none, and its rows
+//! `[f, K)` would stay invisible until the stream expires.
+//!
+//! Per exactly-once checkpoint `(K, s, r, f)` of the selected topics, in this order:
+//! 1. `FlushRows(s, r)` when `f < K` — always safe: `(s, r)` was committed, so invariant 1 holds;
+//! 2. commit the same offset `K` with `f = K` and no stream, outside the group (the broker accepts
+//!    such a commit only while the group has no members, which is what keeps this from racing a
+//!    live owner; a rejected commit is reported and nothing more is done for the partition);
+//! 3. `FinalizeWriteStream(s)`: nothing durable references `s` any more (invariant 3).
+//!
+//! It never moves an offset: a lost stream is reported (the records of `[f, K)` must be
+//! re-delivered by re-subscribing the topic, where `recovery.lost_stream` applies), never rewound.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::bigquery::error::ErrorClass;
+use crate::bigquery::write_client::WriteClient;
+use crate::checkpoint::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
+use crate::checkpoint::offsets::{NextOffset, RowOffset, StreamId};
+use crate::checkpoint::protocol::TopicPartition;
+use crate::config::Config;
+use crate::inspect::{PartitionView, group_reader, read_group, table_path};
+use crate::kafka::consumer::read_committed;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const FLUSH_ATTEMPTS: u32 = 6;
+
+/// Which topics' checkpoints to bring to rest.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// Topics with checkpoints that the config no longer subscribes.
+    Unsubscribed,
+    /// Every topic the group has checkpoints for.
+    All,
+    Topics(Vec<String>),
+}
+
+/// What was done for one partition.
+#[derive(Debug)]
+enum Done {
+    AtRest,
+    Recovered {
+        flushed: Option<(StreamId, RowOffset)>,
+        finalized: Result<(), String>,
+    },
+    Problem(String),
+}
+
+pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
+    let path = table_path(config)?;
+    let table = TableFingerprint::of_table_path(&path);
+    let consumer = group_reader(config)?;
+    let views = read_group(&consumer, &config.kafka.topics)?;
+    let chosen: Vec<PartitionView> = match &selection {
+        Selection::All => views,
+        Selection::Topics(topics) => {
+            let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+            views
+                .into_iter()
+                .filter(|v| wanted.contains(v.tp.topic.as_str()))
+                .collect()
+        }
+        Selection::Unsubscribed => {
+            if config.kafka.topic_pattern.is_some() {
+                bail!(
+                    "kafka.topic_pattern is set: name the topics to recover with --topic, or use --all"
+                );
+            }
+            let subscribed: BTreeSet<&str> =
+                config.kafka.topics.iter().map(String::as_str).collect();
+            views
+                .into_iter()
+                .filter(|v| !subscribed.contains(v.tp.topic.as_str()))
+                .collect()
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let client = runtime
+        .block_on(async { crate::pipeline::bigquery_clients(config) })?
+        .0;
+    let mut ok = true;
+    let mut considered = 0;
+    for view in chosen {
+        let Some(read) = &view.committed else {
+            continue;
+        };
+        considered += 1;
+        let tp = view.tp.clone();
+        let done = match CommitMetadata::parse(&read.metadata) {
+            Ok(CommitMetadata::ExactlyOnce {
+                table: t,
+                stream: Some(stream),
+                flush_to: Some(through),
+                visible_through,
+            }) if t == table => runtime.block_on(recover_partition(
+                &consumer,
+                &client,
+                &path,
+                table,
+                &tp,
+                read.offset,
+                stream,
+                through,
+                visible_through,
+            )),
+            Ok(
+                CommitMetadata::ExactlyOnce { table: t, .. }
+                | CommitMetadata::AtLeastOnce { table: t },
+            ) if t != table => Done::Problem(format!(
+                "checkpoint of another table ({t}); run recover with that table's config"
+            )),
+            Ok(_) => Done::AtRest,
+            Err(e) => Done::Problem(format!(
+                "unreadable metadata, left alone ({e}); raw={:?}",
+                String::from_utf8_lossy(&read.metadata)
+            )),
+        };
+        match done {
+            Done::AtRest => println!("{tp}: at rest at offset {}", read.offset.0),
+            Done::Recovered { flushed, finalized } => {
+                let flushed = match flushed {
+                    Some((s, r)) => format!("flushed {s} through row {}; ", r.0),
+                    None => String::new(),
+                };
+                let finalized = match finalized {
+                    Ok(()) => "stream finalized".to_string(),
+                    Err(e) => format!("stream not finalized ({e})"),
+                };
+                println!(
+                    "{tp}: {flushed}committed offset {} with f={}; {finalized}",
+                    read.offset.0, read.offset.0
+                );
+            }
+            Done::Problem(why) => {
+                ok = false;
+                println!("{tp}: NOT RECOVERED: {why}");
+            }
+        }
+    }
+    if considered == 0 {
+        println!(
+            "no checkpoint to recover for group {}",
+            config.kafka.group_id
+        );
+    }
+    drop(consumer);
+    Ok(ok)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn recover_partition(
+    consumer: &BaseConsumer,
+    client: &WriteClient,
+    table_path: &str,
+    table: TableFingerprint,
+    tp: &TopicPartition,
+    k: NextOffset,
+    stream: StreamId,
+    through: RowOffset,
+    f: NextOffset,
+) -> Done {
+    let name = format!("{table_path}/streams/{stream}");
+    let mut flushed = None;
+    if f < k {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match client.flush_rows(&name, through.0).await {
+                Ok(_) => break,
+                // The cursor is already past r: every row of the checkpoint is visible.
+                Err(e) if e.class() == ErrorClass::AlreadyExists => break,
+                Err(e)
+                    if attempt < FLUSH_ATTEMPTS
+                        && matches!(
+                            e.class(),
+                            ErrorClass::Transient | ErrorClass::Throttled | ErrorClass::NotFound
+                        ) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+                Err(e)
+                    if matches!(
+                        e.class(),
+                        ErrorClass::StreamFinalized | ErrorClass::NotFound
+                    ) =>
+                {
+                    return Done::Problem(format!(
+                        "stream {stream} is gone ({e}): records [{}, {}) may not be visible; re-subscribe the topic to re-deliver them (recovery.lost_stream applies); checkpoint left as is",
+                        f.0, k.0
+                    ));
+                }
+                Err(e) => return Done::Problem(format!("flush of {stream} failed: {e}")),
+            }
+        }
+        flushed = Some((stream.clone(), through));
+    }
+    let metadata = CommitMetadata::ExactlyOnce {
+        table,
+        stream: None,
+        flush_to: None,
+        visible_through: k,
+    }
+    .encode(MetadataVersion::CURRENT);
+    // The same offset K, never another: recover does not move where the group resumes.
+    if let Err(e) = commit_outside_group(consumer, tp, k, &metadata) {
+        return Done::Problem(format!(
+            "{}checkpoint not updated ({e}): stop the group's consumers and run recover again",
+            if flushed.is_some() { "flushed; " } else { "" }
+        ));
+    }
+    let finalized = client
+        .finalize_write_stream(&name)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    Done::Recovered { flushed, finalized }
+}
+
+/// Commits `(k, metadata)` for `tp` as a non-member and reads it back.
+fn commit_outside_group(
+    consumer: &BaseConsumer,
+    tp: &TopicPartition,
+    k: NextOffset,
+    metadata: &str,
+) -> anyhow::Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    {
+        let mut elem = tpl.add_partition(&tp.topic, tp.partition);
+        elem.set_offset(Offset::Offset(k.0))?;
+        elem.set_metadata(metadata);
+    }
+    let result = consumer.commit(&tpl, CommitMode::Sync);
+    drop(tpl);
+    result?;
+    let now = read_committed(consumer, std::slice::from_ref(tp), TIMEOUT)
+        .context("the commit's read-back failed")?;
+    match now.get(tp).cloned().flatten() {
+        Some(read) if read.offset == k && read.metadata == metadata.as_bytes() => Ok(()),
+        other => bail!("the commit did not land: read back {other:?}"),
+    }
+}

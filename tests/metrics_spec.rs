@@ -1,0 +1,780 @@
+//! The operations contract of `docs/metrics.md`, checked against the real daemon (the binary,
+//! a real Kafka broker, the emulator, an in-test Schema Registry): every metric of the spec is
+//! exported with its type and labels and sane values, the probes answer as documented, the JSON
+//! logs have the Cloud Logging shape with one line per checkpoint cycle and per recovery action,
+//! and no secret of the configuration reaches `/metrics` or a log line.
+
+#[path = "support/daemon.rs"]
+mod daemon_support;
+#[path = "support/emulator.rs"]
+mod emulator_support;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use daemon_support::{Daemon, Registry, free_port, http_get, wait_for};
+use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kafka_bigquery_sink::emulator::server::Emulator;
+use kafka_bigquery_sink::emulator::store::TableRef;
+use kafka_bigquery_sink::transcode::frame_confluent;
+use support::kafka::{
+    KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
+};
+
+const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"}]}"#;
+const REGISTRY_USER: &str = "kbq-reader";
+const REGISTRY_PASSWORD: &str = "registry-pw-7f3a9c1e5b";
+const SASL_PASSWORD: &str = "sasl-pw-2d8e4b6a0c";
+const PARTITIONS: i32 = 3;
+
+/// One row of the spec table.
+#[derive(Debug)]
+struct Spec {
+    name: String,
+    kind: String,
+    /// Label name → allowed values (empty: any value).
+    labels: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Reads the table of `docs/metrics.md`.
+fn spec() -> Vec<Spec> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 5 || !cells[1].starts_with("`kbq_") {
+            continue;
+        }
+        let name = cells[1].trim_matches('`').to_string();
+        let kind = cells[2].to_string();
+        let mut labels = BTreeMap::new();
+        if cells[3] != "—" {
+            // "`a`, `b` (`x`, `y`), `c` (…)": a label name, optionally its values in parentheses.
+            let mut rest = cells[3];
+            while let Some(start) = rest.find('`') {
+                let after = &rest[start + 1..];
+                let end = after.find('`').expect("closing backtick");
+                let label = after[..end].to_string();
+                rest = &after[end + 1..];
+                let mut values = BTreeSet::new();
+                let trimmed = rest.trim_start();
+                if let Some(inner) = trimmed.strip_prefix('(') {
+                    let close = inner.find(')').expect("closing parenthesis");
+                    let listed = &inner[..close];
+                    // Only a list of backticked words is an enumeration; prose is a description.
+                    let words: Vec<&str> = listed.split(',').map(str::trim).collect();
+                    if words.iter().all(|w| w.starts_with('`') && w.ends_with('`')) {
+                        values = words
+                            .iter()
+                            .map(|w| w.trim_matches('`').to_string())
+                            .collect();
+                    }
+                    rest = &inner[close + 1..];
+                }
+                labels.insert(label, values);
+            }
+        }
+        out.push(Spec { name, kind, labels });
+    }
+    out
+}
+
+/// One sample of the exposition: metric name, labels, value.
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the text exposition: `# TYPE` lines and samples.
+fn parse(text: &str) -> (HashMap<String, String>, Vec<Sample>) {
+    let mut types = HashMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let name = parts.next().expect("name").to_string();
+            types.insert(name, parts.next().expect("type").to_string());
+            continue;
+        }
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (head, value) = line.rsplit_once(' ').expect("sample value");
+        let (name, labels) = match head.split_once('{') {
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("closing brace");
+                let mut labels = BTreeMap::new();
+                for pair in split_labels(body) {
+                    let (k, v) = pair.split_once('=').expect("label pair");
+                    labels.insert(k.to_string(), v.trim_matches('"').to_string());
+                }
+                (name.to_string(), labels)
+            }
+            None => (head.to_string(), BTreeMap::new()),
+        };
+        samples.push(Sample {
+            name,
+            labels,
+            value: value.parse().expect("numeric sample"),
+        });
+    }
+    (types, samples)
+}
+
+/// Splits `a="x",b="y,z"` at the commas outside quotes.
+fn split_labels(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    for c in body.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                current.push(c);
+            }
+            ',' if !quoted => out.push(std::mem::take(&mut current)),
+            _ => current.push(c),
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The samples of metric `name` (a counter's `_total`, a histogram's `_count`).
+fn samples_of<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    samples.iter().filter(|s| s.name == name).collect()
+}
+
+fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
+    samples_of(samples, name)
+        .into_iter()
+        .filter(|s| {
+            filter
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+struct Fixture {
+    emulator: Emulator,
+    bootstrap: &'static str,
+    topic: String,
+    dlq: String,
+    table: String,
+    dir: tempfile::TempDir,
+    schema: Schema,
+    registry: SocketAddr,
+    _registry: std::sync::Arc<Registry>,
+}
+
+impl Fixture {
+    async fn new(partitions: i32) -> Fixture {
+        let emulator = emulator_support::start().await;
+        let bootstrap = KafkaBroker::shared();
+        let topic = unique_name("events");
+        let dlq = format!("{topic}-dlq");
+        create_topic_blocking(bootstrap, &topic, partitions);
+        create_topic_blocking(bootstrap, &dlq, 1);
+        let table = topic.replace('-', "_");
+        emulator_support::create_table(
+            &emulator.store,
+            &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
+            TableSchema {
+                fields: vec![
+                    TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+                    TableFieldSchema::new("name", FieldType::String, Mode::Required),
+                    TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
+                    TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
+                ],
+            },
+        );
+        use base64::Engine;
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode(format!("{REGISTRY_USER}:{REGISTRY_PASSWORD}"));
+        let (registry, reg) = Registry::serve(
+            HashMap::from([(1, SCHEMA.to_string())]),
+            Some(format!("Basic {basic}")),
+        )
+        .await;
+        Fixture {
+            emulator,
+            bootstrap,
+            topic,
+            dlq,
+            table,
+            dir: tempfile::tempdir().expect("temp dir"),
+            schema: Schema::parse_str(SCHEMA).expect("schema"),
+            registry,
+            _registry: reg,
+        }
+    }
+
+    /// A config with secrets in it (the registry password and a SASL password, which librdkafka
+    /// ignores on a plaintext connection) and JSON logs.
+    fn config(&self, name: &str, group: &str, metrics: u16) -> PathBuf {
+        let path = self.dir.path().join(format!("{name}.yaml"));
+        let text = format!(
+            r#"
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+    statistics.interval.ms: "1000"
+    sasl.username: "svc-sink"
+    sasl.password: "{SASL_PASSWORD}"
+schema_registry:
+  url: "http://{registry}"
+  username: "{REGISTRY_USER}"
+  password: "{REGISTRY_PASSWORD}"
+bigquery:
+  project: p
+  dataset: d
+  table: "{table}"
+  endpoint: "http://{emulator}"
+  credentials: none
+  metadata_columns:
+    partition: kafka_partition
+    offset: kafka_offset
+dead_letter:
+  topic: "{dlq}"
+checkpoint:
+  interval: 300ms
+metrics:
+  listen: "127.0.0.1:{metrics}"
+log:
+  format: json
+  level: info
+shutdown_deadline: 20s
+"#,
+            bootstrap = self.bootstrap,
+            topic = self.topic,
+            registry = self.registry,
+            table = self.table,
+            emulator = self.emulator.addr,
+            dlq = self.dlq,
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    #[allow(deprecated)]
+    fn produce(&self, ids: std::ops::Range<i64>, partitions: i32) {
+        let p = producer(self.bootstrap);
+        let mut per: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+        for id in ids {
+            let value = Value::Record(vec![
+                ("id".into(), Value::Long(id)),
+                ("name".into(), Value::String(format!("event-{id}"))),
+            ]);
+            let avro = apache_avro::to_avro_datum(&self.schema, value).expect("avro");
+            per.entry((id % partitions as i64) as i32)
+                .or_default()
+                .push(frame_confluent(1, &avro));
+        }
+        for (partition, values) in per {
+            let refs: Vec<(&[u8], &[u8])> = values
+                .iter()
+                .map(|v| (b"k".as_slice(), v.as_slice()))
+                .collect();
+            produce_to_partition(&p, &self.topic, partition, &refs);
+        }
+    }
+
+    fn produce_raw(&self, partition: i32, payloads: &[&[u8]]) {
+        let p = producer(self.bootstrap);
+        let refs: Vec<(&[u8], &[u8])> = payloads.iter().map(|v| (b"bad".as_slice(), *v)).collect();
+        produce_to_partition(&p, &self.topic, partition, &refs);
+    }
+
+    fn visible(&self) -> usize {
+        let r =
+            TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("ref");
+        self.emulator
+            .store
+            .read_visible_rows(&r, 0, usize::MAX)
+            .map(|page| page.rows.len())
+            .unwrap_or(0)
+    }
+
+    /// Whether the group's committed offset of every partition is its high watermark.
+    fn fully_committed(&self, group: &str) -> bool {
+        use rdkafka::TopicPartitionList;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = support::kafka::consumer_config(self.bootstrap, group)
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition(&self.topic, p);
+        }
+        let Ok(committed) = consumer.committed_offsets(tpl, Duration::from_secs(10)) else {
+            return false;
+        };
+        committed.elements().iter().all(|e| {
+            let high = consumer
+                .fetch_watermarks(&self.topic, e.partition(), Duration::from_secs(10))
+                .map(|(_, h)| h)
+                .unwrap_or(-1);
+            e.offset() == rdkafka::Offset::Offset(high)
+        })
+    }
+
+    async fn install_faults(&self, rules: serde_json::Value) {
+        let response = reqwest::Client::new()
+            .post(format!("http://{}/emulator/v1/faults", self.emulator.addr))
+            .json(&rules)
+            .send()
+            .await
+            .expect("install faults");
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
+    }
+}
+
+async fn scrape(addr: SocketAddr) -> String {
+    let (status, body) = http_get(addr, "/metrics").await.expect("/metrics answers");
+    assert_eq!(status, 200);
+    body
+}
+
+/// Waits until `/metrics` satisfies `check`; returns the last scrape.
+async fn scrape_until(
+    addr: SocketAddr,
+    timeout: Duration,
+    check: impl Fn(&[Sample]) -> bool,
+) -> (String, bool) {
+    let started = std::time::Instant::now();
+    loop {
+        let text = http_get(addr, "/metrics")
+            .await
+            .map(|r| r.1)
+            .unwrap_or_default();
+        let (_, samples) = parse(&text);
+        if check(&samples) {
+            return (text, true);
+        }
+        if started.elapsed() > timeout {
+            return (text, false);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Checks one scrape against the spec: every metric exported with its type, every sample with
+/// exactly the spec's labels and only the listed values.
+/// `lazy`: families allowed to be absent from this scrape (their label values are only known
+/// once something happens, and nothing happened).
+fn assert_matches_spec(text: &str, lazy: &[&str]) {
+    let (types, samples) = parse(text);
+    let spec = spec();
+    assert!(spec.len() >= 20, "the spec table was read: {spec:?}");
+    for m in &spec {
+        let family = match m.kind.as_str() {
+            "counter" => m
+                .name
+                .strip_suffix("_total")
+                .unwrap_or_else(|| panic!("counter {} must end in _total", m.name)),
+            _ => m.name.as_str(),
+        };
+        if lazy.contains(&m.name.as_str()) && !types.contains_key(family) {
+            continue;
+        }
+        assert_eq!(
+            types.get(family).map(String::as_str),
+            Some(m.kind.as_str()),
+            "{} exported as a {}",
+            m.name,
+            m.kind
+        );
+        let names: Vec<String> = match m.kind.as_str() {
+            "histogram" => vec![
+                format!("{family}_bucket"),
+                format!("{family}_count"),
+                format!("{family}_sum"),
+            ],
+            "counter" => vec![m.name.clone()],
+            _ => vec![family.to_string()],
+        };
+        for s in samples.iter().filter(|s| names.contains(&s.name)) {
+            let mut keys: BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
+            keys.remove("le");
+            let want: BTreeSet<&str> = m.labels.keys().map(String::as_str).collect();
+            assert_eq!(keys, want, "labels of {s:?}");
+            for (label, allowed) in &m.labels {
+                if !allowed.is_empty() {
+                    assert!(
+                        allowed.contains(&s.labels[label]),
+                        "{}: {label}={} is not one of {allowed:?}",
+                        m.name,
+                        s.labels[label]
+                    );
+                }
+            }
+            assert!(
+                s.value >= 0.0 && s.value.is_finite(),
+                "{s:?} is a sane value"
+            );
+        }
+    }
+    for s in &samples {
+        assert!(s.name.starts_with("kbq_"), "only kbq_ metrics: {s:?}");
+        let listed = spec.iter().any(|m| {
+            let family = m.name.strip_suffix("_total").unwrap_or(&m.name);
+            s.name == m.name
+                || s.name
+                    .strip_prefix(family)
+                    .is_some_and(|rest| ["_bucket", "_count", "_sum", ""].contains(&rest))
+        });
+        assert!(listed, "{} is exported but not in the spec", s.name);
+    }
+}
+
+/// Every line is one JSON object with the Cloud Logging fields.
+fn json_log_lines(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("daemon log");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert!(
+                ["DEBUG", "INFO", "WARNING", "ERROR"]
+                    .contains(&v["severity"].as_str().unwrap_or_default()),
+                "severity: {l}"
+            );
+            assert!(v["message"].is_string(), "message: {l}");
+            let ts = v["timestamp"].as_str().unwrap_or_default();
+            assert!(ts.len() == 27 && ts.ends_with('Z'), "timestamp: {l}");
+            assert!(v["target"].is_string(), "target: {l}");
+            v
+        })
+        .collect()
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn assert_no_secrets(what: &str, text: &str) {
+    for secret in [REGISTRY_PASSWORD, SASL_PASSWORD] {
+        assert!(!text.contains(secret), "a secret appears in {what}");
+    }
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD
+        .encode(format!("{REGISTRY_USER}:{REGISTRY_PASSWORD}"));
+    assert!(
+        !text.contains(&basic),
+        "the registry credentials appear in {what}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_secrets() {
+    let f = Fixture::new(PARTITIONS).await;
+    let group = unique_name("metrics");
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = f.config("first", &group, port);
+    let log1 = f.dir.path().join("first.log");
+    let log2 = f.dir.path().join("second.log");
+    const RUST_LOG: &str = "info,kafka_bigquery_sink=debug,rdkafka=warn";
+
+    // Errors the daemon recovers from, so the error counter has samples: one failed flush and
+    // one append answered with an in-stream error.
+    f.install_faults(serde_json::json!([
+        {"rpc": "FlushRows", "action": {"fail": {"code": "UNAVAILABLE"}}, "nth": 2, "times": 1},
+        {"rpc": "AppendRows", "action": {"fail": {"code": "UNAVAILABLE", "in_stream": true}}, "nth": 2, "times": 1}
+    ]))
+    .await;
+    f.produce(0..3_000, PARTITIONS);
+    f.produce_raw(0, &[b"\x05not confluent", &[0, 0, 0, 0, 99, 2, 4]]);
+
+    let daemon = Daemon::start(&config, RUST_LOG, &log1);
+    let healthz = wait_for(Duration::from_secs(60), || async {
+        http_get(addr, "/healthz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    assert!(healthz.is_some(), "/healthz answers 200");
+    let ready = wait_for(Duration::from_secs(90), || async {
+        http_get(addr, "/readyz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    let last = http_get(addr, "/readyz").await;
+    assert_eq!(
+        ready.map(|r| r.1).as_deref(),
+        Some("ready\n"),
+        "last answer {last:?}; log:\n{}",
+        tail(&log1)
+    );
+
+    // Everything consumed and checkpointed: the lag of each partition drops to 0.
+    let (text, settled) = scrape_until(addr, Duration::from_secs(120), |s| {
+        let lags = samples_of(s, "kbq_consumer_lag_records");
+        lags.len() == PARTITIONS as usize
+            && lags.iter().all(|l| l.value == 0.0)
+            && sum(s, "kbq_rows_flushed_total", &[]) >= 3_002.0
+    })
+    .await;
+    assert!(
+        settled,
+        "lag 0 on every partition and all rows flushed:\n{text}"
+    );
+    assert_eq!(f.visible(), 3_000);
+    assert_matches_spec(&text, &[]);
+    let (_, s) = parse(&text);
+    let topic = f.topic.as_str();
+    let table = f.table.as_str();
+    assert_eq!(
+        sum(&s, "kbq_records_consumed_total", &[("topic", topic)]),
+        3_002.0
+    );
+    assert!(sum(&s, "kbq_bytes_consumed_total", &[("topic", topic)]) > 3_002.0 * 5.0);
+    assert_eq!(
+        sum(&s, "kbq_rows_appended_total", &[("table", table)]),
+        3_000.0
+    );
+    assert!(sum(&s, "kbq_append_latency_seconds_count", &[("table", table)]) >= 3.0);
+    assert!(sum(&s, "kbq_flush_latency_seconds_count", &[("table", table)]) >= 3.0);
+    assert!(sum(&s, "kbq_checkpoint_duration_seconds_count", &[]) >= 1.0);
+    assert!(sum(&s, "kbq_checkpoints_total", &[("outcome", "committed")]) >= 1.0);
+    let age = sum(&s, "kbq_checkpoint_last_success_age_seconds", &[]);
+    assert!(age < 30.0, "last successful checkpoint {age}s ago");
+    assert_eq!(sum(&s, "kbq_open_streams", &[]), PARTITIONS as f64);
+    assert_eq!(
+        sum(&s, "kbq_streams_created_total", &[("table", table)]),
+        PARTITIONS as f64
+    );
+    assert!(sum(&s, "kbq_inflight_requests", &[]) <= 8.0 * PARTITIONS as f64);
+    assert!(
+        sum(
+            &s,
+            "kbq_bigquery_errors_total",
+            &[("rpc", "FlushRows"), ("code", "UNAVAILABLE")]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        sum(
+            &s,
+            "kbq_bigquery_errors_total",
+            &[("rpc", "AppendRows"), ("code", "UNAVAILABLE")]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "kbq_dead_letter_records_total",
+            &[("reason", "bad_magic")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "kbq_dead_letter_records_total",
+            &[("reason", "unknown_schema")]
+        ),
+        1.0
+    );
+    assert!(sum(&s, "kbq_rebalances_total", &[("kind", "assign")]) >= 1.0);
+    // Partitions meeting a new id together may each fetch it (the registry client shares the
+    // request); every later record is a cache hit.
+    assert!(
+        sum(
+            &s,
+            "kbq_schema_registry_requests_total",
+            &[("result", "fetched")]
+        ) >= 1.0
+    );
+    assert!(
+        sum(
+            &s,
+            "kbq_schema_registry_requests_total",
+            &[("result", "not_found")]
+        ) >= 1.0
+    );
+    assert!(
+        sum(
+            &s,
+            "kbq_schema_registry_requests_total",
+            &[("result", "hit")]
+        ) >= 2_000.0
+    );
+    assert_eq!(sum(&s, "kbq_partitions_assigned", &[]), PARTITIONS as f64);
+    assert_eq!(sum(&s, "kbq_partitions_failed", &[]), 0.0);
+    assert_eq!(sum(&s, "kbq_consumer_group_joined", &[]), 1.0);
+    assert_no_secrets("/metrics", &text);
+
+    // A crash between a commit and its flush: FlushRows is held back while new records are
+    // appended and committed (lag 0 means the offsets are committed), then the daemon is killed.
+    // The restarted daemon's recovery re-flushes each partition's committed checkpoint.
+    f.install_faults(serde_json::json!([
+        {"rpc": "FlushRows", "action": {"delay": {"ms": 120000}}}
+    ]))
+    .await;
+    let flushed_before = sum(&s, "kbq_rows_flushed_total", &[]);
+    f.produce(3_000..3_300, PARTITIONS);
+    // Read from Kafka, not from the lag gauge: the gauge's high watermark comes from statistics
+    // and may lag behind the produce by a statistics interval.
+    let committed = wait_for(Duration::from_secs(120), || async {
+        f.fully_committed(&group).then_some(())
+    })
+    .await;
+    assert!(committed.is_some(), "the new records committed");
+    let (_, s) = parse(&scrape(addr).await);
+    assert_eq!(
+        sum(&s, "kbq_rows_flushed_total", &[]),
+        flushed_before,
+        "flush held back"
+    );
+    daemon.kill();
+    let cleared = reqwest::Client::new()
+        .delete(format!("http://{}/emulator/v1/faults", f.emulator.addr))
+        .send()
+        .await
+        .expect("clear faults");
+    assert!(cleared.status().is_success());
+    let daemon = Daemon::start(&config, RUST_LOG, &log2);
+    let (text, recovered) = scrape_until(addr, Duration::from_secs(120), |s| {
+        sum(s, "kbq_recovery_actions_total", &[("outcome", "reflushed")]) >= PARTITIONS as f64
+            && samples_of(s, "kbq_consumer_lag_records").len() == PARTITIONS as usize
+    })
+    .await;
+    assert!(recovered, "recovery counted after the restart:\n{text}");
+    assert_matches_spec(&text, &["kbq_bigquery_errors_total"]);
+    f.produce(3_300..3_400, PARTITIONS);
+    let visible = wait_for(Duration::from_secs(90), || async {
+        (f.visible() == 3_400).then_some(())
+    })
+    .await;
+    assert!(visible.is_some(), "{} rows visible", f.visible());
+    let (status, _) = http_get(addr, "/readyz").await.expect("readyz");
+    assert_eq!(status, 200);
+    let (text, finalized) = scrape_until(addr, Duration::from_secs(60), |s| {
+        sum(s, "kbq_streams_finalized_total", &[]) >= 1.0
+    })
+    .await;
+    assert!(finalized, "superseded streams finalized:\n{text}");
+    assert_no_secrets("/metrics", &text);
+    assert!(daemon.terminate().success());
+
+    // Logs: Cloud Logging JSON, one line per checkpoint cycle at debug, one per recovery action.
+    let first = json_log_lines(&log1);
+    let second = json_log_lines(&log2);
+    let cycles: Vec<&serde_json::Value> = first
+        .iter()
+        .filter(|l| l["message"] == "checkpoint cycle")
+        .collect();
+    assert!(cycles.len() >= 3, "checkpoint cycles logged");
+    assert!(cycles.iter().all(|l| l["severity"] == "DEBUG"
+        && ["committed", "empty", "abandoned"].contains(&l["outcome"].as_str().unwrap_or_default())
+        && l["duration_ms"].is_u64()));
+    let recoveries: Vec<&serde_json::Value> = second
+        .iter()
+        .filter(|l| l["message"] == "recovery: committed checkpoint flushed")
+        .collect();
+    assert_eq!(
+        recoveries.len(),
+        PARTITIONS as usize,
+        "one line per recovery action"
+    );
+    assert!(recoveries.iter().all(|l| {
+        l["severity"] == "INFO"
+            && l["partition"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(topic))
+    }));
+    for (name, path) in [("first log", &log1), ("second log", &log2)] {
+        assert_no_secrets(name, &std::fs::read_to_string(path).expect("log"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready() {
+    let f = Fixture::new(1).await;
+    let log = f.dir.path().join("probes.log");
+
+    // No broker at all: alive, but not ready, and it says why.
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let nowhere = f.config("nowhere", &unique_name("probes"), port);
+    let text = std::fs::read_to_string(&nowhere)
+        .unwrap()
+        .replace(f.bootstrap, &format!("127.0.0.1:{}", free_port()));
+    std::fs::write(&nowhere, text).unwrap();
+    let lonely = Daemon::start(&nowhere, "info,rdkafka=off", &log);
+    let answered = wait_for(Duration::from_secs(60), || async {
+        let health = http_get(addr, "/healthz").await?;
+        let ready = http_get(addr, "/readyz").await?;
+        (health.0 == 200 && ready.1.contains("consumer group")).then_some(ready)
+    })
+    .await;
+    assert_eq!(
+        answered.map(|r| r.0),
+        Some(503),
+        "alive but not ready without a group"
+    );
+    lonely.kill();
+
+    // Two replicas, one partition: both become ready, though only one owns the partition.
+    let group = unique_name("probes");
+    let (pa, pb) = (free_port(), free_port());
+    let a = Daemon::start(&f.config("a", &group, pa), "info,rdkafka=warn", &log);
+    let b = Daemon::start(&f.config("b", &group, pb), "info,rdkafka=warn", &log);
+    let mut owned = 0.0;
+    for port in [pa, pb] {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let ready = wait_for(Duration::from_secs(90), || async {
+            http_get(addr, "/readyz").await.filter(|(s, _)| *s == 200)
+        })
+        .await;
+        assert!(ready.is_some(), "replica on {port} ready");
+    }
+    // The group settles on one owner; the other replica stays ready with nothing assigned.
+    let settled = wait_for(Duration::from_secs(60), || async {
+        let mut total = 0.0;
+        let mut idle_and_ready = false;
+        for port in [pa, pb] {
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let (_, s) = parse(&scrape(addr).await);
+            let assigned = sum(&s, "kbq_partitions_assigned", &[]);
+            total += assigned;
+            if assigned == 0.0 {
+                idle_and_ready = http_get(addr, "/readyz").await?.0 == 200;
+            }
+        }
+        (total == 1.0 && idle_and_ready).then_some(total)
+    })
+    .await;
+    owned += settled.unwrap_or(0.0);
+    assert_eq!(
+        owned, 1.0,
+        "one replica owns the partition, the idle one is ready"
+    );
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    assert_no_secrets("probe logs", &std::fs::read_to_string(&log).unwrap());
+}

@@ -1,0 +1,451 @@
+//! Schema evolution end to end (`bigquery.schema_update: add_columns`): the real daemon reads
+//! Confluent-framed records through an in-test Schema Registry; the writer schema changes
+//! mid-stream to one with a new nullable field, and the daemon adds the column, reconnects with
+//! the new writer schema and goes on without a restart or a lost record. Incompatible schemas
+//! (a type change, a new required field) send their records to the dead-letter topic.
+
+#[path = "support/daemon.rs"]
+mod daemon_support;
+#[path = "support/emulator.rs"]
+mod emulator_support;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use daemon_support::{Daemon, Registry};
+use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kafka_bigquery_sink::emulator::server::Emulator;
+use kafka_bigquery_sink::emulator::store::TableRef;
+use kafka_bigquery_sink::transcode::frame_confluent;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use support::kafka::{
+    KafkaBroker, consumer_config, create_topic_blocking, produce_to_partition, producer,
+    unique_name,
+};
+
+const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"}]}"#;
+/// V1 plus a nullable field: the compatible change.
+const V2: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"email","type":["null","string"],"default":null}]}"#;
+/// `id` changed type.
+const V3_TYPE_CHANGE: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"string"},
+  {"name":"name","type":"string"}]}"#;
+/// A new field that can never be null.
+const V4_NEW_REQUIRED: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"tier","type":"int"}]}"#;
+
+const PARTITIONS: i32 = 2;
+
+#[allow(deprecated)]
+fn encode(schema_id: u32, schema: &Schema, id: i64) -> Vec<u8> {
+    let mut fields = vec![
+        (
+            "id".to_string(),
+            if schema_id == 3 {
+                Value::String(id.to_string())
+            } else {
+                Value::Long(id)
+            },
+        ),
+        ("name".to_string(), Value::String(format!("user-{id}"))),
+    ];
+    match schema_id {
+        2 => fields.push((
+            "email".into(),
+            Value::Union(
+                1,
+                Box::new(Value::String(format!("user-{id}@example.test"))),
+            ),
+        )),
+        4 => fields.push(("tier".into(), Value::Int(1))),
+        _ => {}
+    }
+    let avro = apache_avro::to_avro_datum(schema, Value::Record(fields)).expect("encode avro");
+    frame_confluent(schema_id, &avro)
+}
+
+struct Fixture {
+    emulator: Emulator,
+    bootstrap: &'static str,
+    topic: String,
+    dlq: String,
+    table: String,
+    dir: tempfile::TempDir,
+    schemas: HashMap<u32, Schema>,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let emulator = emulator_support::start().await;
+        let bootstrap = KafkaBroker::shared();
+        let topic = unique_name("users");
+        let dlq = format!("{topic}-dlq");
+        create_topic_blocking(bootstrap, &topic, PARTITIONS);
+        create_topic_blocking(bootstrap, &dlq, 1);
+        let table = topic.replace('-', "_");
+        let columns = vec![
+            TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+            TableFieldSchema::new("name", FieldType::String, Mode::Required),
+            TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
+            TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
+        ];
+        emulator_support::create_table(
+            &emulator.store,
+            &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
+            TableSchema { fields: columns },
+        );
+        let schemas = [(1, V1), (2, V2), (3, V3_TYPE_CHANGE), (4, V4_NEW_REQUIRED)]
+            .into_iter()
+            .map(|(id, text)| (id, Schema::parse_str(text).expect("schema")))
+            .collect();
+        Fixture {
+            emulator,
+            bootstrap,
+            topic,
+            dlq,
+            table,
+            dir: tempfile::tempdir().expect("temp dir"),
+            schemas,
+        }
+    }
+
+    fn config(&self, registry: std::net::SocketAddr, schema_update: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(format!("sink-{schema_update}.yaml"));
+        let text = format!(
+            r#"
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+schema_registry:
+  url: "http://{registry}"
+bigquery:
+  project: p
+  dataset: d
+  table: "{table}"
+  endpoint: "http://{emulator}"
+  credentials: none
+  schema_update: {schema_update}
+  metadata_columns:
+    partition: kafka_partition
+    offset: kafka_offset
+dead_letter:
+  topic: "{dlq}"
+checkpoint:
+  interval: 200ms
+metrics:
+  listen: "127.0.0.1:0"
+shutdown_deadline: 20s
+"#,
+            bootstrap = self.bootstrap,
+            group = unique_name("evolve"),
+            topic = self.topic,
+            table = self.table,
+            emulator = self.emulator.addr,
+            dlq = self.dlq,
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    /// Produces records `ids` with writer schema `schema_id`, round-robin over the partitions;
+    /// returns the (partition, offset) of each id.
+    fn produce(&self, schema_id: u32, ids: std::ops::Range<i64>) -> BTreeMap<i64, (i64, i64)> {
+        let p = producer(self.bootstrap);
+        let schema = &self.schemas[&schema_id];
+        let mut per: BTreeMap<i32, Vec<(i64, Vec<u8>)>> = BTreeMap::new();
+        for id in ids {
+            per.entry((id % PARTITIONS as i64) as i32)
+                .or_default()
+                .push((id, encode(schema_id, schema, id)));
+        }
+        let mut out = BTreeMap::new();
+        for (partition, records) in per {
+            let refs: Vec<(&[u8], &[u8])> = records
+                .iter()
+                .map(|(_, v)| (b"k".as_slice(), v.as_slice()))
+                .collect();
+            let offsets = produce_to_partition(&p, &self.topic, partition, &refs);
+            for ((id, _), offset) in records.iter().zip(offsets) {
+                out.insert(*id, (partition as i64, offset));
+            }
+        }
+        out
+    }
+
+    fn table_ref(&self) -> TableRef {
+        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("ref")
+    }
+
+    fn columns(&self) -> Vec<String> {
+        self.emulator
+            .store
+            .get_table(&self.table_ref())
+            .expect("table")
+            .schema
+            .fields
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    }
+
+    /// Every visible row as column name → rendered value (strings; `null` as None).
+    fn rows(&self) -> Vec<BTreeMap<String, Option<String>>> {
+        let table = self
+            .emulator
+            .store
+            .get_table(&self.table_ref())
+            .expect("table");
+        let page = self
+            .emulator
+            .store
+            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
+            .expect("rows");
+        page.rows
+            .iter()
+            .map(|row| {
+                let r = row.codec.render(&row.data, &table.schema);
+                table
+                    .schema
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (f.name.clone(), r["f"][i]["v"].as_str().map(str::to_string)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    async fn wait_rows(&self, at_least: usize, timeout: Duration) -> usize {
+        let started = Instant::now();
+        loop {
+            let n = self.rows().len();
+            if n >= at_least || started.elapsed() > timeout {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn dead_letters(&self, expect: usize) -> Vec<(i64, String)> {
+        let consumer: BaseConsumer = consumer_config(self.bootstrap, &unique_name("dlq-reader"))
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[&self.dlq]).expect("subscribe");
+        let mut out = Vec::new();
+        let started = Instant::now();
+        while out.len() < expect && started.elapsed() < Duration::from_secs(30) {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                let headers = m.headers().expect("dead letters carry headers");
+                let get = |name: &str| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == name)
+                        .and_then(|h| h.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default()
+                };
+                out.push((
+                    get("kbq.source.offset").parse().unwrap_or(-1),
+                    get("kbq.error.reason"),
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss() {
+    let f = Fixture::new().await;
+    let texts = [(1, V1), (2, V2), (3, V3_TYPE_CHANGE), (4, V4_NEW_REQUIRED)]
+        .into_iter()
+        .map(|(id, t)| (id, t.to_string()))
+        .collect();
+    let (registry, _reg) = Registry::serve(texts, None).await;
+    let config = f.config(registry, "add_columns");
+    let log = f.dir.path().join("daemon.log");
+
+    let mut positions = f.produce(1, 0..1_000);
+    let mut daemon = Daemon::start(&config, "info,rdkafka=warn", &log);
+    let seen = f.wait_rows(1_000, Duration::from_secs(120)).await;
+    assert_eq!(seen, 1_000, "v1 records before the schema change");
+    assert!(!f.columns().contains(&"email".to_string()));
+
+    // Mid-stream: the new schema, the two incompatible ones, then the old schema again (old
+    // producers keep writing after the change).
+    positions.extend(f.produce(2, 1_000..2_000));
+    let bad_type = f.produce(3, 5_000..5_001);
+    let bad_required = f.produce(4, 5_002..5_003);
+    positions.extend(f.produce(1, 2_000..2_500));
+
+    let seen = f.wait_rows(2_500, Duration::from_secs(120)).await;
+    assert!(daemon.running(), "the daemon never restarted");
+    let rows = f.rows();
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(seen, 2_500, "every good record visible; log:\n{log_text}");
+
+    // Exactly once, by source position.
+    let mut by_position: BTreeMap<(i64, i64), usize> = BTreeMap::new();
+    for row in &rows {
+        let num = |c: &str| row[c].as_deref().expect(c).parse::<i64>().expect("int");
+        *by_position
+            .entry((num("kafka_partition"), num("kafka_offset")))
+            .or_default() += 1;
+    }
+    let expected: BTreeSet<(i64, i64)> = positions.values().copied().collect();
+    let got: BTreeSet<(i64, i64)> = by_position.keys().copied().collect();
+    assert_eq!(got, expected, "every good record, nothing else");
+    assert!(by_position.values().all(|n| *n == 1), "no duplicates");
+
+    // The new column, filled for v2 records only.
+    let columns = f.columns();
+    assert!(columns.contains(&"email".to_string()), "{columns:?}");
+    assert!(
+        !columns.iter().any(|c| c == "tier"),
+        "no column for the incompatible schema"
+    );
+    let table = f.emulator.store.get_table(&f.table_ref()).expect("table");
+    let email = table
+        .schema
+        .fields
+        .iter()
+        .find(|c| c.name == "email")
+        .expect("email column");
+    assert_eq!(email.mode(), Mode::Nullable);
+    for row in &rows {
+        let id: i64 = row["id"].as_deref().expect("id").parse().expect("int");
+        let want = (1_000..2_000)
+            .contains(&id)
+            .then(|| format!("user-{id}@example.test"));
+        assert_eq!(row["email"], want, "email of id {id}");
+    }
+
+    // The incompatible records are dead letters that say why.
+    let dlq = f.dead_letters(2);
+    let reason_of = |positions: &BTreeMap<i64, (i64, i64)>| {
+        let (_, offset) = positions.values().next().copied().expect("one record");
+        dlq.iter()
+            .find(|(o, _)| *o == offset)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| panic!("dead letter at offset {offset}: {dlq:?}"))
+    };
+    let type_reason = reason_of(&bad_type);
+    assert!(
+        type_reason.contains("id") && type_reason.contains("INTEGER"),
+        "{type_reason}"
+    );
+    let required_reason = reason_of(&bad_required);
+    assert!(
+        required_reason.contains("tier") && required_reason.contains("required"),
+        "{required_reason}"
+    );
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_an_operator_adds_is_written_once_appends_report_the_new_table_schema() {
+    use kafka_bigquery_sink::bigquery::auth::Auth;
+    use kafka_bigquery_sink::bigquery::rest_client::{RestClient, TableReference};
+
+    let f = Fixture::new().await;
+    let texts = HashMap::from([(2, V2.to_string())]);
+    let (registry, _reg) = Registry::serve(texts, None).await;
+    // Without add_columns the daemon never changes the table: `email` has no column and is
+    // ignored until someone adds one.
+    let config = f.config(registry, "none");
+    let log = f.dir.path().join("daemon.log");
+    let mut positions = f.produce(2, 0..500);
+    let mut daemon = Daemon::start(&config, "info,rdkafka=warn", &log);
+    assert_eq!(f.wait_rows(500, Duration::from_secs(120)).await, 500);
+    assert!(!f.columns().contains(&"email".to_string()));
+
+    let rest = RestClient::new(
+        &format!("http://{}", f.emulator.addr),
+        Auth::None,
+        Duration::from_secs(10),
+    )
+    .expect("rest client");
+    let table_ref = TableReference::new("p", "d", &f.table);
+    let mut table = rest.get_table(&table_ref).await.expect("get table");
+    table.schema.fields.push(TableFieldSchema::new(
+        "email",
+        FieldType::String,
+        Mode::Nullable,
+    ));
+    rest.patch_table_schema(&table_ref, &table.schema, None)
+        .await
+        .expect("patch the table");
+
+    // The next appends carry updated_schema; the daemon re-reads the table, recompiles the plan
+    // and reconnects with a descriptor that has the column.
+    let mut next = 500;
+    let started = Instant::now();
+    let filled = loop {
+        positions.extend(f.produce(2, next..next + 100));
+        next += 100;
+        let total = positions.len();
+        assert_eq!(f.wait_rows(total, Duration::from_secs(60)).await, total);
+        let rows = f.rows();
+        if rows
+            .iter()
+            .any(|r| r.get("email").is_some_and(Option::is_some))
+        {
+            break rows;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            panic!("the new column was never written");
+        }
+    };
+    assert!(daemon.running(), "the daemon never restarted");
+
+    let mut by_partition: BTreeMap<i64, BTreeMap<i64, (i64, Option<String>)>> = BTreeMap::new();
+    for row in &filled {
+        let num = |c: &str| row[c].as_deref().expect(c).parse::<i64>().expect("int");
+        let previous = by_partition
+            .entry(num("kafka_partition"))
+            .or_default()
+            .insert(num("kafka_offset"), (num("id"), row["email"].clone()));
+        assert!(previous.is_none(), "no duplicates");
+    }
+    let got: BTreeSet<(i64, i64)> = by_partition
+        .iter()
+        .flat_map(|(p, rows)| rows.keys().map(move |o| (*p, *o)))
+        .collect();
+    let expected: BTreeSet<(i64, i64)> = positions.values().copied().collect();
+    assert_eq!(got, expected, "every record exactly once");
+    for rows in by_partition.values() {
+        let mut seen_filled = false;
+        for (id, email) in rows.values() {
+            if *id < 500 {
+                assert_eq!(*email, None, "written before the column existed");
+            }
+            match email {
+                Some(e) => {
+                    assert_eq!(*e, format!("user-{id}@example.test"));
+                    seen_filled = true;
+                }
+                None => assert!(
+                    !seen_filled,
+                    "once a partition writes the column it keeps doing so"
+                ),
+            }
+        }
+    }
+    assert!(daemon.terminate().success());
+}

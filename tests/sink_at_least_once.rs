@@ -1,0 +1,670 @@
+//! At-least-once mode, `inspect` and `recover` end to end: the real binary against a real Kafka
+//! broker and the emulator. The table is checked through the Kafka metadata columns; Kafka is
+//! checked with `inspect --json`, which reads the group without joining it.
+
+#[path = "support/emulator.rs"]
+mod emulator_support;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
+use kafka_bigquery_sink::emulator::server::Emulator;
+use kafka_bigquery_sink::emulator::store::{StreamPhase, TableRef};
+use support::kafka::{
+    KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
+};
+
+const SCHEMA: &str = r#"{
+  "type": "record", "name": "Order", "namespace": "test",
+  "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "note", "type": ["null", "string"], "default": null}
+  ]
+}"#;
+
+#[allow(deprecated)] // the GenericDatumWriter replacement needs more ceremony for a test helper
+fn encode(schema: &Schema, id: i64) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        (
+            "customer".into(),
+            Value::String(format!("customer-{}", id % 97)),
+        ),
+        (
+            "amount".into(),
+            Value::Decimal(apache_avro::Decimal::from(
+                (id * 7 % 100_000).to_be_bytes().to_vec(),
+            )),
+        ),
+        (
+            "created".into(),
+            Value::TimestampMicros(1_700_000_000_000_000 + id),
+        ),
+        (
+            "note".into(),
+            if id % 3 == 0 {
+                Value::Union(1, Box::new(Value::String("n".into())))
+            } else {
+                Value::Union(0, Box::new(Value::Null))
+            },
+        ),
+    ]);
+    apache_avro::to_avro_datum(schema, value).expect("encode avro")
+}
+
+/// A record's key and value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
+struct Fixture {
+    emulator: Emulator,
+    bootstrap: &'static str,
+    topic: String,
+    dlq: String,
+    table: String,
+    dir: tempfile::TempDir,
+    schema: Schema,
+}
+
+impl Fixture {
+    async fn new(partitions: i32) -> Fixture {
+        let emulator = emulator_support::start().await;
+        let bootstrap = KafkaBroker::shared();
+        let topic = unique_name("orders");
+        let dlq = format!("{topic}-dlq");
+        create_topic_blocking(bootstrap, &topic, partitions);
+        create_topic_blocking(bootstrap, &dlq, 1);
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("order.avsc"), SCHEMA).expect("write avsc");
+        Fixture {
+            emulator,
+            bootstrap,
+            table: topic.replace('-', "_"),
+            topic,
+            dlq,
+            dir,
+            schema: Schema::parse_str(SCHEMA).expect("schema"),
+        }
+    }
+
+    /// A config for `group` reading `topic` with `delivery` (`exactly_once` | `at_least_once`).
+    fn config(&self, group: &str, delivery: &str, topic: &str) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("{group}-{delivery}-{topic}.yaml"));
+        let text = format!(
+            r#"
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+avro:
+  schema_file: "{avsc}"
+bigquery:
+  project: p
+  dataset: d
+  table: "{table}"
+  endpoint: "http://{emulator}"
+  credentials: none
+  create_table: {{}}
+  metadata_columns:
+    topic: kafka_topic
+    partition: kafka_partition
+    offset: kafka_offset
+dead_letter:
+  topic: "{dlq}"
+checkpoint:
+  interval: 200ms
+metrics:
+  listen: "127.0.0.1:0"
+shutdown_deadline: 20s
+delivery: {delivery}
+"#,
+            delivery = delivery,
+            bootstrap = self.bootstrap,
+            topic = topic,
+            avsc = self.dir.path().join("order.avsc").display(),
+            table = self.table,
+            emulator = self.emulator.addr,
+            dlq = self.dlq,
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    /// Produces records with ids `ids` round-robin over the partitions; returns how many per
+    /// partition.
+    fn produce(&self, ids: std::ops::Range<i64>, partitions: i32) {
+        let p = producer(self.bootstrap);
+        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+        for id in ids {
+            per.entry((id % partitions as i64) as i32)
+                .or_default()
+                .push((id.to_string().into_bytes(), encode(&self.schema, id)));
+        }
+        for (partition, records) in per {
+            let refs: Vec<(&[u8], &[u8])> = records
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            produce_to_partition(&p, &self.topic, partition, &refs);
+        }
+    }
+
+    fn table_ref(&self) -> TableRef {
+        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("table ref")
+    }
+
+    /// Every visible (partition, offset), with how often it appears.
+    fn visible(&self) -> BTreeMap<(i64, i64), usize> {
+        let mut out = BTreeMap::new();
+        let Some(table) = self.emulator.store.get_table(&self.table_ref()) else {
+            return out;
+        };
+        let names: Vec<String> = table.schema.fields.iter().map(|f| f.name.clone()).collect();
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .expect("metadata column")
+        };
+        let (pi, oi) = (at("kafka_partition"), at("kafka_offset"));
+        let page = self
+            .emulator
+            .store
+            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
+            .expect("rows");
+        for row in page.rows {
+            let r = row.codec.render(&row.data, &table.schema);
+            let num = |i: usize| {
+                r["f"][i]["v"]
+                    .as_str()
+                    .expect("value")
+                    .parse::<i64>()
+                    .expect("int")
+            };
+            *out.entry((num(pi), num(oi))).or_insert(0) += 1;
+        }
+        out
+    }
+
+    fn wait_visible(&self, at_least: usize, timeout: Duration) -> BTreeMap<(i64, i64), usize> {
+        let started = Instant::now();
+        loop {
+            let v = self.visible();
+            if v.values().sum::<usize>() >= at_least || started.elapsed() > timeout {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+struct Daemon {
+    child: Child,
+}
+
+impl Daemon {
+    fn start(config: &Path) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+            .args(["run", "-c"])
+            .arg(config)
+            .env("RUST_LOG", "info,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the daemon");
+        Daemon { child }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        // SAFETY: signals the child we spawned, by its pid.
+        unsafe {
+            libc_kill(pid, 15);
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(40) {
+                let _ = self.child.kill();
+                panic!("daemon did not stop within 40 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+fn assert_exactly_once(visible: &BTreeMap<(i64, i64), usize>, expected: &BTreeSet<(i64, i64)>) {
+    let dupes: Vec<_> = visible.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(dupes.is_empty(), "duplicates: {dupes:?}");
+    let seen: BTreeSet<(i64, i64)> = visible.keys().copied().collect();
+    let missing: Vec<_> = expected.difference(&seen).take(5).collect();
+    let extra: Vec<_> = seen.difference(expected).take(5).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, unexpected {extra:?} ({} visible, {} expected)",
+        seen.len(),
+        expected.len()
+    );
+}
+
+/// The (partition, offset) pairs the producer wrote for ids `0..n` round-robin over `p`.
+fn expected_positions(n: i64, partitions: i32) -> BTreeSet<(i64, i64)> {
+    let mut per = vec![0i64; partitions as usize];
+    let mut out = BTreeSet::new();
+    for id in 0..n {
+        let p = (id % partitions as i64) as usize;
+        out.insert((p as i64, per[p]));
+        per[p] += 1;
+    }
+    out
+}
+
+/// Every expected position at least once, and nothing else.
+fn assert_at_least_once(visible: &BTreeMap<(i64, i64), usize>, expected: &BTreeSet<(i64, i64)>) {
+    let seen: BTreeSet<(i64, i64)> = visible.keys().copied().collect();
+    let missing: Vec<_> = expected.difference(&seen).take(5).collect();
+    let extra: Vec<_> = seen.difference(expected).take(5).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, unexpected {extra:?} ({} visible, {} expected)",
+        seen.len(),
+        expected.len()
+    );
+}
+
+/// `inspect --json`: the partitions of `topic`, by partition number.
+fn inspect(config: &Path, topic: &str) -> BTreeMap<i64, serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["inspect", "--json", "-c"])
+        .arg(config)
+        .output()
+        .expect("run inspect");
+    assert!(
+        out.status.success(),
+        "inspect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect json");
+    report["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter(|p| p["topic"] == topic)
+        .map(|p| (p["partition"].as_i64().expect("partition"), p.clone()))
+        .collect()
+}
+
+/// Records per partition for ids `0..n` round-robin over `partitions`.
+fn per_partition(n: i64, partitions: i32) -> BTreeMap<i64, i64> {
+    let mut out = BTreeMap::new();
+    for (p, _) in expected_positions(n, partitions) {
+        *out.entry(p).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Every FlushRows fails (transiently), so exactly-once checkpoints are committed with `f < K`.
+fn fail_every_flush(emulator: &Emulator) {
+    emulator
+        .faults
+        .install(vec![FaultRule {
+            rpc: Rpc::FlushRows,
+            action: FaultAction::Fail {
+                code: GrpcCode(tonic::Code::Unavailable),
+                storage_code: None,
+                message: Some("injected: flush unavailable".into()),
+                in_stream: false,
+            },
+            nth: None,
+            times: None,
+            probability: None,
+            target: None,
+        }])
+        .expect("install fault");
+}
+
+/// Waits until `inspect` shows every partition of `topic` committed at its count, with
+/// `check` true for each.
+fn wait_committed(
+    config: &Path,
+    topic: &str,
+    counts: &BTreeMap<i64, i64>,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> BTreeMap<i64, serde_json::Value> {
+    let started = Instant::now();
+    loop {
+        let report = inspect(config, topic);
+        let done = counts.iter().all(|(p, n)| {
+            report
+                .get(p)
+                .is_some_and(|r| r["committed"].as_i64() == Some(*n) && check(r))
+        });
+        if done || started.elapsed() > Duration::from_secs(120) {
+            return report;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_shows_the_offsets() {
+    let f = Fixture::new(3).await;
+    let group = unique_name("alo");
+    let config = f.config(&group, "at_least_once", &f.topic);
+    let n = 3_000;
+    f.produce(0..n, 3);
+    let daemon = Daemon::start(&config);
+    let v = f.wait_visible(n as usize, Duration::from_secs(120));
+    assert_exactly_once(&v, &expected_positions(n, 3));
+    assert!(daemon.terminate().success(), "clean exit after SIGTERM");
+    assert_exactly_once(&f.visible(), &expected_positions(n, 3));
+
+    // The offsets were committed after the appends, with the at-least-once marker.
+    let report = inspect(&config, &f.topic);
+    for (p, count) in per_partition(n, 3) {
+        let r = &report[&p];
+        assert_eq!(r["committed"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["mode"], "at_least_once", "{r}");
+        assert_eq!(r["high_watermark"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["lag"].as_i64(), Some(0), "{r}");
+    }
+    // The plain table says the same, one line per partition under a header.
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["inspect", "-c"])
+        .arg(&config)
+        .output()
+        .expect("run inspect");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("COMMITTED"), "{text}");
+    for (p, count) in per_partition(n, 3) {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .take(2)
+                    .eq([f.topic.as_str(), &p.to_string()])
+            })
+            .unwrap_or_else(|| panic!("no line for partition {p}: {text}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[2], count.to_string(), "{line}");
+        assert_eq!(cells[3], "at_least_once", "{line}");
+    }
+    // Nothing was appended to a BUFFERED stream: at-least-once rows are visible on append.
+    assert!(report.values().all(|r| r["stream"].is_null()), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_loses_nothing_across_a_sigkill() {
+    let f = Fixture::new(3).await;
+    let config = f.config(&unique_name("alo-kill"), "at_least_once", &f.topic);
+    // Small, slow appends, one at a time: the backlog takes seconds, so the kill lands after
+    // some offsets were committed and before all of them were.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("writer:\n  max_rows_per_request: 500\n  max_inflight_requests: 1\n");
+    std::fs::write(&config, text).expect("config");
+    f.emulator
+        .faults
+        .install(vec![FaultRule {
+            rpc: Rpc::AppendRows,
+            action: FaultAction::Delay { ms: 200 },
+            nth: None,
+            times: None,
+            probability: None,
+            target: None,
+        }])
+        .expect("install fault");
+    let first = 60_000;
+    f.produce(0..first, 3);
+    let daemon = Daemon::start(&config);
+    let started = Instant::now();
+    let committed = |report: &BTreeMap<i64, serde_json::Value>| -> i64 {
+        report
+            .values()
+            .filter_map(|r| r["committed"].as_i64())
+            .sum()
+    };
+    while committed(&inspect(&config, &f.topic)) == 0
+        && started.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon.kill();
+    let before = f.visible().values().sum::<usize>();
+    let at_kill = committed(&inspect(&config, &f.topic));
+    eprintln!("killed with {before} of {first} rows visible, {at_kill} offsets committed");
+    assert!(at_kill > 0, "offsets are committed while the daemon runs");
+    assert!(
+        at_kill < first,
+        "the daemon was killed after it had committed everything; the crash proved nothing"
+    );
+    f.emulator.faults.clear();
+    let total = first + 5_000;
+    f.produce(first..total, 3);
+    let daemon = Daemon::start(&config);
+    let expected = expected_positions(total, 3);
+    let started = Instant::now();
+    let mut v = f.visible();
+    while v.len() < expected.len() && started.elapsed() < Duration::from_secs(180) {
+        std::thread::sleep(Duration::from_millis(200));
+        v = f.visible();
+    }
+    assert_at_least_once(&v, &expected);
+    let dupes = v.values().filter(|n| **n > 1).count();
+    eprintln!("{dupes} records written more than once after the SIGKILL (allowed)");
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_exactly_once_to_at_least_once_and_back_loses_nothing() {
+    let f = Fixture::new(3).await;
+    let group = unique_name("switch");
+    let eo = f.config(&group, "exactly_once", &f.topic);
+    let alo = f.config(&group, "at_least_once", &f.topic);
+
+    // 1. Exactly-once with every flush failing: checkpoints are committed, nothing is visible,
+    //    and the daemon dies with rows [f, K) in doubt (design review F5).
+    let first = 3_000;
+    f.produce(0..first, 3);
+    fail_every_flush(&f.emulator);
+    let daemon = Daemon::start(&eo);
+    let report = wait_committed(&eo, &f.topic, &per_partition(first, 3), |r| {
+        r["mode"] == "exactly_once"
+    });
+    daemon.kill();
+    assert_eq!(
+        f.visible().len(),
+        0,
+        "no flush succeeded, nothing is visible"
+    );
+    for (p, count) in per_partition(first, 3) {
+        let r = &report[&p];
+        assert_eq!(r["committed"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["visible_through"].as_i64(), Some(0), "{r}");
+        assert!(r["stream"].is_string(), "{r}");
+        assert!(
+            r["note"].as_str().unwrap_or("").contains("flush pending"),
+            "inspect shows the pending flush: {r}"
+        );
+    }
+    f.emulator.faults.clear();
+
+    // 2. At-least-once on the same group: the recovery re-flushes the left-behind checkpoint
+    //    before appending, so the records below K become visible and are not written again.
+    let second = first + 3_000;
+    f.produce(first..second, 3);
+    let daemon = Daemon::start(&alo);
+    let v = f.wait_visible(second as usize, Duration::from_secs(120));
+    assert_at_least_once(&v, &expected_positions(second, 3));
+    assert!(daemon.terminate().success());
+    let report = inspect(&alo, &f.topic);
+    for (p, count) in per_partition(second, 3) {
+        let r = &report[&p];
+        assert_eq!(r["committed"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["mode"], "at_least_once", "{r}");
+    }
+
+    // 3. Back to exactly-once: it starts at the at-least-once offsets with nothing to re-flush.
+    let third = second + 3_000;
+    f.produce(second..third, 3);
+    let daemon = Daemon::start(&eo);
+    let v = f.wait_visible(third as usize, Duration::from_secs(120));
+    assert!(daemon.terminate().success());
+    // No crash of an at-least-once process happened, so nothing was written twice either.
+    assert_exactly_once(&f.visible(), &expected_positions(third, 3));
+    assert_eq!(v.len(), third as usize);
+    let report = inspect(&eo, &f.topic);
+    for (p, count) in per_partition(third, 3) {
+        let r = &report[&p];
+        assert_eq!(r["committed"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["mode"], "exactly_once", "{r}");
+        assert_eq!(r["visible_through"].as_i64(), Some(count), "at rest: {r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_without_moving_offsets()
+ {
+    let f = Fixture::new(2).await;
+    let group = unique_name("recover");
+    let old = f.config(&group, "exactly_once", &f.topic);
+    let n = 2_000;
+    f.produce(0..n, 2);
+    fail_every_flush(&f.emulator);
+    let daemon = Daemon::start(&old);
+    let before = wait_committed(&old, &f.topic, &per_partition(n, 2), |r| {
+        r["stream"].is_string()
+    });
+    daemon.kill();
+    f.emulator.faults.clear();
+    assert_eq!(f.visible().len(), 0);
+
+    // The group now subscribes another topic: nobody will re-flush the old one's checkpoints.
+    let other = unique_name("other");
+    create_topic_blocking(f.bootstrap, &other, 1);
+    let new = f.config(&group, "exactly_once", &other);
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+            .args(["recover", "-c"])
+            .arg(&new)
+            .args(args)
+            .output()
+            .expect("run recover");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("recover: {text}{}", String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    // The killed daemon stays a member until its session times out; the broker refuses a
+    // commit from outside a group that has members, so recover waits for it to leave.
+    let started = Instant::now();
+    let (ok, text) = loop {
+        let (ok, text) = run(&[]);
+        if ok || started.elapsed() > Duration::from_secs(90) {
+            break (ok, text);
+        }
+        assert!(text.contains("checkpoint not updated"), "{text}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(ok, "recover succeeded: {text}");
+    assert_eq!(text.matches("stream finalized").count(), 2, "{text}");
+    assert_exactly_once(&f.visible(), &expected_positions(n, 2));
+
+    let after = inspect(&new, &f.topic);
+    for (p, count) in per_partition(n, 2) {
+        let r = &after[&p];
+        // Never rewound or moved: the same K, now at rest.
+        assert_eq!(r["committed"], before[&p]["committed"], "{r}");
+        assert_eq!(r["committed"].as_i64(), Some(count), "{r}");
+        assert_eq!(r["visible_through"].as_i64(), Some(count), "{r}");
+        assert!(r["stream"].is_null(), "{r}");
+    }
+    // The finalized streams take no more appends: recover really finalized them.
+    for p in before.values() {
+        let stream = p["stream"].as_str().expect("stream");
+        let name = format!("projects/p/datasets/d/tables/{}/streams/{stream}", f.table);
+        let s = f
+            .emulator
+            .store
+            .get_write_stream(&name)
+            .expect("stream still known");
+        assert_eq!(s.phase, StreamPhase::Finalized, "{name} finalized");
+    }
+    // A second run finds everything at rest.
+    let (ok, text) = run(&[]);
+    assert!(ok && text.matches("at rest").count() == 2, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("recover-lost");
+    let config = f.config(&group, "exactly_once", &f.topic);
+    let n = 500;
+    f.produce(0..n, 1);
+    fail_every_flush(&f.emulator);
+    let daemon = Daemon::start(&config);
+    let before = wait_committed(&config, &f.topic, &per_partition(n, 1), |r| {
+        r["stream"].is_string()
+    });
+    daemon.kill();
+    f.emulator.faults.clear();
+    let stream = before[&0]["stream"].as_str().expect("stream").to_string();
+    let name = format!("projects/p/datasets/d/tables/{}/streams/{stream}", f.table);
+    f.emulator
+        .store
+        .finalize_now(&name)
+        .expect("finalize behind the sink");
+
+    // The topic is still subscribed: --topic selects it explicitly.
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["recover", "--topic", &f.topic, "-c"])
+        .arg(&config)
+        .output()
+        .expect("run recover");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a lost stream is not a success: {text}"
+    );
+    assert!(
+        text.contains("NOT RECOVERED") && text.contains("is gone"),
+        "{text}"
+    );
+    assert_eq!(f.visible().len(), 0);
+    let after = inspect(&config, &f.topic);
+    assert_eq!(after[&0]["committed"], before[&0]["committed"], "{after:?}");
+    assert_eq!(after[&0]["metadata"], before[&0]["metadata"], "{after:?}");
+}
