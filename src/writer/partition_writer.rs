@@ -163,6 +163,7 @@ pub fn spawn(
         session: None,
         stream_id: None,
         plan: None,
+        plan_schema_len: 0,
         open: OpenBatch::default(),
         meta: VecDeque::new(),
         acked_rows: 0,
@@ -205,6 +206,8 @@ struct PartitionWriter {
     session: Option<AppendSession<Record>>,
     stream_id: Option<StreamId>,
     plan: Option<Arc<Plan>>,
+    /// Encoded size of `plan`'s descriptor (the writer schema a request may carry).
+    plan_schema_len: usize,
     open: OpenBatch,
     meta: VecDeque<InflightMeta>,
     /// The acknowledged prefix.
@@ -349,20 +352,25 @@ impl PartitionWriter {
                 }
             }
         };
-        if self
-            .plan
-            .as_ref()
-            .is_some_and(|p| p.descriptor() != plan.descriptor())
-        {
-            // A new writer schema: the rows of a request share one descriptor, and an explicit
-            // stream changes schema by reconnecting (same stream, same offsets).
-            self.seal().await?;
-            self.settle_all().await?;
-            if let Some(session) = &mut self.session {
-                session.change_writer_schema(plan.descriptor().clone());
+        // Plans are cached and shared: the same Arc is the same descriptor, which spares the deep
+        // comparison and the descriptor's size computation on every record (the hot path).
+        if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
+            if self
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.descriptor() != plan.descriptor())
+            {
+                // A new writer schema: the rows of a request share one descriptor, and an
+                // explicit stream changes schema by reconnecting (same stream, same offsets).
+                self.seal().await?;
+                self.settle_all().await?;
+                if let Some(session) = &mut self.session {
+                    session.change_writer_schema(plan.descriptor().clone());
+                }
             }
+            self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
+            self.plan = Some(plan.clone());
         }
-        self.plan = Some(plan.clone());
         let header_values: Vec<KafkaHeader<'_>> = record
             .headers
             .iter()
@@ -433,11 +441,7 @@ impl PartitionWriter {
     /// request's other fields (stream name, offset, the writer schema on a connection's first
     /// request).
     fn request_bound(&self, rows_encoded: usize) -> usize {
-        let schema = self
-            .plan
-            .as_ref()
-            .map_or(0, |p| prost::Message::encoded_len(p.descriptor()));
-        rows_encoded + schema + self.shared.settings.table.len() + 128
+        rows_encoded + self.plan_schema_len + self.shared.settings.table.len() + 128
     }
 
     /// A record that cannot become a row: dead-letter it (acknowledged) or apply the policy.

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark (BENCHMARKS.md): raw Kafka consumption against the sink, one command.
+#
+#   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
+#                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
+#                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
+#
+# Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
+# with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
+# then runs `kbq-bench run`, which preloads the topic and measures. The table goes to stdout and
+# DIR/results.txt, the figures to DIR/results.json; configs and daemon logs stay in DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+records=2000000
+partitions=16
+out=""
+profile=release
+extra=()
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    --records) records="$2"; shift 2 ;;
+    --partitions) partitions="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --profile) profile="$2"; shift 2 ;;
+    --perf) extra+=(--perf); shift ;;
+    --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
+      --consumer-property | --writer)
+      extra+=("$1" "$2"); shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+[[ "$profile" == release || "$profile" == debug ]] || { echo "--profile release|debug" >&2; exit 2; }
+out="${out:-$root/bench/out/$(date -u +%Y%m%dT%H%M%SZ)}"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kbq/target}"
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+flags=(--locked --bin kafka-bigquery-sink --example kbq-bench)
+[[ "$profile" == release ]] && flags+=(--release)
+log "building ($profile)"
+cargo build "${flags[@]}" >&2
+bin_dir="$CARGO_TARGET_DIR/$profile"
+sink="$bin_dir/kafka-bigquery-sink"
+driver="$bin_dir/examples/kbq-bench"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kbq-bench.XXXXXX")
+emulator_pid=""
+cleanup() {
+  if [[ -n "$emulator_pid" ]]; then
+    kill -TERM "$emulator_pid" 2>/dev/null || true
+    wait "$emulator_pid" 2>/dev/null || true
+  fi
+  if [[ -f "$work/kafka/pid" ]]; then
+    "$root/scripts/kafka.sh" stop "$work/kafka" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ -n "${KBQ_KAFKA_BOOTSTRAP:-}" ]]; then
+  bootstrap="$KBQ_KAFKA_BOOTSTRAP"
+  log "using the broker at $bootstrap"
+else
+  scripts/kafka.sh fetch
+  mkdir -p "$work/kafka"
+  # the watchdog stops the broker even if this script is killed
+  bootstrap=$(KBQ_KAFKA_HEAP="${KBQ_KAFKA_HEAP:-1g}" scripts/kafka.sh start "$work/kafka" --parent $$)
+  log "broker at $bootstrap"
+fi
+
+"$sink" emulator --listen 127.0.0.1:0 >"$work/emulator.out" 2>"$out/emulator.log" &
+emulator_pid=$!
+emulator=""
+for _ in $(seq 1 300); do
+  emulator=$(sed -n 's/^emulator listening on //p' "$work/emulator.out" | head -n1)
+  [[ -n "$emulator" ]] && break
+  kill -0 "$emulator_pid" 2>/dev/null || { cat "$out/emulator.log" >&2; log "the emulator exited"; exit 1; }
+  sleep 0.1
+done
+[[ -n "$emulator" ]] || { log "the emulator printed no address within 30s"; exit 1; }
+log "emulator at $emulator (pid $emulator_pid)"
+
+"$driver" run --bootstrap "$bootstrap" --emulator "$emulator" --emulator-pid "$emulator_pid" \
+  --sink-bin "$sink" --records "$records" --partitions "$partitions" --out "$out" "${extra[@]}"

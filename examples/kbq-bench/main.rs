@@ -1,0 +1,1182 @@
+//! The end-to-end benchmark driver behind `bench/run.sh` (see BENCHMARKS.md).
+//!
+//! `kbq-bench run` expects a broker and an emulator already running (the script starts both), and
+//! measures, on one preloaded topic: the raw baseline (`kbq-bench raw`, a child process, so that
+//! its CPU and memory are its own), then the sink binary in each delivery mode, each from a fresh
+//! consumer group, followed by a rate-limited phase for the end-to-end visibility latency.
+
+mod generator;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Parser, Subcommand};
+use libc::{SIGINT, SIGTERM, kill};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{Value, json};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kbq-bench",
+    about = "End-to-end benchmark of kafka-bigquery-sink"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Preload a topic, then measure the raw baseline and the sink in each delivery mode.
+    Run(RunArgs),
+    /// The raw baseline: read every record of a topic with the sink's consumer settings, print
+    /// one JSON line and exit.
+    Raw {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        topic: String,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
+    /// Kafka bootstrap address (loopback).
+    #[arg(long)]
+    bootstrap: String,
+    /// The emulator's address (gRPC and REST), from its `emulator listening on` line.
+    #[arg(long)]
+    emulator: String,
+    /// The emulator's process id, to report its CPU separately.
+    #[arg(long)]
+    emulator_pid: Option<u32>,
+    /// The sink binary.
+    #[arg(long)]
+    sink_bin: PathBuf,
+    #[arg(long, default_value_t = 2_000_000)]
+    records: u64,
+    #[arg(long, default_value_t = 16)]
+    partitions: i32,
+    /// Where the config files, logs and `results.json` go.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "1s")]
+    checkpoint_interval: String,
+    /// Records per second of the latency phase (0 skips it).
+    #[arg(long, default_value_t = 2000)]
+    latency_rate: u64,
+    #[arg(long, default_value_t = 20)]
+    latency_secs: u64,
+    /// Delivery modes to measure, comma-separated.
+    #[arg(long, default_value = "exactly_once,at_least_once")]
+    modes: String,
+    /// An extra librdkafka consumer property `KEY=VALUE` for the sink and the raw baseline
+    /// (repeatable).
+    #[arg(long = "consumer-property")]
+    consumer_properties: Vec<String>,
+    /// An extra `writer:` setting `KEY=VALUE` for the sink (repeatable).
+    #[arg(long = "writer")]
+    writer: Vec<String>,
+    /// Record a CPU profile of each sink during its drain (`perf record`, written to
+    /// OUT/perf-MODE.data).
+    #[arg(long)]
+    perf: bool,
+    /// Give up on a phase after this long without progress.
+    #[arg(long, default_value_t = 180)]
+    stall_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Run(args) => run(args),
+        Cmd::Raw { config, topic } => raw(&config, &topic),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process statistics from the OS
+
+#[derive(Debug, Clone, Copy, Default)]
+struct ProcStats {
+    /// utime + stime, seconds.
+    cpu_s: f64,
+    /// VmHWM (peak resident set), bytes.
+    peak_rss: u64,
+}
+
+fn proc_stats(pid: u32) -> anyhow::Result<ProcStats> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // the command name is in parentheses and may hold spaces: fields count from the last `)`
+    let rest = &stat[stat.rfind(')').ok_or_else(|| anyhow!("bad /proc stat"))? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let peak_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Ok(ProcStats {
+        cpu_s: ticks as f64 / hz,
+        peak_rss: peak_kib * 1024,
+    })
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_micros() as i64
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP (the emulator's REST API and the daemon's /metrics)
+
+struct Http {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+impl Http {
+    fn new() -> anyhow::Result<Http> {
+        Ok(Http {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        })
+    }
+
+    fn get(&self, url: &str) -> anyhow::Result<(u16, String)> {
+        self.rt.block_on(async {
+            let resp = self.client.get(url).send().await?;
+            let status = resp.status().as_u16();
+            Ok((status, resp.text().await?))
+        })
+    }
+
+    fn delete(&self, url: &str) -> anyhow::Result<u16> {
+        self.rt
+            .block_on(async { Ok(self.client.delete(url).send().await?.status().as_u16()) })
+    }
+}
+
+/// The emulator's REST view of one table.
+struct Table<'a> {
+    http: &'a Http,
+    base: String,
+}
+
+impl Table<'_> {
+    fn new<'a>(http: &'a Http, emulator: &str, table: &str) -> Table<'a> {
+        Table {
+            http,
+            base: format!(
+                "http://{emulator}/bigquery/v2/projects/bench/datasets/bench/tables/{table}"
+            ),
+        }
+    }
+
+    /// `totalRows` of `tabledata.list`: the rows a reader sees. None before the table exists.
+    fn visible_rows(&self) -> anyhow::Result<Option<u64>> {
+        let (status, body) = self.http.get(&format!("{}/data?maxResults=0", self.base))?;
+        if status == 404 {
+            return Ok(None);
+        }
+        if status != 200 {
+            bail!("tabledata.list answered {status}: {body}");
+        }
+        let v: Value = serde_json::from_str(&body)?;
+        Ok(v["totalRows"].as_str().and_then(|s| s.parse().ok()))
+    }
+
+    /// The Kafka timestamps (µs) of the visible rows from `start`, in visibility order.
+    fn timestamps_from(&self, start: u64) -> anyhow::Result<Vec<i64>> {
+        let url = format!(
+            "{}/data?startIndex={start}&maxResults=10000&selectedFields=_kafka_timestamp&formatOptions.useInt64Timestamp=true",
+            self.base
+        );
+        let (status, body) = self.http.get(&url)?;
+        if status != 200 {
+            bail!("tabledata.list answered {status}: {body}");
+        }
+        let v: Value = serde_json::from_str(&body)?;
+        let rows = v["rows"].as_array().cloned().unwrap_or_default();
+        rows.iter()
+            .map(|r| {
+                r["f"][0]["v"]
+                    .as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .ok_or_else(|| anyhow!("row without a kafka timestamp: {r}"))
+            })
+            .collect()
+    }
+
+    fn delete(&self) {
+        let _ = self.http.delete(&self.base);
+    }
+}
+
+/// The figures read from the daemon's `/metrics`.
+#[derive(Debug, Clone, Default)]
+struct Metrics {
+    records: f64,
+    bytes: f64,
+    /// kbq_checkpoint_duration_seconds: (upper bound, cumulative count)
+    checkpoint_buckets: Vec<(f64, f64)>,
+    checkpoint_count: f64,
+    checkpoint_sum: f64,
+    checkpoints: BTreeMap<String, f64>,
+}
+
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let at = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    let end = labels[at..].find('"')?;
+    Some(&labels[at..at + end])
+}
+
+fn parse_metrics(text: &str) -> Metrics {
+    let mut m = Metrics::default();
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = match series.find('{') {
+            Some(i) => (&series[..i], &series[i..]),
+            None => (series, ""),
+        };
+        match name {
+            "kbq_records_consumed_total" => m.records += value,
+            "kbq_bytes_consumed_total" => m.bytes += value,
+            "kbq_checkpoint_duration_seconds_bucket" => {
+                let le = label(labels, "le").unwrap_or("+Inf");
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap_or(f64::INFINITY)
+                };
+                m.checkpoint_buckets.push((le, value));
+            }
+            "kbq_checkpoint_duration_seconds_count" => m.checkpoint_count = value,
+            "kbq_checkpoint_duration_seconds_sum" => m.checkpoint_sum = value,
+            "kbq_checkpoints_total" => {
+                let outcome = label(labels, "outcome").unwrap_or("unknown");
+                *m.checkpoints.entry(outcome.to_string()).or_default() += value;
+            }
+            _ => {}
+        }
+    }
+    m.checkpoint_buckets
+        .sort_by(|a, b| a.0.partial_cmp(&b.0).expect("bucket bounds are numbers"));
+    m
+}
+
+impl Metrics {
+    /// The checkpoints between `earlier` and `self`.
+    fn since(&self, earlier: &Metrics) -> Metrics {
+        let mut m = self.clone();
+        for (b, e) in m
+            .checkpoint_buckets
+            .iter_mut()
+            .zip(&earlier.checkpoint_buckets)
+        {
+            b.1 -= e.1;
+        }
+        m.checkpoint_count -= earlier.checkpoint_count;
+        m.checkpoint_sum -= earlier.checkpoint_sum;
+        for (k, v) in m.checkpoints.iter_mut() {
+            *v -= earlier.checkpoints.get(k).copied().unwrap_or(0.0);
+        }
+        m
+    }
+
+    /// A quantile of the checkpoint durations, interpolated inside its bucket the way
+    /// Prometheus' `histogram_quantile` does (the buckets double, so this is an estimate).
+    fn checkpoint_quantile(&self, q: f64) -> Option<f64> {
+        if self.checkpoint_count <= 0.0 {
+            return None;
+        }
+        let rank = q * self.checkpoint_count;
+        let (mut lower, mut below) = (0.0, 0.0);
+        for &(le, cum) in &self.checkpoint_buckets {
+            if cum >= rank {
+                if le.is_infinite() {
+                    return Some(lower);
+                }
+                let inside = cum - below;
+                let frac = if inside > 0.0 {
+                    (rank - below) / inside
+                } else {
+                    1.0
+                };
+                return Some(lower + (le - lower) * frac);
+            }
+            lower = le;
+            below = cum;
+        }
+        Some(lower)
+    }
+
+    fn committed_checkpoints(&self) -> f64 {
+        self.checkpoints.get("committed").copied().unwrap_or(0.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kafka: topic, producer
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let results = rt.block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))?;
+    for r in results {
+        r.map_err(|(t, e)| anyhow!("cannot create topic {t}: {e}"))?;
+    }
+    // the topic is usable once every partition has a leader
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))?;
+        let ready = md.topics().iter().any(|t| {
+            t.partitions().len() == partitions as usize
+                && t.partitions().iter().all(|p| p.leader() >= 0)
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("topic {topic} has no leaders after 60s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// (partition, low watermark, high watermark)
+type Watermarks = (i32, i64, i64);
+
+/// The sum of the partitions' high watermarks: how many records a full read returns.
+fn topic_end(bootstrap: &str, topic: &str) -> anyhow::Result<(u64, Vec<Watermarks>)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let t = md
+        .topics()
+        .first()
+        .ok_or_else(|| anyhow!("topic {topic} not found"))?;
+    let mut total = 0;
+    let mut parts = Vec::new();
+    for p in t.partitions() {
+        let (low, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+        total += (high - low) as u64;
+        parts.push((p.id(), low, high));
+    }
+    Ok((total, parts))
+}
+
+/// Counts failed deliveries: the preload must be complete or the figures mean nothing.
+#[derive(Default)]
+struct CountingContext {
+    failed: AtomicU64,
+}
+
+impl ClientContext for CountingContext {}
+
+impl ProducerContext for CountingContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Produced {
+    records: u64,
+    bytes: u64,
+    elapsed: Duration,
+}
+
+/// Produces records `seqs` round-robin over the partitions; paced to `rate` records/s if given
+/// (the latency phase), as fast as the broker takes them otherwise (the preload).
+fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    seqs: std::ops::Range<u64>,
+    rate: Option<u64>,
+) -> anyhow::Result<Produced> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("compression.type", "none")
+        .set("queue.buffering.max.kbytes", "262144");
+    match rate {
+        // a latency-minded producer: small batches, sent at once
+        Some(_) => config.set("linger.ms", "5"),
+        None => config
+            .set("linger.ms", "50")
+            .set("batch.size", "1000000")
+            .set("batch.num.messages", "100000"),
+    };
+    let producer: BaseProducer<CountingContext> =
+        config.create_with_context(CountingContext::default())?;
+    let started = Instant::now();
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut value = Vec::with_capacity(2048);
+    let first = seqs.start;
+    for seq in seqs {
+        if let Some(rate) = rate {
+            let due = started + Duration::from_secs_f64((seq - first) as f64 / rate as f64);
+            let now = Instant::now();
+            if due > now {
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(due - now);
+            }
+        }
+        value.clear();
+        let now_us = now_micros();
+        generator::encode(seq, &mut value);
+        let key = generator::key(seq);
+        let partition = (seq % partitions as u64) as i32;
+        loop {
+            let record = BaseRecord::to(topic)
+                .partition(partition)
+                .key(&key)
+                .payload(&value)
+                .timestamp(now_us / 1000);
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+        records += 1;
+        bytes += (key.len() + value.len()) as u64;
+        if records % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    let failed = producer.context().failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        bail!("{failed} records were not delivered to {topic}");
+    }
+    Ok(Produced {
+        records,
+        bytes,
+        elapsed: started.elapsed(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The raw baseline (child process)
+
+fn raw(config_path: &Path, topic: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let config = kafka_bigquery_sink::config::Config::load(config_path)
+        .map_err(|e| anyhow!("cannot load {}: {e}", config_path.display()))?;
+    let mut cc = ClientConfig::new();
+    for (k, v) in &config.kafka.consumer_properties().0 {
+        cc.set(k, v);
+    }
+    let consumer: BaseConsumer = cc.create()?;
+    let (_, parts) = topic_end(&config.kafka.bootstrap_servers, topic)?;
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
+    for &(p, low, high) in &parts {
+        if high > low {
+            // an explicit position, as the sink assigns: `auto.offset.reset` stays `error`
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
+            remaining.insert(p, high);
+        }
+    }
+    consumer.assign(&tpl)?;
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let mut first: Option<Duration> = None;
+    let mut last_progress = Instant::now();
+    while !remaining.is_empty() {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                first.get_or_insert_with(|| started.elapsed());
+                records += 1;
+                bytes +=
+                    (m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)) as u64;
+                if remaining
+                    .get(&m.partition())
+                    .is_some_and(|&end| m.offset() + 1 >= end)
+                {
+                    remaining.remove(&m.partition());
+                }
+                last_progress = Instant::now();
+            }
+            Some(Err(e)) => bail!("consumer error: {e}"),
+            None if last_progress.elapsed() > Duration::from_secs(120) => {
+                bail!("no record for 120s; partitions left: {remaining:?}")
+            }
+            None => {}
+        }
+    }
+    let last = started.elapsed();
+    let stats = proc_stats(std::process::id())?;
+    println!(
+        "{}",
+        json!({
+            "records": records,
+            "bytes": bytes,
+            "first_record_s": first.unwrap_or_default().as_secs_f64(),
+            "last_record_s": last.as_secs_f64(),
+            "cpu_s": stats.cpu_s,
+            "peak_rss": stats.peak_rss,
+        })
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+/// One measured row of the table.
+#[derive(Debug, Clone, Default)]
+struct Row {
+    name: String,
+    records: u64,
+    bytes: u64,
+    seconds: f64,
+    cpu_s: f64,
+    peak_rss: u64,
+    checkpoints: Option<f64>,
+    checkpoint_p50: Option<f64>,
+    checkpoint_p99: Option<f64>,
+    latency: Option<Latency>,
+    emulator_cpu_s: Option<f64>,
+    exact: Option<bool>,
+    not_measured: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Latency {
+    rate: u64,
+    records: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    checkpoint_p50: Option<f64>,
+    checkpoint_p99: Option<f64>,
+}
+
+impl Row {
+    fn records_per_s(&self) -> f64 {
+        self.records as f64 / self.seconds.max(1e-9)
+    }
+    fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.seconds.max(1e-9)
+    }
+    fn cpu_per_gb(&self) -> f64 {
+        self.cpu_s / (self.bytes as f64 / 1e9).max(1e-12)
+    }
+
+    fn to_json(&self, raw: Option<&Row>) -> Value {
+        if let Some(why) = &self.not_measured {
+            return json!({ "name": self.name, "not_measured": why });
+        }
+        json!({
+            "name": self.name,
+            "records": self.records,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "records_per_s": self.records_per_s(),
+            "mb_per_s": self.mb_per_s(),
+            "ratio_to_raw": raw.map(|r| self.records_per_s() / r.records_per_s()),
+            "cpu_seconds": self.cpu_s,
+            "cpu_seconds_per_gb": self.cpu_per_gb(),
+            "peak_rss_bytes": self.peak_rss,
+            "checkpoints_committed": self.checkpoints,
+            "checkpoint_p50_s": self.checkpoint_p50,
+            "checkpoint_p99_s": self.checkpoint_p99,
+            "emulator_cpu_seconds": self.emulator_cpu_s,
+            "visible_rows_exact": self.exact,
+            "latency": self.latency.as_ref().map(|l| json!({
+                "rate_per_s": l.rate,
+                "records": l.records,
+                "p50_ms": l.p50_ms,
+                "p99_ms": l.p99_ms,
+                "max_ms": l.max_ms,
+                "checkpoint_p50_s": l.checkpoint_p50,
+                "checkpoint_p99_s": l.checkpoint_p99,
+            })),
+        })
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    check_generator()?;
+    let unique = format!(
+        "{}{}",
+        std::process::id(),
+        SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() % 100_000
+    );
+    let topic = format!("kbq-bench-{unique}");
+    let avsc = args.out.join("order.avsc");
+    std::fs::write(&avsc, generator::SCHEMA)?;
+
+    eprintln!(
+        "bench: topic {topic}, {} partitions, preloading {} records",
+        args.partitions, args.records
+    );
+    create_topic(&args.bootstrap, &topic, args.partitions)?;
+    let pre = produce(
+        &args.bootstrap,
+        &topic,
+        args.partitions,
+        0..args.records,
+        None,
+    )?;
+    eprintln!(
+        "bench: preloaded {} records, {:.1} MB ({:.0} B/record) in {:.1}s",
+        pre.records,
+        pre.bytes as f64 / 1e6,
+        pre.bytes as f64 / pre.records.max(1) as f64,
+        pre.elapsed.as_secs_f64()
+    );
+    let mut next_seq = args.records;
+
+    let http = Http::new()?;
+    let mut rows = Vec::new();
+    let raw_row = raw_phase(&args, &topic, &avsc, &unique)?;
+    eprintln!(
+        "bench: raw {:.0} records/s, {:.1} MB/s",
+        raw_row.records_per_s(),
+        raw_row.mb_per_s()
+    );
+    rows.push(raw_row);
+    for mode in args
+        .modes
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        let row = sink_phase(&args, &http, &topic, &avsc, &unique, mode, &mut next_seq)?;
+        match &row.not_measured {
+            Some(why) => eprintln!("bench: {mode} not measured: {why}"),
+            None => eprintln!(
+                "bench: {mode} {:.0} records/s, {:.1} MB/s",
+                row.records_per_s(),
+                row.mb_per_s()
+            ),
+        }
+        rows.push(row);
+    }
+
+    let raw = rows.first().cloned();
+    let table = render_table(&rows, raw.as_ref());
+    println!("{table}");
+    let results = json!({
+        "records": args.records,
+        "partitions": args.partitions,
+        "record_bytes_mean": pre.bytes as f64 / pre.records.max(1) as f64,
+        "checkpoint_interval": args.checkpoint_interval,
+        "preload_seconds": pre.elapsed.as_secs_f64(),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_at_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "results": rows.iter().map(|r| r.to_json(raw.as_ref())).collect::<Vec<_>>(),
+    });
+    let path = args.out.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
+    std::fs::write(args.out.join("results.txt"), table + "\n")?;
+    eprintln!("bench: figures written to {}", path.display());
+    Ok(())
+}
+
+/// The generator writes Avro by hand: check it against apache-avro's reader before measuring.
+fn check_generator() -> anyhow::Result<()> {
+    let schema = apache_avro::Schema::parse_str(generator::SCHEMA)?;
+    let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema).build()?;
+    for seq in [0, 1, 2, 3, 17, 1_000_003] {
+        let mut buf = Vec::new();
+        generator::encode(seq, &mut buf);
+        let mut rest = buf.as_slice();
+        reader
+            .read_value(&mut rest)
+            .with_context(|| format!("generated record {seq} does not decode"))?;
+        if !rest.is_empty() {
+            bail!("generated record {seq} has {} trailing bytes", rest.len());
+        }
+    }
+    Ok(())
+}
+
+fn write_config(
+    args: &RunArgs,
+    path: &Path,
+    topic: &str,
+    group: &str,
+    avsc: &Path,
+    table: &str,
+    delivery: &str,
+) -> anyhow::Result<()> {
+    let text = format!(
+        r#"# generated by kbq-bench
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "10000"
+    heartbeat.interval.ms: "1000"
+{consumer_extra}avro:
+  schema_file: "{avsc}"
+bigquery:
+  project: bench
+  dataset: bench
+  table: "{table}"
+  endpoint: "http://{emulator}"
+  credentials: none
+  create_table: {{}}
+  metadata_columns:
+    partition: _kafka_partition
+    offset: _kafka_offset
+    timestamp: _kafka_timestamp
+delivery: {delivery}
+checkpoint:
+  interval: {interval}
+on_bad_record: fail
+{writer}metrics:
+  listen: "127.0.0.1:0"
+log:
+  format: json
+  level: info
+shutdown_deadline: 30s
+"#,
+        bootstrap = args.bootstrap,
+        avsc = avsc.display(),
+        emulator = args.emulator,
+        interval = args.checkpoint_interval,
+        consumer_extra = yaml_pairs(&args.consumer_properties, "    ")?,
+        writer = match yaml_pairs(&args.writer, "  ")? {
+            w if w.is_empty() => w,
+            w => format!("writer:\n{w}"),
+        },
+    );
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// `KEY=VALUE` pairs as YAML mapping lines at `indent`, values quoted.
+fn yaml_pairs(pairs: &[String], indent: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for pair in pairs {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("expected KEY=VALUE, got {pair}"))?;
+        out.push_str(&format!(
+            "{indent}{}: {}\n",
+            k.trim(),
+            serde_json::to_string(v)?
+        ));
+    }
+    Ok(out)
+}
+
+fn raw_phase(args: &RunArgs, topic: &str, avsc: &Path, unique: &str) -> anyhow::Result<Row> {
+    let config = args.out.join("raw.yaml");
+    let group = format!("kbq-bench-raw-{unique}");
+    write_config(args, &config, topic, &group, avsc, "raw", "exactly_once")?;
+    let out = Command::new(std::env::current_exe()?)
+        .args(["raw", "--topic", topic, "--config"])
+        .arg(&config)
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        bail!("the raw baseline failed: {}", out.status);
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).context("raw baseline output")?;
+    let num = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    Ok(Row {
+        name: "raw consumer".into(),
+        records: num("records") as u64,
+        bytes: num("bytes") as u64,
+        seconds: num("last_record_s") - num("first_record_s"),
+        cpu_s: num("cpu_s"),
+        peak_rss: num("peak_rss") as u64,
+        ..Row::default()
+    })
+}
+
+/// The sink daemon as a child process, with its stderr kept for the ops address and errors.
+struct Daemon {
+    child: Child,
+    ops: Arc<Mutex<Option<String>>>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Daemon {
+    fn start(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Daemon> {
+        let mut child = Command::new(bin)
+            .arg("run")
+            .arg("-c")
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let stderr = child.stderr.take().expect("piped stderr");
+        let ops = Arc::new(Mutex::new(None));
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let mut file = std::fs::File::create(log)?;
+        let (ops2, tail2) = (ops.clone(), tail.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = writeln!(file, "{line}");
+                if line.contains("ops endpoints") {
+                    *ops2.lock().expect("ops") = loopback_address(&line);
+                }
+                let mut t = tail2.lock().expect("tail");
+                t.push_back(line);
+                if t.len() > 20 {
+                    t.pop_front();
+                }
+            }
+        });
+        Ok(Daemon { child, ops, tail })
+    }
+
+    fn metrics(&self, http: &Http) -> Option<Metrics> {
+        let addr = self.ops.lock().expect("ops").clone()?;
+        let (status, body) = http.get(&format!("http://{addr}/metrics")).ok()?;
+        (status == 200).then(|| parse_metrics(&body))
+    }
+
+    /// Why the daemon exited, if it has.
+    fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok().flatten()?;
+        // let the reader thread drain the last lines
+        std::thread::sleep(Duration::from_millis(200));
+        let tail = self.tail.lock().expect("tail");
+        let why = tail
+            .iter()
+            .rev()
+            .find(|l| l.contains("error") || l.contains("ERROR"))
+            .or(tail.back())
+            .cloned()
+            .unwrap_or_default();
+        Some(format!("the sink exited ({status}): {why}"))
+    }
+
+    fn stop(mut self) {
+        let pid = self.child.id() as i32;
+        unsafe { kill(pid, SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(45);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("bench: the sink did not stop within 45s of SIGTERM, killing it");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The first `127.0.0.1:PORT` in a log line.
+fn loopback_address(line: &str) -> Option<String> {
+    let at = line.find("127.0.0.1:")?;
+    let digits: String = line[at + 10..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    (!digits.is_empty()).then(|| format!("127.0.0.1:{digits}"))
+}
+
+fn emulator_cpu(args: &RunArgs) -> Option<f64> {
+    args.emulator_pid
+        .and_then(|pid| proc_stats(pid).ok())
+        .map(|s| s.cpu_s)
+}
+
+fn sink_phase(
+    args: &RunArgs,
+    http: &Http,
+    topic: &str,
+    avsc: &Path,
+    unique: &str,
+    mode: &str,
+    next_seq: &mut u64,
+) -> anyhow::Result<Row> {
+    let name = format!("sink {mode}");
+    let (target, _) = topic_end(&args.bootstrap, topic)?;
+    let table_name = format!("bench_{mode}_{unique}");
+    let config = args.out.join(format!("sink-{mode}.yaml"));
+    write_config(
+        args,
+        &config,
+        topic,
+        &format!("kbq-bench-{mode}-{unique}"),
+        avsc,
+        &table_name,
+        mode,
+    )?;
+    let table = Table::new(http, &args.emulator, &table_name);
+    let emu_before = emulator_cpu(args);
+    let mut daemon = Daemon::start(
+        &args.sink_bin,
+        &config,
+        &args.out.join(format!("sink-{mode}.log")),
+    )?;
+    let pid = daemon.child.id();
+    let mut perf = if args.perf {
+        Some(
+            Command::new("perf")
+                .args(["record", "-F", "499", "-g", "-o"])
+                .arg(args.out.join(format!("perf-{mode}.data")))
+                .args(["-p", &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start perf")?,
+        )
+    } else {
+        None
+    };
+    let stall = Duration::from_secs(args.stall_secs);
+    let (mut first, mut last_progress) = (None, Instant::now());
+    let (mut seen_rows, mut seen_records) = (0u64, 0f64);
+    loop {
+        if let Some(why) = daemon.exited() {
+            return Ok(Row {
+                name,
+                not_measured: Some(why),
+                ..Row::default()
+            });
+        }
+        let visible = table.visible_rows()?.unwrap_or(0);
+        let consumed = daemon.metrics(http).map_or(0.0, |m| m.records);
+        if first.is_none() && consumed > 0.0 {
+            first = Some(Instant::now());
+        }
+        if visible >= target {
+            break;
+        }
+        if visible != seen_rows || consumed != seen_records {
+            (seen_rows, seen_records, last_progress) = (visible, consumed, Instant::now());
+        } else if last_progress.elapsed() > stall {
+            bail!(
+                "{mode}: no progress for {}s ({visible} of {target} rows visible, {consumed} consumed); log in {}",
+                stall.as_secs(),
+                args.out.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = Instant::now();
+    let stats = proc_stats(pid)?;
+    if let Some(mut p) = perf.take() {
+        // perf writes its file on SIGINT
+        unsafe { kill(p.id() as i32, SIGINT) };
+        let _ = p.wait();
+    }
+    let emu_after = emulator_cpu(args);
+    let drained = daemon
+        .metrics(http)
+        .ok_or_else(|| anyhow!("{mode}: no /metrics"))?;
+    let mut row = Row {
+        name,
+        records: target,
+        bytes: drained.bytes as u64,
+        // the first poll that saw a consumed record is up to one poll late: at most 0.1s
+        seconds: (done - first.unwrap_or(done)).as_secs_f64(),
+        cpu_s: stats.cpu_s,
+        peak_rss: stats.peak_rss,
+        checkpoints: Some(drained.committed_checkpoints()),
+        checkpoint_p50: drained.checkpoint_quantile(0.5),
+        checkpoint_p99: drained.checkpoint_quantile(0.99),
+        emulator_cpu_s: emu_before.zip(emu_after).map(|(b, a)| a - b),
+        ..Row::default()
+    };
+
+    let mut expected_rows = target;
+    if args.latency_rate > 0 && args.latency_secs > 0 {
+        let count = args.latency_rate * args.latency_secs;
+        let latency = latency_phase(args, &table, topic, target, *next_seq, count)?;
+        *next_seq += count;
+        expected_rows += count;
+        let after = daemon
+            .metrics(http)
+            .ok_or_else(|| anyhow!("{mode}: no /metrics"))?;
+        let phase = after.since(&drained);
+        row.latency = Some(Latency {
+            checkpoint_p50: phase.checkpoint_quantile(0.5),
+            checkpoint_p99: phase.checkpoint_quantile(0.99),
+            ..latency
+        });
+    }
+    daemon.stop();
+    // after a graceful stop nothing is in flight: the table holds each record once, or not
+    let final_rows = table.visible_rows()?.unwrap_or(0);
+    row.exact = Some(final_rows == expected_rows);
+    if final_rows != expected_rows {
+        eprintln!("bench: {mode}: {final_rows} rows visible, {expected_rows} records produced");
+    }
+    // the emulator keeps rows in memory: free them for the next phase
+    table.delete();
+    Ok(row)
+}
+
+/// Produces `count` records at `rate`/s and records, for each, the time from its Kafka timestamp
+/// until a `tabledata.list` poll first returned it.
+fn latency_phase(
+    args: &RunArgs,
+    table: &Table<'_>,
+    topic: &str,
+    visible_before: u64,
+    first_seq: u64,
+    count: u64,
+) -> anyhow::Result<Latency> {
+    let rate = args.latency_rate;
+    let (bootstrap, partitions) = (args.bootstrap.clone(), args.partitions);
+    let topic_owned = topic.to_string();
+    let producer = std::thread::spawn(move || {
+        produce(
+            &bootstrap,
+            &topic_owned,
+            partitions,
+            first_seq..first_seq + count,
+            Some(rate),
+        )
+    });
+    let mut latencies_us = Vec::with_capacity(count as usize);
+    let mut next = visible_before;
+    let mut producer_done_at: Option<Instant> = None;
+    let mut producer = Some(producer);
+    while (latencies_us.len() as u64) < count {
+        let timestamps = table.timestamps_from(next)?;
+        let now = now_micros();
+        next += timestamps.len() as u64;
+        latencies_us.extend(timestamps.iter().map(|ts| now - ts));
+        if producer.as_ref().is_some_and(|p| p.is_finished()) {
+            producer
+                .take()
+                .expect("checked above")
+                .join()
+                .map_err(|_| anyhow!("the latency producer panicked"))??;
+            producer_done_at = Some(Instant::now());
+        }
+        if producer_done_at.is_some_and(|t| t.elapsed() > Duration::from_secs(args.stall_secs)) {
+            bail!(
+                "latency phase: only {} of {count} records visible",
+                latencies_us.len()
+            );
+        }
+        if timestamps.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Some(p) = producer {
+        p.join()
+            .map_err(|_| anyhow!("the latency producer panicked"))??;
+    }
+    latencies_us.sort_unstable();
+    let q = |q: f64| {
+        let i = ((latencies_us.len() as f64 * q).ceil() as usize).clamp(1, latencies_us.len());
+        latencies_us[i - 1] as f64 / 1000.0
+    };
+    Ok(Latency {
+        rate,
+        records: count,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        max_ms: q(1.0),
+        checkpoint_p50: None,
+        checkpoint_p99: None,
+    })
+}
+
+fn render_table(rows: &[Row], raw: Option<&Row>) -> String {
+    let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.0}", s * 1000.0));
+    let mut out = String::new();
+    out.push_str(
+        "| run | records | MB | records/s | MB/s | × raw | CPU-s/GB | peak RSS MiB | checkpoints | checkpoint p50/p99 ms | visible p50/p99 ms |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        if let Some(why) = &r.not_measured {
+            let short: String = why.chars().take(120).collect();
+            out.push_str(&format!(
+                "| {} | not measured: {} | | | | | | | | | |\n",
+                r.name,
+                short.replace('|', "/")
+            ));
+            continue;
+        }
+        let ratio = raw.map_or("-".into(), |raw| {
+            format!("{:.2}", r.records_per_s() / raw.records_per_s())
+        });
+        let latency = r
+            .latency
+            .as_ref()
+            .map_or("-".into(), |l| format!("{:.0} / {:.0}", l.p50_ms, l.p99_ms));
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.0} | {} | {} / {} | {} |\n",
+            r.name,
+            r.records,
+            r.bytes as f64 / 1e6,
+            r.records_per_s(),
+            r.mb_per_s(),
+            ratio,
+            r.cpu_per_gb(),
+            r.peak_rss as f64 / (1024.0 * 1024.0),
+            r.checkpoints.map_or("-".into(), |c| format!("{c:.0}")),
+            ms(r.checkpoint_p50),
+            ms(r.checkpoint_p99),
+            latency,
+        ));
+    }
+    out
+}
