@@ -360,20 +360,6 @@ impl RestClient {
         };
         Ok((rows, doc["pageToken"].as_str().map(str::to_string)))
     }
-
-    /// Every visible row of a table (tests and verification; not for large tables).
-    pub async fn list_all_rows(&self, table: &TableReference) -> Result<Vec<Value>, RestError> {
-        let mut rows = Vec::new();
-        let mut token = None;
-        loop {
-            let (page, next) = self.list_rows(table, token.as_deref(), 10_000).await?;
-            rows.extend(page);
-            match next {
-                Some(next) => token = Some(next),
-                None => return Ok(rows),
-            }
-        }
-    }
 }
 
 /// A literal in an equality filter of [`RestClient::query_max_int`].

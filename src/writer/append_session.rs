@@ -241,12 +241,6 @@ impl<T> AppendSession<T> {
                 && self.inflight_bytes + bytes <= self.limits.max_inflight_bytes)
     }
 
-    /// Exact encoded size of the request `batch` would become (the size limit is on this).
-    pub fn request_size(&self, batch: &Batch<T>) -> usize {
-        self.build_request(self.next_offset, &batch.rows, true)
-            .encoded_len()
-    }
-
     fn build_request(&self, offset: i64, rows: &[Bytes], with_schema: bool) -> AppendRowsRequest {
         AppendRowsRequest {
             write_stream: if with_schema {

@@ -27,7 +27,7 @@ use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
 use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
-use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError, split_confluent};
+use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
 
@@ -756,9 +756,4 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-/// Splits a Confluent-framed payload: used by plan sources.
-pub fn confluent_schema_id(payload: &[u8]) -> Result<u32, RecordError> {
-    split_confluent(payload).map(|(id, _)| id)
 }
