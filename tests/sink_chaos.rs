@@ -767,3 +767,45 @@ async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall
     assert!(d.terminate().success());
     assert_exactly_once(&f.visible(), &f.expected());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. A replica dies inside its handoff.
+
+/// The revoke callback's handoff waits for the writer's appends in flight before its one commit.
+/// Slowing every AppendRows answer keeps replica `a` inside that wait when `b` joins; `a` is
+/// killed there. Whatever `a` appended but did not commit must not become visible, and `b` must
+/// re-deliver it exactly once from the last committed checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_replica_killed_during_its_handoff_loses_and_duplicates_nothing() {
+    let f = Fixture::new(4).await;
+    let config = f.config(&unique_name("handoff-kill"));
+    f.produce(2_000);
+    let mut a = Daemon::start_named(&config, "a");
+    progress(&f, 500, "with replica a");
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc": "AppendRows", "action": {"delay": {"ms": 4000}}}]"#,
+        ))
+        .expect("install the delay");
+    f.produce(4_000);
+    // Let a's writers put appends in flight against the slow answers.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut b = Daemon::start_named(&config, "b");
+    wait_until(Duration::from_secs(90), "a's handoff to begin", || {
+        !a.logged("partition revoked: handing off").is_empty()
+    });
+    a.kill();
+    assert!(
+        a.logged("partition handed off").is_empty(),
+        "a finished a handoff before it was killed: the kill did not land inside the handoff"
+    );
+    let fired: u64 = f.emulator.faults.list().iter().map(|r| r.fired).sum();
+    assert!(fired > 0, "the AppendRows delay never fired");
+    f.emulator.faults.clear();
+    f.wait_exactly_once(Duration::from_secs(180));
+    assert_healthy(&mut b, 50);
+    let status = b.terminate();
+    assert!(status.success(), "b leaves cleanly: {status:?}");
+    assert_exactly_once(&f.visible(), &f.expected());
+}
