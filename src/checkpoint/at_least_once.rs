@@ -23,20 +23,19 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::bigquery::error::ErrorClass;
-use crate::bigquery::rest_client::{FilterValue, RestClient};
+use crate::bigquery::rest_client::RestClient;
 use crate::bigquery::write_client::WriteClient;
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::coordinator::{CoordinatorSettings, Exit, backoff, sleep_until};
+use super::coordinator::{CoordinatorSettings, Exit, backoff, flush, resolve_visible, sleep_until};
 use super::metadata::CommitMetadata;
-use super::offsets::{Incarnation, KafkaOffset, NextOffset, StreamId};
+use super::offsets::{Incarnation, NextOffset, StreamId};
 use super::protocol::{
     Action, Assignment, CheckpointProtocol, CommitEntry, CommitId, CommitOutcome, Event,
-    FlushOutcome, FlushPurpose, Outcome, ProtocolConfig, TopicPartition,
+    FlushPurpose, Outcome, ProtocolConfig, TopicPartition,
 };
 
 /// Where a partition is in at-least-once mode.
@@ -319,23 +318,12 @@ impl AtLeastOnceCoordinator {
                     let client = self.client.clone();
                     let name = self.stream_name(&stream);
                     let metrics = self.metrics.clone();
+                    let label = TableLabel {
+                        table: self.writer_shared.settings.table_label.clone(),
+                    };
                     self.io.spawn(async move {
                         backoff(attempt).await;
-                        let outcome = match client.flush_rows(&name, through.0).await {
-                            Ok(_) => FlushOutcome::Flushed,
-                            Err(e) => {
-                                metrics.bigquery_error("FlushRows", &e);
-                                match e.class() {
-                                    ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
-                                    ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
-                                    ErrorClass::NotFound => FlushOutcome::NotFound,
-                                    ErrorClass::Transient | ErrorClass::Throttled => {
-                                        FlushOutcome::Transient(e.to_string())
-                                    }
-                                    _ => FlushOutcome::Fatal(e.to_string()),
-                                }
-                            }
-                        };
+                        let outcome = flush(&client, &name, through, &metrics, &label).await;
                         Event::RecoveryFlushResult {
                             tp,
                             stream,
@@ -353,22 +341,7 @@ impl AtLeastOnceCoordinator {
                     let columns = self.settings.resolve.clone();
                     self.io.spawn(async move {
                         backoff(attempt).await;
-                        let outcome = match columns {
-                            None => Err("the resolve policy needs the partition and offset metadata columns".to_string()),
-                            Some(c) => {
-                                let mut filters = vec![(
-                                    c.partition.as_str(),
-                                    FilterValue::Int(tp.partition as i64),
-                                )];
-                                if let Some(topic) = &c.topic {
-                                    filters.push((topic.as_str(), FilterValue::Str(&tp.topic)));
-                                }
-                                rest.query_max_int(&table, &c.offset, &filters)
-                                    .await
-                                    .map(|max| max.map(KafkaOffset))
-                                    .map_err(|e| e.to_string())
-                            }
-                        };
+                        let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
                         Event::ResolveResult { tp, outcome }
                     });
                 }

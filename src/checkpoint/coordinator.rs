@@ -24,7 +24,7 @@ use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLabel};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::offsets::{KafkaOffset, NextOffset};
+use super::offsets::{KafkaOffset, NextOffset, RowOffset};
 use super::protocol::{
     Action, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
     TopicPartition,
@@ -406,27 +406,7 @@ impl Coordinator {
                 };
                 self.io.spawn(async move {
                     backoff(attempt).await;
-                    let started = Instant::now();
-                    let result = client.flush_rows(&name, through.0).await;
-                    metrics
-                        .flush_latency
-                        .get_or_create(&label)
-                        .observe(started.elapsed().as_secs_f64());
-                    let outcome = match result {
-                        Ok(_) => FlushOutcome::Flushed,
-                        Err(e) => {
-                            metrics.bigquery_error("FlushRows", &e);
-                            match e.class() {
-                                ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
-                                ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
-                                ErrorClass::NotFound => FlushOutcome::NotFound,
-                                ErrorClass::Transient | ErrorClass::Throttled => {
-                                    FlushOutcome::Transient(e.to_string())
-                                }
-                                _ => FlushOutcome::Fatal(e.to_string()),
-                            }
-                        }
-                    };
+                    let outcome = flush(&client, &name, through, &metrics, &label).await;
                     match purpose {
                         FlushPurpose::Recovery => Event::RecoveryFlushResult {
                             tp,
@@ -452,23 +432,7 @@ impl Coordinator {
                 let columns = self.settings.resolve.clone();
                 self.io.spawn(async move {
                     backoff(attempt).await;
-                    let outcome = match columns {
-                        None => Err(
-                            "the resolve policy needs the partition and offset metadata columns"
-                                .to_string(),
-                        ),
-                        Some(c) => {
-                            let mut filters =
-                                vec![(c.partition.as_str(), FilterValue::Int(tp.partition as i64))];
-                            if let Some(topic) = &c.topic {
-                                filters.push((topic.as_str(), FilterValue::Str(&tp.topic)));
-                            }
-                            rest.query_max_int(&table, &c.offset, &filters)
-                                .await
-                                .map(|max| max.map(KafkaOffset))
-                                .map_err(|e| e.to_string())
-                        }
-                    };
+                    let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
                     Event::ResolveResult { tp, outcome }
                 });
             }
@@ -657,6 +621,59 @@ impl Coordinator {
             other => tracing::debug!(outcome = ?other, "protocol outcome"),
         }
     }
+}
+
+/// One FlushRows, timed and counted, classified as the protocol needs it (DESIGN §2 recovery
+/// table). Shared by both delivery modes.
+pub(crate) async fn flush(
+    client: &WriteClient,
+    stream: &str,
+    through: RowOffset,
+    metrics: &Metrics,
+    label: &TableLabel,
+) -> FlushOutcome {
+    let started = Instant::now();
+    let result = client.flush_rows(stream, through.0).await;
+    metrics
+        .flush_latency
+        .get_or_create(label)
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(_) => FlushOutcome::Flushed,
+        Err(e) => {
+            metrics.bigquery_error("FlushRows", &e);
+            match e.class() {
+                ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
+                ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
+                ErrorClass::NotFound => FlushOutcome::NotFound,
+                ErrorClass::Transient | ErrorClass::Throttled => {
+                    FlushOutcome::Transient(e.to_string())
+                }
+                _ => FlushOutcome::Fatal(e.to_string()),
+            }
+        }
+    }
+}
+
+/// The `resolve` policy's question to the table: the highest visible Kafka offset of `tp`,
+/// through the metadata columns.
+pub(crate) async fn resolve_visible(
+    rest: &RestClient,
+    table: &TableReference,
+    columns: Option<&ResolveColumns>,
+    tp: &TopicPartition,
+) -> Result<Option<KafkaOffset>, String> {
+    let Some(c) = columns else {
+        return Err("the resolve policy needs the partition and offset metadata columns".into());
+    };
+    let mut filters = vec![(c.partition.as_str(), FilterValue::Int(tp.partition as i64))];
+    if let Some(topic) = &c.topic {
+        filters.push((topic.as_str(), FilterValue::Str(&tp.topic)));
+    }
+    rest.query_max_int(table, &c.offset, &filters)
+        .await
+        .map(|max| max.map(KafkaOffset))
+        .map_err(|e| e.to_string())
 }
 
 /// Counts and logs what recovery did for a partition (shared by both delivery modes); hands
