@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::writer::stream_quota::StreamCreationLimiter;
 use anyhow::{Context, anyhow, bail};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::bigquery::auth::Auth;
@@ -132,7 +132,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         plans,
         dead_letter,
         metrics: metrics.clone(),
-        stream_creation: Arc::new(Semaphore::new(4)),
+        // A burst covers the partitions of one assignment; the steady rate stays far below the
+        // project's ~10,000 creations an hour even with several replicas rebalancing.
+        stream_creation: Arc::new(StreamCreationLimiter::new(64, 1.0)),
         settings: WriterSettings {
             table: table_ref.resource_name(),
             table_label: table_id.clone(),

@@ -3,3 +3,4 @@
 pub mod append_session;
 pub mod partition_writer;
 pub mod plans;
+pub mod stream_quota;

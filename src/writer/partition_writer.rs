@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
@@ -30,6 +30,7 @@ use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
+use super::stream_quota::StreamCreationLimiter;
 
 /// Why a schema lookup failed.
 #[derive(Debug, Clone)]
@@ -90,8 +91,8 @@ pub struct WriterShared {
     pub plans: Arc<dyn PlanSource>,
     pub dead_letter: Option<DeadLetterProducer>,
     pub metrics: Arc<Metrics>,
-    /// CreateWriteStream is quota-limited per project: at most this many creations at once.
-    pub stream_creation: Arc<Semaphore>,
+    /// CreateWriteStream is quota-limited per project: creations pass a token bucket.
+    pub stream_creation: Arc<StreamCreationLimiter>,
     pub settings: WriterSettings,
 }
 
@@ -546,12 +547,7 @@ impl PartitionWriter {
             return self.open_default_stream(plan);
         }
         let stream = {
-            let _permit = self
-                .shared
-                .stream_creation
-                .acquire()
-                .await
-                .expect("semaphore open");
+            self.shared.stream_creation.acquire().await;
             let mut backoff = Duration::from_millis(200);
             loop {
                 match self
