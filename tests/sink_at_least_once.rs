@@ -12,54 +12,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
-use apache_avro::types::Value;
 use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
 use kafka_bigquery_sink::emulator::server::Emulator;
 use kafka_bigquery_sink::emulator::store::{StreamPhase, TableRef};
 use support::kafka::{
     KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
 };
-
-const SCHEMA: &str = r#"{
-  "type": "record", "name": "Order", "namespace": "test",
-  "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "customer", "type": "string"},
-    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
-    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-    {"name": "note", "type": ["null", "string"], "default": null}
-  ]
-}"#;
-
-#[allow(deprecated)] // the GenericDatumWriter replacement needs more ceremony for a test helper
-fn encode(schema: &Schema, id: i64) -> Vec<u8> {
-    let value = Value::Record(vec![
-        ("id".into(), Value::Long(id)),
-        (
-            "customer".into(),
-            Value::String(format!("customer-{}", id % 97)),
-        ),
-        (
-            "amount".into(),
-            Value::Decimal(apache_avro::Decimal::from(
-                (id * 7 % 100_000).to_be_bytes().to_vec(),
-            )),
-        ),
-        (
-            "created".into(),
-            Value::TimestampMicros(1_700_000_000_000_000 + id),
-        ),
-        (
-            "note".into(),
-            if id % 3 == 0 {
-                Value::Union(1, Box::new(Value::String("n".into())))
-            } else {
-                Value::Union(0, Box::new(Value::Null))
-            },
-        ),
-    ]);
-    apache_avro::to_avro_datum(schema, value).expect("encode avro")
-}
+use support::sink::{SCHEMA, assert_exactly_once, encode};
 
 /// A record's key and value.
 type KeyValue = (Vec<u8>, Vec<u8>);
@@ -265,20 +224,6 @@ impl Drop for Daemon {
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-fn assert_exactly_once(visible: &BTreeMap<(i64, i64), usize>, expected: &BTreeSet<(i64, i64)>) {
-    let dupes: Vec<_> = visible.iter().filter(|(_, n)| **n > 1).take(5).collect();
-    assert!(dupes.is_empty(), "duplicates: {dupes:?}");
-    let seen: BTreeSet<(i64, i64)> = visible.keys().copied().collect();
-    let missing: Vec<_> = expected.difference(&seen).take(5).collect();
-    let extra: Vec<_> = seen.difference(expected).take(5).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "missing {missing:?}, unexpected {extra:?} ({} visible, {} expected)",
-        seen.len(),
-        expected.len()
-    );
 }
 
 /// The (partition, offset) pairs the producer wrote for ids `0..n` round-robin over `p`.
