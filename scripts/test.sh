@@ -39,6 +39,7 @@ scripts/kafka.sh fetch
 if ((quick == 0)); then
   log "preparing the Python virtualenv"
   scripts/venv.sh
+  scripts/tools.sh
 fi
 
 log "building"
