@@ -397,6 +397,7 @@ fn registry_config(sr: &config::SchemaRegistryConfig) -> anyhow::Result<Registry
         ca_pem,
         request_timeout: sr.timeout.0,
         max_attempts: sr.retries.max(1) as usize,
+        not_found_grace: sr.not_found_grace.0,
         ..RegistryConfig::default()
     })
 }

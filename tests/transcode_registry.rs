@@ -53,6 +53,8 @@ struct Registry {
     hits: Mutex<HashMap<u32, usize>>,
     /// Answers 503 this many times before succeeding.
     flaky: AtomicUsize,
+    /// Id 8 answers 404 this many times before succeeding (not replicated yet).
+    replicating: AtomicUsize,
     required_auth: Option<String>,
 }
 
@@ -90,6 +92,20 @@ async fn schema_by_id(
                 .is_ok()
             {
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            body(SCHEMA, "").into_response()
+        }
+        8 => {
+            if reg
+                .replicating
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return (
+                    StatusCode::NOT_FOUND,
+                    r#"{"error_code":40403,"message":"Schema not found"}"#,
+                )
+                    .into_response();
             }
             body(SCHEMA, "").into_response()
         }
@@ -132,6 +148,7 @@ fn config(url: String) -> RegistryConfig {
         max_attempts: 4,
         min_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
+        not_found_grace: Duration::ZERO,
         ..Default::default()
     }
 }
@@ -174,9 +191,61 @@ async fn an_unknown_id_is_a_per_record_error_without_retries() {
     let reg = Arc::new(Registry::default());
     let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
     let err = client.schema(99).await.unwrap_err();
-    assert_eq!(err, RegistryError::NotFound { id: 99 });
+    assert_eq!(
+        err,
+        RegistryError::NotFound {
+            id: 99,
+            grace: Duration::ZERO
+        }
+    );
     assert!(!err.is_retryable());
     assert_eq!(hits(&reg, 99), 1);
+}
+
+#[tokio::test]
+async fn an_id_unknown_within_the_grace_is_retryable_and_found_once_it_replicates() {
+    let reg = Arc::new(Registry {
+        replicating: AtomicUsize::new(3),
+        ..Default::default()
+    });
+    let client = SchemaRegistry::new(RegistryConfig {
+        not_found_grace: Duration::from_secs(300),
+        ..config(serve(reg.clone()).await)
+    })
+    .unwrap();
+    for lookup in 1..=3 {
+        let err = client.schema(8).await.unwrap_err();
+        assert!(
+            matches!(err, RegistryError::NotFoundYet { id: 8, grace, .. } if grace == Duration::from_secs(300)),
+            "lookup {lookup}: {err:?}"
+        );
+        assert!(err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("schema id 8"), "{err}");
+    }
+    let found = client.schema(8).await.unwrap();
+    assert_eq!(found.text, SCHEMA);
+    // One request per lookup: the caller's wait paces the retries, not the client's backoff.
+    assert_eq!(hits(&reg, 8), 4);
+}
+
+#[tokio::test]
+async fn an_id_still_unknown_after_the_grace_is_not_found() {
+    let reg = Arc::new(Registry::default());
+    let grace = Duration::from_millis(200);
+    let client = SchemaRegistry::new(RegistryConfig {
+        not_found_grace: grace,
+        ..config(serve(reg.clone()).await)
+    })
+    .unwrap();
+    let first = client.schema(99).await.unwrap_err();
+    assert!(first.is_retryable(), "{first:?}");
+    // The grace runs from the first 404, whatever happens in between.
+    tokio::time::sleep(grace + Duration::from_millis(50)).await;
+    let err = client.schema(99).await.unwrap_err();
+    assert_eq!(err, RegistryError::NotFound { id: 99, grace });
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("schema id 99"), "{err}");
+    assert_eq!(hits(&reg, 99), 2);
 }
 
 #[tokio::test]

@@ -4,13 +4,15 @@
 //!
 //! Errors are classified for the caller: a 404 or an unusable schema is a per-record error (the
 //! record goes to the dead-letter queue), a registry that is down or slow is retryable (the
-//! partition waits and tries again; it never skips records).
+//! partition waits and tries again; it never skips records). A 404 is retryable too until the id
+//! has been unknown for `not_found_grace`: a registry failover, or a schema registered in another
+//! region that has not replicated yet, answers 404 for ids that will exist.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use reqwest::StatusCode;
@@ -35,6 +37,9 @@ pub struct RegistryConfig {
     pub max_attempts: usize,
     pub min_backoff: Duration,
     pub max_backoff: Duration,
+    /// How long an id may stay unknown (404) before it is `NotFound`; until then a 404 is
+    /// `NotFoundYet`, which is retryable. Zero makes the first 404 final.
+    pub not_found_grace: Duration,
 }
 
 #[derive(Clone)]
@@ -55,6 +60,7 @@ impl Default for RegistryConfig {
             max_attempts: 5,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            not_found_grace: crate::config::defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE,
         }
     }
 }
@@ -75,14 +81,25 @@ impl fmt::Debug for RegistryConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
+            .field("not_found_grace", &self.not_found_grace)
             .finish()
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
-    #[error("schema id {id} is not in the schema registry")]
-    NotFound { id: u32 },
+    #[error(
+        "schema id {id} is not in the schema registry (still unknown after the {grace:?} grace)"
+    )]
+    NotFound { id: u32, grace: Duration },
+    #[error(
+        "schema id {id} is not in the schema registry yet (unknown for {unknown_for:?} of the {grace:?} grace)"
+    )]
+    NotFoundYet {
+        id: u32,
+        unknown_for: Duration,
+        grace: Duration,
+    },
     #[error("schema id {id} cannot be used: {reason}")]
     Unusable { id: u32, reason: String },
     #[error("schema registry refused the credentials for schema id {id} (http {status})")]
@@ -103,7 +120,9 @@ impl RegistryError {
         // Credentials can be fixed while the daemon runs (a rotated secret), so waiting is right.
         matches!(
             self,
-            RegistryError::Unavailable { .. } | RegistryError::Unauthorized { .. }
+            RegistryError::Unavailable { .. }
+                | RegistryError::Unauthorized { .. }
+                | RegistryError::NotFoundYet { .. }
         )
     }
 }
@@ -129,6 +148,8 @@ pub struct SchemaRegistry {
     base: String,
     config: RegistryConfig,
     cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<RegisteredSchema>>>>>,
+    /// When each id still unknown was first answered 404 (by this process), for the grace.
+    unknown_since: Mutex<HashMap<u32, Instant>>,
     requests: AtomicU64,
     retries: AtomicU64,
     cache_hits: AtomicU64,
@@ -187,6 +208,7 @@ impl SchemaRegistry {
             base,
             config,
             cache: Mutex::new(HashMap::new()),
+            unknown_since: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
@@ -203,6 +225,10 @@ impl SchemaRegistry {
 
     /// The writer schema with this id, from the cache or the registry. Concurrent lookups of an
     /// id that is not cached share one request; a failed lookup is not cached.
+    ///
+    /// A 404 is `NotFoundYet` (retryable: the caller waits and asks again) until the id has been
+    /// unknown for `not_found_grace` since its first 404, then `NotFound`. The clock starts
+    /// again for an id once it was found, and with the process.
     pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let cell = {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -212,7 +238,28 @@ impl SchemaRegistry {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(s.clone());
         }
-        cell.get_or_try_init(|| self.fetch(id)).await.cloned()
+        let result = cell.get_or_try_init(|| self.fetch(id)).await.cloned();
+        let mut unknown = self.unknown_since.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(RegistryError::NotFound { id, grace }) => {
+                let unknown_for = unknown.entry(id).or_insert_with(Instant::now).elapsed();
+                if unknown_for < grace {
+                    return Err(RegistryError::NotFoundYet {
+                        id,
+                        // Whole milliseconds: the value ends up in log lines.
+                        unknown_for: Duration::from_millis(unknown_for.as_millis() as u64),
+                        grace,
+                    });
+                }
+                Err(RegistryError::NotFound { id, grace })
+            }
+            other => {
+                if other.is_ok() {
+                    unknown.remove(&id);
+                }
+                other
+            }
+        }
     }
 
     async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
@@ -268,7 +315,12 @@ impl SchemaRegistry {
         let status = resp.status();
         match status {
             s if s.is_success() => {}
-            StatusCode::NOT_FOUND => return Err(Attempt::Final(RegistryError::NotFound { id })),
+            StatusCode::NOT_FOUND => {
+                return Err(Attempt::Final(RegistryError::NotFound {
+                    id,
+                    grace: self.config.not_found_grace,
+                }));
+            }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 return Err(Attempt::Final(RegistryError::Unauthorized {
                     id,
