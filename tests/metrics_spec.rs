@@ -4,11 +4,10 @@
 //! logs have the Cloud Logging shape with one line per checkpoint cycle and per recovery action,
 //! and no secret of the configuration reaches `/metrics` or a log line.
 
-#[path = "support/daemon.rs"]
-mod daemon_support;
 #[path = "support/emulator.rs"]
 mod emulator_support;
 mod support;
+use support::daemon as daemon_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -511,7 +510,7 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     f.produce(0..3_000, PARTITIONS);
     f.produce_raw(0, &[b"\x05not confluent", &[0, 0, 0, 0, 99, 2, 4]]);
 
-    let daemon = Daemon::start(&config, RUST_LOG, &log1);
+    let mut daemon = Daemon::start_logging_to(&config, RUST_LOG, &log1);
     let healthz = wait_for(Duration::from_secs(60), || async {
         http_get(addr, "/healthz").await.filter(|(s, _)| *s == 200)
     })
@@ -657,7 +656,7 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
         .await
         .expect("clear faults");
     assert!(cleared.status().is_success());
-    let daemon = Daemon::start(&config, RUST_LOG, &log2);
+    let mut daemon = Daemon::start_logging_to(&config, RUST_LOG, &log2);
     let (text, recovered) = scrape_until(addr, Duration::from_secs(120), |s| {
         sum(s, "kbq_recovery_actions_total", &[("outcome", "reflushed")]) >= PARTITIONS as f64
             && samples_of(s, "kbq_consumer_lag_records").len() == PARTITIONS as usize
@@ -725,7 +724,7 @@ async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready
         .unwrap()
         .replace(f.bootstrap, &format!("127.0.0.1:{}", free_port()));
     std::fs::write(&nowhere, text).unwrap();
-    let lonely = Daemon::start(&nowhere, "info,rdkafka=off", &log);
+    let mut lonely = Daemon::start_logging_to(&nowhere, "info,rdkafka=off", &log);
     let answered = wait_for(Duration::from_secs(60), || async {
         let health = http_get(addr, "/healthz").await?;
         let ready = http_get(addr, "/readyz").await?;
@@ -742,8 +741,8 @@ async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready
     // Two replicas, one partition: both become ready, though only one owns the partition.
     let group = unique_name("probes");
     let (pa, pb) = (free_port(), free_port());
-    let a = Daemon::start(&f.config("a", &group, pa), "info,rdkafka=warn", &log);
-    let b = Daemon::start(&f.config("b", &group, pb), "info,rdkafka=warn", &log);
+    let mut a = Daemon::start_logging_to(&f.config("a", &group, pa), "info,rdkafka=warn", &log);
+    let mut b = Daemon::start_logging_to(&f.config("b", &group, pb), "info,rdkafka=warn", &log);
     let mut owned = 0.0;
     for port in [pa, pb] {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

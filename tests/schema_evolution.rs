@@ -4,11 +4,10 @@
 //! the new writer schema and goes on without a restart or a lost record. Incompatible schemas
 //! (a type change, a new required field) send their records to the dead-letter topic.
 
-#[path = "support/daemon.rs"]
-mod daemon_support;
 #[path = "support/emulator.rs"]
 mod emulator_support;
 mod support;
+use support::daemon as daemon_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -282,7 +281,7 @@ async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss()
     let log = f.dir.path().join("daemon.log");
 
     let mut positions = f.produce(1, 0..1_000);
-    let mut daemon = Daemon::start(&config, "info,rdkafka=warn", &log);
+    let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
     let seen = f.wait_rows(1_000, Duration::from_secs(120)).await;
     assert_eq!(seen, 1_000, "v1 records before the schema change");
     assert!(!f.columns().contains(&"email".to_string()));
@@ -295,7 +294,7 @@ async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss()
     positions.extend(f.produce(1, 2_000..2_500));
 
     let seen = f.wait_rows(2_500, Duration::from_secs(120)).await;
-    assert!(daemon.running(), "the daemon never restarted");
+    assert!(daemon.is_running(), "the daemon never restarted");
     let rows = f.rows();
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(seen, 2_500, "every good record visible; log:\n{log_text}");
@@ -371,7 +370,7 @@ async fn a_column_an_operator_adds_is_written_once_appends_report_the_new_table_
     let config = f.config(registry, "none");
     let log = f.dir.path().join("daemon.log");
     let mut positions = f.produce(2, 0..500);
-    let mut daemon = Daemon::start(&config, "info,rdkafka=warn", &log);
+    let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
     assert_eq!(f.wait_rows(500, Duration::from_secs(120)).await, 500);
     assert!(!f.columns().contains(&"email".to_string()));
 
@@ -412,7 +411,7 @@ async fn a_column_an_operator_adds_is_written_once_appends_report_the_new_table_
             panic!("the new column was never written");
         }
     };
-    assert!(daemon.running(), "the daemon never restarted");
+    assert!(daemon.is_running(), "the daemon never restarted");
 
     let mut by_partition: BTreeMap<i64, BTreeMap<i64, (i64, Option<String>)>> = BTreeMap::new();
     for row in &filled {

@@ -1,12 +1,14 @@
-//! The real daemon binary as a child process, an in-test Schema Registry and small HTTP helpers,
-//! for tests that run `kafka-bigquery-sink run` end to end. Included with `#[path]`.
-#![allow(dead_code)]
+//! The real daemon binary (`kafka-bigquery-sink run -c config`) as a child process, an in-test
+//! Confluent Schema Registry and small HTTP helpers, for the tests that run the daemon end to end.
+//! Processes are stopped by their pid only.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -15,65 +17,269 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-/// The daemon, killed by its pid when dropped.
+const DEFAULT_RUST_LOG: &str = "info,rdkafka=warn";
+
+fn spawn(config: &Path, rust_log: &str, stderr: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["run", "-c"])
+        .arg(config)
+        .env("RUST_LOG", rust_log)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn the daemon")
+}
+
+/// The real binary running `run -c config`, killed by its pid when dropped. Its stderr (the
+/// logs) is kept in memory, or appended to a file the test reads itself.
 pub struct Daemon {
     child: Child,
+    pub name: String,
+    logs: Logs,
+    reader: Option<JoinHandle<()>>,
+}
+
+enum Logs {
+    Memory(Arc<Mutex<Vec<String>>>),
+    File(PathBuf),
 }
 
 impl Daemon {
-    /// Starts `run -c config` with `RUST_LOG=rust_log`; stderr (the logs) goes to `log_file`.
-    pub fn start(config: &Path, rust_log: &str, log_file: &Path) -> Daemon {
+    /// `RUST_LOG=info,rdkafka=warn`, logs in memory.
+    pub fn start(config: &Path) -> Daemon {
+        Daemon::start_named(config, "daemon")
+    }
+
+    /// As `start`, with a name for its log lines (several daemons in one test).
+    pub fn start_named(config: &Path, name: &str) -> Daemon {
+        let mut child = spawn(config, DEFAULT_RUST_LOG, Stdio::piped());
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let verbose = std::env::var_os("KBQ_TEST_DAEMON_LOGS").is_some();
+        let label = name.to_string();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if verbose {
+                    eprintln!("[{label}] {line}");
+                }
+                sink.lock().expect("log lines").push(line);
+            }
+        });
+        Daemon {
+            child,
+            name: name.to_string(),
+            logs: Logs::Memory(lines),
+            reader: Some(reader),
+        }
+    }
+
+    /// With `RUST_LOG=rust_log`, stderr appended to `log_file` (several daemons may share one).
+    pub fn start_logging_to(config: &Path, rust_log: &str, log_file: &Path) -> Daemon {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log_file)
             .expect("open the daemon log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
-            .args(["run", "-c"])
-            .arg(config)
-            .env("RUST_LOG", rust_log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn the daemon");
-        Daemon { child }
+        Daemon {
+            child: spawn(config, rust_log, Stdio::from(log)),
+            name: log_file.display().to_string(),
+            logs: Logs::File(log_file.to_path_buf()),
+            reader: None,
+        }
     }
 
-    /// Whether the process is still running (it never restarted or exited).
-    pub fn running(&mut self) -> bool {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
     }
 
-    pub fn kill(mut self) {
+    /// SIGKILL: a crash.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.join_reader();
     }
 
     /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
-    pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id() as i32;
-        // SAFETY: signals the child we spawned, by its pid.
-        unsafe {
-            libc_kill(pid, 15);
-        }
+    pub fn terminate(&mut self) -> ExitStatus {
+        signal(self.child.id(), 15);
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
+                self.join_reader();
                 return status;
             }
-            if started.elapsed() > Duration::from_secs(40) {
+            if started.elapsed() > Duration::from_secs(60) {
                 let _ = self.child.kill();
-                panic!("daemon did not stop within 40 s of SIGTERM");
+                self.dump_logs(60);
+                panic!("{} did not stop within 60 s of SIGTERM", self.name);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+
+    /// Sends SIGTERM without waiting.
+    pub fn sigterm(&self) {
+        signal(self.child.id(), 15);
+    }
+
+    fn join_reader(&mut self) {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+
+    /// Every log line so far (of the file: of every daemon writing to it).
+    fn lines(&self) -> Vec<String> {
+        match &self.logs {
+            Logs::Memory(lines) => lines.lock().expect("log lines").clone(),
+            Logs::File(path) => std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+
+    /// Every log line so far that parses as JSON.
+    pub fn logs(&self) -> Vec<serde_json::Value> {
+        self.lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Log records whose message contains `text`.
+    pub fn logged(&self, text: &str) -> Vec<serde_json::Value> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l["message"].as_str().is_some_and(|m| m.contains(text)))
+            .collect()
+    }
+
+    /// Log records of severity ERROR.
+    pub fn errors(&self) -> Vec<serde_json::Value> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l["severity"] == "ERROR")
+            .collect()
+    }
+
+    pub fn dump_logs(&self, last: usize) {
+        let lines = self.lines();
+        let from = lines.len().saturating_sub(last);
+        eprintln!(
+            "---- last {} log lines of {} ----",
+            lines.len() - from,
+            self.name
+        );
+        for l in &lines[from..] {
+            eprintln!("[{}] {l}", self.name);
+        }
+    }
+
+    /// The ops endpoint's address, from the daemon's start-up log.
+    pub fn ops_addr(&self) -> SocketAddr {
+        let started = Instant::now();
+        loop {
+            if let Some(addr) = self
+                .logged("ops endpoints")
+                .first()
+                .and_then(|l| l["address"].as_str())
+                .and_then(|a| a.parse().ok())
+            {
+                return addr;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{} never logged its ops address",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET path` on the ops endpoint: (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        let addr = self.ops_addr();
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect ops");
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read response");
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// The sum over the series of metric `name` whose labels contain each of `labels`.
+    pub fn metric_with(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.http_get("/metrics");
+        metric_where(&body, name, labels)
+    }
+
+    /// The sum over every series of metric `name` (e.g. `kbq_rewound_records_total`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.http_get("/metrics");
+        metric_sum(&body, name)
+    }
+}
+
+/// Sums the samples of `name` whose labels contain every fragment of `labels`.
+pub fn metric_where(body: &str, name: &str, labels: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)))
+        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .map(|v| v.unwrap_or(0.0))
+        .sum()
+}
+
+/// Sums every sample of `name` in a Prometheus text exposition.
+pub fn metric_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                return None;
+            }
+            l.rsplit(' ').next()?.parse::<f64>().ok()
+        })
+        .sum()
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.join_reader();
+        if std::thread::panicking() {
+            self.dump_logs(80);
+        }
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signals a child this harness spawned, by its pid.
+    unsafe {
+        libc_kill(pid as i32, sig);
     }
 }
 
@@ -91,10 +297,10 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A Confluent Schema Registry serving `GET /schemas/ids/{id}` from a fixed map, optionally
-/// behind basic auth.
+/// A Confluent Schema Registry serving `GET /schemas/ids/{id}` from a map (404 for other ids),
+/// optionally behind basic auth.
 pub struct Registry {
-    schemas: HashMap<u32, String>,
+    schemas: Mutex<HashMap<u32, String>>,
     /// The expected `Authorization` header, if any.
     authorization: Option<String>,
     pub requests: Mutex<usize>,
@@ -106,7 +312,7 @@ impl Registry {
         authorization: Option<String>,
     ) -> (SocketAddr, Arc<Registry>) {
         let reg = Arc::new(Registry {
-            schemas,
+            schemas: Mutex::new(schemas),
             authorization,
             requests: Mutex::new(0),
         });
@@ -121,6 +327,11 @@ impl Registry {
             let _ = axum::serve(listener, app).await;
         });
         (addr, reg)
+    }
+
+    /// Serves `schema` as `id` from now on: a schema that reaches this registry late.
+    pub fn register(&self, id: u32, schema: &str) {
+        self.schemas.lock().unwrap().insert(id, schema.to_string());
     }
 }
 
@@ -139,10 +350,11 @@ async fn schema_by_id(
         )
             .into_response();
     }
-    match reg.schemas.get(&id) {
+    let schema = reg.schemas.lock().unwrap().get(&id).cloned();
+    match schema {
         Some(schema) => format!(
             r#"{{"schema":{}}}"#,
-            serde_json::to_string(schema).expect("json")
+            serde_json::to_string(&schema).expect("json")
         )
         .into_response(),
         None => (

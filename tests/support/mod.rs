@@ -2,5 +2,6 @@
 //! Not every binary uses every helper, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod kafka;
 pub mod sink;

@@ -1,13 +1,11 @@
-//! The daemon under test: a fixture (topic, dead-letter topic, emulator, table, config file) and
-//! the real binary (`run -c`) as a child process whose logs are kept for assertions. Every check
+//! The daemon under test: a fixture (topic, dead-letter topic, emulator, table, config file) for
+//! the real binary (`support::daemon::Daemon`, its logs kept for assertions). Every check
 //! of the result goes through the Kafka metadata columns of the table: each (partition, offset)
 //! the producer wrote must be visible exactly once.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -22,6 +20,9 @@ use kafka_bigquery_sink::emulator::store::TableRef;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 
+// The daemon process lives in `support::daemon`; re-exported for the tests that import it here.
+#[allow(unused_imports)] // not every test binary that includes the fixture runs a daemon
+pub use super::daemon::Daemon;
 use super::kafka::{
     KafkaBroker, consumer_config, create_topic_blocking, produce_to_partition, producer,
     unique_name,
@@ -518,236 +519,4 @@ pub fn assert_exactly_once(visible: &BTreeMap<Position, usize>, expected: &BTree
         seen.len(),
         expected.len()
     );
-}
-
-/// The real binary running `run -c config`, its stderr (JSON logs) kept in memory.
-pub struct Daemon {
-    child: Child,
-    pub name: String,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl Daemon {
-    pub fn start(config: &Path) -> Daemon {
-        Daemon::start_named(config, "daemon")
-    }
-
-    pub fn start_named(config: &Path, name: &str) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
-            .args(["run", "-c"])
-            .arg(config)
-            .env("RUST_LOG", "info,rdkafka=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the daemon");
-        let stderr = child.stderr.take().expect("stderr");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let verbose = std::env::var_os("KBQ_TEST_DAEMON_LOGS").is_some();
-        let label = name.to_string();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if verbose {
-                    eprintln!("[{label}] {line}");
-                }
-                sink.lock().expect("log lines").push(line);
-            }
-        });
-        Daemon {
-            child,
-            name: name.to_string(),
-            lines,
-            reader: Some(reader),
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether the process is still running.
-    pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().expect("wait").is_none()
-    }
-
-    /// SIGKILL: a crash.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.join_reader();
-    }
-
-    /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
-    pub fn terminate(&mut self) -> ExitStatus {
-        signal(self.child.id(), 15);
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                self.join_reader();
-                return status;
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = self.child.kill();
-                self.dump_logs(60);
-                panic!("{} did not stop within 60 s of SIGTERM", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Sends SIGTERM without waiting.
-    pub fn sigterm(&self) {
-        signal(self.child.id(), 15);
-    }
-
-    fn join_reader(&mut self) {
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-    }
-
-    /// Every log line so far that parses as JSON.
-    pub fn logs(&self) -> Vec<serde_json::Value> {
-        self.lines
-            .lock()
-            .expect("log lines")
-            .iter()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// Log records whose message contains `text`.
-    pub fn logged(&self, text: &str) -> Vec<serde_json::Value> {
-        self.logs()
-            .into_iter()
-            .filter(|l| l["message"].as_str().is_some_and(|m| m.contains(text)))
-            .collect()
-    }
-
-    /// Log records of severity ERROR.
-    pub fn errors(&self) -> Vec<serde_json::Value> {
-        self.logs()
-            .into_iter()
-            .filter(|l| l["severity"] == "ERROR")
-            .collect()
-    }
-
-    pub fn dump_logs(&self, last: usize) {
-        let lines = self.lines.lock().expect("log lines");
-        let from = lines.len().saturating_sub(last);
-        eprintln!(
-            "---- last {} log lines of {} ----",
-            lines.len() - from,
-            self.name
-        );
-        for l in &lines[from..] {
-            eprintln!("[{}] {l}", self.name);
-        }
-    }
-
-    /// The ops endpoint's address, from the daemon's start-up log.
-    pub fn ops_addr(&self) -> SocketAddr {
-        let started = Instant::now();
-        loop {
-            if let Some(addr) = self
-                .logged("ops endpoints")
-                .first()
-                .and_then(|l| l["address"].as_str())
-                .and_then(|a| a.parse().ok())
-            {
-                return addr;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{} never logged its ops address",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// `GET path` on the ops endpoint: (status, body).
-    pub fn http_get(&self, path: &str) -> (u16, String) {
-        let addr = self.ops_addr();
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect ops");
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-        write!(
-            s,
-            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send request");
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("read response");
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
-    }
-
-    /// The sum over the series of metric `name` whose labels contain each of `labels`.
-    pub fn metric_with(&self, name: &str, labels: &[&str]) -> f64 {
-        let (_, body) = self.http_get("/metrics");
-        metric_where(&body, name, labels)
-    }
-
-    /// The sum over every series of metric `name` (e.g. `kbq_rewound_records_total`).
-    pub fn metric(&self, name: &str) -> f64 {
-        let (_, body) = self.http_get("/metrics");
-        metric_sum(&body, name)
-    }
-}
-
-/// Sums the samples of `name` whose labels contain every fragment of `labels`.
-pub fn metric_where(body: &str, name: &str, labels: &[&str]) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|f| l.contains(f)))
-        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .map(|v| v.unwrap_or(0.0))
-        .sum()
-}
-
-/// Sums every sample of `name` in a Prometheus text exposition.
-pub fn metric_sum(body: &str, name: &str) -> f64 {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            if !(rest.starts_with('{') || rest.starts_with(' ')) {
-                return None;
-            }
-            l.rsplit(' ').next()?.parse::<f64>().ok()
-        })
-        .sum()
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.join_reader();
-        if std::thread::panicking() {
-            self.dump_logs(80);
-        }
-    }
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: signals a child this harness spawned, by its pid.
-    unsafe {
-        libc_kill(pid as i32, sig);
-    }
-}
-
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
