@@ -242,6 +242,7 @@ schema_registry:
   url: "http://{registry}"
   username: "{REGISTRY_USER}"
   password: "{REGISTRY_PASSWORD}"
+  not_found_grace: 1s
 bigquery:
   project: p
   dataset: d
