@@ -187,6 +187,8 @@ pub struct Tweaks {
     /// Confluent-framed input through this registry instead of the fixed `.avsc`; the table must
     /// exist then.
     pub registry_url: Option<String>,
+    /// `schema_registry.not_found_grace` with a registry.
+    pub not_found_grace: &'static str,
     /// Lines under `recovery:` (indented by the caller's two spaces).
     pub recovery: Vec<String>,
     /// Lines under `writer:`.
@@ -199,6 +201,7 @@ impl Default for Tweaks {
     fn default() -> Self {
         Tweaks {
             registry_url: None,
+            not_found_grace: "1s",
             recovery: Vec::new(),
             writer: Vec::new(),
             checkpoint_interval: "200ms",
@@ -286,9 +289,10 @@ impl Fixture {
     pub fn config_with(&self, group: &str, tweaks: &Tweaks) -> PathBuf {
         let path = self.dir.path().join(format!("{group}.yaml"));
         let input = match &tweaks.registry_url {
-            Some(url) => {
-                format!("schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: 1s\n")
-            }
+            Some(url) => format!(
+                "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n",
+                tweaks.not_found_grace
+            ),
             None => format!(
                 "avro:\n  schema_file: \"{}\"\n",
                 self.dir.path().join("order.avsc").display()
