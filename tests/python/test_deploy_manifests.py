@@ -34,7 +34,8 @@ DEPLOY = ROOT / "deploy"
 RENDERINGS = ["base"] + sorted(
     f"overlays/{p.name}" for p in (DEPLOY / "overlays").iterdir() if p.is_dir()
 )
-# GKE's oldest release still supported when this was written, and the newest schemas bundled.
+# The oldest release the manifests are meant for (they use nothing newer), and the newest
+# schemas kubernetes-validate bundles.
 KUBERNETES_VERSIONS = (
     "1.31",
     kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version()),
@@ -52,13 +53,11 @@ _Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.val
 
 @lru_cache(maxsize=None)
 def tools() -> dict:
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "tools.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "tools.sh")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, f"scripts/tools.sh failed:\n{result.stderr}"
+    return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
 
 
 @lru_cache(maxsize=None)
