@@ -1,6 +1,9 @@
 //! The Kubernetes manifests in `deploy/` parse and hold the settings an operator relies on:
 //! probes on the ops port, a grace period above the shutdown deadline, a non-root read-only
 //! container, the PodDisruptionBudget, the Workload Identity annotation and the metrics scrape.
+//! That the API server would accept them (kustomize's rendering of the base and every overlay,
+//! validated against the Kubernetes and Prometheus operator schemas) is checked by
+//! `tests/python/test_deploy_manifests.py`.
 
 use std::path::Path;
 
