@@ -9,7 +9,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::store::{Dataset, Table};
 use support::daemon::Registry;
 use support::kafka::unique_name;
 use support::sink::{Daemon, Fixture, SCHEMA, SinkOptions, Tweaks, confluent, encode};
@@ -26,7 +25,6 @@ async fn a_late_schema_within_the_grace_is_written_and_one_never_registered_is_d
         ..SinkOptions::partitions(2)
     })
     .await;
-    // Registry input does not create the table.
     let table_schema: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
         {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
         {"name": "customer", "type": "STRING", "mode": "REQUIRED"},
@@ -38,14 +36,7 @@ async fn a_late_schema_within_the_grace_is_written_and_one_never_registered_is_d
         {"name": "kafka_offset", "type": "INTEGER"}
     ]}))
     .expect("table schema");
-    f.emulator
-        .store
-        .insert_dataset(Dataset::new("p", "d"))
-        .expect("dataset");
-    f.emulator
-        .store
-        .insert_table(Table::new(f.table_ref(), table_schema))
-        .expect("table");
+    f.create_table(table_schema);
     // Long enough that registering the late schema right after its first 404 is well inside it;
     // the never-registered id costs its partition this long.
     let config = f.config_with(

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
 use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
-use kafka_bigquery_sink::emulator::store::TableRef;
+use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 
@@ -364,6 +365,17 @@ shutdown_deadline: {deadline}
 
     pub fn table_ref(&self) -> TableRef {
         TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("table ref")
+    }
+
+    /// Creates the dataset and the table in the emulator: registry input does not create it.
+    pub fn create_table(&self, schema: TableSchema) {
+        let store = &self.emulator.store;
+        store
+            .insert_dataset(Dataset::new("p", "d"))
+            .expect("dataset");
+        store
+            .insert_table(Table::new(self.table_ref(), schema))
+            .expect("table");
     }
 
     /// Every visible (partition, offset), with how often it appears.
