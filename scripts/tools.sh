@@ -2,51 +2,56 @@
 # Installs the non-Python tools of the manifest test (tests/python/test_deploy_manifests.py) and
 # prints where they are, one `name=path` a line:
 #
-#   kustomize=...   kustomize, built with `go install` (renders deploy/ as `kubectl apply -k`)
-#   crds=...        the Prometheus operator's CRDs (PodMonitor's OpenAPI schema), from its Go
-#                   module as `go mod download` fetches it
+#   kustomize=...           kustomize, built with `go install` (renders deploy/ as
+#                           `kubectl apply -k`)
+#   podmonitor_models=...   the npm package @kubernetes-models/prometheus-operator, whose
+#                           PodMonitor model validates against the Prometheus operator's CRD
+#                           schema (run by tests/python/validate_podmonitor.mjs with node)
 #
 # Everything is cached under ~/.cache/kbq/tools (KBQ_TOOLS_DIR), outside the clone, keyed by the
 # pinned versions: a second run only checks that the files exist. The first run on a fresh
-# machine builds kustomize (about 1.5 minutes on 2 cores) and fetches a 4 MB module.
+# machine builds kustomize (about 1.5 minutes on 2 cores) and installs the npm package (a few
+# seconds, 30 MB with its dependencies).
 set -euo pipefail
 
 KUSTOMIZE_VERSION=v5.8.1
-PROMETHEUS_OPERATOR_VERSION=v0.85.0
+PODMONITOR_MODELS_VERSION=6.0.0
 
 tools="${KBQ_TOOLS_DIR:-$HOME/.cache/kbq/tools}"
 kustomize="$tools/kustomize-$KUSTOMIZE_VERSION/kustomize"
-crds="$tools/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds"
-
-if [[ ! -x "$kustomize" || ! -d "$crds" ]]; then
-  command -v go >/dev/null || {
-    echo "tools: kustomize and the Prometheus operator CRDs need the go command" >&2
-    exit 1
-  }
-  # A private module cache, writable so that removing ~/.cache/kbq/tools just works.
-  export GOMODCACHE="$tools/gomod" GOFLAGS=-modcacherw
-fi
+models_prefix="$tools/prometheus-operator-models-$PODMONITOR_MODELS_VERSION"
+models="$models_prefix/node_modules/@kubernetes-models/prometheus-operator"
 
 if [[ ! -x "$kustomize" ]]; then
+  command -v go >/dev/null || {
+    echo "tools: kustomize is built with the go command, which is missing" >&2
+    exit 1
+  }
   echo "tools: building kustomize $KUSTOMIZE_VERSION" >&2
-  GOBIN="$(dirname "$kustomize")" \
+  # A private module cache, writable so that removing ~/.cache/kbq/tools just works.
+  GOMODCACHE="$tools/gomod" GOFLAGS=-modcacherw GOBIN="$(dirname "$kustomize")" \
     go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION" >&2
 fi
 
-if [[ ! -d "$crds" ]]; then
-  echo "tools: fetching the Prometheus operator $PROMETHEUS_OPERATOR_VERSION CRDs" >&2
-  module_dir=$(go mod download -json \
-    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -d "$module_dir/example/prometheus-operator-crd" ]] || {
-    echo "tools: no example/prometheus-operator-crd in ${module_dir:-the downloaded module}" >&2
+# The validator script runs with node; check it here so that a missing node fails with this
+# message rather than in the middle of the test.
+for command in node npm; do
+  command -v "$command" >/dev/null || {
+    echo "tools: the PodMonitor validator needs $command (apt-get install nodejs npm)" >&2
     exit 1
   }
-  # Copy the few YAML files out, so the module cache can be dropped without losing them.
-  rm -rf "$crds.tmp" && mkdir -p "$crds.tmp"
-  cp "$module_dir"/example/prometheus-operator-crd/*.yaml "$crds.tmp/"
-  mv "$crds.tmp" "$crds"
+done
+
+if [[ ! -f "$models/package.json" ]]; then
+  echo "tools: installing @kubernetes-models/prometheus-operator $PODMONITOR_MODELS_VERSION" >&2
+  # Into a scratch folder moved in place at the end, so an interrupted install is not taken for
+  # a finished one. --loglevel=error quiets the engine warnings: the package declares node >= 22
+  # but runs on this machine's node 20 (the manifest test fails if it does not).
+  rm -rf "$models_prefix.tmp" && mkdir -p "$models_prefix.tmp"
+  npm install --prefix "$models_prefix.tmp" --no-audit --no-fund --loglevel=error \
+    "@kubernetes-models/prometheus-operator@$PODMONITOR_MODELS_VERSION" >&2
+  rm -rf "$models_prefix" && mv "$models_prefix.tmp" "$models_prefix"
 fi
 
 echo "kustomize=$kustomize"
-echo "crds=$crds"
+echo "podmonitor_models=$models"

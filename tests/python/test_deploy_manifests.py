@@ -6,13 +6,21 @@ rendered document is validated:
 * built-in kinds against kubernetes-validate's offline copy of the Kubernetes OpenAPI schemas, in
   its strict variant (an unknown field is an error, as with `kubectl apply --validate=strict`), for
   the oldest and the newest Kubernetes release we claim (KUBERNETES_VERSIONS);
-* the PodMonitor against the Prometheus operator's CRD schema (openAPIV3Schema), made strict the
-  same way, with its metadata checked as ObjectMeta.
+* the PodMonitor with the npm package @kubernetes-models/prometheus-operator, whose validate() is
+  generated from the Prometheus operator's CRD schema (run by validate_podmonitor.mjs), and its
+  metadata, strictly, as Kubernetes' ObjectMeta.
+
+That package's validation is NOT strict about unknown fields: its generated code checks the type,
+pattern, enum and required properties of every field the CRD declares and lets any other field
+through. So a wrong type (`interval: 15`), a malformed duration or a misspelt *required* field
+(`selectors:` for `selector:`, reported as the missing `selector`) fail, but a misspelt optional
+field of the PodMonitor's spec (`podMetricEndpoints:`) passes, as the API server would silently
+prune it. Misspelt metadata fields are still caught by the strict ObjectMeta check.
 
 A failure names the rendering, the document and the field path. tests/deploy_manifests.rs checks
 the settings an operator relies on; this checks that the API server would accept them.
 
-kustomize and the CRDs come from scripts/tools.sh (cached under ~/.cache/kbq/tools).
+kustomize and the npm package come from scripts/tools.sh (cached under ~/.cache/kbq/tools).
 """
 
 import copy
@@ -42,13 +50,9 @@ KUBERNETES_VERSIONS = (
 )
 SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-
-
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """YAML 1.1's `=` value tag (an enum value in the CRDs) read as the string it is."""
-
-
-_Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: node.value)
+PODMONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
+VALIDATE_PODMONITOR = Path(__file__).resolve().parent / "validate_podmonitor.mjs"
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @lru_cache(maxsize=None)
@@ -68,7 +72,7 @@ def render(rendering: str) -> tuple:
         text=True,
     )
     assert result.returncode == 0, f"kustomize build {rendering}: {result.stderr}"
-    return tuple(d for d in yaml.load_all(result.stdout, Loader=_Loader) if d)
+    return tuple(d for d in yaml.load_all(result.stdout, Loader=_LOADER) if d)
 
 
 def field_path(error: jsonschema.ValidationError) -> str:
@@ -80,23 +84,6 @@ def field_path(error: jsonschema.ValidationError) -> str:
 
 def describe(doc: dict) -> str:
     return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
-
-
-def strict(schema):
-    """OpenAPI structural schemas prune unknown fields; the API server's strict field validation
-    rejects them instead, and so does this copy."""
-    if isinstance(schema, dict):
-        schema = {k: strict(v) for k, v in schema.items()}
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
 
 
 @lru_cache(maxsize=None)
@@ -126,36 +113,27 @@ def object_meta_validator():
     return jsonschema.Draft202012Validator({"$ref": f"#/$defs/{OBJECT_META}", "$defs": defs})
 
 
-@lru_cache(maxsize=None)
-def crd_validators() -> dict:
-    """(apiVersion, kind) -> validator, for every CRD version the Prometheus operator ships."""
-    validators = {}
-    for path in sorted(Path(tools()["crds"]).glob("*.yaml")):
-        for crd in yaml.load_all(path.read_text(), Loader=_Loader):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = strict(version["schema"]["openAPIV3Schema"])
-                # OpenAPI 3.0 schemas are JSON Schema draft 4 with extensions it ignores.
-                validators[(f"{group}/{version['name']}", kind)] = jsonschema.Draft4Validator(
-                    schema
-                )
-    assert validators, f"no CustomResourceDefinition under {tools()['crds']}"
-    return validators
+def podmonitor_problems(doc: dict) -> list:
+    """The errors validate_podmonitor.mjs reports for one PodMonitor, as 'field path: message'."""
+    result = subprocess.run(
+        ["node", str(VALIDATE_PODMONITOR), tools()["podmonitor_models"]],
+        input=json.dumps([doc]),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode in (0, 1), f"validate_podmonitor.mjs failed:\n{result.stderr}"
+    [errors] = json.loads(result.stdout)
+    return errors
 
 
 def problems(doc: dict) -> list:
     """Every schema violation of one rendered document, as 'field path: message'."""
     key = (doc.get("apiVersion"), doc.get("kind"))
-    crd = crd_validators().get(key)
-    if crd is not None:
-        errors = list(crd.iter_errors(doc))
-        errors += [
-            _under("metadata", e)
-            for e in object_meta_validator().iter_errors(doc.get("metadata", {}))
+    if key == PODMONITOR:
+        meta = object_meta_validator().iter_errors(doc.get("metadata", {}))
+        return podmonitor_problems(doc) + [
+            f"{field_path(_under('metadata', e))}: {e.message}" for e in meta
         ]
-        return [f"{field_path(e)}: {e.message}" for e in errors]
     found = []
     for version in KUBERNETES_VERSIONS:
         validator = kubernetes_validator(version, *key)
@@ -222,12 +200,18 @@ def _rendered(kind: str) -> dict:
         (
             "PodMonitor",
             lambda d: d["spec"]["podMetricsEndpoints"][0].update(interval=15),
-            "spec.podMetricsEndpoints[0].interval: 15 is not of type 'string'",
+            "spec.podMetricsEndpoints[0].interval: must be string",
         ),
         (
             "PodMonitor",
-            lambda d: d["spec"].update(podMetricEndpoints=[]),
-            "spec: Additional properties",
+            lambda d: d["spec"]["podMetricsEndpoints"][0].update(interval="15 seconds"),
+            "spec.podMetricsEndpoints[0].interval: must match pattern",
+        ),
+        # Only a misspelt required field: the package lets unknown fields through (see above).
+        (
+            "PodMonitor",
+            lambda d: d["spec"].update(selectors=d["spec"].pop("selector")),
+            "spec: must have required property selector",
         ),
         (
             "PodMonitor",
