@@ -48,7 +48,7 @@ if [[ ! -f "$models/package.json" ]]; then
   # a finished one. --loglevel=error quiets the engine warnings: the package declares node >= 22
   # but runs on this machine's node 20 (the manifest test fails if it does not).
   rm -rf "$models_prefix.tmp" && mkdir -p "$models_prefix.tmp"
-  npm install --prefix "$models_prefix.tmp" --no-audit --no-fund --loglevel=error \
+  npm install --prefix "$models_prefix.tmp" --no-audit --no-fund --no-update-notifier --loglevel=error \
     "@kubernetes-models/prometheus-operator@$PODMONITOR_MODELS_VERSION" >&2
   rm -rf "$models_prefix" && mv "$models_prefix.tmp" "$models_prefix"
 fi
