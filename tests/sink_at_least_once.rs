@@ -2,228 +2,42 @@
 //! broker and the emulator. The table is checked through the Kafka metadata columns; Kafka is
 //! checked with `inspect --json`, which reads the group without joining it.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use apache_avro::Schema;
 use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
 use kafka_bigquery_sink::emulator::server::Emulator;
-use kafka_bigquery_sink::emulator::store::{StreamPhase, TableRef};
-use support::kafka::{
-    KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
-};
-use support::sink::{SCHEMA, assert_exactly_once, encode};
+use kafka_bigquery_sink::emulator::store::StreamPhase;
+use support::daemon::Daemon;
+use support::kafka::{create_topic_blocking, unique_name};
+use support::sink::{Fixture, Tweaks, assert_exactly_once};
 
-/// A record's key and value.
-type KeyValue = (Vec<u8>, Vec<u8>);
-
-struct Fixture {
-    emulator: Emulator,
-    bootstrap: &'static str,
-    topic: String,
-    dlq: String,
-    table: String,
-    dir: tempfile::TempDir,
-    schema: Schema,
+/// A config for `group` reading the fixture's topic with `delivery` (`exactly_once` |
+/// `at_least_once`).
+fn config(f: &Fixture, group: &str, delivery: &'static str) -> PathBuf {
+    f.config_with(
+        group,
+        &Tweaks {
+            delivery: Some(delivery),
+            ..Tweaks::default()
+        },
+    )
 }
 
-impl Fixture {
-    async fn new(partitions: i32) -> Fixture {
-        let emulator = emulator_support::start().await;
-        let bootstrap = KafkaBroker::shared();
-        let topic = unique_name("orders");
-        let dlq = format!("{topic}-dlq");
-        create_topic_blocking(bootstrap, &topic, partitions);
-        create_topic_blocking(bootstrap, &dlq, 1);
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("order.avsc"), SCHEMA).expect("write avsc");
-        Fixture {
-            emulator,
-            bootstrap,
-            table: topic.replace('-', "_"),
-            topic,
-            dlq,
-            dir,
-            schema: Schema::parse_str(SCHEMA).expect("schema"),
-        }
-    }
-
-    /// A config for `group` reading `topic` with `delivery` (`exactly_once` | `at_least_once`).
-    fn config(&self, group: &str, delivery: &str, topic: &str) -> PathBuf {
-        let path = self
-            .dir
-            .path()
-            .join(format!("{group}-{delivery}-{topic}.yaml"));
-        let text = format!(
-            r#"
-kafka:
-  bootstrap_servers: "{bootstrap}"
-  group_id: "{group}"
-  topics: ["{topic}"]
-  properties:
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
-avro:
-  schema_file: "{avsc}"
-bigquery:
-  project: p
-  dataset: d
-  table: "{table}"
-  endpoint: "http://{emulator}"
-  credentials: none
-  create_table: {{}}
-  metadata_columns:
-    topic: kafka_topic
-    partition: kafka_partition
-    offset: kafka_offset
-dead_letter:
-  topic: "{dlq}"
-checkpoint:
-  interval: 200ms
-metrics:
-  listen: "127.0.0.1:0"
-shutdown_deadline: 20s
-delivery: {delivery}
-"#,
-            delivery = delivery,
-            bootstrap = self.bootstrap,
-            topic = topic,
-            avsc = self.dir.path().join("order.avsc").display(),
-            table = self.table,
-            emulator = self.emulator.addr,
-            dlq = self.dlq,
-        );
-        std::fs::write(&path, text).expect("write config");
-        path
-    }
-
-    /// Produces records with ids `ids` round-robin over the partitions; returns how many per
-    /// partition.
-    fn produce(&self, ids: std::ops::Range<i64>, partitions: i32) {
-        let p = producer(self.bootstrap);
-        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
-        for id in ids {
-            per.entry((id % partitions as i64) as i32)
-                .or_default()
-                .push((id.to_string().into_bytes(), encode(&self.schema, id)));
-        }
-        for (partition, records) in per {
-            let refs: Vec<(&[u8], &[u8])> = records
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice()))
-                .collect();
-            produce_to_partition(&p, &self.topic, partition, &refs);
-        }
-    }
-
-    fn table_ref(&self) -> TableRef {
-        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("table ref")
-    }
-
-    /// Every visible (partition, offset), with how often it appears.
-    fn visible(&self) -> BTreeMap<(i64, i64), usize> {
-        let mut out = BTreeMap::new();
-        let Some(table) = self.emulator.store.get_table(&self.table_ref()) else {
-            return out;
-        };
-        let names: Vec<String> = table.schema.fields.iter().map(|f| f.name.clone()).collect();
-        let at = |name: &str| {
-            names
-                .iter()
-                .position(|n| n == name)
-                .expect("metadata column")
-        };
-        let (pi, oi) = (at("kafka_partition"), at("kafka_offset"));
-        let page = self
-            .emulator
-            .store
-            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
-            .expect("rows");
-        for row in page.rows {
-            let r = row.codec.render(&row.data, &table.schema);
-            let num = |i: usize| {
-                r["f"][i]["v"]
-                    .as_str()
-                    .expect("value")
-                    .parse::<i64>()
-                    .expect("int")
-            };
-            *out.entry((num(pi), num(oi))).or_insert(0) += 1;
-        }
-        out
-    }
-
-    fn wait_visible(&self, at_least: usize, timeout: Duration) -> BTreeMap<(i64, i64), usize> {
-        let started = Instant::now();
-        loop {
-            let v = self.visible();
-            if v.values().sum::<usize>() >= at_least || started.elapsed() > timeout {
-                return v;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// The daemon on `config`, its logs appended to the fixture's `daemon.log` (shown when a test
+/// fails while it runs).
+fn start(f: &Fixture, config: &Path) -> Daemon {
+    let log = f.dir.path().join("daemon.log");
+    Daemon::start_logging_to(config, "info,rdkafka=warn", &log)
 }
 
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn start(config: &Path) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
-            .args(["run", "-c"])
-            .arg(config)
-            .env("RUST_LOG", "info,rdkafka=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the daemon");
-        Daemon { child }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id() as i32;
-        // SAFETY: signals the child we spawned, by its pid.
-        unsafe {
-            libc_kill(pid, 15);
-        }
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            if started.elapsed() > Duration::from_secs(40) {
-                let _ = self.child.kill();
-                panic!("daemon did not stop within 40 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+/// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline (20 s).
+fn terminate(daemon: &mut Daemon) -> ExitStatus {
+    daemon.terminate_within(Duration::from_secs(40))
 }
 
 /// The (partition, offset) pairs the producer wrote for ids `0..n` round-robin over `p`.
@@ -329,13 +143,13 @@ fn wait_committed(
 async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_shows_the_offsets() {
     let f = Fixture::new(3).await;
     let group = unique_name("alo");
-    let config = f.config(&group, "at_least_once", &f.topic);
+    let config = config(&f, &group, "at_least_once");
     let n = 3_000;
-    f.produce(0..n, 3);
-    let daemon = Daemon::start(&config);
+    f.produce(n);
+    let mut daemon = start(&f, &config);
     let v = f.wait_visible(n as usize, Duration::from_secs(120));
     assert_exactly_once(&v, &expected_positions(n, 3));
-    assert!(daemon.terminate().success(), "clean exit after SIGTERM");
+    assert!(terminate(&mut daemon).success(), "clean exit after SIGTERM");
     assert_exactly_once(&f.visible(), &expected_positions(n, 3));
 
     // The offsets were committed after the appends, with the at-least-once marker.
@@ -375,7 +189,7 @@ async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_sh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_loses_nothing_across_a_sigkill() {
     let f = Fixture::new(3).await;
-    let config = f.config(&unique_name("alo-kill"), "at_least_once", &f.topic);
+    let config = config(&f, &unique_name("alo-kill"), "at_least_once");
     // Small, slow appends, one at a time: the backlog takes seconds, so the kill lands after
     // some offsets were committed and before all of them were.
     let mut text = std::fs::read_to_string(&config).expect("config");
@@ -393,8 +207,8 @@ async fn at_least_once_loses_nothing_across_a_sigkill() {
         }])
         .expect("install fault");
     let first = 60_000;
-    f.produce(0..first, 3);
-    let daemon = Daemon::start(&config);
+    f.produce(first);
+    let mut daemon = start(&f, &config);
     let started = Instant::now();
     let committed = |report: &BTreeMap<i64, serde_json::Value>| -> i64 {
         report
@@ -418,8 +232,8 @@ async fn at_least_once_loses_nothing_across_a_sigkill() {
     );
     f.emulator.faults.clear();
     let total = first + 5_000;
-    f.produce(first..total, 3);
-    let daemon = Daemon::start(&config);
+    f.produce(total - first);
+    let mut daemon = start(&f, &config);
     let expected = expected_positions(total, 3);
     let started = Instant::now();
     let mut v = f.visible();
@@ -430,22 +244,22 @@ async fn at_least_once_loses_nothing_across_a_sigkill() {
     assert_at_least_once(&v, &expected);
     let dupes = v.values().filter(|n| **n > 1).count();
     eprintln!("{dupes} records written more than once after the SIGKILL (allowed)");
-    assert!(daemon.terminate().success());
+    assert!(terminate(&mut daemon).success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_exactly_once_to_at_least_once_and_back_loses_nothing() {
     let f = Fixture::new(3).await;
     let group = unique_name("switch");
-    let eo = f.config(&group, "exactly_once", &f.topic);
-    let alo = f.config(&group, "at_least_once", &f.topic);
+    let eo = config(&f, &group, "exactly_once");
+    let alo = config(&f, &group, "at_least_once");
 
     // 1. Exactly-once with every flush failing: checkpoints are committed, nothing is visible,
     //    and the daemon dies with rows [f, K) in doubt (design review F5).
     let first = 3_000;
-    f.produce(0..first, 3);
+    f.produce(first);
     fail_every_flush(&f.emulator);
-    let daemon = Daemon::start(&eo);
+    let mut daemon = start(&f, &eo);
     let report = wait_committed(&eo, &f.topic, &per_partition(first, 3), |r| {
         r["mode"] == "exactly_once"
     });
@@ -470,11 +284,11 @@ async fn switching_exactly_once_to_at_least_once_and_back_loses_nothing() {
     // 2. At-least-once on the same group: the recovery re-flushes the left-behind checkpoint
     //    before appending, so the records below K become visible and are not written again.
     let second = first + 3_000;
-    f.produce(first..second, 3);
-    let daemon = Daemon::start(&alo);
+    f.produce(second - first);
+    let mut daemon = start(&f, &alo);
     let v = f.wait_visible(second as usize, Duration::from_secs(120));
     assert_at_least_once(&v, &expected_positions(second, 3));
-    assert!(daemon.terminate().success());
+    assert!(terminate(&mut daemon).success());
     let report = inspect(&alo, &f.topic);
     for (p, count) in per_partition(second, 3) {
         let r = &report[&p];
@@ -484,10 +298,10 @@ async fn switching_exactly_once_to_at_least_once_and_back_loses_nothing() {
 
     // 3. Back to exactly-once: it starts at the at-least-once offsets with nothing to re-flush.
     let third = second + 3_000;
-    f.produce(second..third, 3);
-    let daemon = Daemon::start(&eo);
+    f.produce(third - second);
+    let mut daemon = start(&f, &eo);
     let v = f.wait_visible(third as usize, Duration::from_secs(120));
-    assert!(daemon.terminate().success());
+    assert!(terminate(&mut daemon).success());
     // No crash of an at-least-once process happened, so nothing was written twice either.
     assert_exactly_once(&f.visible(), &expected_positions(third, 3));
     assert_eq!(v.len(), third as usize);
@@ -505,11 +319,11 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
  {
     let f = Fixture::new(2).await;
     let group = unique_name("recover");
-    let old = f.config(&group, "exactly_once", &f.topic);
+    let old = config(&f, &group, "exactly_once");
     let n = 2_000;
-    f.produce(0..n, 2);
+    f.produce(n);
     fail_every_flush(&f.emulator);
-    let daemon = Daemon::start(&old);
+    let mut daemon = start(&f, &old);
     let before = wait_committed(&old, &f.topic, &per_partition(n, 2), |r| {
         r["stream"].is_string()
     });
@@ -519,8 +333,15 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
 
     // The group now subscribes another topic: nobody will re-flush the old one's checkpoints.
     let other = unique_name("other");
-    create_topic_blocking(f.bootstrap, &other, 1);
-    let new = f.config(&group, "exactly_once", &other);
+    create_topic_blocking(&f.bootstrap, &other, 1);
+    let new = f.config_with(
+        &group,
+        &Tweaks {
+            delivery: Some("exactly_once"),
+            topic: Some(other.clone()),
+            ..Tweaks::default()
+        },
+    );
     let run = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
             .args(["recover", "-c"])
@@ -576,11 +397,11 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
 async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
     let f = Fixture::new(1).await;
     let group = unique_name("recover-lost");
-    let config = f.config(&group, "exactly_once", &f.topic);
+    let config = config(&f, &group, "exactly_once");
     let n = 500;
-    f.produce(0..n, 1);
+    f.produce(n);
     fail_every_flush(&f.emulator);
-    let daemon = Daemon::start(&config);
+    let mut daemon = start(&f, &config);
     let before = wait_committed(&config, &f.topic, &per_partition(n, 1), |r| {
         r["stream"].is_string()
     });

@@ -12,21 +12,15 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use axum::Router;
-use axum::extract::Path;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::server::EmulatorConfig;
-use kafka_bigquery_sink::emulator::store::{Dataset, Table};
+use support::daemon::Registry;
 use support::kafka::{KafkaBroker, unique_name};
 use support::sink::{
     BackgroundProducer, Daemon, Fixture, Position, SCHEMA, SinkOptions, Tweaks,
@@ -591,38 +585,6 @@ const SCHEMA_WITH_DAY: &str = r#"{
   ]
 }"#;
 
-/// A tiny Confluent Schema Registry: ids 1 and 2, 404 for anything else.
-async fn start_registry() -> SocketAddr {
-    async fn by_id(Path(id): Path<u32>) -> Response {
-        let schema = match id {
-            1 => SCHEMA,
-            2 => SCHEMA_WITH_DAY,
-            _ => {
-                return (
-                    StatusCode::NOT_FOUND,
-                    r#"{"error_code":40403,"message":"Schema not found"}"#,
-                )
-                    .into_response();
-            }
-        };
-        let body = serde_json::json!({ "schema": schema }).to_string();
-        (
-            [("content-type", "application/vnd.schemaregistry.v1+json")],
-            body,
-        )
-            .into_response()
-    }
-    let app = Router::new().route("/schemas/ids/{id}", get(by_id));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind registry");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
-}
-
 #[allow(deprecated)]
 fn encode_with_day(schema: &Schema, id: i64, day: i32) -> Vec<u8> {
     let value = Value::Record(vec![
@@ -645,7 +607,12 @@ fn encode_with_day(schema: &Schema, id: i64, day: i32) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall_a_partition() {
     let s = scale();
-    let registry = start_registry().await;
+    // Schema ids 1 and 2; any other id is unknown (404).
+    let (registry, _reg) = Registry::serve(
+        [(1, SCHEMA.to_string()), (2, SCHEMA_WITH_DAY.to_string())].into(),
+        None,
+    )
+    .await;
     let f = Fixture::with(SinkOptions {
         framing: Some(1),
         ..SinkOptions::partitions(2)
@@ -665,15 +632,7 @@ async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall
         {"name": "kafka_offset", "type": "INTEGER"}
     ]}))
     .expect("table schema");
-    let table_ref = f.table_ref();
-    f.emulator
-        .store
-        .insert_dataset(Dataset::new("p", "d"))
-        .expect("dataset");
-    f.emulator
-        .store
-        .insert_table(Table::new(table_ref, table_schema))
-        .expect("table");
+    f.create_table(table_schema);
     let config = f.config_with(
         &unique_name("poison"),
         &Tweaks {

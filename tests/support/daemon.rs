@@ -108,6 +108,11 @@ impl Daemon {
 
     /// SIGTERM and wait: the daemon must leave cleanly within its shutdown deadline.
     pub fn terminate(&mut self) -> ExitStatus {
+        self.terminate_within(Duration::from_secs(60))
+    }
+
+    /// As `terminate`, failing the test if the process is still there after `limit`.
+    pub fn terminate_within(&mut self, limit: Duration) -> ExitStatus {
         signal(self.child.id(), 15);
         let started = Instant::now();
         loop {
@@ -115,10 +120,10 @@ impl Daemon {
                 self.join_reader();
                 return status;
             }
-            if started.elapsed() > Duration::from_secs(60) {
+            if started.elapsed() > limit {
                 let _ = self.child.kill();
                 self.dump_logs(60);
-                panic!("{} did not stop within 60 s of SIGTERM", self.name);
+                panic!("{} did not stop within {limit:?} of SIGTERM", self.name);
             }
             std::thread::sleep(Duration::from_millis(100));
         }

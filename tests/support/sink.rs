@@ -196,6 +196,10 @@ pub struct Tweaks {
     pub writer: Vec<String>,
     pub checkpoint_interval: &'static str,
     pub shutdown_deadline: &'static str,
+    /// `delivery:` (`exactly_once` | `at_least_once`); left out (the default) when `None`.
+    pub delivery: Option<&'static str>,
+    /// A topic subscribed instead of the fixture's.
+    pub topic: Option<String>,
 }
 
 impl Default for Tweaks {
@@ -207,6 +211,8 @@ impl Default for Tweaks {
             writer: Vec::new(),
             checkpoint_interval: "200ms",
             shutdown_deadline: "20s",
+            delivery: None,
+            topic: None,
         }
     }
 }
@@ -288,7 +294,15 @@ impl Fixture {
     }
 
     pub fn config_with(&self, group: &str, tweaks: &Tweaks) -> PathBuf {
-        let path = self.dir.path().join(format!("{group}.yaml"));
+        // One file per distinct config: a test may run one group with several of them.
+        let mut name = group.to_string();
+        for part in [tweaks.delivery, tweaks.topic.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            name = format!("{name}-{part}");
+        }
+        let path = self.dir.path().join(format!("{name}.yaml"));
         let input = match &tweaks.registry_url {
             Some(url) => format!(
                 "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n",
@@ -339,14 +353,18 @@ metrics:
 log:
   format: json
 shutdown_deadline: {deadline}
-{recovery}{writer}"#,
+{delivery}{recovery}{writer}"#,
             bootstrap = self.bootstrap,
-            topic = self.topic,
+            topic = tweaks.topic.as_ref().unwrap_or(&self.topic),
             table = self.table,
             emulator = self.emulator.addr,
             dlq = self.dlq,
             interval = tweaks.checkpoint_interval,
             deadline = tweaks.shutdown_deadline,
+            delivery = tweaks
+                .delivery
+                .map(|d| format!("delivery: {d}\n"))
+                .unwrap_or_default(),
             recovery = block("recovery", &tweaks.recovery),
             writer = block("writer", &tweaks.writer),
         );
