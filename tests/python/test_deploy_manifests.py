@@ -14,8 +14,9 @@ That package's validation is NOT strict about unknown fields: its generated code
 pattern, enum and required properties of every field the CRD declares and lets any other field
 through. So a wrong type (`interval: 15`), a malformed duration or a misspelt *required* field
 (`selectors:` for `selector:`, reported as the missing `selector`) fail, but a misspelt optional
-field of the PodMonitor's spec (`podMetricEndpoints:`) passes, as the API server would silently
-prune it. Misspelt metadata fields are still caught by the strict ObjectMeta check.
+field of the PodMonitor's spec (`podMetricEndpoints:`) passes here, although
+`kubectl apply --validate=strict` would refuse it (and without strict validation the API server
+drops it). Misspelt metadata fields are still caught by the strict ObjectMeta check.
 
 A failure names the rendering, the document and the field path. tests/deploy_manifests.rs checks
 the settings an operator relies on; this checks that the API server would accept them.
