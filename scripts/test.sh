@@ -27,6 +27,11 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 [[ -e /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
 command -v make >/dev/null || missing+=(make)
 command -v cc >/dev/null || missing+=(gcc)
+# The manifest test's tools (scripts/tools.sh): kustomize is built with go, the PodMonitor
+# validator runs on node.
+command -v go >/dev/null || missing+=(golang-go)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}"
