@@ -195,8 +195,14 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
     let consumer = group_reader(config)?;
     let views = read_group(&consumer, &config.kafka.topics)?;
     drop(consumer);
-    let table = TableFingerprint::of_table_path(&table_path(config)?);
-    let rows: Vec<Row> = views.into_iter().map(|v| describe(v, table)).collect();
+    // Each topic's checkpoints are checked against the table of its route.
+    let rows: Vec<Row> = views
+        .into_iter()
+        .map(|v| {
+            let table = TableFingerprint::of_table_path(&table_path(config, &v.tp.topic));
+            describe(v, table)
+        })
+        .collect();
     if json_output {
         let items: Vec<serde_json::Value> = rows
             .iter()
@@ -279,15 +285,14 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The table path checkpoints are fingerprinted with.
-pub fn table_path(config: &Config) -> anyhow::Result<String> {
-    let table = crate::pipeline::single_table(config)?;
-    Ok(crate::bigquery::rest_client::TableReference::new(
+/// The path of the table `topic` is routed to, which its checkpoints are fingerprinted with.
+pub fn table_path(config: &Config, topic: &str) -> String {
+    crate::bigquery::rest_client::TableReference::new(
         &config.bigquery.project,
         &config.bigquery.dataset,
-        &table,
+        &config.route_for(topic).table,
     )
-    .resource_name())
+    .resource_name()
 }
 
 #[cfg(test)]

@@ -96,10 +96,7 @@ fn the_minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.writer.max_request_bytes.bytes(), 8 << 20);
     assert_eq!(c.bigquery.credentials, Credentials::Adc);
     // no partition/offset columns: a lost stream is rewound (at least once for the window)
-    assert_eq!(
-        c.recovery.effective_lost_stream(&c.bigquery, &c.kafka),
-        LostStream::Rewind
-    );
+    assert_eq!(c.effective_lost_stream(), LostStream::Rewind);
     let props = c.kafka.consumer_properties();
     for (k, v) in [
         ("enable.auto.commit", "false"),
