@@ -245,8 +245,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Reads the table, creating it (and its dataset) from the Avro schema when the route has
-/// `create_table`.
+/// Reads the table, creating it (and its dataset) when the route has `create_table`: from the
+/// fixed Avro schema, or from the latest schema of the topic's subject in the registry.
 async fn ensure_table(
     config: &Config,
     route: &TopicRoute<'_>,
@@ -275,11 +275,26 @@ async fn ensure_table(
             route.path
         );
     };
-    let Some(schema) = schema else {
-        bail!(
-            "{}.create_table needs avro.schema_file in this release (creating from the first registry schema is not implemented yet)",
-            route.path
-        );
+    let latest;
+    let schema = match (schema, &config.schema_registry) {
+        (Some(schema), _) => schema,
+        // TopicNameStrategy: the subject of a topic's values is `<topic>-value`. Its latest
+        // schema is what producers write now; older records still fit (the registry's
+        // compatibility rules), and later ones add columns through schema_update.
+        (None, Some(sr)) => {
+            let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
+                .map_err(|e| anyhow!("{e}"))?;
+            let subject = format!("{topic}-value");
+            latest = registry.latest(&subject).await.with_context(|| {
+                format!(
+                    "cannot create table {} from the registry",
+                    table.resource_name()
+                )
+            })?;
+            tracing::info!(topic, subject = %subject, schema_id = latest.id, "creating the table from the subject's latest schema");
+            &latest.schema
+        }
+        (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
     };
     let derived = table_schema_from_avro(
         schema,

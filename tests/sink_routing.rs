@@ -1,8 +1,9 @@
 //! Routing end to end: several topics into several tables through the real binary, a real
 //! Kafka broker and the emulator. Every record must be visible exactly once in the table its
 //! topic is routed to — through a `{topic}` template (with the topic sanitised into a table id)
-//! or a route override with its own metadata columns — across a SIGKILL, and a topic created
-//! while the daemon runs under a pattern subscription gets its table created on assignment.
+//! or a route override with its own metadata columns — across a SIGKILL; a topic created while
+//! the daemon runs under a pattern subscription gets its table created on assignment; and with a
+//! Schema Registry a missing table is created from the latest schema of the topic's subject.
 
 mod support;
 
@@ -17,7 +18,7 @@ use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
 use kafka_bigquery_sink::emulator::store::TableRef;
 
 use support::kafka::{KafkaBroker, create_topic_blocking, produce_to_partition, producer};
-use support::sink::{Daemon, SCHEMA, encode};
+use support::sink::{Daemon, SCHEMA, confluent, encode};
 
 /// (topic, partition, offset) of a row, as its metadata columns hold it.
 type Row = (String, i64, i64);
@@ -52,13 +53,31 @@ impl Setup {
     /// Produces `n` records round-robin over `partitions` partitions of `topic`, expected in
     /// `table`.
     fn produce(&self, topic: &str, partitions: i32, n: i64, table: &str) {
+        self.produce_framed(topic, partitions, n, table, None);
+    }
+
+    /// `produce`, in the Confluent wire format with this schema id when `framing` is set.
+    fn produce_framed(
+        &self,
+        topic: &str,
+        partitions: i32,
+        n: i64,
+        table: &str,
+        framing: Option<u32>,
+    ) {
         let p = producer(&self.bootstrap);
         let mut per: BTreeMap<i32, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
         let first = self.next_id.fetch_add(n, Ordering::SeqCst);
         for id in first..first + n {
             per.entry((id % partitions as i64) as i32)
                 .or_default()
-                .push((id.to_string().into_bytes(), encode(&self.schema, id)));
+                .push((id.to_string().into_bytes(), {
+                    let body = encode(&self.schema, id);
+                    match framing {
+                        Some(schema_id) => confluent(schema_id, &body),
+                        None => body,
+                    }
+                }));
         }
         for (partition, records) in per {
             let refs: Vec<(&[u8], &[u8])> = records
@@ -161,8 +180,21 @@ impl Setup {
     }
 }
 
-/// The config around `kafka_subscription` (the `topics:` or `topic_pattern:` line) and `routes`.
+/// The config around `kafka_subscription` (the `topics:` or `topic_pattern:` line) and `routes`,
+/// with raw Avro input.
 fn config_text(setup: &Setup, group: &str, subscription: &str, dlq: &str, routes: &str) -> String {
+    let input = format!("avro:\n  schema_file: \"{}\"\n", setup.avsc());
+    config_with_input(setup, group, subscription, dlq, routes, &input)
+}
+
+fn config_with_input(
+    setup: &Setup,
+    group: &str,
+    subscription: &str,
+    dlq: &str,
+    routes: &str,
+    input: &str,
+) -> String {
     format!(
         r#"
 kafka:
@@ -173,9 +205,7 @@ kafka:
     session.timeout.ms: "6000"
     heartbeat.interval.ms: "500"
     topic.metadata.refresh.interval.ms: "1000"
-avro:
-  schema_file: "{avsc}"
-bigquery:
+{input}bigquery:
   project: p
   dataset: d
   table: "{{topic}}"
@@ -197,7 +227,6 @@ log:
 shutdown_deadline: 20s
 "#,
         bootstrap = setup.bootstrap,
-        avsc = setup.avsc(),
         emulator = setup.emulator.addr,
     )
 }
@@ -390,4 +419,88 @@ async fn a_topic_created_after_start_gets_its_table_when_its_partitions_are_assi
     );
     let status = daemon.terminate();
     assert!(status.success(), "clean exit after SIGTERM: {status:?}");
+}
+
+/// A Schema Registry with one schema (id 1), registered as the latest version of `subject`.
+async fn registry(subject: String) -> std::net::SocketAddr {
+    use axum::extract::Path as UrlPath;
+    use axum::routing::get;
+    let by_id = move |UrlPath(id): UrlPath<u32>| async move {
+        if id == 1 {
+            Ok(serde_json::json!({ "schema": SCHEMA }).to_string())
+        } else {
+            Err(axum::http::StatusCode::NOT_FOUND)
+        }
+    };
+    let latest = move |UrlPath(asked): UrlPath<String>| {
+        let subject = subject.clone();
+        async move {
+            if asked == subject {
+                Ok(serde_json::json!({
+                    "subject": subject, "id": 1, "version": 3, "schema": SCHEMA
+                })
+                .to_string())
+            } else {
+                Err(axum::http::StatusCode::NOT_FOUND)
+            }
+        }
+    };
+    let app = axum::Router::new()
+        .route("/schemas/ids/{id}", get(by_id))
+        .route("/subjects/{subject}/versions/latest", get(latest));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the registry");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject() {
+    let s = Setup::new().await;
+    let id = unique("sr");
+    let topic = format!("events.{id}");
+    let table = topic.replace(['.', '-'], "_");
+    let dlq = format!("dlq-{id}");
+    create_topic_blocking(&s.bootstrap, &topic, 2);
+    create_topic_blocking(&s.bootstrap, &dlq, 1);
+    let registry = registry(format!("{topic}-value")).await;
+    let input = format!("schema_registry:\n  url: \"http://{registry}\"\n  retries: 2\n");
+    let config = s.write_config(
+        "registry",
+        &config_with_input(
+            &s,
+            &unique("g"),
+            &format!(r#"topics: ["{topic}"]"#),
+            &dlq,
+            "",
+            &input,
+        ),
+    );
+    validate(&config);
+    s.produce_framed(&topic, 2, 300, &table, Some(1));
+    let mut daemon = Daemon::start(&config);
+    s.wait_exactly_once(&[(&table, KAFKA_COLS)], Duration::from_secs(60));
+    let columns = s.columns(&table).expect("the table was created");
+    for column in [
+        "id",
+        "customer",
+        "amount",
+        "created",
+        "note",
+        "kafka_offset",
+    ] {
+        assert!(
+            columns.iter().any(|c| c == column),
+            "{column} in {columns:?}"
+        );
+    }
+    assert!(
+        !daemon.logged("from the subject's latest schema").is_empty(),
+        "the table came from the registry"
+    );
+    assert!(daemon.terminate().success());
 }
