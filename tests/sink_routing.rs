@@ -23,6 +23,9 @@ use support::sink::{Daemon, SCHEMA, confluent, encode};
 /// (topic, partition, offset) of a row, as its metadata columns hold it.
 type Row = (String, i64, i64);
 
+/// A record's key and value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
 struct Setup {
     emulator: Emulator,
     bootstrap: String,
@@ -66,7 +69,7 @@ impl Setup {
         framing: Option<u32>,
     ) {
         let p = producer(&self.bootstrap);
-        let mut per: BTreeMap<i32, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        let mut per: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
         let first = self.next_id.fetch_add(n, Ordering::SeqCst);
         for id in first..first + n {
             per.entry((id % partitions as i64) as i32)
@@ -375,7 +378,7 @@ async fn three_topics_reach_their_routed_tables_exactly_once_across_a_sigkill() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_created_after_start_gets_its_table_when_its_partitions_are_assigned() {
-    let mut s = Setup::new().await;
+    let s = Setup::new().await;
     let id = unique("p").replace('-', "_");
     let first = format!("pat_{id}.first");
     let later = format!("pat_{id}.later");
