@@ -27,6 +27,8 @@ pub mod defaults {
     pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
     /// F22: a 404 from the registry can be transient (failover, restore).
     pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
+    /// The TopicNameStrategy subject of a topic's values.
+    pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
     pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
@@ -466,6 +468,10 @@ pub struct SchemaRegistryConfig {
     /// 60s): a registry failover can answer 404 for a while.
     #[serde(default = "default_sr_not_found_grace")]
     pub not_found_grace: HumanDuration,
+    /// The subject whose latest schema `create_table` creates a missing table from; `{topic}`
+    /// is replaced by the topic (default `{topic}-value`, the TopicNameStrategy).
+    #[serde(default = "default_sr_table_subject")]
+    pub table_subject: String,
 }
 
 fn default_sr_timeout() -> HumanDuration {
@@ -476,6 +482,9 @@ fn default_sr_retries() -> u32 {
 }
 fn default_sr_not_found_grace() -> HumanDuration {
     HumanDuration(defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE)
+}
+fn default_sr_table_subject() -> String {
+    defaults::SCHEMA_REGISTRY_TABLE_SUBJECT.into()
 }
 
 /// Raw Avro input (no wire-format header).
@@ -1610,6 +1619,14 @@ impl Validator {
             if sr.timeout.0.is_zero() {
                 self.err("schema_registry.timeout", "must be above zero");
             }
+            if sr.table_subject.trim().is_empty() {
+                self.err("schema_registry.table_subject", "must not be empty");
+            } else if sr.table_subject.replace("{topic}", "").contains(['{', '}']) {
+                self.err(
+                    "schema_registry.table_subject",
+                    "the only placeholder is {topic}",
+                );
+            }
         }
         if let Some(avro) = &c.avro
             && avro.schema_file.as_os_str().is_empty()
@@ -2073,6 +2090,20 @@ mod tests {
                 Some("a.props".into())
             )
         );
+    }
+
+    #[test]
+    fn topics_become_table_ids_of_letters_digits_and_underscores_at_most_1024_bytes() {
+        assert_eq!(
+            table_for_topic("{topic}", "shop.orders-v2"),
+            "shop_orders_v2"
+        );
+        assert_eq!(table_for_topic("raw_{topic}_t", "a.b"), "raw_a_b_t");
+        assert_eq!(table_for_topic("fixed", "a.b"), "fixed");
+        let long = "x".repeat(249);
+        let id = table_for_topic(&format!("{}{{topic}}", "p".repeat(900)), &long);
+        assert_eq!(id.len(), limits::MAX_TABLE_ID_BYTES);
+        assert!(id.starts_with(&"p".repeat(900)));
     }
 
     #[test]

@@ -361,4 +361,25 @@ mod tests {
         let row = describe(view(5, foreign.as_bytes()), table());
         assert!(row.note.contains("another table"), "{}", row.note);
     }
+
+    #[test]
+    fn each_topic_is_checked_against_the_table_of_its_route() {
+        let yaml = "kafka:\n  bootstrap_servers: 127.0.0.1:9092\n  group_id: g\n  topics: [shop.orders, audit]\navro:\n  schema_file: s.avsc\nbigquery:\n  project: p\n  dataset: d\n  table: \"{topic}\"\non_bad_record: skip\nroutes:\n  - topics: [audit]\n    table: audit_all\n";
+        let config = Config::from_yaml(yaml, Default::default()).expect("parses");
+        assert_eq!(
+            table_path(&config, "shop.orders"),
+            "projects/p/datasets/d/tables/shop_orders"
+        );
+        assert_eq!(
+            table_path(&config, "audit"),
+            "projects/p/datasets/d/tables/audit_all"
+        );
+        // A checkpoint written for the orders table, found on the audit topic: another table.
+        let orders = TableFingerprint::of_table_path(&table_path(&config, "shop.orders"));
+        let audit = TableFingerprint::of_table_path(&table_path(&config, "audit"));
+        let raw = format!("kbq;v=1;t={orders};f=100");
+        assert!(describe(view(100, raw.as_bytes()), orders).note.is_empty());
+        let row = describe(view(100, raw.as_bytes()), audit);
+        assert!(row.note.contains("another table"), "{}", row.note);
+    }
 }

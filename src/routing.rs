@@ -278,13 +278,13 @@ async fn ensure_table(
     let latest;
     let schema = match (schema, &config.schema_registry) {
         (Some(schema), _) => schema,
-        // TopicNameStrategy: the subject of a topic's values is `<topic>-value`. Its latest
-        // schema is what producers write now; older records still fit (the registry's
-        // compatibility rules), and later ones add columns through schema_update.
+        // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
+        // producers write now; older records still fit (the registry's compatibility rules),
+        // and later ones add columns through schema_update.
         (None, Some(sr)) => {
             let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
                 .map_err(|e| anyhow!("{e}"))?;
-            let subject = format!("{topic}-value");
+            let subject = sr.table_subject.replace("{topic}", topic);
             latest = registry.latest(&subject).await.with_context(|| {
                 format!(
                     "cannot create table {} from the registry",
