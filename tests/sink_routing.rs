@@ -507,3 +507,35 @@ async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject
     );
     assert!(daemon.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_topic_whose_table_cannot_be_written_stops_the_start_with_its_name() {
+    let s = Setup::new().await;
+    let id = unique("missing");
+    let good = format!("good-{id}");
+    let missing = format!("missing-{id}");
+    // No create_table anywhere, and the route's table does not exist: the start fails on it
+    // (topics are routed in their listed order) before joining the group.
+    let routes = format!("routes:\n  - topics: [\"{missing}\"]\n    table: absent\n");
+    let text = config_text(
+        &s,
+        &unique("g"),
+        &format!(r#"topics: ["{missing}", "{good}"]"#),
+        &format!("dlq-{id}"),
+        &routes,
+    )
+    .replace("  create_table: {}\n", "");
+    let config = s.write_config("missing", &text);
+    validate(&config);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["run", "-c"])
+        .arg(&config)
+        .output()
+        .expect("run the daemon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the start must fail: {stderr}");
+    assert!(
+        stderr.contains(&missing) && stderr.contains("absent") && stderr.contains("does not exist"),
+        "the error names the topic and its table: {stderr}"
+    );
+}
