@@ -27,6 +27,8 @@ pub mod defaults {
     pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
     /// F22: a 404 from the registry can be transient (failover, restore).
     pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
+    /// The TopicNameStrategy subject of a topic's values.
+    pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
     pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
@@ -56,6 +58,8 @@ pub mod limits {
     pub const MIN_REQUEST_BYTES: ByteSize = ByteSize(64 * 1024);
     /// BigQuery allows at most four clustering columns.
     pub const MAX_CLUSTERING_FIELDS: usize = 4;
+    /// The longest table id BigQuery accepts.
+    pub const MAX_TABLE_ID_BYTES: usize = 1024;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,8 +310,13 @@ pub struct Config {
     /// Raw Avro records with one fixed writer schema.
     #[serde(default)]
     pub avro: Option<AvroConfig>,
-    /// Where to write to.
+    /// Where to write to. Its table settings apply to every topic that no entry of `routes`
+    /// matches.
     pub bigquery: BigQueryConfig,
+    /// Per-topic overrides of the table settings, tried in order: the first entry whose
+    /// `topics` lists the topic (or whose `topic_pattern` matches it) decides.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
     /// `exactly_once` (default: BUFFERED streams flushed after each Kafka commit) or
     /// `at_least_once` (the `_default` stream, Kafka commit after acknowledged appends).
     #[serde(default)]
@@ -459,6 +468,10 @@ pub struct SchemaRegistryConfig {
     /// 60s): a registry failover can answer 404 for a while.
     #[serde(default = "default_sr_not_found_grace")]
     pub not_found_grace: HumanDuration,
+    /// The subject whose latest schema `create_table` creates a missing table from; `{topic}`
+    /// is replaced by the topic (default `{topic}-value`, the TopicNameStrategy).
+    #[serde(default = "default_sr_table_subject")]
+    pub table_subject: String,
 }
 
 fn default_sr_timeout() -> HumanDuration {
@@ -469,6 +482,9 @@ fn default_sr_retries() -> u32 {
 }
 fn default_sr_not_found_grace() -> HumanDuration {
     HumanDuration(defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE)
+}
+fn default_sr_table_subject() -> String {
+    defaults::SCHEMA_REGISTRY_TABLE_SUBJECT.into()
 }
 
 /// Raw Avro input (no wire-format header).
@@ -517,6 +533,143 @@ pub struct BigQueryConfig {
     /// Optional columns for Kafka metadata; each names the column, unset means no column.
     #[serde(default)]
     pub metadata_columns: MetadataColumns,
+}
+
+/// One entry of `routes`: which topics, and the table settings that replace those of
+/// `bigquery` for them. A setting left out is taken from `bigquery`; `metadata_columns` and
+/// `create_table` replace the whole section when set.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Topics of this route. Exactly one of `topics` and `topic_pattern` is required.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// A regular expression (Rust `regex` syntax) that must match the whole topic name.
+    #[serde(default)]
+    pub topic_pattern: Option<String>,
+    /// Table id or a `{topic}` template, as `bigquery.table`.
+    #[serde(default)]
+    pub table: Option<String>,
+    #[serde(default)]
+    pub metadata_columns: Option<MetadataColumns>,
+    #[serde(default)]
+    pub create_table: Option<CreateTableConfig>,
+    #[serde(default)]
+    pub schema_update: Option<SchemaUpdate>,
+    #[serde(default)]
+    pub unknown_fields: Option<UnknownFields>,
+    #[serde(default)]
+    pub map_mode: Option<MapMode>,
+    /// Raw Avro with this fixed writer schema for the route's topics, instead of the top-level
+    /// input (`schema_registry` or `avro`).
+    #[serde(default)]
+    pub avro: Option<AvroConfig>,
+}
+
+/// The table settings in force for one topic: its route's, or the top-level `bigquery` ones.
+#[derive(Clone, Debug)]
+pub struct TopicRoute<'a> {
+    /// The index in `routes`, or `None` for the top-level settings.
+    pub route: Option<usize>,
+    /// The table id, with `{topic}` replaced by the sanitised topic.
+    pub table: String,
+    /// The table setting as written (a template or a fixed id).
+    pub table_template: &'a str,
+    pub metadata_columns: &'a MetadataColumns,
+    pub create_table: Option<&'a CreateTableConfig>,
+    pub schema_update: SchemaUpdate,
+    pub unknown_fields: UnknownFields,
+    pub map_mode: MapMode,
+    /// The fixed writer schema, if the topic's records are raw Avro.
+    pub schema_file: Option<&'a Path>,
+    /// The field path of the route, for messages: `routes[1]` or `bigquery`.
+    pub path: String,
+}
+
+/// BigQuery table ids are letters, digits and `_` here (BigQuery accepts more, but Kafka topic
+/// names only add `.` and `-`): every other character of the topic becomes `_`, and the id is
+/// cut at 1024 bytes, BigQuery's limit. `orders.v1` → `orders_v1`, `eu-payments` →
+/// `eu_payments`.
+pub fn sanitize_table_name(topic: &str) -> String {
+    topic
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The table id of `template` for `topic`: `{topic}` replaced by the sanitised topic, at most
+/// 1024 bytes.
+pub fn table_for_topic(template: &str, topic: &str) -> String {
+    let mut id = template.replace("{topic}", &sanitize_table_name(topic));
+    if id.len() > limits::MAX_TABLE_ID_BYTES {
+        let mut end = limits::MAX_TABLE_ID_BYTES;
+        while !id.is_char_boundary(end) {
+            end -= 1;
+        }
+        id.truncate(end);
+    }
+    id
+}
+
+impl RouteConfig {
+    /// Whether this route takes `topic`. A pattern that does not compile matches nothing
+    /// (`validate` refuses it).
+    pub fn matches(&self, topic: &str) -> bool {
+        if self.topics.iter().any(|t| t == topic) {
+            return true;
+        }
+        self.topic_pattern.as_deref().is_some_and(|p| {
+            regex::Regex::new(&format!("^(?:{p})$")).is_ok_and(|re| re.is_match(topic))
+        })
+    }
+}
+
+impl Config {
+    /// The table settings for `topic`: the first route that matches it, else `bigquery`.
+    pub fn route_for(&self, topic: &str) -> TopicRoute<'_> {
+        let b = &self.bigquery;
+        let top_schema = self.avro.as_ref().map(|a| a.schema_file.as_path());
+        match self.routes.iter().position(|r| r.matches(topic)) {
+            Some(i) => {
+                let r = &self.routes[i];
+                let template = r.table.as_deref().unwrap_or(&b.table);
+                TopicRoute {
+                    route: Some(i),
+                    table: table_for_topic(template, topic),
+                    table_template: template,
+                    metadata_columns: r.metadata_columns.as_ref().unwrap_or(&b.metadata_columns),
+                    create_table: r.create_table.as_ref().or(b.create_table.as_ref()),
+                    schema_update: r.schema_update.unwrap_or(b.schema_update),
+                    unknown_fields: r.unknown_fields.unwrap_or(b.unknown_fields),
+                    map_mode: r.map_mode.unwrap_or(b.map_mode),
+                    schema_file: r
+                        .avro
+                        .as_ref()
+                        .map(|a| a.schema_file.as_path())
+                        .or(top_schema),
+                    path: format!("routes[{i}]"),
+                }
+            }
+            None => TopicRoute {
+                route: None,
+                table: table_for_topic(&b.table, topic),
+                table_template: &b.table,
+                metadata_columns: &b.metadata_columns,
+                create_table: b.create_table.as_ref(),
+                schema_update: b.schema_update,
+                unknown_fields: b.unknown_fields,
+                map_mode: b.map_mode,
+                schema_file: top_schema,
+                path: "bigquery".into(),
+            },
+        }
+    }
 }
 
 /// How the daemon authenticates to BigQuery.
@@ -796,28 +949,73 @@ pub struct RecoveryConfig {
     pub new_partitions: StartFrom,
 }
 
-impl RecoveryConfig {
-    /// The policy in force for a lost stream, with the default resolved against the table's
-    /// metadata columns.
-    pub fn effective_lost_stream(
-        &self,
-        bigquery: &BigQueryConfig,
-        kafka: &KafkaConfig,
-    ) -> LostStream {
-        self.lost_stream.unwrap_or_else(|| {
-            if resolve_missing_columns(bigquery, kafka).is_empty() {
+impl Config {
+    /// The policy in force for a lost stream, with the default resolved against the metadata
+    /// columns of every route: `resolve` only when each table it may query has them.
+    pub fn effective_lost_stream(&self) -> LostStream {
+        self.recovery.lost_stream.unwrap_or_else(|| {
+            if resolve_missing_columns(self).is_empty() {
                 LostStream::Resolve
             } else {
                 LostStream::Rewind
             }
         })
     }
+
+    /// Whether topics can reach the top-level `bigquery` settings (no route matches them): a
+    /// pattern subscription may always bring such a topic.
+    fn unrouted_topics(&self) -> Option<Vec<&String>> {
+        if self.kafka.topic_pattern.is_some() {
+            return None;
+        }
+        Some(
+            self.kafka
+                .topics
+                .iter()
+                .filter(|t| !self.routes.iter().any(|r| r.matches(t)))
+                .collect(),
+        )
+    }
 }
 
-/// Metadata columns that `lost_stream: resolve` needs but the config lacks.
-fn resolve_missing_columns(bigquery: &BigQueryConfig, kafka: &KafkaConfig) -> Vec<&'static str> {
-    let cols = &bigquery.metadata_columns;
-    let shared_table = !bigquery.table.contains("{topic}") && kafka.may_have_several_topics();
+/// Per route (and the top-level settings, when topics can reach them), the metadata columns
+/// that `lost_stream: resolve` needs but the route lacks: `(path of its metadata_columns,
+/// missing)`.
+fn resolve_missing_columns(c: &Config) -> Vec<(String, Vec<&'static str>)> {
+    let mut scopes = Vec::new();
+    let unrouted = c.unrouted_topics();
+    if unrouted.as_ref().is_none_or(|t| !t.is_empty()) {
+        let several = unrouted.is_none_or(|t| t.len() > 1);
+        scopes.push((
+            "bigquery.metadata_columns".to_string(),
+            &c.bigquery.metadata_columns,
+            c.bigquery.table.as_str(),
+            several,
+        ));
+    }
+    for (i, r) in c.routes.iter().enumerate() {
+        let several = r.topic_pattern.is_some() || r.topics.len() > 1;
+        scopes.push((
+            format!("routes[{i}].metadata_columns"),
+            r.metadata_columns
+                .as_ref()
+                .unwrap_or(&c.bigquery.metadata_columns),
+            r.table.as_deref().unwrap_or(&c.bigquery.table),
+            several,
+        ));
+    }
+    scopes
+        .into_iter()
+        .filter_map(|(path, cols, table, several)| {
+            let missing = missing_resolve_columns(cols, !table.contains("{topic}") && several);
+            (!missing.is_empty()).then_some((path, missing))
+        })
+        .collect()
+}
+
+/// The columns `resolve` needs in one table: partition and offset, and the topic when several
+/// topics share the table.
+fn missing_resolve_columns(cols: &MetadataColumns, shared_table: bool) -> Vec<&'static str> {
     let mut missing = Vec::new();
     if shared_table && cols.topic.is_none() {
         missing.push("topic");
@@ -1239,6 +1437,7 @@ pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
     v.kafka(&config.kafka);
     v.input(config);
     v.bigquery(config);
+    v.routes(config);
     v.checkpoint(&config.checkpoint);
     v.writer(&config.writer, &config.checkpoint);
     v.dead_letter(config);
@@ -1420,6 +1619,14 @@ impl Validator {
             if sr.timeout.0.is_zero() {
                 self.err("schema_registry.timeout", "must be above zero");
             }
+            if sr.table_subject.trim().is_empty() {
+                self.err("schema_registry.table_subject", "must not be empty");
+            } else if sr.table_subject.replace("{topic}", "").contains(['{', '}']) {
+                self.err(
+                    "schema_registry.table_subject",
+                    "the only placeholder is {topic}",
+                );
+            }
         }
         if let Some(avro) = &c.avro
             && avro.schema_file.as_os_str().is_empty()
@@ -1444,17 +1651,7 @@ impl Validator {
                 "must be letters, digits and underscores",
             );
         }
-        let without_placeholder = b.table.replace("{topic}", "");
-        if b.table.trim().is_empty() {
-            self.err("bigquery.table", "must not be empty");
-        } else if without_placeholder.contains(['{', '}']) {
-            self.err("bigquery.table", "the only placeholder is {topic}");
-        } else if without_placeholder.contains(['.', '/']) {
-            self.err(
-                "bigquery.table",
-                "a table id, not a path (set project and dataset separately)",
-            );
-        }
+        self.table_setting("bigquery.table", &b.table);
         if let Some(endpoint) = &b.endpoint
             && !is_http_url(endpoint)
         {
@@ -1472,66 +1669,205 @@ impl Validator {
             self.err("bigquery.credentials.key_file", "must not be empty");
         }
         if let Some(ct) = &b.create_table {
-            if ct.clustering.len() > limits::MAX_CLUSTERING_FIELDS {
+            self.create_table("bigquery.create_table", ct);
+        }
+        self.metadata_columns("bigquery.metadata_columns", &b.metadata_columns);
+    }
+
+    /// `bigquery.table` or a route's `table`: a table id or a `{topic}` template.
+    fn table_setting(&mut self, path: &str, table: &str) {
+        let without_placeholder = table.replace("{topic}", "");
+        if table.trim().is_empty() {
+            self.err(path, "must not be empty");
+        } else if without_placeholder.contains(['{', '}']) {
+            self.err(path, "the only placeholder is {topic}");
+        } else if without_placeholder.contains(['.', '/']) {
+            self.err(
+                path,
+                "a table id, not a path (set project and dataset separately)",
+            );
+        } else if without_placeholder.len() > limits::MAX_TABLE_ID_BYTES {
+            self.err(
+                path,
+                format!("at most {} bytes", limits::MAX_TABLE_ID_BYTES),
+            );
+        }
+    }
+
+    fn create_table(&mut self, path: &str, ct: &CreateTableConfig) {
+        if ct.clustering.len() > limits::MAX_CLUSTERING_FIELDS {
+            self.err(
+                format!("{path}.clustering"),
+                format!("at most {} columns", limits::MAX_CLUSTERING_FIELDS),
+            );
+        }
+        for (i, col) in ct.clustering.iter().enumerate() {
+            if !is_column_name(col) {
                 self.err(
-                    "bigquery.create_table.clustering",
-                    format!("at most {} columns", limits::MAX_CLUSTERING_FIELDS),
+                    format!("{path}.clustering[{i}]"),
+                    format!("`{col}` is not a column name"),
                 );
-            }
-            for (i, col) in ct.clustering.iter().enumerate() {
-                if !is_column_name(col) {
-                    self.err(
-                        format!("bigquery.create_table.clustering[{i}]"),
-                        format!("`{col}` is not a column name"),
-                    );
-                }
-            }
-            if ct.require_partition_filter && ct.time_partitioning.is_none() {
-                self.err(
-                    "bigquery.create_table.require_partition_filter",
-                    "requires bigquery.create_table.time_partitioning",
-                );
-            }
-            if let Some(tp) = &ct.time_partitioning {
-                if let Some(field) = &tp.field
-                    && !is_column_name(field)
-                {
-                    self.err(
-                        "bigquery.create_table.time_partitioning.field",
-                        format!("`{field}` is not a column name"),
-                    );
-                }
-                if tp.expiration.is_some_and(|e| e.0.is_zero()) {
-                    self.err(
-                        "bigquery.create_table.time_partitioning.expiration",
-                        "must be above zero (leave it out to keep partitions)",
-                    );
-                }
-            }
-            for (key, value) in &ct.labels {
-                if !is_label(key, true) {
-                    self.err(
-                        format!("bigquery.create_table.labels.{}", quoted_key(key)),
-                        "a label key is lowercase letters, digits, `_` or `-`, starts with a letter, at most 63",
-                    );
-                }
-                if !is_label(value, false) {
-                    self.err(
-                        format!("bigquery.create_table.labels.{}", quoted_key(key)),
-                        "a label value is lowercase letters, digits, `_` or `-`, at most 63",
-                    );
-                }
             }
         }
+        if ct.require_partition_filter && ct.time_partitioning.is_none() {
+            self.err(
+                format!("{path}.require_partition_filter"),
+                format!("requires {path}.time_partitioning"),
+            );
+        }
+        if let Some(tp) = &ct.time_partitioning {
+            if let Some(field) = &tp.field
+                && !is_column_name(field)
+            {
+                self.err(
+                    format!("{path}.time_partitioning.field"),
+                    format!("`{field}` is not a column name"),
+                );
+            }
+            if tp.expiration.is_some_and(|e| e.0.is_zero()) {
+                self.err(
+                    format!("{path}.time_partitioning.expiration"),
+                    "must be above zero (leave it out to keep partitions)",
+                );
+            }
+        }
+        for (key, value) in &ct.labels {
+            if !is_label(key, true) {
+                self.err(
+                    format!("{path}.labels.{}", quoted_key(key)),
+                    "a label key is lowercase letters, digits, `_` or `-`, starts with a letter, at most 63",
+                );
+            }
+            if !is_label(value, false) {
+                self.err(
+                    format!("{path}.labels.{}", quoted_key(key)),
+                    "a label value is lowercase letters, digits, `_` or `-`, at most 63",
+                );
+            }
+        }
+    }
+
+    fn metadata_columns(&mut self, path: &str, cols: &MetadataColumns) {
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
-        for (field, col) in b.metadata_columns.named() {
-            let path = format!("bigquery.metadata_columns.{field}");
+        for (field, col) in cols.named() {
+            let field_path = format!("{path}.{field}");
             if !is_column_name(col) {
-                self.err(&path, format!("`{col}` is not a column name"));
+                self.err(&field_path, format!("`{col}` is not a column name"));
             } else if let Some(other) = seen.insert(col.to_ascii_lowercase(), field) {
                 self.err(
-                    &path,
-                    format!("column `{col}` is also bigquery.metadata_columns.{other}"),
+                    &field_path,
+                    format!("column `{col}` is also {path}.{other}"),
+                );
+            }
+        }
+    }
+
+    fn routes(&mut self, c: &Config) {
+        for (i, r) in c.routes.iter().enumerate() {
+            let path = format!("routes[{i}]");
+            match (&r.topic_pattern, r.topics.is_empty()) {
+                (None, true) => self.err(
+                    format!("{path}.topics"),
+                    "set topics or topic_pattern: which topics the route takes",
+                ),
+                (Some(_), false) => self.err(
+                    format!("{path}.topic_pattern"),
+                    "set either topics or topic_pattern, not both",
+                ),
+                (Some(p), true) => {
+                    if let Err(e) = regex::Regex::new(&format!("^(?:{p})$")) {
+                        self.err(
+                            format!("{path}.topic_pattern"),
+                            format!("not a regular expression: {e}"),
+                        );
+                    }
+                }
+                (None, false) => {}
+            }
+            for (j, topic) in r.topics.iter().enumerate() {
+                if !is_kafka_topic_name(topic) {
+                    self.err(
+                        format!("{path}.topics[{j}]"),
+                        format!("`{topic}` is not a valid topic name"),
+                    );
+                } else if c.kafka.topic_pattern.is_none() && !c.kafka.topics.contains(topic) {
+                    self.err(
+                        format!("{path}.topics[{j}]"),
+                        format!("`{topic}` is not in kafka.topics"),
+                    );
+                }
+            }
+            if let Some(table) = &r.table {
+                self.table_setting(&format!("{path}.table"), table);
+            }
+            if let Some(ct) = &r.create_table {
+                self.create_table(&format!("{path}.create_table"), ct);
+            }
+            if let Some(cols) = &r.metadata_columns {
+                self.metadata_columns(&format!("{path}.metadata_columns"), cols);
+            }
+            if let Some(avro) = &r.avro
+                && avro.schema_file.as_os_str().is_empty()
+            {
+                self.err(format!("{path}.avro.schema_file"), "must not be empty");
+            }
+        }
+        self.table_collisions(c);
+    }
+
+    /// One table is written with one set of settings: two listed topics that a `{topic}`
+    /// template sanitises into the same id, or two routes naming the same fixed table, are
+    /// refused. Several topics into one table is a fixed `table` in one route (or at the top).
+    fn table_collisions(&mut self, c: &Config) {
+        let mut by_table: BTreeMap<String, (usize, &str, Option<usize>)> = BTreeMap::new();
+        for (i, topic) in c.kafka.topics.iter().enumerate() {
+            let route = c.route_for(topic);
+            match by_table.get(&route.table) {
+                None => {
+                    by_table.insert(route.table.clone(), (i, topic, route.route));
+                }
+                Some((_, other, other_route)) if *other_route != route.route => {
+                    let name = |r: &Option<usize>| {
+                        r.map_or("bigquery".to_string(), |r| format!("routes[{r}]"))
+                    };
+                    self.err(
+                        format!("kafka.topics[{i}]"),
+                        format!(
+                            "`{topic}` ({}) and `{other}` ({}) both write table `{}` with different settings: route them together",
+                            route.path,
+                            name(other_route),
+                            route.table
+                        ),
+                    );
+                }
+                Some((_, other, _)) if route.table_template.contains("{topic}") => {
+                    self.err(
+                        format!("kafka.topics[{i}]"),
+                        format!(
+                            "`{topic}` and `{other}` both become table `{}` through the {{topic}} template ({}): to write them into one table on purpose, give them a fixed table in a route",
+                            route.table, route.path
+                        ),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        // With a pattern subscription the topics are unknown here: compare the fixed tables.
+        let mut fixed: BTreeMap<&str, String> = BTreeMap::new();
+        if c.unrouted_topics().is_none_or(|t| !t.is_empty()) && !c.bigquery.table.contains('{') {
+            fixed.insert(&c.bigquery.table, "bigquery.table".into());
+        }
+        for (i, r) in c.routes.iter().enumerate() {
+            let table = r.table.as_deref().unwrap_or(&c.bigquery.table);
+            if table.contains('{') {
+                continue;
+            }
+            if let Some(other) = fixed.insert(table, format!("routes[{i}].table")) {
+                self.err(
+                    format!("routes[{i}].table"),
+                    format!(
+                        "table `{table}` is also written by {other}: list all its topics in one route"
+                    ),
                 );
             }
         }
@@ -1654,14 +1990,13 @@ impl Validator {
 
     fn recovery(&mut self, c: &Config) {
         if c.recovery.lost_stream == Some(LostStream::Resolve) {
-            let missing = resolve_missing_columns(&c.bigquery, &c.kafka);
-            if !missing.is_empty() {
+            for (path, missing) in resolve_missing_columns(c) {
                 self.err(
                     "recovery.lost_stream",
                     format!(
-                        "resolve needs the metadata columns {}: set bigquery.metadata_columns.{}",
+                        "resolve needs the metadata columns {}: set {path}.{}",
                         missing.join(", "),
-                        missing.join(", bigquery.metadata_columns.")
+                        missing.join(&format!(", {path}."))
                     ),
                 );
             }
@@ -1755,6 +2090,20 @@ mod tests {
                 Some("a.props".into())
             )
         );
+    }
+
+    #[test]
+    fn topics_become_table_ids_of_letters_digits_and_underscores_at_most_1024_bytes() {
+        assert_eq!(
+            table_for_topic("{topic}", "shop.orders-v2"),
+            "shop_orders_v2"
+        );
+        assert_eq!(table_for_topic("raw_{topic}_t", "a.b"), "raw_a_b_t");
+        assert_eq!(table_for_topic("fixed", "a.b"), "fixed");
+        let long = "x".repeat(249);
+        let id = table_for_topic(&format!("{}{{topic}}", "p".repeat(900)), &long);
+        assert_eq!(id.len(), limits::MAX_TABLE_ID_BYTES);
+        assert!(id.starts_with(&"p".repeat(900)));
     }
 
     #[test]

@@ -195,8 +195,14 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
     let consumer = group_reader(config)?;
     let views = read_group(&consumer, &config.kafka.topics)?;
     drop(consumer);
-    let table = TableFingerprint::of_table_path(&table_path(config)?);
-    let rows: Vec<Row> = views.into_iter().map(|v| describe(v, table)).collect();
+    // Each topic's checkpoints are checked against the table of its route.
+    let rows: Vec<Row> = views
+        .into_iter()
+        .map(|v| {
+            let table = TableFingerprint::of_table_path(&table_path(config, &v.tp.topic));
+            describe(v, table)
+        })
+        .collect();
     if json_output {
         let items: Vec<serde_json::Value> = rows
             .iter()
@@ -279,15 +285,14 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The table path checkpoints are fingerprinted with.
-pub fn table_path(config: &Config) -> anyhow::Result<String> {
-    let table = crate::pipeline::single_table(config)?;
-    Ok(crate::bigquery::rest_client::TableReference::new(
+/// The path of the table `topic` is routed to, which its checkpoints are fingerprinted with.
+pub fn table_path(config: &Config, topic: &str) -> String {
+    crate::bigquery::rest_client::TableReference::new(
         &config.bigquery.project,
         &config.bigquery.dataset,
-        &table,
+        &config.route_for(topic).table,
     )
-    .resource_name())
+    .resource_name()
 }
 
 #[cfg(test)]
@@ -354,6 +359,27 @@ mod tests {
         let other = TableFingerprint::of_table_path("projects/p/datasets/d/tables/other");
         let foreign = format!("kbq;v=1;t={other};f=5");
         let row = describe(view(5, foreign.as_bytes()), table());
+        assert!(row.note.contains("another table"), "{}", row.note);
+    }
+
+    #[test]
+    fn each_topic_is_checked_against_the_table_of_its_route() {
+        let yaml = "kafka:\n  bootstrap_servers: 127.0.0.1:9092\n  group_id: g\n  topics: [shop.orders, audit]\navro:\n  schema_file: s.avsc\nbigquery:\n  project: p\n  dataset: d\n  table: \"{topic}\"\non_bad_record: skip\nroutes:\n  - topics: [audit]\n    table: audit_all\n";
+        let config = Config::from_yaml(yaml, Default::default()).expect("parses");
+        assert_eq!(
+            table_path(&config, "shop.orders"),
+            "projects/p/datasets/d/tables/shop_orders"
+        );
+        assert_eq!(
+            table_path(&config, "audit"),
+            "projects/p/datasets/d/tables/audit_all"
+        );
+        // A checkpoint written for the orders table, found on the audit topic: another table.
+        let orders = TableFingerprint::of_table_path(&table_path(&config, "shop.orders"));
+        let audit = TableFingerprint::of_table_path(&table_path(&config, "audit"));
+        let raw = format!("kbq;v=1;t={orders};f=100");
+        assert!(describe(view(100, raw.as_bytes()), orders).note.is_empty());
+        let row = describe(view(100, raw.as_bytes()), audit);
         assert!(row.note.contains("another table"), "{}", row.note);
     }
 }

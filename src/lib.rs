@@ -14,5 +14,6 @@ pub mod pipeline;
 pub mod quickstart;
 pub mod recover;
 pub mod registry;
+pub mod routing;
 pub mod transcode;
 pub mod writer;

@@ -1,5 +1,6 @@
-//! `run`: builds the daemon from a validated config — the ops server, BigQuery clients, the table,
-//! plan source, dead-letter producer, consumer thread and checkpoint coordinator — and runs it
+//! `run`: builds the daemon from a validated config — the ops server, BigQuery clients, the
+//! router (tables and plan sources per topic), dead-letter producer, consumer thread and
+//! checkpoint coordinator — and runs it
 //! until SIGTERM/SIGINT (or the consumer fails for good).
 
 use std::sync::Arc;
@@ -10,12 +11,10 @@ use anyhow::{Context, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
 use crate::bigquery::auth::Auth;
-use crate::bigquery::rest_client::{
-    Clustering, RestClient, Table, TableReference, TimePartitioning,
-};
+use crate::bigquery::rest_client::RestClient;
 use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
 use crate::checkpoint::at_least_once::AtLeastOnceCoordinator;
-use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, ResolveColumns};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
     AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
@@ -26,14 +25,10 @@ use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
-use crate::registry::{BasicAuth, RegistryConfig, SchemaRegistry};
-use crate::transcode::{
-    AvroSchema, DeriveOptions, MapMode, MetadataColumns, PlanOptions, UnknownFields,
-    table_schema_from_avro,
-};
+use crate::registry::{BasicAuth, RegistryConfig};
+use crate::routing::Router;
 use crate::writer::append_session::SessionLimits;
-use crate::writer::partition_writer::{BadRecordPolicy, PlanSource, WriterSettings, WriterShared};
-use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
+use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterShared};
 
 const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
 const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
@@ -54,60 +49,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
     let (client, rest) = bigquery_clients(&config)?;
 
-    let table_id = single_table(&config)?;
-    metrics.preregister(&table_id, &config.kafka.topics);
-    let table_ref = TableReference::new(
-        &config.bigquery.project,
-        &config.bigquery.dataset,
-        &table_id,
-    );
-    let fixed_schema = match &config.avro {
-        Some(avro) => Some(
-            AvroSchema::read_avsc(&avro.schema_file)
-                .map_err(|e| anyhow!("avro.schema_file: {e}"))?,
-        ),
-        None => None,
-    };
-    let table = ensure_table(&config, &rest, &table_ref, fixed_schema.as_ref()).await?;
-    let group_label = group_label(&config.kafka.group_id);
-    let table_marked = table.labels.contains_key(&group_label);
-
-    let plan_options = PlanOptions {
-        unknown_fields: match config.bigquery.unknown_fields {
-            config::UnknownFields::Ignore => UnknownFields::Ignore,
-            config::UnknownFields::Error => UnknownFields::Error,
-        },
-        metadata: metadata_columns(&config),
-    };
-    let plans: Arc<dyn PlanSource> = match (&config.schema_registry, &fixed_schema) {
-        (_, Some(schema)) => Arc::new(
-            FixedPlan::new(schema, &table.schema, &plan_options)
-                .map_err(|e| anyhow!("the avro schema does not fit the table: {e}"))?,
-        ),
-        (Some(sr), None) => {
-            let registry = SchemaRegistry::new(registry_config(sr)?).map_err(|e| anyhow!("{e}"))?;
-            let evolution = Some(SchemaEvolution {
-                add_columns: config.bigquery.schema_update == config::SchemaUpdate::AddColumns,
-                rest: rest.clone(),
-                client: client.clone(),
-                table: table_ref.clone(),
-                derive: DeriveOptions {
-                    map_mode: map_mode(&config),
-                    metadata: MetadataColumns::default(),
-                },
-                visible_timeout: Duration::from_secs(30),
-                poll_interval: Duration::from_millis(500),
-            });
-            Arc::new(RegistryPlans::new(
-                registry,
-                table.schema.clone(),
-                plan_options,
-                metrics.clone(),
-                evolution,
-            ))
-        }
-        (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
-    };
+    let config = Arc::new(config);
+    let router = Arc::new(Router::new(
+        config.clone(),
+        rest.clone(),
+        client.clone(),
+        metrics.clone(),
+        group_label(&config.kafka.group_id),
+    ));
+    // An explicit topic list is routed now, so that a table that cannot be written fails the
+    // start; topics of a pattern are routed when their first partition is assigned.
+    for topic in &config.kafka.topics {
+        router
+            .resolve(topic)
+            .await
+            .with_context(|| format!("topic {topic}"))?;
+    }
 
     let dead_letter = match (&config.dead_letter, config.on_bad_record) {
         (Some(dl), OnBadRecord::DeadLetter) => {
@@ -129,15 +86,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let w = &config.writer;
     let writer_shared = Arc::new(WriterShared {
         client,
-        plans,
         dead_letter,
         metrics: metrics.clone(),
         // A burst covers the partitions of one assignment; the steady rate stays far below the
         // project's ~10,000 creations an hour even with several replicas rebalancing.
         stream_creation: Arc::new(StreamCreationLimiter::new(64, 1.0)),
         settings: WriterSettings {
-            table: table_ref.resource_name(),
-            table_label: table_id.clone(),
             max_request_bytes: w.max_request_bytes.0 as usize,
             max_rows_per_request: w.max_rows_per_request as usize,
             linger: w.linger.0,
@@ -157,7 +111,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         },
     });
 
-    let recovery = protocol_config(&config, &table_ref);
+    let recovery = protocol_config(&config);
     let consumer_properties = config.kafka.consumer_properties().0;
     let session_timeout = consumer_properties
         .get("session.timeout.ms")
@@ -171,28 +125,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         max_stash_records: 10_000,
         metrics: Some(metrics.clone()),
     })?;
-    let cols = &config.bigquery.metadata_columns;
-    let resolve = match (&cols.partition, &cols.offset) {
-        (Some(partition), Some(offset)) => Some(ResolveColumns {
-            topic: cols.topic.clone(),
-            partition: partition.clone(),
-            offset: offset.clone(),
-        }),
-        _ => None,
-    };
     let settings = CoordinatorSettings {
-        table: table_ref,
+        router,
         checkpoint_interval: config.checkpoint.interval.0,
         writer_drain: config.shutdown_deadline.0 / 2,
         shutdown_deadline: config.shutdown_deadline.0,
         writer_channel: 4096,
-        group_label,
-        resolve,
         zombie_confirm_after: session_timeout.max(Duration::from_secs(1)),
     };
     let exit = match config.delivery {
         Delivery::ExactlyOnce => {
-            let protocol = CheckpointProtocol::new(recovery, table_marked);
+            let protocol = CheckpointProtocol::new(recovery);
             Coordinator::new(
                 protocol,
                 settings,
@@ -209,7 +152,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         Delivery::AtLeastOnce => {
             AtLeastOnceCoordinator::new(
                 recovery,
-                table_marked,
                 settings,
                 consumer,
                 events,
@@ -255,127 +197,7 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
     Ok((client, rest))
 }
 
-/// This release writes one table per process: a `{topic}` template is allowed when it resolves
-/// to one table (one topic).
-pub(crate) fn single_table(config: &Config) -> anyhow::Result<String> {
-    let t = &config.bigquery.table;
-    if !t.contains("{topic}") {
-        return Ok(t.clone());
-    }
-    match (config.kafka.topics.as_slice(), &config.kafka.topic_pattern) {
-        ([topic], None) => Ok(t.replace("{topic}", &sanitize_table_name(topic))),
-        _ => bail!(
-            "bigquery.table: routing several topics to several tables is not implemented yet; name one table or subscribe to one topic"
-        ),
-    }
-}
-
-/// Kafka topic names may hold `.` and `-`, which BigQuery table ids do not accept.
-fn sanitize_table_name(topic: &str) -> String {
-    topic
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// Reads the table, creating it (and its dataset) from the Avro schema when configured.
-async fn ensure_table(
-    config: &Config,
-    rest: &RestClient,
-    table: &TableReference,
-    schema: Option<&AvroSchema>,
-) -> anyhow::Result<Table> {
-    let mut attempt = 0u32;
-    loop {
-        match rest.get_table(table).await {
-            Ok(t) => return Ok(t),
-            Err(e) if e.is_not_found() => break,
-            Err(e) if e.is_retryable() && attempt < 10 => {
-                attempt += 1;
-                tracing::warn!(error = %e, attempt, "cannot read the table yet, retrying");
-                tokio::time::sleep(Duration::from_secs(attempt as u64)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let Some(create) = &config.bigquery.create_table else {
-        bail!(
-            "table {} does not exist and bigquery.create_table is not set",
-            table.resource_name()
-        );
-    };
-    let Some(schema) = schema else {
-        bail!(
-            "bigquery.create_table needs avro.schema_file in this release (creating from the first registry schema is not implemented yet)"
-        );
-    };
-    let derived = table_schema_from_avro(
-        schema,
-        &DeriveOptions {
-            map_mode: map_mode(config),
-            metadata: metadata_columns(config),
-        },
-    )
-    .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))?;
-    rest.ensure_dataset(
-        &table.project_id,
-        &table.dataset_id,
-        config.bigquery.location.as_deref(),
-    )
-    .await?;
-    let resource = Table {
-        table_reference: table.clone(),
-        schema: derived,
-        time_partitioning: create.time_partitioning.as_ref().map(|p| TimePartitioning {
-            partition_type: format!("{:?}", p.kind).to_uppercase(),
-            field: p.field.clone(),
-            expiration_ms: p.expiration.map(|d| d.0.as_millis().to_string()),
-        }),
-        clustering: (!create.clustering.is_empty()).then(|| Clustering {
-            fields: create.clustering.clone(),
-        }),
-        require_partition_filter: create.require_partition_filter.then_some(true),
-        description: create.description.clone(),
-        labels: create.labels.clone(),
-        etag: None,
-    };
-    match rest.insert_table(&resource).await {
-        Ok(t) => {
-            tracing::info!(table = %table.resource_name(), "table created");
-            Ok(t)
-        }
-        // Another replica created it first.
-        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn map_mode(config: &Config) -> MapMode {
-    match config.bigquery.map_mode {
-        config::MapMode::Struct => MapMode::Repeated,
-        config::MapMode::Json => MapMode::Json,
-    }
-}
-
-fn metadata_columns(config: &Config) -> MetadataColumns {
-    let c = &config.bigquery.metadata_columns;
-    MetadataColumns {
-        topic: c.topic.clone(),
-        partition: c.partition.clone(),
-        offset: c.offset.clone(),
-        timestamp: c.timestamp.clone(),
-        key: c.key.clone(),
-        headers: c.headers.clone(),
-    }
-}
-
-fn registry_config(sr: &config::SchemaRegistryConfig) -> anyhow::Result<RegistryConfig> {
+pub(crate) fn registry_config(sr: &config::SchemaRegistryConfig) -> anyhow::Result<RegistryConfig> {
     let ca_pem = match &sr.ca_file {
         Some(path) => Some(
             std::fs::read(path)
@@ -402,10 +224,10 @@ fn registry_config(sr: &config::SchemaRegistryConfig) -> anyhow::Result<Registry
     })
 }
 
-fn protocol_config(config: &Config, table: &TableReference) -> ProtocolConfig {
+fn protocol_config(config: &Config) -> ProtocolConfig {
     let r = &config.recovery;
-    let mut p = ProtocolConfig::new(TableFingerprint::of_table_path(&table.resource_name()));
-    p.lost_stream = match r.effective_lost_stream(&config.bigquery, &config.kafka) {
+    let mut p = ProtocolConfig::new();
+    p.lost_stream = match config.effective_lost_stream() {
         config::LostStream::Resolve => LostStreamPolicy::Resolve,
         config::LostStream::Rewind => LostStreamPolicy::Rewind,
         config::LostStream::Fail => LostStreamPolicy::Fail,

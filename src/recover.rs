@@ -54,8 +54,6 @@ enum Done {
 }
 
 pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
-    let path = table_path(config)?;
-    let table = TableFingerprint::of_table_path(&path);
     let consumer = group_reader(config)?;
     let views = read_group(&consumer, &config.kafka.topics)?;
     let chosen: Vec<PartitionView> = match &selection {
@@ -96,6 +94,9 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
         };
         considered += 1;
         let tp = view.tp.clone();
+        // The checkpoint belongs to the table the topic's route names in this config.
+        let path = table_path(config, &tp.topic);
+        let table = TableFingerprint::of_table_path(&path);
         let done = match CommitMetadata::parse(&read.metadata) {
             Ok(CommitMetadata::ExactlyOnce {
                 table: t,

@@ -1,7 +1,8 @@
 //! The checkpoint protocol against a model of Kafka and BigQuery, with two replicas and a fault
 //! injected at every step (DESIGN §3, design-review §4).
 //!
-//! Kafka model: one topic, a consumer group with generations and members, a committed offset +
+//! Kafka model: two topics routed to two tables (one partition each: a partition's checkpoint
+//! must name its own topic's table, and the group's marker is per table), a consumer group with generations and members, a committed offset +
 //! metadata per partition, a log per partition with retention. As the real coordinator, it checks
 //! only the member's generation on a commit, never which partitions the member owns (K1); a commit
 //! can fail for one partition and land for the others (K2); commits already handed over complete
@@ -24,22 +25,36 @@ use kafka_bigquery_sink::checkpoint::offsets::{
 use kafka_bigquery_sink::checkpoint::protocol::{
     Action, AnomalyPolicy, Assignment, CheckpointProtocol, CommitEntry, CommitId, CommitOutcome,
     CommittedRead, Event, FlushOutcome, FlushPurpose, LostStreamPolicy, MissingCheckpointPolicy,
-    OutOfRangePolicy, Outcome, PartitionOrigin, ProtocolConfig, StartCase, TopicPartition,
+    OutOfRangePolicy, Outcome, PartitionOrigin, ProtocolConfig, RoutedTable, StartCase,
+    TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-const TOPIC: &str = "events";
+/// Partition index `p` of the model is partition `p / 2` of topic `TOPICS[p % 2]`, each topic
+/// routed to its own table.
+const TOPICS: [&str; 2] = ["orders", "payments"];
 const PARTITIONS: usize = 2;
 const REPLICAS: usize = 2;
 const ROW_BYTES: u64 = 100;
 
 fn tp(p: usize) -> TopicPartition {
-    TopicPartition::new(TOPIC, p as i32)
+    TopicPartition::new(TOPICS[p % TOPICS.len()], (p / TOPICS.len()) as i32)
 }
 
-fn table() -> TableFingerprint {
-    TableFingerprint::of_table_path("projects/p/datasets/d/tables/t")
+/// The model's index of `tp`.
+fn index(tp: &TopicPartition) -> usize {
+    let topic = TOPICS
+        .iter()
+        .position(|t| *t == tp.topic)
+        .expect("a topic of the model");
+    tp.partition as usize * TOPICS.len() + topic
+}
+
+/// The table partition `p`'s topic is routed to.
+fn table(p: usize) -> TableFingerprint {
+    let name = TOPICS[p % TOPICS.len()];
+    TableFingerprint::of_table_path(&format!("projects/p/datasets/d/tables/{name}"))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -98,7 +113,10 @@ struct Stream {
 struct BigQuery {
     streams: BTreeMap<String, Stream>,
     created: u64,
-    table_marked: bool,
+    /// Tables carrying the group's marker.
+    marked: BTreeSet<u64>,
+    /// Tables for which a commit of one of their partitions landed.
+    committed_tables: BTreeSet<u64>,
 }
 
 impl BigQuery {
@@ -309,7 +327,7 @@ impl World {
             return;
         }
         self.procs[r] = Some(Process {
-            protocol: CheckpointProtocol::new(self.config.clone(), self.bq.table_marked),
+            protocol: CheckpointProtocol::new(self.config.clone()),
             generation: 0,
             writers: BTreeMap::new(),
             inbox: VecDeque::new(),
@@ -378,7 +396,7 @@ impl World {
                 purpose,
                 ..
             } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 if proc.revoked.contains_key(&p) {
                     self.fail(format!(
                         "invariant 4: r{r} flushes {tp} after its revocation"
@@ -398,7 +416,7 @@ impl World {
                 incarnation,
                 from,
             } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 proc.revoked.remove(&p);
                 proc.zombies.remove(&p);
                 proc.writers.insert(
@@ -417,7 +435,7 @@ impl World {
             }
             Action::CommitOffsets { commit, entries } => {
                 for e in &entries {
-                    let p = e.tp.partition as usize;
+                    let p = index(&e.tp);
                     if let Some(allowed) = proc.revoked.get_mut(&p) {
                         if *allowed == 0 {
                             self.fail(format!(
@@ -431,7 +449,7 @@ impl World {
                 proc.outbox.push(Request::Commit { commit, entries });
             }
             Action::FinalizeStream { tp, stream } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 if proc.revoked.contains_key(&p) {
                     self.fail(format!(
                         "invariant 4: r{r} finalizes {tp} after its revocation"
@@ -442,7 +460,7 @@ impl World {
                 proc.outbox.push(Request::Finalize { p, stream });
             }
             Action::StopWriter { tp } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 let stopped = if let Some(w) = proc.writers.get_mut(&p) {
                     w.stopped = true;
                     true
@@ -462,34 +480,41 @@ impl World {
                 incarnation,
                 to,
             } => {
-                if let Some(w) = proc.writers.get_mut(&(tp.partition as usize))
+                if let Some(w) = proc.writers.get_mut(&index(&tp))
                     && w.incarnation == incarnation
                 {
                     w.position = to.0;
                 }
             }
             Action::Pause { tp } => {
-                if let Some(w) = proc.writers.get_mut(&(tp.partition as usize)) {
+                if let Some(w) = proc.writers.get_mut(&index(&tp)) {
                     w.paused = true;
                 }
             }
             Action::Resume { tp } => {
-                if let Some(w) = proc.writers.get_mut(&(tp.partition as usize)) {
+                if let Some(w) = proc.writers.get_mut(&index(&tp)) {
                     w.paused = false;
                 }
             }
             Action::Release { tp } => {
-                proc.writers.remove(&(tp.partition as usize));
+                proc.writers.remove(&index(&tp));
             }
             Action::FailPartition { tp, reason } => {
-                proc.writers.remove(&(tp.partition as usize));
+                proc.writers.remove(&index(&tp));
                 self.reached.insert(format!(
                     "Fail:{}",
                     reason.to_string().split(' ').next().unwrap_or_default()
                 ));
                 self.trace.push(format!("r{r} failed {tp}: {reason}"));
             }
-            Action::LabelTable => self.bq.table_marked = true,
+            Action::LabelTable { table } => {
+                if !self.bq.committed_tables.contains(&table.0) {
+                    self.fail(format!(
+                        "r{r} marks table {table} before any commit of its partitions landed"
+                    ));
+                }
+                self.bq.marked.insert(table.0);
+            }
             Action::Count(outcome) => self.count(r, outcome),
             Action::ShutdownComplete => proc.finished = true,
         }
@@ -522,7 +547,7 @@ impl World {
                         "rewind of {tp} after losing {stream}, which no injected fault removed"
                     ));
                 }
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 let visible = self.bq.visible(p);
                 for x in from.0..to.0 {
                     if visible.contains_key(&x) && x >= self.kafka.low[p] {
@@ -539,7 +564,7 @@ impl World {
                 // The expired checkpoint took its unflushed tail with it (F1): below `at`, what
                 // is not visible is gone; from `at` on, what was visible comes again. Both are
                 // the policy's counted consequences.
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 let visible = self.bq.visible(p);
                 for x in 0..at.0 {
                     if !visible.contains_key(&x) {
@@ -552,7 +577,7 @@ impl World {
                 }
             }
             Outcome::RecordsLost { tp, from, to } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 for x in from.0..to.0 {
                     assert!(x < self.kafka.low[p], "counted lost but still in the log");
                     self.may_be_missing.insert((p, x));
@@ -561,7 +586,7 @@ impl World {
             Outcome::Anomaly { .. } => self.anomalies += 1,
             Outcome::ZombieStopped { tp } => {
                 if let Some(proc) = self.procs[r].as_mut() {
-                    proc.zombies.insert(tp.partition as usize);
+                    proc.zombies.insert(index(&tp));
                 }
             }
             _ => {}
@@ -600,7 +625,21 @@ impl World {
         }
         let mut results = Vec::new();
         for e in entries {
-            let p = e.tp.partition as usize;
+            let p = index(&e.tp);
+            let named = match CommitMetadata::parse(e.metadata.as_bytes()) {
+                Ok(
+                    CommitMetadata::ExactlyOnce { table, .. }
+                    | CommitMetadata::AtLeastOnce { table },
+                ) => Some(table),
+                _ => None,
+            };
+            if named != Some(table(p)) {
+                self.fail(format!(
+                    "{} commits a checkpoint naming table {named:?}, not its own {}",
+                    e.tp,
+                    table(p)
+                ));
+            }
             if self.kafka.fail_next_commits[p] > 0 {
                 self.kafka.fail_next_commits[p] -= 1;
                 results.push((e.tp.clone(), Err("offset metadata too large".into())));
@@ -618,6 +657,7 @@ impl World {
             self.trace
                 .push(format!("kafka commit p{p} K={} {}", e.offset.0, e.metadata));
             self.kafka.committed[p] = Some((e.offset.0, e.metadata.clone()));
+            self.bq.committed_tables.insert(table(p).0);
             results.push((e.tp.clone(), Ok(())));
         }
         CommitOutcome::PerPartition(results)
@@ -712,7 +752,7 @@ impl World {
                 through,
                 purpose,
             } => {
-                let p = tp.partition as usize;
+                let p = index(&tp);
                 let outcome = if applied {
                     self.apply_flush(p, &stream, through)
                 } else {
@@ -758,14 +798,14 @@ impl World {
             Request::Reread { tp } => {
                 // OffsetFetch needs no membership; a failed one is retried by the shell until
                 // it answers, so every delivery answers.
-                let assignment = self.assignment(tp.partition as usize);
+                let assignment = self.assignment(index(&tp));
                 Event::CheckpointReread { tp, assignment }
             }
             Request::Resolve { tp } => {
                 let outcome = if lost {
                     Err("query failed".into())
                 } else {
-                    Ok(self.highest_visible(tp.partition as usize))
+                    Ok(self.highest_visible(index(&tp)))
                 };
                 Event::ResolveResult { tp, outcome }
             }
@@ -942,6 +982,10 @@ impl World {
             r,
             Event::Assigned {
                 tp: tp(p),
+                table: RoutedTable {
+                    table: table(p),
+                    marked: self.bq.marked.contains(&table(p).0),
+                },
                 assignment,
             },
         );
@@ -1017,7 +1061,7 @@ impl World {
             let held: Vec<_> = proc.protocol.partitions().cloned().collect();
             for t in held {
                 if let Some(proc) = self.procs[r].as_mut() {
-                    proc.revoked.insert(t.partition as usize, 0);
+                    proc.revoked.insert(index(&t), 0);
                 }
                 self.send(r, Event::RevokeBegan { tp: t, lost: true });
             }
@@ -1266,7 +1310,7 @@ impl World {
 }
 
 fn config(resolve: bool, cap_rows: u64) -> ProtocolConfig {
-    let mut c = ProtocolConfig::new(table());
+    let mut c = ProtocolConfig::new();
     c.lost_stream = if resolve {
         LostStreamPolicy::Resolve
     } else {

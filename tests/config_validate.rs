@@ -96,10 +96,7 @@ fn the_minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.writer.max_request_bytes.bytes(), 8 << 20);
     assert_eq!(c.bigquery.credentials, Credentials::Adc);
     // no partition/offset columns: a lost stream is rewound (at least once for the window)
-    assert_eq!(
-        c.recovery.effective_lost_stream(&c.bigquery, &c.kafka),
-        LostStream::Rewind
-    );
+    assert_eq!(c.effective_lost_stream(), LostStream::Rewind);
     let props = c.kafka.consumer_properties();
     for (k, v) in [
         ("enable.auto.commit", "false"),
@@ -458,4 +455,119 @@ fn a_log_level_must_be_a_level_or_a_filter() {
         ),
         Vec::<String>::new()
     );
+}
+
+#[test]
+fn routes_are_checked_with_their_paths() {
+    let yaml = with(
+        "routes:\n  - topics: [t, nope]\n    topic_pattern: x\n    table: a.b\n  - table: x\n    metadata_columns:\n      offset: 1bad\n    create_table:\n      clustering: [a, b, c, d, e]\n  - topic_pattern: '(unclosed'\n",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "routes[0].topic_pattern: set either topics or topic_pattern, not both",
+        "routes[0].topics[1]: `nope` is not in kafka.topics",
+        "routes[0].table: a table id, not a path",
+        "routes[1].topics: set topics or topic_pattern",
+        "routes[1].metadata_columns.offset: `1bad` is not a column name",
+        "routes[1].create_table.clustering: at most 4 columns",
+        "routes[2].topic_pattern: not a regular expression",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+}
+
+#[test]
+fn listed_topics_that_a_template_sanitises_into_one_table_are_refused_but_a_fixed_table_is_shared()
+{
+    let template = MINIMAL
+        .replace("  topics: [t]", "  topics: [a.b, a-b, c]")
+        .replace("  table: t\n", "  table: \"x_{topic}\"\n");
+    assert_one_error(
+        &template,
+        HashMap::new(),
+        "kafka.topics[1]: `a-b` and `a.b` both become table `x_a_b` through the {topic} template",
+    );
+    // The same topics into one fixed table, on purpose.
+    let fixed = MINIMAL.replace("  topics: [t]", "  topics: [a.b, a-b, c]");
+    assert_eq!(errors(&fixed, HashMap::new()), Vec::<String>::new());
+    // Or through a route: a.b and a-b share `ab`, c gets `x_c`.
+    let routed = format!(
+        "{template}routes:\n  - topics: [a.b, a-b]\n    table: ab\n",
+        template = template
+    );
+    assert_eq!(errors(&routed, HashMap::new()), Vec::<String>::new());
+}
+
+#[test]
+fn one_table_is_written_with_one_set_of_route_settings() {
+    // Two routes naming the same fixed table would write it with two sets of settings.
+    let yaml = MINIMAL
+        .replace("  topics: [t]", "  topics: [t, u, v]")
+        .replace("  table: t\n", "  table: \"{topic}\"\n")
+        + "routes:\n  - topics: [u]\n    table: shared\n  - topics: [v]\n    table: shared\n    map_mode: json\n";
+    let errs = errors(&yaml, HashMap::new());
+    assert!(
+        errs.iter()
+            .any(|e| e
+                .starts_with("routes[1].table: table `shared` is also written by routes[0].table")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn the_first_matching_route_decides_and_unmatched_topics_use_the_top_level_settings() {
+    let yaml = MINIMAL
+        .replace("  topics: [t]", "  topic_pattern: 'shop\\..*'")
+        .replace(
+            "  table: t\n",
+            "  table: \"{topic}\"\n  metadata_columns:\n    offset: off\n",
+        )
+        + "routes:\n  - topic_pattern: 'shop\\.clicks\\..*'\n    table: clicks\n    metadata_columns:\n      topic: src\n  - topics: [shop.clicks.web]\n    table: never\n  - topic_pattern: 'shop\\.pay.*'\n    avro:\n      schema_file: pay.avsc\n";
+    let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    assert_eq!(validate(&config), Ok(()));
+    let clicks = config.route_for("shop.clicks.web");
+    assert_eq!((clicks.route, clicks.table.as_str()), (Some(0), "clicks"));
+    assert_eq!(clicks.metadata_columns.topic.as_deref(), Some("src"));
+    assert_eq!(
+        clicks.metadata_columns.offset, None,
+        "a route's columns replace the top-level ones"
+    );
+    let orders = config.route_for("shop.orders-v2");
+    assert_eq!(
+        (orders.route, orders.table.as_str()),
+        (None, "shop_orders_v2")
+    );
+    assert_eq!(orders.metadata_columns.offset.as_deref(), Some("off"));
+    assert_eq!(orders.schema_file, Some(Path::new("s.avsc")));
+    let pay = config.route_for("shop.payments");
+    assert_eq!((pay.route, pay.table.as_str()), (Some(2), "shop_payments"));
+    assert_eq!(pay.schema_file, Some(Path::new("pay.avsc")));
+    // A pattern must match the whole name.
+    assert_eq!(
+        config.route_for("xshop.clicks.web").route,
+        Some(2).filter(|_| false)
+    );
+}
+
+#[test]
+fn resolve_needs_the_columns_in_every_route() {
+    let yaml = MINIMAL
+        .replace("  topics: [t]", "  topics: [t, u]")
+        .replace(
+            "  table: t\n",
+            "  table: \"{topic}\"\n  metadata_columns:\n    partition: p\n    offset: o\n",
+        )
+        + "routes:\n  - topics: [u]\n    metadata_columns:\n      offset: o\nrecovery:\n  lost_stream: resolve\n";
+    assert_one_error(
+        &yaml,
+        HashMap::new(),
+        "recovery.lost_stream: resolve needs the metadata columns partition: set routes[0].metadata_columns.partition",
+    );
+    // Without an explicit policy the default falls back to rewind.
+    let yaml = yaml.replace("recovery:\n  lost_stream: resolve\n", "");
+    let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    assert_eq!(config.effective_lost_stream(), LostStream::Rewind);
 }

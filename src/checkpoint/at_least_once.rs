@@ -14,7 +14,7 @@
 //! committed offset with nothing to re-flush. The stream of a superseded exactly-once checkpoint
 //! is finalized only after an at-least-once commit replaced that checkpoint.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,10 +28,13 @@ use crate::bigquery::write_client::WriteClient;
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel};
+use crate::routing::Route;
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::coordinator::{CoordinatorSettings, Exit, backoff, flush, resolve_visible, sleep_until};
-use super::metadata::CommitMetadata;
+use super::coordinator::{
+    CoordinatorSettings, Exit, Routing, backoff, flush, label_table, resolve_visible, sleep_until,
+};
+use super::metadata::{CommitMetadata, TableFingerprint};
 use super::offsets::{Incarnation, NextOffset, StreamId};
 use super::protocol::{
     Action, Assignment, CheckpointProtocol, CommitEntry, CommitId, CommitOutcome, Event,
@@ -93,7 +96,6 @@ enum CommitPurpose {
 
 pub struct AtLeastOnceCoordinator {
     recovery: ProtocolConfig,
-    table_marked: bool,
     settings: CoordinatorSettings,
     consumer: ConsumerHandle,
     consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
@@ -113,14 +115,16 @@ pub struct AtLeastOnceCoordinator {
     shutting_down: bool,
     /// The final commit (or, with nothing to commit, the leave) was sent.
     final_sent: bool,
-    labelled: bool,
+    /// Tables this process wrote the group's marker on.
+    labelled: HashSet<TableFingerprint>,
+    /// Routes being resolved for partitions of topics seen for the first time.
+    routing: Routing,
 }
 
 impl AtLeastOnceCoordinator {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         recovery: ProtocolConfig,
-        table_marked: bool,
         settings: CoordinatorSettings,
         consumer: ConsumerHandle,
         consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
@@ -133,8 +137,8 @@ impl AtLeastOnceCoordinator {
         let client = writer_shared.client.clone();
         AtLeastOnceCoordinator {
             recovery,
-            labelled: table_marked,
-            table_marked,
+            labelled: HashSet::new(),
+            routing: Routing::new(),
             settings,
             consumer,
             consumer_events,
@@ -192,6 +196,9 @@ impl AtLeastOnceCoordinator {
                     other => self.on_consumer(other),
                 },
                 Some(event) = self.writer_rx.recv() => self.on_writer(event),
+                Some((tp, assignment, route)) = self.routing.next(), if !self.routing.is_idle() => {
+                    self.routed(tp, assignment, route);
+                }
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => {
                     if let Ok(event) = done {
                         self.feed_recovery(event);
@@ -228,6 +235,7 @@ impl AtLeastOnceCoordinator {
                     .inc();
                 for tp in partitions {
                     tracing::info!(partition = %tp, lost, "partition revoked: handing off");
+                    self.routing.forget(&tp);
                     self.revoke(tp, lost);
                 }
                 // The consumer drops revoked partitions from commits sent before this.
@@ -266,14 +274,47 @@ impl AtLeastOnceCoordinator {
             return;
         }
         self.forget(&tp);
-        self.metrics.partitions_assigned.inc();
         tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
-        let mut protocol = Box::new(CheckpointProtocol::new(
-            self.recovery.clone(),
-            self.table_marked,
-        ));
+        match self.settings.router.cached(&tp.topic) {
+            Some(route) => self.recover(tp, &route, assignment),
+            // A topic seen for the first time: its table is read or created first.
+            None => self.routing.start(&self.settings.router, tp, assignment),
+        }
+    }
+
+    /// A route resolved for an assigned partition: its recovery starts; or its table cannot be
+    /// read or created: it fails closed.
+    fn routed(
+        &mut self,
+        tp: TopicPartition,
+        assignment: Assignment,
+        route: Result<Arc<Route>, String>,
+    ) {
+        if self.shutting_down {
+            return;
+        }
+        match route {
+            Ok(route) => self.recover(tp, &route, assignment),
+            Err(reason) => {
+                tracing::error!(partition = %tp, reason = %reason, "cannot route the partition's topic: partition stopped");
+                self.metrics.partitions_assigned.inc();
+                self.metrics.partitions_failed.inc();
+                self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+                self.health
+                    .set_not_ready(format!("partition {tp} failed: no route: {reason}"));
+                self.partitions
+                    .insert(tp, Partition::FailedClosed(format!("no route: {reason}")));
+            }
+        }
+    }
+
+    /// The exactly-once recovery of `tp` against its route's table.
+    fn recover(&mut self, tp: TopicPartition, route: &Route, assignment: Assignment) {
+        self.metrics.partitions_assigned.inc();
+        let mut protocol = Box::new(CheckpointProtocol::new(self.recovery.clone()));
         let actions = protocol.handle(Event::Assigned {
             tp: tp.clone(),
+            table: route.routed_table(),
             assignment: assignment.clone(),
         });
         self.partitions.insert(
@@ -315,11 +356,12 @@ impl AtLeastOnceCoordinator {
                     purpose: FlushPurpose::Recovery,
                     attempt,
                 } => {
+                    let route = self.route(&tp);
                     let client = self.client.clone();
-                    let name = self.stream_name(&stream);
+                    let name = route.stream_name(&stream);
                     let metrics = self.metrics.clone();
                     let label = TableLabel {
-                        table: self.writer_shared.settings.table_label.clone(),
+                        table: route.label().to_string(),
                     };
                     self.io.spawn(async move {
                         backoff(attempt).await;
@@ -336,9 +378,10 @@ impl AtLeastOnceCoordinator {
                     self.consumer.send(ConsumerCommand::ReadCommitted { tp });
                 }
                 Action::ResolveVisible { tp, attempt } => {
+                    let route = self.route(&tp);
                     let rest = self.rest.clone();
-                    let table = self.settings.table.clone();
-                    let columns = self.settings.resolve.clone();
+                    let table = route.table.clone();
+                    let columns = route.resolve.clone();
                     self.io.spawn(async move {
                         backoff(attempt).await;
                         let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
@@ -409,6 +452,7 @@ impl AtLeastOnceCoordinator {
         let (tx, rx) = mpsc::channel(self.settings.writer_channel);
         let handle = partition_writer::spawn(
             self.writer_shared.clone(),
+            self.route(tp).writer.clone(),
             tp.clone(),
             incarnation,
             from,
@@ -603,7 +647,7 @@ impl AtLeastOnceCoordinator {
             tp: tp.clone(),
             offset: progress.acked,
             metadata: CommitMetadata::AtLeastOnce {
-                table: self.recovery.table,
+                table: self.route(tp).fingerprint,
             }
             .encode(self.recovery.write_version),
         }
@@ -655,6 +699,11 @@ impl AtLeastOnceCoordinator {
                 Some(Ok(())) => {
                     any = true;
                     self.committed(&entry.tp, entry.offset);
+                    // The group has committed for this table: mark it (once per table).
+                    let route = self.route(&entry.tp);
+                    if !route.marked && self.labelled.insert(route.fingerprint) {
+                        label_table(&self.settings.router, &self.rest, route.fingerprint);
+                    }
                 }
                 Some(Err(e)) => {
                     tracing::warn!(partition = %entry.tp, offset = entry.offset.0, error = %e, "kafka commit failed for partition");
@@ -670,10 +719,6 @@ impl AtLeastOnceCoordinator {
                     outcome: "committed",
                 })
                 .inc();
-            if !self.labelled {
-                self.labelled = true;
-                self.label_table();
-            }
         }
         match purpose {
             CommitPurpose::Cycle => self.cycle_in_flight = false,
@@ -708,11 +753,12 @@ impl AtLeastOnceCoordinator {
         // Nothing durable references the exactly-once stream any more: its rows are visible (the
         // recovery re-flushed them) or counted as rewound.
         if let Some(stream) = progress.superseded.take() {
+            let route = self.route(tp);
             let client = self.client.clone();
-            let name = self.stream_name(&stream);
+            let name = route.stream_name(&stream);
             let metrics = self.metrics.clone();
             let label = TableLabel {
-                table: self.writer_shared.settings.table_label.clone(),
+                table: route.label().to_string(),
             };
             let tp = tp.clone();
             tokio::spawn(async move {
@@ -728,17 +774,6 @@ impl AtLeastOnceCoordinator {
                 }
             });
         }
-    }
-
-    fn label_table(&self) {
-        let rest = self.rest.clone();
-        let table = self.settings.table.clone();
-        let key = self.settings.group_label.clone();
-        tokio::spawn(async move {
-            if let Err(e) = rest.set_table_label(&table, &key, "committed").await {
-                tracing::warn!(error = %e, label = %key, "cannot write the group marker on the table");
-            }
-        });
     }
 
     fn begin_shutdown(&mut self) {
@@ -821,8 +856,12 @@ impl AtLeastOnceCoordinator {
         }
     }
 
-    fn stream_name(&self, stream: &StreamId) -> String {
-        format!("{}/streams/{}", self.settings.table.resource_name(), stream)
+    /// The route of a partition this coordinator holds (resolved before its recovery).
+    fn route(&self, tp: &TopicPartition) -> Arc<Route> {
+        self.settings
+            .router
+            .cached(&tp.topic)
+            .expect("a partition is recovered only after its route is resolved")
     }
 
     fn count(&self, outcome: Outcome) {

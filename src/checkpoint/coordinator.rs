@@ -22,11 +22,12 @@ use crate::bigquery::write_client::WriteClient;
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLabel};
+use crate::routing::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
 use super::offsets::{KafkaOffset, NextOffset, RowOffset};
 use super::protocol::{
-    Action, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
+    Action, Assignment, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
     TopicPartition,
 };
 
@@ -40,16 +41,14 @@ pub struct ResolveColumns {
 
 #[derive(Clone)]
 pub struct CoordinatorSettings {
-    pub table: TableReference,
+    /// The table of each topic (and the group's marker label).
+    pub router: Arc<Router>,
     pub checkpoint_interval: Duration,
     /// Budget of a writer's drain on revoke/shutdown.
     pub writer_drain: Duration,
     pub shutdown_deadline: Duration,
     /// Record channel depth per writer.
     pub writer_channel: usize,
-    /// The table label that marks "this group has committed before".
-    pub group_label: String,
-    pub resolve: Option<ResolveColumns>,
     /// How long a zombie partition waits before asking the consumer whether the group still
     /// gives it to this member (a session timeout: a member fenced by the group learns it by
     /// then).
@@ -79,6 +78,67 @@ pub struct Coordinator {
     cycle_abandoned: bool,
     /// The cycle in flight committed offsets or flushed rows (else it was empty).
     cycle_worked: bool,
+    /// Routes being resolved for assigned partitions of topics seen for the first time.
+    routing: Routing,
+}
+
+/// Assigned partitions whose topic's route (and table) is being resolved: the protocol hears of
+/// them only once it is, so their recovery reads the right table.
+pub(crate) struct Routing {
+    tasks: JoinSet<(TopicPartition, u64, Result<Arc<Route>, String>)>,
+    /// The assignment waiting per partition, under a generation: a resolution that finishes
+    /// after the partition was revoked (or assigned again) is dropped.
+    waiting: HashMap<TopicPartition, (u64, Assignment)>,
+    next: u64,
+}
+
+impl Routing {
+    pub(crate) fn new() -> Self {
+        Routing {
+            tasks: JoinSet::new(),
+            waiting: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    /// Resolves `tp`'s route in the background.
+    pub(crate) fn start(&mut self, router: &Arc<Router>, tp: TopicPartition, a: Assignment) {
+        self.next += 1;
+        let generation = self.next;
+        self.waiting.insert(tp.clone(), (generation, a));
+        let router = router.clone();
+        self.tasks.spawn(async move {
+            let route = router
+                .resolve(&tp.topic)
+                .await
+                .map_err(|e| format!("{e:#}"));
+            (tp, generation, route)
+        });
+    }
+
+    /// The partition is no longer ours: its resolution is dropped when it ends.
+    pub(crate) fn forget(&mut self, tp: &TopicPartition) {
+        self.waiting.remove(tp);
+    }
+
+    /// The next finished resolution of a partition still waiting for it.
+    pub(crate) async fn next(
+        &mut self,
+    ) -> Option<(TopicPartition, Assignment, Result<Arc<Route>, String>)> {
+        loop {
+            let Ok((tp, generation, route)) = self.tasks.join_next().await? else {
+                continue;
+            };
+            if self.waiting.get(&tp).is_some_and(|(g, _)| *g == generation) {
+                let (_, a) = self.waiting.remove(&tp).expect("checked");
+                return Some((tp, a, route));
+            }
+        }
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tasks.is_empty()
+    }
 }
 
 /// How the coordinator ended.
@@ -123,6 +183,7 @@ impl Coordinator {
             visible: HashMap::new(),
             cycle_abandoned: false,
             cycle_worked: false,
+            routing: Routing::new(),
         }
     }
 
@@ -166,6 +227,9 @@ impl Coordinator {
                     }
                 }
                 Some(event) = self.writer_rx.recv() => self.on_writer(event),
+                Some((tp, assignment, route)) = self.routing.next(), if !self.routing.is_idle() => {
+                    self.routed(tp, assignment, route);
+                }
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => {
                     if let Ok(event) = done {
                         self.feed(event);
@@ -225,7 +289,16 @@ impl Coordinator {
                 for (tp, assignment) in partitions {
                     m.partitions_assigned.inc();
                     tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
-                    self.feed(Event::Assigned { tp, assignment });
+                    match self.settings.router.cached(&tp.topic) {
+                        Some(route) => self.feed(Event::Assigned {
+                            tp,
+                            table: route.routed_table(),
+                            assignment,
+                        }),
+                        // A topic seen for the first time (a pattern subscription): its table
+                        // is read or created before its recovery starts.
+                        None => self.routing.start(&self.settings.router, tp, assignment),
+                    }
                 }
             }
             ConsumerEvent::RevokeBegan { partitions, lost } => {
@@ -236,6 +309,7 @@ impl Coordinator {
                     .inc();
                 for tp in partitions {
                     tracing::info!(partition = %tp, lost, "partition revoked: handing off");
+                    self.routing.forget(&tp);
                     self.feed(Event::RevokeBegan { tp, lost });
                 }
                 // Every commit sent from now on was built knowing of the revoke.
@@ -262,12 +336,18 @@ impl Coordinator {
                 });
             }
             ConsumerEvent::OwnershipConfirmed { tp, assignment } => {
-                if self.protocol.is_zombie(&tp) {
+                if self.protocol.is_zombie(&tp)
+                    && let Some(route) = self.settings.router.cached(&tp.topic)
+                {
                     // Nobody else took the partition: whoever finalized our stream was not its
                     // next owner (an operator, a tool). Recover it like a new assignment, from
                     // the checkpoint in Kafka and what this process knows.
                     tracing::warn!(partition = %tp, "zombie partition still assigned to this member: recovering it");
-                    self.feed(Event::Assigned { tp, assignment });
+                    self.feed(Event::Assigned {
+                        tp,
+                        table: route.routed_table(),
+                        assignment,
+                    });
                 }
             }
             ConsumerEvent::OwnershipUnknown { tp, reason } => {
@@ -276,6 +356,36 @@ impl Coordinator {
             }
             ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
         }
+    }
+
+    /// A route resolved for an assigned partition: its recovery starts; or the table cannot be
+    /// read or created: the partition fails closed (nothing consumed, readiness false).
+    fn routed(
+        &mut self,
+        tp: TopicPartition,
+        assignment: Assignment,
+        route: Result<Arc<Route>, String>,
+    ) {
+        match route {
+            Ok(route) => self.feed(Event::Assigned {
+                tp,
+                table: route.routed_table(),
+                assignment,
+            }),
+            Err(reason) => {
+                tracing::error!(partition = %tp, reason = %reason, "cannot route the partition's topic: partition stopped");
+                self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+                self.mark_failed(tp, format!("no route: {reason}"));
+            }
+        }
+    }
+
+    /// The route of a partition the protocol holds (resolved before it was assigned).
+    fn route(&self, tp: &TopicPartition) -> Arc<Route> {
+        self.settings
+            .router
+            .cached(&tp.topic)
+            .expect("a partition reaches the protocol only after its route is resolved")
     }
 
     fn on_writer(&mut self, event: WriterEvent) {
@@ -382,10 +492,6 @@ impl Coordinator {
         }
     }
 
-    fn stream_name(&self, stream: &super::offsets::StreamId) -> String {
-        format!("{}/streams/{}", self.settings.table.resource_name(), stream)
-    }
-
     fn execute(&mut self, action: Action) {
         match action {
             Action::FlushRows {
@@ -398,11 +504,12 @@ impl Coordinator {
                 if purpose == FlushPurpose::Cycle {
                     self.cycle_worked = true;
                 }
+                let route = self.route(&tp);
                 let client = self.client.clone();
-                let name = self.stream_name(&stream);
+                let name = route.stream_name(&stream);
                 let metrics = self.metrics.clone();
                 let label = TableLabel {
-                    table: self.writer_shared.settings.table_label.clone(),
+                    table: route.label().to_string(),
                 };
                 self.io.spawn(async move {
                     backoff(attempt).await;
@@ -427,9 +534,10 @@ impl Coordinator {
                 self.consumer.send(ConsumerCommand::ReadCommitted { tp });
             }
             Action::ResolveVisible { tp, attempt } => {
+                let route = self.route(&tp);
                 let rest = self.rest.clone();
-                let table = self.settings.table.clone();
-                let columns = self.settings.resolve.clone();
+                let table = route.table.clone();
+                let columns = route.resolve.clone();
                 self.io.spawn(async move {
                     backoff(attempt).await;
                     let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
@@ -447,6 +555,7 @@ impl Coordinator {
                 let (tx, rx) = mpsc::channel(self.settings.writer_channel);
                 let handle = partition_writer::spawn(
                     self.writer_shared.clone(),
+                    self.route(&tp).writer.clone(),
                     tp.clone(),
                     incarnation,
                     from,
@@ -474,11 +583,12 @@ impl Coordinator {
                     .send(ConsumerCommand::Commit { commit, entries });
             }
             Action::FinalizeStream { tp, stream } => {
+                let route = self.route(&tp);
                 let client = self.client.clone();
-                let name = self.stream_name(&stream);
+                let name = route.stream_name(&stream);
                 let metrics = self.metrics.clone();
                 let label = TableLabel {
-                    table: self.writer_shared.settings.table_label.clone(),
+                    table: route.label().to_string(),
                 };
                 self.io.spawn(async move {
                     let outcome = match client.finalize_write_stream(&name).await {
@@ -526,15 +636,8 @@ impl Coordinator {
             Action::FailPartition { tp, reason } => {
                 self.fail_partition(tp, reason);
             }
-            Action::LabelTable => {
-                let rest = self.rest.clone();
-                let table = self.settings.table.clone();
-                let key = self.settings.group_label.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = rest.set_table_label(&table, &key, "committed").await {
-                        tracing::warn!(error = %e, label = %key, "cannot write the group marker on the table");
-                    }
-                });
+            Action::LabelTable { table } => {
+                label_table(&self.settings.router, &self.rest, table);
             }
             Action::Count(outcome) => self.count(outcome),
             Action::ShutdownComplete => {
@@ -588,7 +691,7 @@ impl Coordinator {
                 // throughput metric; the exact row count is in rows_appended).
                 m.rows_flushed
                     .get_or_create(&TableLabel {
-                        table: self.writer_shared.settings.table_label.clone(),
+                        table: self.route(&tp).label().to_string(),
                     })
                     .inc_by(before.distance_to(through));
                 tracing::debug!(partition = %tp, through = through.0, "visible");
@@ -621,6 +724,25 @@ impl Coordinator {
             other => tracing::debug!(outcome = ?other, "protocol outcome"),
         }
     }
+}
+
+/// Writes the group's marker on the table with this fingerprint (shared by both delivery
+/// modes).
+pub(crate) fn label_table(
+    router: &Router,
+    rest: &RestClient,
+    table: super::metadata::TableFingerprint,
+) {
+    let Some(route) = router.by_fingerprint(table) else {
+        return;
+    };
+    let rest = rest.clone();
+    let key = router.group_label().to_string();
+    tokio::spawn(async move {
+        if let Err(e) = rest.set_table_label(&route.table, &key, "committed").await {
+            tracing::warn!(error = %e, label = %key, table = %route.table.resource_name(), "cannot write the group marker on the table");
+        }
+    });
 }
 
 /// One FlushRows, timed and counted, classified as the protocol needs it (DESIGN §2 recovery

@@ -27,7 +27,7 @@ use super::offsets::{
     Acknowledged, Checkpoint, Committable, Incarnation, KafkaOffset, NextOffset, RowOffset,
     StreamId,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 
 /// A Kafka topic partition.
@@ -95,7 +95,6 @@ pub enum OutOfRangePolicy {
 
 #[derive(Clone, Debug)]
 pub struct ProtocolConfig {
-    pub table: TableFingerprint,
     pub write_version: MetadataVersion,
     pub lost_stream: LostStreamPolicy,
     pub on_anomaly: AnomalyPolicy,
@@ -114,10 +113,9 @@ pub struct ProtocolConfig {
 }
 
 impl ProtocolConfig {
-    /// The production defaults of DESIGN §2 for `table`.
-    pub fn new(table: TableFingerprint) -> Self {
+    /// The production defaults of DESIGN §2.
+    pub fn new() -> Self {
         ProtocolConfig {
-            table,
             write_version: MetadataVersion::CURRENT,
             lost_stream: LostStreamPolicy::Rewind,
             on_anomaly: AnomalyPolicy::Fail,
@@ -130,6 +128,22 @@ impl ProtocolConfig {
             max_uncommitted_bytes: 256 << 20,
         }
     }
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The table a partition's topic is routed to, as the shell found it when it resolved the route
+/// (before the partition's recovery starts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutedTable {
+    /// The fingerprint its checkpoints carry: a checkpoint of another table is refused.
+    pub table: TableFingerprint,
+    /// The table carries this group's marker: the group has committed checkpoints for it before.
+    pub marked: bool,
 }
 
 /// A committed offset as read from Kafka (OffsetFetch), metadata as raw bytes.
@@ -187,8 +201,10 @@ pub struct CommitId(pub u64);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// `tp` is assigned and its topic's route resolved: its checkpoints belong to `table`.
     Assigned {
         tp: TopicPartition,
+        table: RoutedTable,
         assignment: Assignment,
     },
     /// The answer to a recovery [`Action::FlushRows`]. It names what was flushed: an answer to
@@ -345,10 +361,13 @@ pub enum Action {
         tp: TopicPartition,
         reason: FailReason,
     },
-    /// Write the group's marker on the table (after its first successful commit), so that a later
-    /// start without committed offsets is recognised as expired offsets, not a first start.
-    /// Emitted once per process; the shell retries it until it succeeds.
-    LabelTable,
+    /// Write the group's marker on `table` (after the first successful commit of one of its
+    /// partitions), so that a later start without committed offsets is recognised as expired
+    /// offsets, not a first start. Emitted once per table and process; the shell retries it
+    /// until it succeeds.
+    LabelTable {
+        table: TableFingerprint,
+    },
     Count(Outcome),
     ShutdownComplete,
 }
@@ -530,6 +549,8 @@ struct PartitionState {
     commit_failures: u32,
     paused: bool,
     low: NextOffset,
+    /// The table the partition's topic is routed to: its checkpoints carry this fingerprint.
+    table: TableFingerprint,
 }
 
 /// What a process remembers of a partition it released, to keep a flush it saw succeed if the
@@ -554,7 +575,11 @@ struct Cycle {
 #[derive(Debug)]
 pub struct CheckpointProtocol {
     config: ProtocolConfig,
-    table_marked: bool,
+    /// Tables known to carry this group's marker (read at assignment, or written by us).
+    marked: HashSet<TableFingerprint>,
+    /// Per commit in flight, its partitions whose table is not marked yet: the first commit of
+    /// a table that lands marks it.
+    unmarked_in_commit: BTreeMap<CommitId, Vec<(TopicPartition, TableFingerprint)>>,
     partitions: BTreeMap<TopicPartition, PartitionState>,
     remembered: BTreeMap<TopicPartition, Remembered>,
     cycle: Option<Cycle>,
@@ -565,11 +590,11 @@ pub struct CheckpointProtocol {
 }
 
 impl CheckpointProtocol {
-    /// `table_marked`: the table carries this group's marker (it has committed before).
-    pub fn new(config: ProtocolConfig, table_marked: bool) -> Self {
+    pub fn new(config: ProtocolConfig) -> Self {
         CheckpointProtocol {
             config,
-            table_marked,
+            marked: HashSet::new(),
+            unmarked_in_commit: BTreeMap::new(),
             partitions: BTreeMap::new(),
             remembered: BTreeMap::new(),
             cycle: None,
@@ -609,7 +634,11 @@ impl CheckpointProtocol {
             return out;
         }
         match event {
-            Event::Assigned { tp, assignment } => self.on_assigned(tp, assignment, &mut out),
+            Event::Assigned {
+                tp,
+                table,
+                assignment,
+            } => self.on_assigned(tp, table, assignment, &mut out),
             Event::RecoveryFlushResult {
                 tp,
                 stream,
@@ -674,9 +703,18 @@ impl CheckpointProtocol {
     // ---------------------------------------------------------------------------------------
     // Recovery on assignment (DESIGN §2 "Recovery when a partition is assigned").
 
-    fn on_assigned(&mut self, tp: TopicPartition, a: Assignment, out: &mut Vec<Action>) {
+    fn on_assigned(
+        &mut self,
+        tp: TopicPartition,
+        table: RoutedTable,
+        a: Assignment,
+        out: &mut Vec<Action>,
+    ) {
         if self.shutting_down {
             return;
+        }
+        if table.marked {
+            self.marked.insert(table.table);
         }
         // A partition we still hold (a zombie whose ownership the group confirmed, or a failed
         // one being retried) keeps what it knows; one we released may have been remembered.
@@ -704,18 +742,20 @@ impl CheckpointProtocol {
             commit_failures: 0,
             paused: false,
             low: a.low,
+            table: table.table,
         };
 
         let Some(read) = a.committed else {
             // No committed offset. On a first start nothing of ours is visible (nothing is
-            // flushed before it is committed); if the group committed before (the table marker),
-            // Kafka expired its offsets and the policy decides, counted. Never a silent reset.
+            // flushed before it is committed); if the group committed before (the marker on the
+            // partition's table), Kafka expired its offsets and the policy decides, counted.
+            // Never a silent reset.
             let (case, from) = match a.origin {
                 PartitionOrigin::AddedAtRuntime => (
                     StartCase::NewPartition,
                     Some(Self::position(self.config.new_partition, &a)),
                 ),
-                PartitionOrigin::Existing if !self.table_marked => (
+                PartitionOrigin::Existing if !self.marked.contains(&table.table) => (
                     StartCase::FirstStart,
                     Some(Self::position(self.config.initial_position, &a)),
                 ),
@@ -762,10 +802,14 @@ impl CheckpointProtocol {
                 }));
                 return self.start_incarnation(tp, state, read.offset, out);
             }
-            CommitMetadata::AtLeastOnce { table } | CommitMetadata::ExactlyOnce { table, .. }
-                if *table != self.config.table =>
+            // The checkpoint must belong to the table the partition is routed to now: a route
+            // changed to another table (or a reused group id) would flush rows of one table's
+            // stream while appending to another's.
+            CommitMetadata::AtLeastOnce { table: found }
+            | CommitMetadata::ExactlyOnce { table: found, .. }
+                if *found != table.table =>
             {
-                let reason = FailReason::ForeignTable { found: *table };
+                let reason = FailReason::ForeignTable { found: *found };
                 return self.fail(tp, state, reason, out);
             }
             CommitMetadata::AtLeastOnce { .. } => {
@@ -942,8 +986,13 @@ impl CheckpointProtocol {
             // Someone committed since our read: recover from what is there now. If we no longer
             // own the partition, the group tells us; nothing here writes to the table.
             out.push(Action::Count(Outcome::CheckpointMoved { tp: tp.clone() }));
+            // The route did not change meanwhile: the partition keeps its table.
+            let table = RoutedTable {
+                table: state.table,
+                marked: self.marked.contains(&state.table),
+            };
             self.partitions.insert(tp.clone(), state);
-            self.on_assigned(tp, a, out);
+            self.on_assigned(tp, table, a, out);
         }
     }
 
@@ -1212,6 +1261,7 @@ impl CheckpointProtocol {
             .iter()
             .map(|(tp, c)| self.entry(tp, c))
             .collect();
+        self.note_unmarked(commit, cycle.entries.keys());
         cycle.commit = Some(commit);
         cycle.worked = true;
         self.cycle = Some(cycle);
@@ -1219,11 +1269,29 @@ impl CheckpointProtocol {
     }
 
     fn entry(&self, tp: &TopicPartition, c: &Committable) -> CommitEntry {
-        let metadata = CommitMetadata::for_checkpoint(self.config.table, c.checkpoint());
+        let table = self.partitions[tp].table;
+        let metadata = CommitMetadata::for_checkpoint(table, c.checkpoint());
         CommitEntry {
             tp: tp.clone(),
             offset: c.checkpoint().next,
             metadata: metadata.encode(self.config.write_version),
+        }
+    }
+
+    /// Remembers which partitions of `commit` belong to tables not marked yet.
+    fn note_unmarked<'a>(
+        &mut self,
+        commit: CommitId,
+        tps: impl Iterator<Item = &'a TopicPartition>,
+    ) {
+        let unmarked: Vec<_> = tps
+            .filter_map(|tp| {
+                let table = self.partitions[tp].table;
+                (!self.marked.contains(&table)).then(|| (tp.clone(), table))
+            })
+            .collect();
+        if !unmarked.is_empty() {
+            self.unmarked_in_commit.insert(commit, unmarked);
         }
     }
 
@@ -1234,12 +1302,17 @@ impl CheckpointProtocol {
         out: &mut Vec<Action>,
     ) {
         // Any commit that landed, the handoff's included, makes this group one that "has
-        // committed before": mark the table, or expired offsets would later pass for a first
-        // start and re-deliver everything.
-        let landed = matches!(&outcome, CommitOutcome::PerPartition(r) if r.iter().any(|(_, res)| res.is_ok()));
-        if landed && !self.table_marked {
-            self.table_marked = true;
-            out.push(Action::LabelTable);
+        // committed before" for the tables of the partitions it landed for: mark them, or expired
+        // offsets would later pass for a first start and re-deliver everything.
+        if let Some(unmarked) = self.unmarked_in_commit.remove(&commit)
+            && let CommitOutcome::PerPartition(results) = &outcome
+        {
+            for (tp, table) in unmarked {
+                let landed = results.iter().any(|(t, r)| *t == tp && r.is_ok());
+                if landed && self.marked.insert(table) {
+                    out.push(Action::LabelTable { table });
+                }
+            }
         }
         if let Some((tp, _)) = self
             .partitions
@@ -1643,6 +1716,7 @@ impl CheckpointProtocol {
                 let commit = CommitId(self.next_commit);
                 p.phase = Phase::HandoffCommitting { commit };
                 let entry = self.entry(&tp, &c);
+                self.note_unmarked(commit, std::iter::once(&tp));
                 out.push(Action::CommitOffsets {
                     commit,
                     entries: vec![entry],
@@ -1769,7 +1843,7 @@ mod tests {
     }
 
     fn protocol() -> CheckpointProtocol {
-        CheckpointProtocol::new(ProtocolConfig::new(table()), true)
+        CheckpointProtocol::new(ProtocolConfig::new())
     }
 
     fn metadata(stream: Option<&str>, r: Option<i64>, f: i64) -> Vec<u8> {
@@ -1783,9 +1857,18 @@ mod tests {
         .into_bytes()
     }
 
+    /// `tp0`'s table, carrying this group's marker.
+    fn routed() -> RoutedTable {
+        RoutedTable {
+            table: table(),
+            marked: true,
+        }
+    }
+
     fn assigned(committed: Option<(i64, Vec<u8>)>, low: i64, high: i64) -> Event {
         Event::Assigned {
             tp: tp0(),
+            table: routed(),
             assignment: Assignment {
                 committed: committed.map(|(k, m)| CommittedRead {
                     offset: NextOffset(k),
@@ -1897,8 +1980,19 @@ mod tests {
 
     #[test]
     fn a_first_start_uses_the_initial_position_and_a_lost_checkpoint_fails_closed() {
-        let mut first = CheckpointProtocol::new(ProtocolConfig::new(table()), false);
-        let a = first.handle(assigned(None, 5, 50));
+        let mut first = CheckpointProtocol::new(ProtocolConfig::new());
+        let Event::Assigned { tp, assignment, .. } = assigned(None, 5, 50) else {
+            unreachable!()
+        };
+        let unmarked = RoutedTable {
+            table: table(),
+            marked: false,
+        };
+        let a = first.handle(Event::Assigned {
+            tp,
+            table: unmarked,
+            assignment,
+        });
         assert_eq!(started_at(&a).unwrap().1, 5);
         assert!(a.contains(&Action::Count(Outcome::Started {
             tp: tp0(),
@@ -1916,6 +2010,7 @@ mod tests {
     fn a_partition_added_at_runtime_starts_at_the_earliest_offset() {
         let a = protocol().handle(Event::Assigned {
             tp: tp0(),
+            table: routed(),
             assignment: Assignment {
                 committed: None,
                 low: NextOffset(0),
@@ -1970,9 +2065,9 @@ mod tests {
                 low: NextOffset(8)
             })
         );
-        let mut config = ProtocolConfig::new(table());
+        let mut config = ProtocolConfig::new();
         config.on_out_of_range = OutOfRangePolicy::Earliest;
-        let a = CheckpointProtocol::new(config, true).handle(assigned(
+        let a = CheckpointProtocol::new(config).handle(assigned(
             Some((3, metadata(None, None, 3))),
             8,
             20,
@@ -2040,9 +2135,9 @@ mod tests {
         ));
         let a = p.handle(recovery_result("old", 9, FlushOutcome::AlreadyExists));
         assert!(matches!(failed(&a), Some(FailReason::Anomaly { .. })));
-        let mut config = ProtocolConfig::new(table());
+        let mut config = ProtocolConfig::new();
         config.on_anomaly = AnomalyPolicy::Continue;
-        let mut p = CheckpointProtocol::new(config, true);
+        let mut p = CheckpointProtocol::new(config);
         p.handle(assigned(
             Some((20, metadata(Some("old"), Some(9), 10))),
             0,
@@ -2057,7 +2152,7 @@ mod tests {
     }
 
     fn unchanged_reread() -> Event {
-        let Event::Assigned { tp, assignment } =
+        let Event::Assigned { tp, assignment, .. } =
             assigned(Some((20, metadata(Some("old"), Some(9), 10))), 0, 30)
         else {
             unreachable!()
@@ -2076,7 +2171,7 @@ mod tests {
             30,
         ));
         p.handle(recovery_result("old", 9, FlushOutcome::StreamFinalized));
-        let Event::Assigned { tp, assignment } =
+        let Event::Assigned { tp, assignment, .. } =
             assigned(Some((24, metadata(None, None, 24))), 0, 30)
         else {
             unreachable!()
@@ -2115,9 +2210,9 @@ mod tests {
         })));
 
         // resolve: continue after the highest visible offset.
-        let mut config = ProtocolConfig::new(table());
+        let mut config = ProtocolConfig::new();
         config.lost_stream = LostStreamPolicy::Resolve;
-        let mut p = CheckpointProtocol::new(config.clone(), true);
+        let mut p = CheckpointProtocol::new(config.clone());
         p.handle(assigned(
             Some((20, metadata(Some("old"), Some(9), 10))),
             0,
@@ -2134,7 +2229,7 @@ mod tests {
 
         // fail
         config.lost_stream = LostStreamPolicy::Fail;
-        let mut p = CheckpointProtocol::new(config, true);
+        let mut p = CheckpointProtocol::new(config);
         p.handle(assigned(
             Some((20, metadata(Some("old"), Some(9), 10))),
             0,
@@ -2278,9 +2373,9 @@ mod tests {
 
     #[test]
     fn the_uncommitted_tail_is_bounded() {
-        let mut config = ProtocolConfig::new(table());
+        let mut config = ProtocolConfig::new();
         config.max_uncommitted_bytes = 50;
-        let mut p = CheckpointProtocol::new(config, true);
+        let mut p = CheckpointProtocol::new(config);
         let inc = running(&mut p);
         assert!(p.handle(ack(inc, "s1", 4, 14)).is_empty());
         assert!(
@@ -2354,5 +2449,102 @@ mod tests {
         let a = p.handle(ok(id));
         assert_eq!(finalized(&a), vec![sid("s1")]);
         assert_eq!(a.last(), Some(&Action::ShutdownComplete));
+    }
+
+    #[test]
+    fn each_partition_checkpoints_against_the_table_of_its_route() {
+        // Two topics routed to two tables: each commit carries its own table's fingerprint, a
+        // checkpoint of table A found for a partition now routed to table B is foreign, and
+        // only the table whose partition committed is marked.
+        let (a_table, b_table) = (TableFingerprint(0xa), TableFingerprint(0xb));
+        let (a_tp, b_tp) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
+        let mut p = CheckpointProtocol::new(ProtocolConfig::new());
+        let start = |p: &mut CheckpointProtocol, tp: &TopicPartition, table| {
+            let a = p.handle(Event::Assigned {
+                tp: tp.clone(),
+                table: RoutedTable {
+                    table,
+                    marked: false,
+                },
+                assignment: Assignment {
+                    committed: None,
+                    low: NextOffset(0),
+                    high: NextOffset(5),
+                    origin: PartitionOrigin::Existing,
+                },
+            });
+            started_at(&a).expect("a first start").0
+        };
+        let inc_a = start(&mut p, &a_tp, a_table);
+        start(&mut p, &b_tp, b_table);
+        p.handle(Event::RowsAcknowledged {
+            tp: a_tp.clone(),
+            ack: Acknowledged::from_append_response(
+                inc_a,
+                sid("sa"),
+                RowCount(2),
+                NextOffset(2),
+                20,
+            ),
+        });
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries.len(), 2);
+        for e in &entries {
+            let expected = if e.tp == a_tp { a_table } else { b_table };
+            let parsed = CommitMetadata::parse(e.metadata.as_bytes()).unwrap();
+            assert!(
+                matches!(parsed, CommitMetadata::ExactlyOnce { table, .. } if table == expected),
+                "{}: {}",
+                e.tp,
+                e.metadata
+            );
+        }
+        // The commit lands for a only: b's table stays unmarked.
+        let a = p.handle(Event::CommitResult {
+            commit: id,
+            outcome: CommitOutcome::PerPartition(vec![
+                (a_tp.clone(), Ok(())),
+                (b_tp.clone(), Err("offset metadata too large".into())),
+            ]),
+        });
+        let labelled: Vec<_> = a
+            .iter()
+            .filter_map(|x| match x {
+                Action::LabelTable { table } => Some(*table),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(labelled, vec![a_table]);
+
+        // The same checkpoint of table A read for a partition routed to table B.
+        let found = CommitMetadata::ExactlyOnce {
+            table: a_table,
+            stream: Some(sid("sa")),
+            flush_to: Some(RowOffset(1)),
+            visible_through: NextOffset(0),
+        }
+        .encode(MetadataVersion::CURRENT)
+        .into_bytes();
+        let a = CheckpointProtocol::new(ProtocolConfig::new()).handle(Event::Assigned {
+            tp: a_tp,
+            table: RoutedTable {
+                table: b_table,
+                marked: true,
+            },
+            assignment: Assignment {
+                committed: Some(CommittedRead {
+                    offset: NextOffset(2),
+                    metadata: found,
+                }),
+                low: NextOffset(0),
+                high: NextOffset(5),
+                origin: PartitionOrigin::Existing,
+            },
+        });
+        assert_eq!(
+            failed(&a),
+            Some(&FailReason::ForeignTable { found: a_table })
+        );
+        assert!(flushes(&a).is_empty());
     }
 }

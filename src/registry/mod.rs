@@ -1,6 +1,7 @@
 //! A Confluent Schema Registry client: `GET /schemas/ids/{id}` with a cache by id (ids are
 //! immutable), one request per id however many records wait for it, basic or bearer auth, a
-//! custom CA, timeouts and retries with backoff.
+//! custom CA, timeouts and retries with backoff; and `GET /subjects/{subject}/versions/latest`
+//! (not cached: "latest" changes) for creating a table from a subject's current schema.
 //!
 //! Errors are classified for the caller: a 404 or an unusable schema is a per-record error (the
 //! record goes to the dead-letter queue), a registry that is down or slow is retryable (the
@@ -127,6 +128,25 @@ impl RegistryError {
     }
 }
 
+/// Why the latest schema of a subject could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    #[error("subject {subject} is not in the schema registry")]
+    NotFound { subject: String },
+    #[error("the latest schema of subject {subject} cannot be used: {reason}")]
+    Unusable { subject: String, reason: String },
+    #[error("schema registry refused the credentials for subject {subject} (http {status})")]
+    Unauthorized { subject: String, status: u16 },
+    #[error(
+        "schema registry unavailable for subject {subject} after {attempts} attempts: {reason}"
+    )]
+    Unavailable {
+        subject: String,
+        attempts: usize,
+        reason: String,
+    },
+}
+
 /// A writer schema as registered.
 #[derive(Debug)]
 pub struct RegisteredSchema {
@@ -153,6 +173,14 @@ pub struct SchemaRegistry {
     requests: AtomicU64,
     retries: AtomicU64,
     cache_hits: AtomicU64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LatestResponse {
+    id: u32,
+    #[serde(flatten)]
+    schema: SchemaResponse,
 }
 
 #[derive(Deserialize)]
@@ -262,6 +290,117 @@ impl SchemaRegistry {
         }
     }
 
+    /// The latest registered schema of `subject` (e.g. `orders-value` under the
+    /// TopicNameStrategy), retried like a lookup by id. Not cached.
+    pub async fn latest(&self, subject: &str) -> Result<RegisteredSchema, SubjectError> {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(self.config.min_backoff)
+            .with_max_delay(self.config.max_backoff)
+            .with_max_times(self.config.max_attempts - 1)
+            .with_jitter();
+        let mut attempts = 0usize;
+        let result = (|| {
+            attempts += 1;
+            self.attempt_latest(subject)
+        })
+        .retry(backoff)
+        .when(|a: &Result<(), SubjectError>| matches!(a, Ok(())))
+        .notify(|_, after: Duration| {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(subject, retry_in = ?after, "schema registry subject lookup failed, retrying");
+        })
+        .await;
+        match result {
+            Ok(s) => Ok(s),
+            Err(Err(e)) => Err(e),
+            Err(Ok(())) => Err(SubjectError::Unavailable {
+                subject: subject.to_string(),
+                attempts,
+                reason: "no answer".into(),
+            }),
+        }
+    }
+
+    /// One attempt; `Err(Ok(()))` is a retryable failure (logged), `Err(Err(e))` a final one.
+    async fn attempt_latest(
+        &self,
+        subject: &str,
+    ) -> Result<RegisteredSchema, Result<(), SubjectError>> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let retry = |reason: String| {
+            tracing::debug!(subject, %reason, "schema registry subject attempt failed");
+            Err(Ok(()))
+        };
+        let final_err = |e: SubjectError| Err(Err(e));
+        let mut req = self
+            .http
+            .get(format!(
+                "{}/subjects/{}/versions/latest",
+                self.base,
+                encode_path_segment(subject)
+            ))
+            .header(
+                reqwest::header::ACCEPT,
+                "application/vnd.schemaregistry.v1+json, application/json",
+            );
+        if let Some(b) = &self.config.basic_auth {
+            req = req.basic_auth(&b.username, Some(&b.password));
+        }
+        if let Some(t) = &self.config.bearer_token {
+            req = req.bearer_auth(t);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return retry(describe_reqwest(&e)),
+        };
+        let status = resp.status();
+        let unusable = |reason: String| SubjectError::Unusable {
+            subject: subject.to_string(),
+            reason,
+        };
+        match status {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND => {
+                return final_err(SubjectError::NotFound {
+                    subject: subject.to_string(),
+                });
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                return final_err(SubjectError::Unauthorized {
+                    subject: subject.to_string(),
+                    status: status.as_u16(),
+                });
+            }
+            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
+                return retry(format!("http {}", s.as_u16()));
+            }
+            s => {
+                return final_err(unusable(format!("registry answered http {}", s.as_u16())));
+            }
+        }
+        let body = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return retry(describe_reqwest(&e)),
+        };
+        let parsed: LatestResponse = serde_json::from_slice(&body)
+            .map_err(|e| Err(unusable(format!("response is not a schema version: {e}"))))?;
+        if let Some(t) = parsed.schema.schema_type.as_deref()
+            && !t.eq_ignore_ascii_case("AVRO")
+        {
+            return final_err(unusable(format!("schema type {t} is not AVRO")));
+        }
+        if !parsed.schema.references.is_empty() {
+            return final_err(unusable("schema references are not supported".into()));
+        }
+        let schema =
+            AvroSchema::parse(&parsed.schema.schema).map_err(|e| Err(unusable(e.to_string())))?;
+        Ok(RegisteredSchema {
+            id: parsed.id,
+            text: parsed.schema.schema,
+            schema,
+        })
+    }
+
     async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let backoff = ExponentialBuilder::default()
             .with_min_delay(self.config.min_backoff)
@@ -359,6 +498,20 @@ impl SchemaRegistry {
             schema,
         })
     }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters (subject names may hold `/`,
+/// `:` or spaces under custom naming strategies).
+fn encode_path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// reqwest's Display omits the cause ("error sending request"); the chain says what happened.

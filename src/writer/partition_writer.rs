@@ -67,12 +67,17 @@ pub enum BadRecordPolicy {
     Fail,
 }
 
-#[derive(Debug, Clone)]
-pub struct WriterSettings {
+/// The table a writer appends to: its topic's route.
+pub struct WriterRoute {
     /// `projects/{p}/datasets/{d}/tables/{t}`.
     pub table: String,
     /// Short table name for metric labels.
     pub table_label: String,
+    pub plans: Arc<dyn PlanSource>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
     pub max_request_bytes: usize,
     pub max_rows_per_request: usize,
     pub linger: Duration,
@@ -88,7 +93,6 @@ pub struct WriterSettings {
 /// Shared by all writers of the process.
 pub struct WriterShared {
     pub client: WriteClient,
-    pub plans: Arc<dyn PlanSource>,
     pub dead_letter: Option<DeadLetterProducer>,
     pub metrics: Arc<Metrics>,
     /// CreateWriteStream is quota-limited per project: creations pass a token bucket.
@@ -146,6 +150,7 @@ impl WriterHandle {
 /// `from`) and reports on `events`.
 pub fn spawn(
     shared: Arc<WriterShared>,
+    route: Arc<WriterRoute>,
     tp: TopicPartition,
     incarnation: Incarnation,
     from: NextOffset,
@@ -155,6 +160,7 @@ pub fn spawn(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let writer = PartitionWriter {
         shared,
+        route,
         topic_label: TopicLabel {
             topic: tp.topic.clone(),
         },
@@ -200,6 +206,7 @@ struct InflightMeta {
 
 struct PartitionWriter {
     shared: Arc<WriterShared>,
+    route: Arc<WriterRoute>,
     tp: TopicPartition,
     topic_label: TopicLabel,
     incarnation: Incarnation,
@@ -344,7 +351,7 @@ impl PartitionWriter {
                 .await;
         };
         let (plan, body_at) = loop {
-            match self.shared.plans.plan_for(&value).await {
+            match self.route.plans.plan_for(&value).await {
                 Ok(found) => break found,
                 Err(PlanLookupError::BadRecord(bad)) => return self.bad(record, bad).await,
                 Err(PlanLookupError::Unavailable(why)) => {
@@ -442,7 +449,7 @@ impl PartitionWriter {
     /// request's other fields (stream name, offset, the writer schema on a connection's first
     /// request).
     fn request_bound(&self, rows_encoded: usize) -> usize {
-        rows_encoded + self.plan_schema_len + self.shared.settings.table.len() + 128
+        rows_encoded + self.plan_schema_len + self.route.table.len() + 128
     }
 
     /// A record that cannot become a row: dead-letter it (acknowledged) or apply the policy.
@@ -553,7 +560,7 @@ impl PartitionWriter {
                 match self
                     .shared
                     .client
-                    .create_write_stream(&self.shared.settings.table, StreamKind::Buffered)
+                    .create_write_stream(&self.route.table, StreamKind::Buffered)
                     .await
                 {
                     Ok(stream) => break stream,
@@ -581,7 +588,7 @@ impl PartitionWriter {
         let m = &self.shared.metrics;
         m.streams_created
             .get_or_create(&TableLabel {
-                table: self.shared.settings.table_label.clone(),
+                table: self.route.table_label.clone(),
             })
             .inc();
         m.open_streams.inc();
@@ -604,7 +611,7 @@ impl PartitionWriter {
 
     /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
     fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
-        let name = format!("{}/streams/_default", self.shared.settings.table);
+        let name = format!("{}/streams/_default", self.route.table);
         let id = StreamId::from_stream_name(&name)
             .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
         self.shared.metrics.open_streams.inc();
@@ -653,7 +660,7 @@ impl PartitionWriter {
                 self.acked_next = meta.kafka_next;
                 self.acked_bytes += meta.bytes;
                 let label = TableLabel {
-                    table: self.shared.settings.table_label.clone(),
+                    table: self.route.table_label.clone(),
                 };
                 let m = &self.shared.metrics;
                 m.rows_appended.get_or_create(&label).inc_by(rows as u64);
@@ -661,7 +668,7 @@ impl PartitionWriter {
                     .get_or_create(&label)
                     .observe(latency.as_secs_f64());
                 if let Some(schema) = &updated_schema {
-                    self.shared.plans.table_schema_updated(schema);
+                    self.route.plans.table_schema_updated(schema);
                 }
                 self.report();
             }

@@ -1,0 +1,357 @@
+//! Routing: which table each topic is written to, and what a table needs once per process —
+//! its reference and checkpoint fingerprint, the group's marker as read, the plan source of its
+//! schema, the `resolve` columns. A topic's route is resolved once, before the recovery of its
+//! first assigned partition starts, and kept for the life of the process: a partition's stream
+//! names and checkpoint fingerprint must not change under it.
+//!
+//! Resolving a route reads the table, or creates it (`create_table`), so a table that cannot be
+//! written fails the partition before anything is consumed. An explicit topic list is resolved
+//! at startup; a pattern subscription resolves a topic when its first partition is assigned.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+
+use crate::bigquery::rest_client::{
+    Clustering, RestClient, Table, TableReference, TimePartitioning,
+};
+use crate::bigquery::write_client::WriteClient;
+use crate::checkpoint::coordinator::ResolveColumns;
+use crate::checkpoint::metadata::TableFingerprint;
+use crate::checkpoint::protocol::RoutedTable;
+use crate::config::{self, Config, TopicRoute};
+use crate::ops::metrics::Metrics;
+use crate::registry::SchemaRegistry;
+use crate::transcode::{
+    AvroSchema, DeriveOptions, MapMode, MetadataColumns, PlanOptions, UnknownFields,
+    table_schema_from_avro,
+};
+use crate::writer::partition_writer::{PlanSource, WriterRoute};
+use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
+
+/// The destination of one topic.
+pub struct Route {
+    /// `routes[i]`, or `None` for the top-level `bigquery` settings.
+    pub index: Option<usize>,
+    pub table: TableReference,
+    /// The fingerprint every checkpoint of the table's partitions carries.
+    pub fingerprint: TableFingerprint,
+    /// This group's marker was on the table when it was read (the group committed before).
+    pub marked: bool,
+    pub writer: Arc<WriterRoute>,
+    /// The metadata columns the `resolve` recovery queries; `None` without partition/offset.
+    pub resolve: Option<ResolveColumns>,
+}
+
+impl Route {
+    /// What the checkpoint protocol needs to know of the table.
+    pub fn routed_table(&self) -> RoutedTable {
+        RoutedTable {
+            table: self.fingerprint,
+            marked: self.marked,
+        }
+    }
+
+    /// The Storage Write API name of one of the table's streams.
+    pub fn stream_name(&self, stream: &impl std::fmt::Display) -> String {
+        format!("{}/streams/{}", self.writer.table, stream)
+    }
+
+    /// The table id, for metric labels.
+    pub fn label(&self) -> &str {
+        &self.writer.table_label
+    }
+}
+
+/// Resolves topics to routes and keeps them for the life of the process.
+pub struct Router {
+    config: Arc<Config>,
+    rest: RestClient,
+    client: WriteClient,
+    metrics: Arc<Metrics>,
+    group_label: String,
+    topics: Mutex<HashMap<String, Arc<Route>>>,
+    /// Routes by table resource name: topics of one table share its plans and marker.
+    tables: Mutex<HashMap<String, Arc<Route>>>,
+    /// One resolution at a time: two topics of one table create it and compile its plans once.
+    resolving: tokio::sync::Mutex<()>,
+}
+
+impl Router {
+    pub fn new(
+        config: Arc<Config>,
+        rest: RestClient,
+        client: WriteClient,
+        metrics: Arc<Metrics>,
+        group_label: String,
+    ) -> Self {
+        Router {
+            config,
+            rest,
+            client,
+            metrics,
+            group_label,
+            topics: Mutex::new(HashMap::new()),
+            tables: Mutex::new(HashMap::new()),
+            resolving: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The route of `topic` if it was resolved.
+    pub fn cached(&self, topic: &str) -> Option<Arc<Route>> {
+        lock(&self.topics).get(topic).cloned()
+    }
+
+    /// The route of the table with this fingerprint (for the group marker).
+    pub fn by_fingerprint(&self, fingerprint: TableFingerprint) -> Option<Arc<Route>> {
+        lock(&self.tables)
+            .values()
+            .find(|r| r.fingerprint == fingerprint)
+            .cloned()
+    }
+
+    /// The table label that marks "this group committed a checkpoint for this table".
+    pub fn group_label(&self) -> &str {
+        &self.group_label
+    }
+
+    /// The route of `topic`: its table read (or created) and its plan source built.
+    pub async fn resolve(&self, topic: &str) -> anyhow::Result<Arc<Route>> {
+        if let Some(route) = self.cached(topic) {
+            return Ok(route);
+        }
+        let _one = self.resolving.lock().await;
+        if let Some(route) = self.cached(topic) {
+            return Ok(route);
+        }
+        let settings = self.config.route_for(topic);
+        let b = &self.config.bigquery;
+        let table = TableReference::new(&b.project, &b.dataset, &settings.table);
+        let existing = lock(&self.tables).get(&table.resource_name()).cloned();
+        let route = match existing {
+            Some(route) if route.index == settings.route => route,
+            Some(route) => bail!(
+                "topic {topic} ({}) is routed to table {} that {} writes with other settings",
+                settings.path,
+                settings.table,
+                route
+                    .index
+                    .map_or("bigquery".to_string(), |i| format!("routes[{i}]"))
+            ),
+            None => {
+                let route = Arc::new(self.build(topic, &settings, table).await?);
+                lock(&self.tables).insert(route.table.resource_name(), route.clone());
+                route
+            }
+        };
+        self.metrics
+            .preregister(route.label(), std::slice::from_ref(&topic.to_string()));
+        lock(&self.topics).insert(topic.to_string(), route.clone());
+        tracing::info!(topic, table = %route.table.resource_name(), route = %settings.path, "topic routed");
+        Ok(route)
+    }
+
+    async fn build(
+        &self,
+        topic: &str,
+        settings: &TopicRoute<'_>,
+        table_ref: TableReference,
+    ) -> anyhow::Result<Route> {
+        let fixed_schema = match settings.schema_file {
+            Some(path) => Some(
+                AvroSchema::read_avsc(path)
+                    .map_err(|e| anyhow!("{}.avro.schema_file: {e}", settings.path))?,
+            ),
+            None => None,
+        };
+        let table = ensure_table(
+            &self.config,
+            settings,
+            topic,
+            &self.rest,
+            &table_ref,
+            fixed_schema.as_ref(),
+        )
+        .await?;
+        let plan_options = PlanOptions {
+            unknown_fields: match settings.unknown_fields {
+                config::UnknownFields::Ignore => UnknownFields::Ignore,
+                config::UnknownFields::Error => UnknownFields::Error,
+            },
+            metadata: metadata_columns(settings.metadata_columns),
+        };
+        let plans: Arc<dyn PlanSource> = match (&self.config.schema_registry, &fixed_schema) {
+            (_, Some(schema)) => Arc::new(
+                FixedPlan::new(schema, &table.schema, &plan_options).map_err(|e| {
+                    anyhow!(
+                        "the avro schema of {} does not fit table {}: {e}",
+                        settings.path,
+                        table_ref.table_id
+                    )
+                })?,
+            ),
+            (Some(sr), None) => {
+                let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
+                    .map_err(|e| anyhow!("{e}"))?;
+                let evolution = Some(SchemaEvolution {
+                    add_columns: settings.schema_update == config::SchemaUpdate::AddColumns,
+                    rest: self.rest.clone(),
+                    client: self.client.clone(),
+                    table: table_ref.clone(),
+                    derive: DeriveOptions {
+                        map_mode: map_mode(settings.map_mode),
+                        metadata: MetadataColumns::default(),
+                    },
+                    visible_timeout: Duration::from_secs(30),
+                    poll_interval: Duration::from_millis(500),
+                });
+                Arc::new(RegistryPlans::new(
+                    registry,
+                    table.schema.clone(),
+                    plan_options,
+                    self.metrics.clone(),
+                    evolution,
+                ))
+            }
+            (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
+        };
+        let cols = settings.metadata_columns;
+        let resolve = match (&cols.partition, &cols.offset) {
+            (Some(partition), Some(offset)) => Some(ResolveColumns {
+                topic: cols.topic.clone(),
+                partition: partition.clone(),
+                offset: offset.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Route {
+            index: settings.route,
+            fingerprint: TableFingerprint::of_table_path(&table_ref.resource_name()),
+            marked: table.labels.contains_key(&self.group_label),
+            writer: Arc::new(WriterRoute {
+                table: table_ref.resource_name(),
+                table_label: table_ref.table_id.clone(),
+                plans,
+            }),
+            table: table_ref,
+            resolve,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads the table, creating it (and its dataset) when the route has `create_table`: from the
+/// fixed Avro schema, or from the latest schema of the topic's subject in the registry.
+async fn ensure_table(
+    config: &Config,
+    route: &TopicRoute<'_>,
+    topic: &str,
+    rest: &RestClient,
+    table: &TableReference,
+    schema: Option<&AvroSchema>,
+) -> anyhow::Result<Table> {
+    let mut attempt = 0u32;
+    loop {
+        match rest.get_table(table).await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_not_found() => break,
+            Err(e) if e.is_retryable() && attempt < 10 => {
+                attempt += 1;
+                tracing::warn!(error = %e, attempt, table = %table.resource_name(), "cannot read the table yet, retrying");
+                tokio::time::sleep(Duration::from_secs(attempt as u64)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let Some(create) = route.create_table else {
+        bail!(
+            "table {} (topic {topic}, {}) does not exist and create_table is not set",
+            table.resource_name(),
+            route.path
+        );
+    };
+    let latest;
+    let schema = match (schema, &config.schema_registry) {
+        (Some(schema), _) => schema,
+        // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
+        // producers write now; older records still fit (the registry's compatibility rules),
+        // and later ones add columns through schema_update.
+        (None, Some(sr)) => {
+            let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
+                .map_err(|e| anyhow!("{e}"))?;
+            let subject = sr.table_subject.replace("{topic}", topic);
+            latest = registry.latest(&subject).await.with_context(|| {
+                format!(
+                    "cannot create table {} from the registry",
+                    table.resource_name()
+                )
+            })?;
+            tracing::info!(topic, subject = %subject, schema_id = latest.id, "creating the table from the subject's latest schema");
+            &latest.schema
+        }
+        (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
+    };
+    let derived = table_schema_from_avro(
+        schema,
+        &DeriveOptions {
+            map_mode: map_mode(route.map_mode),
+            metadata: metadata_columns(route.metadata_columns),
+        },
+    )
+    .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))?;
+    rest.ensure_dataset(
+        &table.project_id,
+        &table.dataset_id,
+        config.bigquery.location.as_deref(),
+    )
+    .await
+    .with_context(|| format!("dataset {}", table.dataset_id))?;
+    let resource = Table {
+        table_reference: table.clone(),
+        schema: derived,
+        time_partitioning: create.time_partitioning.as_ref().map(|p| TimePartitioning {
+            partition_type: format!("{:?}", p.kind).to_uppercase(),
+            field: p.field.clone(),
+            expiration_ms: p.expiration.map(|d| d.0.as_millis().to_string()),
+        }),
+        clustering: (!create.clustering.is_empty()).then(|| Clustering {
+            fields: create.clustering.clone(),
+        }),
+        require_partition_filter: create.require_partition_filter.then_some(true),
+        description: create.description.clone(),
+        labels: create.labels.clone(),
+        etag: None,
+    };
+    match rest.insert_table(&resource).await {
+        Ok(t) => {
+            tracing::info!(table = %table.resource_name(), topic, "table created");
+            Ok(t)
+        }
+        // Another replica created it first.
+        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn map_mode(mode: config::MapMode) -> MapMode {
+    match mode {
+        config::MapMode::Struct => MapMode::Repeated,
+        config::MapMode::Json => MapMode::Json,
+    }
+}
+
+fn metadata_columns(c: &config::MetadataColumns) -> MetadataColumns {
+    MetadataColumns {
+        topic: c.topic.clone(),
+        partition: c.partition.clone(),
+        offset: c.offset.clone(),
+        timestamp: c.timestamp.clone(),
+        key: c.key.clone(),
+        headers: c.headers.clone(),
+    }
+}
