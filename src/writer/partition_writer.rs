@@ -26,8 +26,10 @@ use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
+use crate::kafka::memory_budget::MemoryBudget;
 use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
+use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
 use super::stream_quota::StreamCreationLimiter;
@@ -153,11 +155,25 @@ pub fn spawn(
     events: mpsc::UnboundedSender<WriterEvent>,
 ) -> WriterHandle {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let topic_label = TopicLabel {
+        topic: tp.topic.clone(),
+    };
+    let table_label = TableLabel {
+        table: shared.settings.table_label.clone(),
+    };
+    // Handles taken once: a family lookup hashes and locks, too much for every record.
+    let m = &shared.metrics;
+    let counters = HotMetrics {
+        records_consumed: m.records_consumed.get_or_create(&topic_label).clone(),
+        bytes_consumed: m.bytes_consumed.get_or_create(&topic_label).clone(),
+        rows_appended: m.rows_appended.get_or_create(&table_label).clone(),
+        append_latency: m.append_latency.get_or_create(&table_label).clone(),
+    };
     let writer = PartitionWriter {
         shared,
-        topic_label: TopicLabel {
-            topic: tp.topic.clone(),
-        },
+        counters,
+        budget: None,
+        batch_hint: 0,
         tp,
         incarnation,
         events,
@@ -198,10 +214,27 @@ struct InflightMeta {
     bytes: u64,
 }
 
+/// The metric series a writer updates per record or per request.
+struct HotMetrics {
+    records_consumed: Counter,
+    bytes_consumed: Counter,
+    rows_appended: Counter,
+    append_latency: Histogram,
+}
+
+/// Records taken from the channel at once: the select (and its timers) runs per burst, not per
+/// record.
+const BURST: usize = 256;
+
 struct PartitionWriter {
     shared: Arc<WriterShared>,
+    counters: HotMetrics,
+    /// The process's memory budget, learnt from the first charged record.
+    budget: Option<Arc<MemoryBudget>>,
+    /// Bytes of the last sealed batch: the next batch's buffer is reserved at about that size,
+    /// so it is not grown (copied) by doubling.
+    batch_hint: usize,
     tp: TopicPartition,
-    topic_label: TopicLabel,
     incarnation: Incarnation,
     events: mpsc::UnboundedSender<WriterEvent>,
     session: Option<AppendSession<Record>>,
@@ -291,16 +324,26 @@ impl PartitionWriter {
         stop: &mut tokio::sync::oneshot::Receiver<Duration>,
     ) -> Result<Duration, End> {
         let linger = self.shared.settings.linger;
+        let mut burst = Vec::with_capacity(BURST);
         loop {
             let deadline = self.open.first_at.map(|t| t + linger);
             tokio::select! {
                 biased;
                 drain = &mut *stop => return Ok(drain.unwrap_or(Duration::ZERO)),
-                record = records.recv() => match record {
-                    Some(record) => self.take(record).await?,
-                    // The consumer dropped the route: wait for the stop that follows.
-                    None => return Ok((&mut *stop).await.unwrap_or(Duration::ZERO)),
-                },
+                taken = records.recv_many(&mut burst, BURST) => {
+                    if taken == 0 {
+                        // The consumer dropped the route: wait for the stop that follows.
+                        return Ok((&mut *stop).await.unwrap_or(Duration::ZERO));
+                    }
+                    for record in burst.drain(..) {
+                        self.take(record).await?;
+                    }
+                    // The process's memory budget is used up: no record comes until something
+                    // is acknowledged, so waiting for a fuller batch would only stall.
+                    if records.is_empty() && self.budget.as_ref().is_some_and(|b| b.is_gated()) {
+                        self.seal().await?;
+                    }
+                }
                 _ = sleep_until(deadline) => self.seal().await?,
                 // Idle: no records for a linger period and nothing open. Settle what is in
                 // flight so the checkpoint sees it.
@@ -325,14 +368,14 @@ impl PartitionWriter {
         }
     }
 
-    async fn take(&mut self, record: Record) -> Result<(), End> {
-        let m = &self.shared.metrics;
-        m.records_consumed.get_or_create(&self.topic_label).inc();
-        m.bytes_consumed
-            .get_or_create(&self.topic_label)
-            .inc_by(record.size() as u64);
+    async fn take(&mut self, mut record: Record) -> Result<(), End> {
+        self.counters.records_consumed.inc();
+        self.counters.bytes_consumed.inc_by(record.size() as u64);
+        if self.budget.is_none() {
+            self.budget = record.charge.account().map(|a| a.budget().clone());
+        }
         let next = NextOffset(record.offset + 1);
-        let Some(value) = record.value.clone() else {
+        let Some(value) = record.value.as_deref() else {
             return self
                 .bad(
                     record,
@@ -343,15 +386,19 @@ impl PartitionWriter {
                 )
                 .await;
         };
-        let (plan, body_at) = loop {
-            match self.shared.plans.plan_for(&value).await {
-                Ok(found) => break found,
-                Err(PlanLookupError::BadRecord(bad)) => return self.bad(record, bad).await,
+        let lookup = loop {
+            match self.shared.plans.plan_for(value).await {
+                Ok(found) => break Ok(found),
+                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
                 Err(PlanLookupError::Unavailable(why)) => {
                     tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
                     tokio::time::sleep(self.shared.settings.lookup_backoff).await;
                 }
             }
+        };
+        let (plan, body_at) = match lookup {
+            Ok(found) => found,
+            Err(bad) => return self.bad(record, bad).await,
         };
         // Plans are cached and shared: the same Arc is the same descriptor, which spares the deep
         // comparison and the descriptor's size computation on every record (the hot path).
@@ -372,26 +419,32 @@ impl PartitionWriter {
             self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
             self.plan = Some(plan.clone());
         }
-        let header_values: Vec<KafkaHeader<'_>> = record
-            .headers
-            .iter()
-            .map(|(k, v)| KafkaHeader {
-                key: k,
-                value: Some(v.as_ref()),
-            })
-            .collect();
-        let meta = KafkaMetadata {
-            topic: &self.tp.topic,
-            partition: self.tp.partition,
-            offset: record.offset,
-            timestamp_millis: record.timestamp_ms,
-            key: record.key.as_deref(),
-            headers: &header_values,
+        if self.open.buffer.capacity() == 0 {
+            self.reserve_batch();
+        }
+        let transcoded = {
+            let header_values: Vec<KafkaHeader<'_>> = record
+                .headers
+                .iter()
+                .map(|(k, v)| KafkaHeader {
+                    key: k,
+                    value: Some(v.as_ref()),
+                })
+                .collect();
+            let meta = KafkaMetadata {
+                topic: &self.tp.topic,
+                partition: self.tp.partition,
+                offset: record.offset,
+                timestamp_millis: record.timestamp_ms,
+                key: record.key.as_deref(),
+                headers: &header_values,
+            };
+            let value = record.value.as_deref().unwrap_or_default();
+            plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer)
         };
-        let range = match plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer) {
+        let range = match transcoded {
             Ok(range) => range,
             Err(error) => {
-                drop(header_values);
                 let bad = BadRecord {
                     class: record_error_class(&error),
                     reason: error.to_string(),
@@ -399,9 +452,10 @@ impl PartitionWriter {
                 return self.bad(record, bad).await;
             }
         };
-        drop(header_values);
         let len = range.len();
         let encoded = 1 + varint_len(len as u64) + len;
+        // The row lives as long as its record (until the request is acknowledged).
+        record.charge.grow(encoded);
         if !self.open.records.is_empty()
             && self.request_bound(self.open.rows_encoded + encoded)
                 > self.shared.settings.max_request_bytes
@@ -411,6 +465,7 @@ impl PartitionWriter {
             let row = self.open.buffer[range.clone()].to_vec();
             self.open.buffer.truncate(range.start);
             self.seal().await?;
+            self.reserve_batch();
             self.open.buffer.extend_from_slice(&row);
             self.push_row(0..row.len(), encoded, record, next);
         } else {
@@ -420,6 +475,13 @@ impl PartitionWriter {
             self.seal().await?;
         }
         Ok(())
+    }
+
+    /// Reserves the open batch's buffer at about the size of the last batch.
+    fn reserve_batch(&mut self) {
+        let hint = self.batch_hint + self.batch_hint / 8;
+        let cap = self.shared.settings.max_request_bytes + (64 << 10);
+        self.open.buffer.reserve(hint.clamp(16 << 10, cap));
     }
 
     fn push_row(
@@ -514,6 +576,7 @@ impl PartitionWriter {
             self.open_stream().await?;
         }
         let open = std::mem::take(&mut self.open);
+        self.batch_hint = open.buffer.len();
         let buffer = Bytes::from(open.buffer);
         let mut batch = Batch {
             rows: Vec::with_capacity(open.ranges.len()),
@@ -652,14 +715,8 @@ impl PartitionWriter {
                 self.acked_rows = first_offset + rows;
                 self.acked_next = meta.kafka_next;
                 self.acked_bytes += meta.bytes;
-                let label = TableLabel {
-                    table: self.shared.settings.table_label.clone(),
-                };
-                let m = &self.shared.metrics;
-                m.rows_appended.get_or_create(&label).inc_by(rows as u64);
-                m.append_latency
-                    .get_or_create(&label)
-                    .observe(latency.as_secs_f64());
+                self.counters.rows_appended.inc_by(rows as u64);
+                self.counters.append_latency.observe(latency.as_secs_f64());
                 if let Some(schema) = &updated_schema {
                     self.shared.plans.table_schema_updated(schema);
                 }
