@@ -38,7 +38,9 @@ pub mod defaults {
     pub const WRITER_MAX_INFLIGHT_REQUESTS: u32 = 4;
     pub const WRITER_MAX_INFLIGHT_BYTES: ByteSize = ByteSize(32 * 1024 * 1024);
     pub const WRITER_MAX_UNCOMMITTED_BYTES: ByteSize = ByteSize(256 * 1024 * 1024);
-    pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(1024 * 1024 * 1024);
+    /// Enough for the sink's pace on 2 cores at 64 partitions, small enough that the process
+    /// stays under 256 MiB with librdkafka's default prefetch (BENCHMARKS.md).
+    pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(64 * 1024 * 1024);
     pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
     pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
@@ -695,8 +697,14 @@ pub struct WriterConfig {
     /// Appended but not yet committed bytes per partition (default 256MiB); at the cap the
     /// partition pauses until a checkpoint commits.
     pub max_uncommitted_bytes: ByteSize,
-    /// Bound on the records buffered by the whole process (default 1GiB); polling pauses above
-    /// it.
+    /// Bound on what the whole process holds of the records it has read from Kafka and BigQuery
+    /// has not acknowledged yet — key, value and headers in consumer stashes, writer channels,
+    /// open batches and requests in flight, plus the encoded row of each (default 64MiB; at
+    /// least `max_inflight_bytes`). At the limit the consumer takes no more messages (it keeps
+    /// serving the group) until acknowledgements free an eighth of it; one partition may hold at
+    /// most a quarter of it (all of it when it is the only partition). A record larger than what
+    /// is left still passes. librdkafka's prefetch (`queued.max.messages.kbytes`) comes on top;
+    /// see the sizing rule in docs/operations.md.
     pub memory_limit: ByteSize,
     /// A BigQuery answer (append, flush, create, finalize) later than this counts as lost: the
     /// connection is reopened and the request retried (default 60s).

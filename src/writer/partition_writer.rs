@@ -55,6 +55,12 @@ pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
 
+    /// The plan of every payload, when there is only one and the body is the whole payload (a
+    /// fixed `.avsc`): the writer then skips [`plan_for`](Self::plan_for) per record.
+    fn fixed_plan(&self) -> Option<&Arc<Plan>> {
+        None
+    }
+
     /// An AppendRows response carried `updated_schema`: the table changed under the connection.
     fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }
@@ -386,39 +392,51 @@ impl PartitionWriter {
                 )
                 .await;
         };
-        let lookup = loop {
-            match self.shared.plans.plan_for(value).await {
-                Ok(found) => break Ok(found),
-                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
-                Err(PlanLookupError::Unavailable(why)) => {
-                    tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-                    tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+        // A source with one plan for every payload (raw Avro) needs no lookup once the writer
+        // holds that plan: no boxed future and no shared reference count per record.
+        let fixed = self
+            .shared
+            .plans
+            .fixed_plan()
+            .is_some_and(|f| self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, f)));
+        let body_at = if fixed {
+            0
+        } else {
+            let lookup = loop {
+                match self.shared.plans.plan_for(value).await {
+                    Ok(found) => break Ok(found),
+                    Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
+                    Err(PlanLookupError::Unavailable(why)) => {
+                        tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+                        tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+                    }
                 }
-            }
-        };
-        let (plan, body_at) = match lookup {
-            Ok(found) => found,
-            Err(bad) => return self.bad(record, bad).await,
-        };
-        // Plans are cached and shared: the same Arc is the same descriptor, which spares the deep
-        // comparison and the descriptor's size computation on every record (the hot path).
-        if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
-            if self
-                .plan
-                .as_ref()
-                .is_some_and(|p| p.descriptor() != plan.descriptor())
-            {
-                // A new writer schema: the rows of a request share one descriptor, and an
-                // explicit stream changes schema by reconnecting (same stream, same offsets).
-                self.seal().await?;
-                self.settle_all().await?;
-                if let Some(session) = &mut self.session {
-                    session.change_writer_schema(plan.descriptor().clone());
+            };
+            let (plan, body_at) = match lookup {
+                Ok(found) => found,
+                Err(bad) => return self.bad(record, bad).await,
+            };
+            // Plans are cached and shared: the same Arc is the same descriptor, which spares the
+            // deep comparison and the descriptor's size computation on every record.
+            if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
+                if self
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.descriptor() != plan.descriptor())
+                {
+                    // A new writer schema: the rows of a request share one descriptor, and an
+                    // explicit stream changes schema by reconnecting (same stream, same offsets).
+                    self.seal().await?;
+                    self.settle_all().await?;
+                    if let Some(session) = &mut self.session {
+                        session.change_writer_schema(plan.descriptor().clone());
+                    }
                 }
+                self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
+                self.plan = Some(plan.clone());
             }
-            self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
-            self.plan = Some(plan.clone());
-        }
+            body_at
+        };
         if self.open.buffer.capacity() == 0 {
             self.reserve_batch();
         }
@@ -440,6 +458,7 @@ impl PartitionWriter {
                 headers: &header_values,
             };
             let value = record.value.as_deref().unwrap_or_default();
+            let plan = self.plan.as_ref().expect("a plan was just chosen");
             plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer)
         };
         let range = match transcoded {
