@@ -69,6 +69,14 @@ impl Record {
     pub fn size(&self) -> usize {
         self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
     }
+
+    /// What the record is charged for its encoded row before the row exists (the row is about
+    /// as large as the Avro value); the writer replaces it with the row's real size. Charging
+    /// it up front keeps records read before the gate closed from growing the total past the
+    /// limit when they are transcoded.
+    pub fn row_estimate(&self) -> usize {
+        self.value.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 /// What the consumer thread tells the coordinator.
@@ -785,7 +793,13 @@ impl Shared {
             (Some(budget), Some(account)) => budget.over_cap(account, self.routes.len()),
             _ => false,
         };
-        let stash = match self.stashes.get_mut(tp) {
+        // Most of the time no partition has a stash: skip the lookup then.
+        let stashed = if self.stashes.is_empty() {
+            None
+        } else {
+            self.stashes.get_mut(tp)
+        };
+        let stash = match stashed {
             Some(stash) if !stash.is_empty() => {
                 stash.push_back(record);
                 stash
@@ -968,23 +982,24 @@ fn record_of(message: &BorrowedMessage<'_>, account: Option<&Arc<PartitionBudget
                 .collect()
         })
         .unwrap_or_default();
-    // Headers count as their bytes plus a small fixed cost each; the record itself as its key
-    // and value plus the struct.
-    let size = key.as_ref().map_or(0, Bytes::len)
-        + value.as_ref().map_or(0, Bytes::len)
-        + headers
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 64)
-            .sum::<usize>()
-        + std::mem::size_of::<Record>();
-    Record {
+    let mut record = Record {
         offset: message.offset(),
         timestamp_ms: message.timestamp().to_millis(),
         key,
         value,
         headers,
-        charge: account.map_or_else(Charge::default, |a| a.charge(size)),
+        charge: Charge::default(),
+    };
+    if let Some(account) = account {
+        // Headers count as their bytes plus a small fixed cost each, the record as its key and
+        // value plus the struct, and its future row as estimated.
+        let headers: usize = (record.headers.iter())
+            .map(|(k, v)| k.len() + v.len() + 64)
+            .sum();
+        let size = record.size() + record.row_estimate() + headers + std::mem::size_of::<Record>();
+        record.charge = account.charge(size);
     }
+    record
 }
 
 fn seek(

@@ -3,7 +3,8 @@
 //! request in flight — together with the encoded row built from it.
 //!
 //! Accounting is by ownership: every [`Record`](super::consumer::Record) carries a [`Charge`]
-//! that is taken when the consumer thread reads it and given back when the record is dropped,
+//! that is taken when the consumer thread reads it (its bytes plus an estimate of its row, which
+//! the writer replaces with the row's size) and given back when the record is dropped,
 //! wherever that happens (acknowledged, dead-lettered, a stash cleared by a seek, a writer that
 //! stopped). No path can forget to release, so the budget cannot leak into a stall.
 //!
@@ -136,15 +137,24 @@ pub struct Charge {
 }
 
 impl Charge {
-    /// Charges `bytes` more (the encoded row built from the record).
+    /// Charges `bytes` more.
     pub fn grow(&mut self, bytes: usize) {
+        self.adjust(bytes as i64);
+    }
+
+    /// Charges `delta` more, or gives `-delta` back (never below zero): the encoded row replaces
+    /// the estimate the record was charged with when it was read.
+    pub fn adjust(&mut self, delta: i64) {
         let Some(account) = &self.account else {
             return;
         };
-        let bytes = bytes as i64;
-        self.bytes += bytes;
-        account.used.fetch_add(bytes, Ordering::Relaxed);
-        account.budget.used.inc_by(bytes);
+        let delta = delta.max(-self.bytes);
+        if delta == 0 {
+            return;
+        }
+        self.bytes += delta;
+        account.used.fetch_add(delta, Ordering::Relaxed);
+        account.budget.used.inc_by(delta);
     }
 
     pub fn bytes(&self) -> u64 {
@@ -178,8 +188,12 @@ mod tests {
         let p = budget.partition();
         let mut a = p.charge(100);
         a.grow(50);
-        let b = p.charge(30);
+        let mut b = p.charge(30);
         assert_eq!((budget.used(), p.used()), (180, 180));
+        b.adjust(-10);
+        assert_eq!((budget.used(), b.bytes()), (170, 20));
+        b.adjust(20);
+        b.adjust(-10);
         drop(a);
         assert_eq!((budget.used(), p.used()), (30, 30));
         drop(b);

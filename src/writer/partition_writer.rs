@@ -473,8 +473,10 @@ impl PartitionWriter {
         };
         let len = range.len();
         let encoded = 1 + varint_len(len as u64) + len;
-        // The row lives as long as its record (until the request is acknowledged).
-        record.charge.grow(encoded);
+        // The row lives as long as its record (until the request is acknowledged): its size
+        // replaces the estimate the record was charged with.
+        let estimate = record.row_estimate();
+        record.charge.adjust(encoded as i64 - estimate as i64);
         if !self.open.records.is_empty()
             && self.request_bound(self.open.rows_encoded + encoded)
                 > self.shared.settings.max_request_bytes
