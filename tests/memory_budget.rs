@@ -31,7 +31,7 @@ async fn a_small_memory_limit_bounds_the_records_held_and_every_record_lands_exa
     while started.elapsed() < Duration::from_secs(120) {
         highest = highest.max(daemon.metric("kbq_memory_budget_used_bytes"));
         polls += 1;
-        if polls % 25 == 0 && f.visible_count() >= expected.len() {
+        if polls.is_multiple_of(25) && f.visible_count() >= expected.len() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
