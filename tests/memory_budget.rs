@@ -37,6 +37,7 @@ async fn a_small_memory_limit_bounds_the_records_held_and_every_record_lands_exa
         std::thread::sleep(Duration::from_millis(20));
     }
     f.wait_exactly_once(Duration::from_secs(60));
+    eprintln!("highest budget use seen: {highest} bytes of {LIMIT}");
     assert!(highest > 0.0, "the budget never counted a record");
     // The gate opens under the limit and lets one record through per poll; the writers' rows
     // then replace estimates of about their size (these small rows carry metadata columns that
