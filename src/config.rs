@@ -23,6 +23,12 @@ pub mod defaults {
     use std::time::Duration;
 
     pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
+    /// librdkafka properties the sink sets unless `kafka.properties` does.
+    pub const CONSUMER_PROPERTIES: &[(&str, &str)] = &[
+        ("queued.max.messages.kbytes", "32768"),
+        ("fetch.max.bytes", "16777216"),
+        ("fetch.queue.backoff.ms", "20"),
+    ];
     pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
     pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
     /// F22: a 404 from the registry can be transient (failover, restore).
@@ -407,6 +413,19 @@ impl KafkaConfig {
             props
                 .entry("partition.assignment.strategy".into())
                 .or_insert_with(|| defaults::PARTITION_ASSIGNMENT_STRATEGY.into());
+        }
+        // The sink stops taking messages while writer.memory_limit is used up, so librdkafka's
+        // queue runs full: keep it and the fetch responses (which stay allocated until their
+        // last message is consumed) small, and let the fetcher resume soon after the queue
+        // drains (librdkafka waits a whole second by default).
+        for (key, value) in defaults::CONSUMER_PROPERTIES {
+            // librdkafka refuses a fetch.max.bytes below message.max.bytes.
+            if *key == "fetch.max.bytes" && props.contains_key("message.max.bytes") {
+                continue;
+            }
+            props
+                .entry((*key).into())
+                .or_insert_with(|| (*value).into());
         }
         for (key, value, _) in FORCED_CONSUMER_PROPERTIES {
             props.insert((*key).into(), (*value).into());

@@ -905,6 +905,9 @@ fn run(consumer: BaseConsumer<SinkContext>) {
             }
             shared.drain_stashes(&consumer);
             shared.uncap(&consumer, settings);
+            if let Some(budget) = &settings.memory {
+                budget.set_partitions(shared.routes.len());
+            }
             if shared.shutdown {
                 break;
             }

@@ -26,9 +26,13 @@
 //!   records, to close the gate on the others, and even then only until one of them moves.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
 use prometheus_client::metrics::gauge::Gauge;
+
+/// The smallest request [`MemoryBudget::request_cap`] asks for (`writer.max_request_bytes`'s
+/// lower bound).
+pub const MIN_REQUEST_BYTES: usize = 64 << 10;
 
 /// The process-wide budget. The gauge is the counter itself (`kbq_memory_budget_used_bytes`), so
 /// the metric costs nothing extra.
@@ -38,6 +42,8 @@ pub struct MemoryBudget {
     used: Gauge,
     /// The gate is closed; written by the consumer thread only, read by the writers.
     gated: AtomicBool,
+    /// Partitions being written now (set by the consumer thread).
+    partitions: AtomicUsize,
 }
 
 impl MemoryBudget {
@@ -46,6 +52,7 @@ impl MemoryBudget {
             limit: i64::try_from(limit).unwrap_or(i64::MAX).max(1),
             used,
             gated: AtomicBool::new(false),
+            partitions: AtomicUsize::new(1),
         })
     }
 
@@ -84,6 +91,20 @@ impl MemoryBudget {
     /// since no more records come until something is acknowledged.
     pub fn is_gated(&self) -> bool {
         self.gated.load(Ordering::Relaxed)
+    }
+
+    /// Tells the writers how many partitions share the budget.
+    pub fn set_partitions(&self, partitions: usize) {
+        self.partitions.store(partitions.max(1), Ordering::Relaxed);
+    }
+
+    /// Largest request a writer should build: a quarter of its even share of the limit (at
+    /// least [`MIN_REQUEST_BYTES`]). The gRPC layer keeps an encode buffer per stream of up to
+    /// twice the largest request it carried, outside the budget; this keeps those buffers at
+    /// about half the limit in all, whatever the partition count.
+    pub fn request_cap(&self) -> usize {
+        let share = self.limit as usize / self.partitions.load(Ordering::Relaxed).max(1);
+        (share / 4).max(MIN_REQUEST_BYTES)
     }
 
     /// Whether `partition` holds its whole cap while `partitions` partitions are written.
@@ -231,6 +252,16 @@ mod tests {
         drop(a);
         assert!(budget.back_under_cap(&p, 8));
         drop(b);
+    }
+
+    #[test]
+    fn requests_shrink_as_partitions_share_the_budget() {
+        let budget = MemoryBudget::new(64 << 20, Gauge::default());
+        assert_eq!(budget.request_cap(), 16 << 20);
+        budget.set_partitions(64);
+        assert_eq!(budget.request_cap(), 256 << 10);
+        budget.set_partitions(10_000);
+        assert_eq!(budget.request_cap(), MIN_REQUEST_BYTES);
     }
 
     #[test]

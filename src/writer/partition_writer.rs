@@ -26,7 +26,7 @@ use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
-use crate::kafka::memory_budget::MemoryBudget;
+use crate::kafka::memory_budget::{Charge, PartitionBudget};
 use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
@@ -178,7 +178,7 @@ pub fn spawn(
     let writer = PartitionWriter {
         shared,
         counters,
-        budget: None,
+        account: None,
         batch_hint: 0,
         tp,
         incarnation,
@@ -218,6 +218,9 @@ struct InflightMeta {
     /// Every record below this is handled once the request is acknowledged.
     kafka_next: NextOffset,
     bytes: u64,
+    /// The gRPC layer's encoded copy of the request, in the memory budget until the answer
+    /// (the copy itself is gone once written to the connection, which the writer cannot see).
+    _copy: Charge,
 }
 
 /// The metric series a writer updates per record or per request.
@@ -235,8 +238,9 @@ const BURST: usize = 256;
 struct PartitionWriter {
     shared: Arc<WriterShared>,
     counters: HotMetrics,
-    /// The process's memory budget, learnt from the first charged record.
-    budget: Option<Arc<MemoryBudget>>,
+    /// This partition's account in the process's memory budget, learnt from the first charged
+    /// record.
+    account: Option<Arc<PartitionBudget>>,
     /// Bytes of the last sealed batch: the next batch's buffer is reserved at about that size,
     /// so it is not grown (copied) by doubling.
     batch_hint: usize,
@@ -346,7 +350,8 @@ impl PartitionWriter {
                     }
                     // The process's memory budget is used up: no record comes until something
                     // is acknowledged, so waiting for a fuller batch would only stall.
-                    if records.is_empty() && self.budget.as_ref().is_some_and(|b| b.is_gated()) {
+                    let gated = self.account.as_ref().is_some_and(|a| a.budget().is_gated());
+                    if records.is_empty() && gated {
                         self.seal().await?;
                     }
                 }
@@ -377,8 +382,8 @@ impl PartitionWriter {
     async fn take(&mut self, mut record: Record) -> Result<(), End> {
         self.counters.records_consumed.inc();
         self.counters.bytes_consumed.inc_by(record.size() as u64);
-        if self.budget.is_none() {
-            self.budget = record.charge.account().map(|a| a.budget().clone());
+        if self.account.is_none() {
+            self.account = record.charge.account().cloned();
         }
         let next = NextOffset(record.offset + 1);
         let Some(value) = record.value.as_deref() else {
@@ -477,9 +482,14 @@ impl PartitionWriter {
         // replaces the estimate the record was charged with.
         let estimate = record.row_estimate();
         record.charge.adjust(encoded as i64 - estimate as i64);
+        // With many partitions the memory budget asks for smaller requests than configured.
+        let max_request = match &self.account {
+            Some(a) => a.budget().request_cap(),
+            None => usize::MAX,
+        }
+        .min(self.shared.settings.max_request_bytes);
         if !self.open.records.is_empty()
-            && self.request_bound(self.open.rows_encoded + encoded)
-                > self.shared.settings.max_request_bytes
+            && self.request_bound(self.open.rows_encoded + encoded) > max_request
         {
             // This row would overflow the request: send what is open first, then start a new
             // batch with this row (moving its bytes to the front of the fresh buffer).
@@ -501,7 +511,12 @@ impl PartitionWriter {
     /// Reserves the open batch's buffer at about the size of the last batch.
     fn reserve_batch(&mut self) {
         let hint = self.batch_hint + self.batch_hint / 8;
-        let cap = self.shared.settings.max_request_bytes + (64 << 10);
+        let cap = match &self.account {
+            Some(a) => a.budget().request_cap(),
+            None => usize::MAX,
+        }
+        .min(self.shared.settings.max_request_bytes)
+            + (64 << 10);
         self.open.buffer.reserve(hint.clamp(16 << 10, cap));
     }
 
@@ -596,8 +611,12 @@ impl PartitionWriter {
         if self.session.is_none() {
             self.open_stream().await?;
         }
-        let open = std::mem::take(&mut self.open);
+        let mut open = std::mem::take(&mut self.open);
         self.batch_hint = open.buffer.len();
+        // The rows keep the whole allocation alive until they are acknowledged, and the budget
+        // counts only the rows: give back what the reservation did not use (the allocator
+        // shrinks in place).
+        open.buffer.shrink_to_fit();
         let buffer = Bytes::from(open.buffer);
         let mut batch = Batch {
             rows: Vec::with_capacity(open.ranges.len()),
@@ -617,6 +636,10 @@ impl PartitionWriter {
         self.meta.push_back(InflightMeta {
             kafka_next: self.pending_next,
             bytes,
+            _copy: self
+                .account
+                .as_ref()
+                .map_or_else(Charge::default, |a| a.charge(open.rows_encoded)),
         });
         self.shared.metrics.inflight_requests.inc();
         self.shared.metrics.inflight_bytes.inc_by(bytes as i64);
