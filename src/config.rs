@@ -719,11 +719,12 @@ pub struct WriterConfig {
     /// Bound on what the whole process holds of the records it has read from Kafka and BigQuery
     /// has not acknowledged yet — key, value and headers in consumer stashes, writer channels,
     /// open batches and requests in flight, plus the encoded row of each (default 64MiB; at
-    /// least `max_inflight_bytes`). At the limit the consumer takes no more messages (it keeps
-    /// serving the group) until acknowledgements free an eighth of it; one partition may hold at
-    /// most a quarter of it (all of it when it is the only partition). A record larger than what
-    /// is left still passes. librdkafka's prefetch (`queued.max.messages.kbytes`) comes on top;
-    /// see the sizing rule in docs/operations.md.
+    /// least `max_inflight_bytes`). The copy of each request in flight counts too. At the limit
+    /// the consumer takes no more messages (it keeps serving the group) until acknowledgements
+    /// free an eighth of it; one partition may hold at most a quarter of it (all of it when it
+    /// is the only partition); requests are capped at a quarter of a partition's even share. A
+    /// record larger than what is left still passes. librdkafka's prefetch
+    /// (`queued.max.messages.kbytes`) comes on top; see the sizing rule in docs/operations.md.
     pub memory_limit: ByteSize,
     /// A BigQuery answer (append, flush, create, finalize) later than this counts as lost: the
     /// connection is reopened and the request retried (default 60s).
