@@ -70,10 +70,11 @@ impl Record {
         self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
     }
 
-    /// What the record is charged for its encoded row before the row exists (the row is about
-    /// as large as the Avro value); the writer replaces it with the row's real size. Charging
-    /// it up front keeps records read before the gate closed from growing the total past the
-    /// limit when they are transcoded.
+    /// The size of its encoded row before the row exists (about the Avro value's). A record is
+    /// charged twice this when it is read — the row and the gRPC copy of the request that
+    /// carries it — and the writer replaces the estimate with the row's real size. Charging it
+    /// up front keeps records read before the gate closed from growing the total past the
+    /// limit when they are transcoded and sent.
     pub fn row_estimate(&self) -> usize {
         self.value.as_ref().map_or(0, Bytes::len)
     }
@@ -995,11 +996,12 @@ fn record_of(message: &BorrowedMessage<'_>, account: Option<&Arc<PartitionBudget
     };
     if let Some(account) = account {
         // Headers count as their bytes plus a small fixed cost each, the record as its key and
-        // value plus the struct, and its future row as estimated.
+        // value plus the struct, and its future row and request copy as estimated.
         let headers: usize = (record.headers.iter())
             .map(|(k, v)| k.len() + v.len() + 64)
             .sum();
-        let size = record.size() + record.row_estimate() + headers + std::mem::size_of::<Record>();
+        let size =
+            record.size() + 2 * record.row_estimate() + headers + std::mem::size_of::<Record>();
         record.charge = account.charge(size);
     }
     record

@@ -1,10 +1,12 @@
 //! `writer.memory_limit`: one byte budget for every record the process has read from Kafka and
 //! BigQuery has not acknowledged yet — in a consumer stash, a writer channel, an open batch, a
-//! request in flight — together with the encoded row built from it.
+//! request in flight — together with the encoded row built from it and the gRPC layer's copy of
+//! that row.
 //!
 //! Accounting is by ownership: every [`Record`](super::consumer::Record) carries a [`Charge`]
-//! that is taken when the consumer thread reads it (its bytes plus an estimate of its row, which
-//! the writer replaces with the row's size) and given back when the record is dropped,
+//! that is taken when the consumer thread reads it (its bytes plus an estimate of its row and of
+//! the gRPC copy of the request that carries the row, which the writer replaces with the row's
+//! size) and given back when the record is dropped,
 //! wherever that happens (acknowledged, dead-lettered, a stash cleared by a seek, a writer that
 //! stopped). No path can forget to release, so the budget cannot leak into a stall.
 //!

@@ -26,7 +26,7 @@ use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
-use crate::kafka::memory_budget::{Charge, PartitionBudget};
+use crate::kafka::memory_budget::PartitionBudget;
 use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
@@ -218,9 +218,6 @@ struct InflightMeta {
     /// Every record below this is handled once the request is acknowledged.
     kafka_next: NextOffset,
     bytes: u64,
-    /// The gRPC layer's encoded copy of the request, in the memory budget until the answer
-    /// (the copy itself is gone once written to the connection, which the writer cannot see).
-    _copy: Charge,
 }
 
 /// The metric series a writer updates per record or per request.
@@ -478,10 +475,11 @@ impl PartitionWriter {
         };
         let len = range.len();
         let encoded = 1 + varint_len(len as u64) + len;
-        // The row lives as long as its record (until the request is acknowledged): its size
-        // replaces the estimate the record was charged with.
+        // The row, and the gRPC layer's encoded copy of it, live as long as its record (until the
+        // request is acknowledged; the copy may go sooner, which the writer cannot see): their
+        // size replaces the estimate the record was charged with.
         let estimate = record.row_estimate();
-        record.charge.adjust(encoded as i64 - estimate as i64);
+        record.charge.adjust(2 * (encoded as i64 - estimate as i64));
         // With many partitions the memory budget asks for smaller requests than configured.
         let max_request = match &self.account {
             Some(a) => a.budget().request_cap(),
@@ -636,10 +634,6 @@ impl PartitionWriter {
         self.meta.push_back(InflightMeta {
             kafka_next: self.pending_next,
             bytes,
-            _copy: self
-                .account
-                .as_ref()
-                .map_or_else(Charge::default, |a| a.charge(open.rows_encoded)),
         });
         self.shared.metrics.inflight_requests.inc();
         self.shared.metrics.inflight_bytes.inc_by(bytes as i64);
