@@ -25,7 +25,7 @@ pub mod defaults {
     pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
     /// librdkafka properties the sink sets unless `kafka.properties` does.
     pub const CONSUMER_PROPERTIES: &[(&str, &str)] = &[
-        ("queued.max.messages.kbytes", "32768"),
+        ("queued.max.messages.kbytes", "16384"),
         ("fetch.max.bytes", "16777216"),
         ("fetch.queue.backoff.ms", "20"),
     ];
