@@ -23,6 +23,12 @@ pub mod defaults {
     use std::time::Duration;
 
     pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
+    /// librdkafka properties the sink sets unless `kafka.properties` does.
+    pub const CONSUMER_PROPERTIES: &[(&str, &str)] = &[
+        ("queued.max.messages.kbytes", "16384"),
+        ("fetch.max.bytes", "16777216"),
+        ("fetch.queue.backoff.ms", "20"),
+    ];
     pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
     pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
     /// F22: a 404 from the registry can be transient (failover, restore).
@@ -40,7 +46,9 @@ pub mod defaults {
     pub const WRITER_MAX_INFLIGHT_REQUESTS: u32 = 4;
     pub const WRITER_MAX_INFLIGHT_BYTES: ByteSize = ByteSize(32 * 1024 * 1024);
     pub const WRITER_MAX_UNCOMMITTED_BYTES: ByteSize = ByteSize(256 * 1024 * 1024);
-    pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(1024 * 1024 * 1024);
+    /// Enough for the sink's pace on 2 cores at 64 partitions, small enough that the process
+    /// stays under 256 MiB with librdkafka's default prefetch (BENCHMARKS.md).
+    pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(64 * 1024 * 1024);
     pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
     pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
@@ -414,6 +422,19 @@ impl KafkaConfig {
             props
                 .entry("partition.assignment.strategy".into())
                 .or_insert_with(|| defaults::PARTITION_ASSIGNMENT_STRATEGY.into());
+        }
+        // The sink stops taking messages while writer.memory_limit is used up, so librdkafka's
+        // queue runs full: keep it and the fetch responses (which stay allocated until their
+        // last message is consumed) small, and let the fetcher resume soon after the queue
+        // drains (librdkafka waits a whole second by default).
+        for (key, value) in defaults::CONSUMER_PROPERTIES {
+            // librdkafka refuses a fetch.max.bytes below message.max.bytes.
+            if *key == "fetch.max.bytes" && props.contains_key("message.max.bytes") {
+                continue;
+            }
+            props
+                .entry((*key).into())
+                .or_insert_with(|| (*value).into());
         }
         for (key, value, _) in FORCED_CONSUMER_PROPERTIES {
             props.insert((*key).into(), (*value).into());
@@ -848,8 +869,15 @@ pub struct WriterConfig {
     /// Appended but not yet committed bytes per partition (default 256MiB); at the cap the
     /// partition pauses until a checkpoint commits.
     pub max_uncommitted_bytes: ByteSize,
-    /// Bound on the records buffered by the whole process (default 1GiB); polling pauses above
-    /// it.
+    /// Bound on what the whole process holds of the records it has read from Kafka and BigQuery
+    /// has not acknowledged yet — key, value and headers in consumer stashes, writer channels,
+    /// open batches and requests in flight, plus the encoded row of each (default 64MiB; at
+    /// least `max_inflight_bytes`). The copy of each request in flight counts too. At the limit
+    /// the consumer takes no more messages (it keeps serving the group) until acknowledgements
+    /// free an eighth of it; one partition may hold at most a quarter of it (all of it when it
+    /// is the only partition); requests are capped at a quarter of a partition's even share. A
+    /// record larger than what is left still passes. librdkafka's prefetch
+    /// (`queued.max.messages.kbytes`) comes on top; see the sizing rule in docs/operations.md.
     pub memory_limit: ByteSize,
     /// A BigQuery answer (append, flush, create, finalize) later than this counts as lost: the
     /// connection is reopened and the request retried (default 60s).

@@ -23,6 +23,7 @@ use crate::checkpoint::protocol::{
 use crate::config::{self, Config, Credentials, Delivery, OnBadRecord};
 use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
+use crate::kafka::memory_budget::MemoryBudget;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
 use crate::registry::{BasicAuth, RegistryConfig};
@@ -124,6 +125,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         request_timeout: Duration::from_secs(10),
         max_stash_records: 10_000,
         metrics: Some(metrics.clone()),
+        memory: Some(MemoryBudget::new(
+            config.writer.memory_limit.0,
+            metrics.memory_budget_used.clone(),
+        )),
     })?;
     let settings = CoordinatorSettings {
         router,

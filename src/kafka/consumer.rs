@@ -18,6 +18,11 @@
 //! polled are kept in a per-partition stash (librdkafka resumes a paused partition from the
 //! application's position, so dropping them would lose them) and handed over as room appears.
 //! The thread keeps polling all the while, so group membership never lapses.
+//!
+//! Memory: every record carries a charge of `writer.memory_limit` ([`MemoryBudget`]) from the
+//! moment it is read until it is dropped (acknowledged, dead-lettered, or discarded). While the
+//! budget is used up the thread takes no messages from librdkafka, and a partition above its
+//! share cap is paused; see [`super::memory_budget`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::CStr;
@@ -30,7 +35,7 @@ use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
@@ -41,8 +46,14 @@ use crate::checkpoint::protocol::{
 };
 use crate::ops::metrics::{Metrics, PartitionLabels};
 
+use super::memory_budget::{Charge, MemoryBudget, PartitionBudget};
+
+/// Longest time the consumer thread goes without polling while the memory budget is used up:
+/// rebalance callbacks and errors only arrive through the poll.
+pub const MAX_GATE: Duration = Duration::from_millis(100);
+
 /// One Kafka record, owned, as a writer needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Record {
     pub offset: i64,
     /// Milliseconds since the epoch, if the record has a timestamp.
@@ -50,11 +61,22 @@ pub struct Record {
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub headers: Vec<(String, Bytes)>,
+    /// Its bytes in the process's memory budget, given back when the record is dropped.
+    pub charge: Charge,
 }
 
 impl Record {
     pub fn size(&self) -> usize {
         self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// The size of its encoded row before the row exists (about the Avro value's). A record is
+    /// charged twice this when it is read — the row and the gRPC copy of the request that
+    /// carries it — and the writer replaces the estimate with the row's real size. Charging it
+    /// up front keeps records read before the gate closed from growing the total past the
+    /// limit when they are transcoded and sent.
+    pub fn row_estimate(&self) -> usize {
+        self.value.as_ref().map_or(0, Bytes::len)
     }
 }
 
@@ -160,6 +182,8 @@ pub struct ConsumerSettings {
     pub max_stash_records: usize,
     /// Where librdkafka's statistics go: consumer lag per partition and group membership.
     pub metrics: Option<Arc<Metrics>>,
+    /// `writer.memory_limit`; `None` leaves the records uncharged (tests, tools).
+    pub memory: Option<Arc<MemoryBudget>>,
 }
 
 /// How often librdkafka reports statistics (the lag gauges' refresh) unless configured.
@@ -214,6 +238,8 @@ pub fn spawn(
             routes: HashMap::new(),
             stashes: HashMap::new(),
             paused: BTreeSet::new(),
+            ordered_paused: BTreeSet::new(),
+            capped: BTreeSet::new(),
             initial_partitions: HashMap::new(),
             committed: HashMap::new(),
             shutdown: false,
@@ -253,14 +279,26 @@ pub fn spawn(
 struct Shared {
     commands: std_mpsc::Receiver<ConsumerCommand>,
     events: mpsc::UnboundedSender<ConsumerEvent>,
-    routes: HashMap<TopicPartition, mpsc::Sender<Record>>,
+    routes: HashMap<TopicPartition, Route>,
     stashes: HashMap<TopicPartition, VecDeque<Record>>,
+    /// Partitions paused in librdkafka now, for whatever reason.
     paused: BTreeSet<TopicPartition>,
+    /// Paused by the coordinator (`Pause`, e.g. the uncommitted-bytes cap) until it resumes them.
+    ordered_paused: BTreeSet<TopicPartition>,
+    /// Paused because they hold their share cap of the memory budget.
+    capped: BTreeSet<TopicPartition>,
     initial_partitions: HashMap<String, i32>,
     /// The committed offset of each assigned partition, as read at assignment and written by
     /// our commits: the lag gauges subtract it from the high watermark.
     committed: HashMap<TopicPartition, i64>,
     shutdown: bool,
+}
+
+/// Where a started partition's records go.
+struct Route {
+    sink: mpsc::Sender<Record>,
+    /// Its account in the memory budget (a new one per `Start`).
+    account: Option<Arc<PartitionBudget>>,
 }
 
 struct SinkContext {
@@ -453,6 +491,8 @@ impl Shared {
             // The writer gets its stop from the coordinator; from here on nothing more is routed.
             self.routes.remove(tp);
             self.stashes.remove(tp);
+            self.ordered_paused.remove(tp);
+            self.capped.remove(tp);
             self.committed.remove(tp);
             if let Some(metrics) = &settings.metrics {
                 metrics.consumer_lag.remove(&lag_labels(tp));
@@ -543,24 +583,31 @@ impl Shared {
                     Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
                 }
                 self.stashes.remove(&tp);
-                self.routes.insert(tp.clone(), sink);
-                self.resume(consumer, &tp);
+                self.ordered_paused.remove(&tp);
+                self.capped.remove(&tp);
+                let account = settings.memory.as_ref().map(MemoryBudget::partition);
+                self.routes.insert(tp.clone(), Route { sink, account });
+                self.settle(consumer, &tp);
             }
             ConsumerCommand::Seek { tp, to } => {
                 self.stashes.remove(&tp);
+                self.ordered_paused.remove(&tp);
                 seek(consumer, &tp, to, settings.request_timeout);
-                self.resume(consumer, &tp);
+                self.settle(consumer, &tp);
             }
             ConsumerCommand::Stop { tp } => {
                 self.routes.remove(&tp);
                 self.stashes.remove(&tp);
+                self.capped.remove(&tp);
                 self.pause(consumer, &tp);
             }
-            ConsumerCommand::Pause { tp } => self.pause(consumer, &tp),
+            ConsumerCommand::Pause { tp } => {
+                self.ordered_paused.insert(tp.clone());
+                self.pause(consumer, &tp);
+            }
             ConsumerCommand::Resume { tp } => {
-                if self.stashes.get(&tp).is_none_or(VecDeque::is_empty) {
-                    self.resume(consumer, &tp);
-                }
+                self.ordered_paused.remove(&tp);
+                self.settle(consumer, &tp);
             }
             ConsumerCommand::Commit { commit, entries } => {
                 let outcome = self.commit(consumer, settings, commit, entries);
@@ -625,6 +672,18 @@ impl Shared {
             && let Err(e) = consumer.pause(&tpl_of(std::slice::from_ref(tp)))
         {
             tracing::warn!(partition = %tp, error = %e, "pause failed");
+        }
+    }
+
+    /// Resumes `tp` when nothing holds it back: it is routed, has no stash, is not paused by
+    /// the coordinator and is under its share of the memory budget.
+    fn settle(&mut self, consumer: &BaseConsumer<SinkContext>, tp: &TopicPartition) {
+        let run = self.routes.contains_key(tp)
+            && self.stashes.get(tp).is_none_or(VecDeque::is_empty)
+            && !self.ordered_paused.contains(tp)
+            && !self.capped.contains(tp);
+        if run {
+            self.resume(consumer, tp);
         }
     }
 
@@ -716,34 +775,87 @@ impl Shared {
         }
     }
 
-    /// Hands stashed and newly polled records to writers; pauses partitions whose writer is full.
+    /// Hands a newly polled message to its writer (or its stash when the writer is full, pausing
+    /// the partition); pauses a partition that holds its share cap of the memory budget.
     fn route(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
-        tp: TopicPartition,
-        record: Record,
-        max_stash: usize,
+        settings: &ConsumerSettings,
+        tp: &TopicPartition,
+        message: &BorrowedMessage<'_>,
     ) {
-        let Some(sink) = self.routes.get(&tp) else {
+        let Some(route) = self.routes.get(tp) else {
             // Not started (recovering) or stopping: the partition is paused and will be sought
             // to its start offset, so a prefetched record can be dropped.
             return;
         };
-        let stash = self.stashes.entry(tp.clone()).or_default();
-        if stash.is_empty() {
-            match sink.try_send(record) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(record)) => stash.push_back(record),
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.routes.remove(&tp);
+        let record = record_of(message, route.account.as_ref());
+        let capped = match (&settings.memory, &route.account) {
+            (Some(budget), Some(account)) => budget.over_cap(account, self.routes.len()),
+            _ => false,
+        };
+        // Most of the time no partition has a stash: skip the lookup then.
+        let stashed = if self.stashes.is_empty() {
+            None
+        } else {
+            self.stashes.get_mut(tp)
+        };
+        let stash = match stashed {
+            Some(stash) if !stash.is_empty() => {
+                stash.push_back(record);
+                stash
+            }
+            _ => match route.sink.try_send(record) {
+                Ok(()) => {
+                    if capped {
+                        self.capped.insert(tp.clone());
+                        self.pause(consumer, tp);
+                    }
                     return;
                 }
-            }
-        } else {
-            stash.push_back(record);
+                Err(mpsc::error::TrySendError::Full(record)) => {
+                    let stash = self.stashes.entry(tp.clone()).or_default();
+                    stash.push_back(record);
+                    stash
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.routes.remove(tp);
+                    return;
+                }
+            },
+        };
+        let full = stash.len() >= settings.max_stash_records.max(1);
+        if capped {
+            self.capped.insert(tp.clone());
         }
-        if stash.len() >= max_stash.max(1) || !self.paused.contains(&tp) {
-            self.pause(consumer, &tp);
+        if full || capped || !self.paused.contains(tp) {
+            self.pause(consumer, tp);
+        }
+    }
+
+    /// Resumes the partitions paused for their share cap that are back under half of it.
+    fn uncap(&mut self, consumer: &BaseConsumer<SinkContext>, settings: &ConsumerSettings) {
+        let Some(budget) = &settings.memory else {
+            return;
+        };
+        if self.capped.is_empty() {
+            return;
+        }
+        let partitions = self.routes.len();
+        let ready: Vec<TopicPartition> = self
+            .capped
+            .iter()
+            .filter(|tp| {
+                self.routes
+                    .get(*tp)
+                    .and_then(|r| r.account.as_ref())
+                    .is_none_or(|a| budget.back_under_cap(a, partitions))
+            })
+            .cloned()
+            .collect();
+        for tp in ready {
+            self.capped.remove(&tp);
+            self.settle(consumer, &tp);
         }
     }
 
@@ -751,7 +863,7 @@ impl Shared {
     fn drain_stashes(&mut self, consumer: &BaseConsumer<SinkContext>) {
         let mut emptied = Vec::new();
         for (tp, stash) in self.stashes.iter_mut() {
-            let Some(sink) = self.routes.get(tp) else {
+            let Some(Route { sink, .. }) = self.routes.get(tp) else {
                 continue;
             };
             while let Some(record) = stash.pop_front() {
@@ -773,57 +885,64 @@ impl Shared {
         }
         for tp in emptied {
             self.stashes.remove(&tp);
-            if self.routes.contains_key(&tp) {
-                self.resume(consumer, &tp);
-            }
+            self.settle(consumer, &tp);
         }
     }
 }
 
 fn run(consumer: BaseConsumer<SinkContext>) {
     let poll_timeout = Duration::from_millis(20);
-    let max_stash = consumer.context().settings.max_stash_records;
+    let settings = &consumer.context().settings;
+    // The partition of the last message: consecutive messages mostly come from one partition,
+    // so its key is not rebuilt (allocated) per message.
+    let mut current = TopicPartition::new(String::new(), -1);
+    let mut gated_since: Option<Instant> = None;
     loop {
         // Commands first, so commits are not delayed behind a full poll.
-        {
+        let gated = {
             let mut shared = consumer.context().shared.lock().expect("consumer state");
-            let settings = &consumer.context().settings;
             while let Ok(command) = shared.commands.try_recv() {
                 shared.execute(&consumer, settings, command);
             }
             shared.drain_stashes(&consumer);
+            shared.uncap(&consumer, settings);
+            if let Some(budget) = &settings.memory {
+                budget.set_partitions(shared.routes.len());
+            }
             if shared.shutdown {
                 break;
             }
+            settings.memory.as_ref().is_some_and(|b| b.update_gate())
+        };
+        if gated {
+            // The budget is used up: take no message until acknowledgements release some. Keep
+            // serving commands meanwhile, and poll now and then for rebalances.
+            let since = *gated_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < MAX_GATE {
+                let mut shared = consumer.context().shared.lock().expect("consumer state");
+                let waited = shared.commands.recv_timeout(Duration::from_millis(2));
+                match waited {
+                    Ok(command) => shared.execute(&consumer, settings, command),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                        drop(shared);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                continue;
+            }
         }
+        gated_since = None;
         // The rebalance callbacks run inside this poll and lock `shared` themselves.
         let polled = consumer.poll(poll_timeout);
         match polled {
             None => {}
             Some(Ok(message)) => {
-                let tp = TopicPartition::new(message.topic(), message.partition());
-                let record = Record {
-                    offset: message.offset(),
-                    timestamp_ms: message.timestamp().to_millis(),
-                    key: message.key().map(Bytes::copy_from_slice),
-                    value: message.payload().map(Bytes::copy_from_slice),
-                    headers: message
-                        .headers()
-                        .map(|h| {
-                            h.iter()
-                                .map(|h| {
-                                    (
-                                        h.key.to_string(),
-                                        h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
-                                    )
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                };
-                drop(message);
+                if current.partition != message.partition() || current.topic != message.topic() {
+                    current = TopicPartition::new(message.topic(), message.partition());
+                }
                 let mut shared = consumer.context().shared.lock().expect("consumer state");
-                shared.route(&consumer, tp, record, max_stash);
+                shared.route(&consumer, settings, &current, &message);
             }
             Some(Err(error)) => {
                 if is_fatal(&error) {
@@ -848,6 +967,44 @@ fn run(consumer: BaseConsumer<SinkContext>) {
         .clone();
     drop(consumer);
     let _ = events.send(ConsumerEvent::Closed);
+}
+
+/// Copies a message out of librdkafka's buffer, charged to `account`.
+fn record_of(message: &BorrowedMessage<'_>, account: Option<&Arc<PartitionBudget>>) -> Record {
+    let key = message.key().map(Bytes::copy_from_slice);
+    let value = message.payload().map(Bytes::copy_from_slice);
+    let headers: Vec<(String, Bytes)> = message
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut record = Record {
+        offset: message.offset(),
+        timestamp_ms: message.timestamp().to_millis(),
+        key,
+        value,
+        headers,
+        charge: Charge::default(),
+    };
+    if let Some(account) = account {
+        // Headers count as their bytes plus a small fixed cost each, the record as its key and
+        // value plus the struct, and its future row and request copy as estimated.
+        let headers: usize = (record.headers.iter())
+            .map(|(k, v)| k.len() + v.len() + 64)
+            .sum();
+        let size =
+            record.size() + 2 * record.row_estimate() + headers + std::mem::size_of::<Record>();
+        record.charge = account.charge(size);
+    }
+    record
 }
 
 fn seek(

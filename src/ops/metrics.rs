@@ -86,6 +86,8 @@ pub struct Metrics {
     last_checkpoint_unix_ms: AtomicU64,
     pub inflight_requests: Gauge,
     pub inflight_bytes: Gauge,
+    /// Bytes of `writer.memory_limit` in use (the budget counts on this gauge directly).
+    pub memory_budget_used: Gauge,
     pub open_streams: Gauge,
     pub streams_created: Family<TableLabel, Counter>,
     pub streams_finalized: Family<TableLabel, Counter>,
@@ -131,6 +133,7 @@ impl Metrics {
             last_checkpoint_unix_ms: AtomicU64::new(0),
             inflight_requests: Gauge::default(),
             inflight_bytes: Gauge::default(),
+            memory_budget_used: Gauge::default(),
             open_streams: Gauge::default(),
             streams_created: Family::default(),
             streams_finalized: Family::default(),
@@ -202,6 +205,11 @@ impl Metrics {
             "kbq_inflight_bytes",
             "Encoded bytes of AppendRows requests in flight",
             m.inflight_bytes.clone(),
+        );
+        r.register(
+            "kbq_memory_budget_used_bytes",
+            "Bytes of writer.memory_limit held by records read and not yet acknowledged",
+            m.memory_budget_used.clone(),
         );
         r.register(
             "kbq_open_streams",

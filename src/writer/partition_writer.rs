@@ -26,8 +26,10 @@ use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
+use crate::kafka::memory_budget::PartitionBudget;
 use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
+use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
 use super::stream_quota::StreamCreationLimiter;
@@ -52,6 +54,12 @@ pub type PlanLookup<'a> =
 pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+
+    /// The plan of every payload, when there is only one and the body is the whole payload (a
+    /// fixed `.avsc`): the writer then skips [`plan_for`](Self::plan_for) per record.
+    fn fixed_plan(&self) -> Option<&Arc<Plan>> {
+        None
+    }
 
     /// An AppendRows response carried `updated_schema`: the table changed under the connection.
     fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
@@ -158,12 +166,26 @@ pub fn spawn(
     events: mpsc::UnboundedSender<WriterEvent>,
 ) -> WriterHandle {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let topic_label = TopicLabel {
+        topic: tp.topic.clone(),
+    };
+    let table_label = TableLabel {
+        table: route.table_label.clone(),
+    };
+    // Handles taken once: a family lookup hashes and locks, too much for every record.
+    let m = &shared.metrics;
+    let counters = HotMetrics {
+        records_consumed: m.records_consumed.get_or_create(&topic_label).clone(),
+        bytes_consumed: m.bytes_consumed.get_or_create(&topic_label).clone(),
+        rows_appended: m.rows_appended.get_or_create(&table_label).clone(),
+        append_latency: m.append_latency.get_or_create(&table_label).clone(),
+    };
     let writer = PartitionWriter {
         shared,
         route,
-        topic_label: TopicLabel {
-            topic: tp.topic.clone(),
-        },
+        counters,
+        account: None,
+        batch_hint: 0,
         tp,
         incarnation,
         events,
@@ -204,11 +226,29 @@ struct InflightMeta {
     bytes: u64,
 }
 
+/// The metric series a writer updates per record or per request.
+struct HotMetrics {
+    records_consumed: Counter,
+    bytes_consumed: Counter,
+    rows_appended: Counter,
+    append_latency: Histogram,
+}
+
+/// Records taken from the channel at once: the select (and its timers) runs per burst, not per
+/// record.
+const BURST: usize = 256;
+
 struct PartitionWriter {
     shared: Arc<WriterShared>,
     route: Arc<WriterRoute>,
+    counters: HotMetrics,
+    /// This partition's account in the process's memory budget, learnt from the first charged
+    /// record.
+    account: Option<Arc<PartitionBudget>>,
+    /// Bytes of the last sealed batch: the next batch's buffer is reserved at about that size,
+    /// so it is not grown (copied) by doubling.
+    batch_hint: usize,
     tp: TopicPartition,
-    topic_label: TopicLabel,
     incarnation: Incarnation,
     events: mpsc::UnboundedSender<WriterEvent>,
     session: Option<AppendSession<Record>>,
@@ -298,16 +338,27 @@ impl PartitionWriter {
         stop: &mut tokio::sync::oneshot::Receiver<Duration>,
     ) -> Result<Duration, End> {
         let linger = self.shared.settings.linger;
+        let mut burst = Vec::with_capacity(BURST);
         loop {
             let deadline = self.open.first_at.map(|t| t + linger);
             tokio::select! {
                 biased;
                 drain = &mut *stop => return Ok(drain.unwrap_or(Duration::ZERO)),
-                record = records.recv() => match record {
-                    Some(record) => self.take(record).await?,
-                    // The consumer dropped the route: wait for the stop that follows.
-                    None => return Ok((&mut *stop).await.unwrap_or(Duration::ZERO)),
-                },
+                taken = records.recv_many(&mut burst, BURST) => {
+                    if taken == 0 {
+                        // The consumer dropped the route: wait for the stop that follows.
+                        return Ok((&mut *stop).await.unwrap_or(Duration::ZERO));
+                    }
+                    for record in burst.drain(..) {
+                        self.take(record).await?;
+                    }
+                    // The process's memory budget is used up: no record comes until something
+                    // is acknowledged, so waiting for a fuller batch would only stall.
+                    let gated = self.account.as_ref().is_some_and(|a| a.budget().is_gated());
+                    if records.is_empty() && gated {
+                        self.seal().await?;
+                    }
+                }
                 _ = sleep_until(deadline) => self.seal().await?,
                 // Idle: no records for a linger period and nothing open. Settle what is in
                 // flight so the checkpoint sees it.
@@ -332,14 +383,14 @@ impl PartitionWriter {
         }
     }
 
-    async fn take(&mut self, record: Record) -> Result<(), End> {
-        let m = &self.shared.metrics;
-        m.records_consumed.get_or_create(&self.topic_label).inc();
-        m.bytes_consumed
-            .get_or_create(&self.topic_label)
-            .inc_by(record.size() as u64);
+    async fn take(&mut self, mut record: Record) -> Result<(), End> {
+        self.counters.records_consumed.inc();
+        self.counters.bytes_consumed.inc_by(record.size() as u64);
+        if self.account.is_none() {
+            self.account = record.charge.account().cloned();
+        }
         let next = NextOffset(record.offset + 1);
-        let Some(value) = record.value.clone() else {
+        let Some(value) = record.value.as_deref() else {
             return self
                 .bad(
                     record,
@@ -350,55 +401,78 @@ impl PartitionWriter {
                 )
                 .await;
         };
-        let (plan, body_at) = loop {
-            match self.route.plans.plan_for(&value).await {
-                Ok(found) => break found,
-                Err(PlanLookupError::BadRecord(bad)) => return self.bad(record, bad).await,
-                Err(PlanLookupError::Unavailable(why)) => {
-                    tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-                    tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+        // A source with one plan for every payload (raw Avro) needs no lookup once the writer
+        // holds that plan: no boxed future and no shared reference count per record.
+        let fixed = self
+            .route
+            .plans
+            .fixed_plan()
+            .is_some_and(|f| self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, f)));
+        let body_at = if fixed {
+            0
+        } else {
+            let lookup = loop {
+                match self.route.plans.plan_for(value).await {
+                    Ok(found) => break Ok(found),
+                    Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
+                    Err(PlanLookupError::Unavailable(why)) => {
+                        tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+                        tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+                    }
                 }
+            };
+            let (plan, body_at) = match lookup {
+                Ok(found) => found,
+                Err(bad) => return self.bad(record, bad).await,
+            };
+            // Plans are cached and shared: the same Arc is the same descriptor, which spares the
+            // deep comparison and the descriptor's size computation on every record.
+            if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
+                if self
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.descriptor() != plan.descriptor())
+                {
+                    // A new writer schema: the rows of a request share one descriptor, and an
+                    // explicit stream changes schema by reconnecting (same stream, same offsets).
+                    self.seal().await?;
+                    self.settle_all().await?;
+                    if let Some(session) = &mut self.session {
+                        session.change_writer_schema(plan.descriptor().clone());
+                    }
+                }
+                self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
+                self.plan = Some(plan.clone());
             }
+            body_at
         };
-        // Plans are cached and shared: the same Arc is the same descriptor, which spares the deep
-        // comparison and the descriptor's size computation on every record (the hot path).
-        if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
-            if self
-                .plan
-                .as_ref()
-                .is_some_and(|p| p.descriptor() != plan.descriptor())
-            {
-                // A new writer schema: the rows of a request share one descriptor, and an
-                // explicit stream changes schema by reconnecting (same stream, same offsets).
-                self.seal().await?;
-                self.settle_all().await?;
-                if let Some(session) = &mut self.session {
-                    session.change_writer_schema(plan.descriptor().clone());
-                }
-            }
-            self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
-            self.plan = Some(plan.clone());
+        if self.open.buffer.capacity() == 0 {
+            self.reserve_batch();
         }
-        let header_values: Vec<KafkaHeader<'_>> = record
-            .headers
-            .iter()
-            .map(|(k, v)| KafkaHeader {
-                key: k,
-                value: Some(v.as_ref()),
-            })
-            .collect();
-        let meta = KafkaMetadata {
-            topic: &self.tp.topic,
-            partition: self.tp.partition,
-            offset: record.offset,
-            timestamp_millis: record.timestamp_ms,
-            key: record.key.as_deref(),
-            headers: &header_values,
+        let transcoded = {
+            let header_values: Vec<KafkaHeader<'_>> = record
+                .headers
+                .iter()
+                .map(|(k, v)| KafkaHeader {
+                    key: k,
+                    value: Some(v.as_ref()),
+                })
+                .collect();
+            let meta = KafkaMetadata {
+                topic: &self.tp.topic,
+                partition: self.tp.partition,
+                offset: record.offset,
+                timestamp_millis: record.timestamp_ms,
+                key: record.key.as_deref(),
+                headers: &header_values,
+            };
+            let value = record.value.as_deref().unwrap_or_default();
+            let plan = self.plan.as_ref().expect("a plan was just chosen");
+            plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer)
         };
-        let range = match plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer) {
+        let range = match transcoded {
             Ok(range) => range,
             Err(error) => {
-                drop(header_values);
                 let bad = BadRecord {
                     class: record_error_class(&error),
                     reason: error.to_string(),
@@ -406,18 +480,28 @@ impl PartitionWriter {
                 return self.bad(record, bad).await;
             }
         };
-        drop(header_values);
         let len = range.len();
         let encoded = 1 + varint_len(len as u64) + len;
+        // The row, and the gRPC layer's encoded copy of it, live as long as its record (until the
+        // request is acknowledged; the copy may go sooner, which the writer cannot see): their
+        // size replaces the estimate the record was charged with.
+        let estimate = record.row_estimate();
+        record.charge.adjust(2 * (encoded as i64 - estimate as i64));
+        // With many partitions the memory budget asks for smaller requests than configured.
+        let max_request = match &self.account {
+            Some(a) => a.budget().request_cap(),
+            None => usize::MAX,
+        }
+        .min(self.shared.settings.max_request_bytes);
         if !self.open.records.is_empty()
-            && self.request_bound(self.open.rows_encoded + encoded)
-                > self.shared.settings.max_request_bytes
+            && self.request_bound(self.open.rows_encoded + encoded) > max_request
         {
             // This row would overflow the request: send what is open first, then start a new
             // batch with this row (moving its bytes to the front of the fresh buffer).
             let row = self.open.buffer[range.clone()].to_vec();
             self.open.buffer.truncate(range.start);
             self.seal().await?;
+            self.reserve_batch();
             self.open.buffer.extend_from_slice(&row);
             self.push_row(0..row.len(), encoded, record, next);
         } else {
@@ -427,6 +511,18 @@ impl PartitionWriter {
             self.seal().await?;
         }
         Ok(())
+    }
+
+    /// Reserves the open batch's buffer at about the size of the last batch.
+    fn reserve_batch(&mut self) {
+        let hint = self.batch_hint + self.batch_hint / 8;
+        let cap = match &self.account {
+            Some(a) => a.budget().request_cap(),
+            None => usize::MAX,
+        }
+        .min(self.shared.settings.max_request_bytes)
+            + (64 << 10);
+        self.open.buffer.reserve(hint.clamp(16 << 10, cap));
     }
 
     fn push_row(
@@ -520,7 +616,12 @@ impl PartitionWriter {
         if self.session.is_none() {
             self.open_stream().await?;
         }
-        let open = std::mem::take(&mut self.open);
+        let mut open = std::mem::take(&mut self.open);
+        self.batch_hint = open.buffer.len();
+        // The rows keep the whole allocation alive until they are acknowledged, and the budget
+        // counts only the rows: give back what the reservation did not use (the allocator
+        // shrinks in place).
+        open.buffer.shrink_to_fit();
         let buffer = Bytes::from(open.buffer);
         let mut batch = Batch {
             rows: Vec::with_capacity(open.ranges.len()),
@@ -659,14 +760,8 @@ impl PartitionWriter {
                 self.acked_rows = first_offset + rows;
                 self.acked_next = meta.kafka_next;
                 self.acked_bytes += meta.bytes;
-                let label = TableLabel {
-                    table: self.route.table_label.clone(),
-                };
-                let m = &self.shared.metrics;
-                m.rows_appended.get_or_create(&label).inc_by(rows as u64);
-                m.append_latency
-                    .get_or_create(&label)
-                    .observe(latency.as_secs_f64());
+                self.counters.rows_appended.inc_by(rows as u64);
+                self.counters.append_latency.observe(latency.as_secs_f64());
                 if let Some(schema) = &updated_schema {
                     self.route.plans.table_schema_updated(schema);
                 }

@@ -472,6 +472,10 @@ impl PlanSource for FixedPlan {
         let plan = self.plan.clone();
         Box::pin(async move { Ok((plan, 0)) })
     }
+
+    fn fixed_plan(&self) -> Option<&Arc<Plan>> {
+        Some(&self.plan)
+    }
 }
 
 fn bad_framing(e: &RecordError) -> PlanLookupError {
