@@ -424,43 +424,6 @@ async fn a_topic_created_after_start_gets_its_table_when_its_partitions_are_assi
     assert!(status.success(), "clean exit after SIGTERM: {status:?}");
 }
 
-/// A Schema Registry with one schema (id 1), registered as the latest version of `subject`.
-async fn registry(subject: String) -> std::net::SocketAddr {
-    use axum::extract::Path as UrlPath;
-    use axum::routing::get;
-    let by_id = move |UrlPath(id): UrlPath<u32>| async move {
-        if id == 1 {
-            Ok(serde_json::json!({ "schema": SCHEMA }).to_string())
-        } else {
-            Err(axum::http::StatusCode::NOT_FOUND)
-        }
-    };
-    let latest = move |UrlPath(asked): UrlPath<String>| {
-        let subject = subject.clone();
-        async move {
-            if asked == subject {
-                Ok(serde_json::json!({
-                    "subject": subject, "id": 1, "version": 3, "schema": SCHEMA
-                })
-                .to_string())
-            } else {
-                Err(axum::http::StatusCode::NOT_FOUND)
-            }
-        }
-    };
-    let app = axum::Router::new()
-        .route("/schemas/ids/{id}", get(by_id))
-        .route("/subjects/{subject}/versions/latest", get(latest));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the registry");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject() {
     let s = Setup::new().await;
@@ -470,7 +433,9 @@ async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject
     let dlq = format!("dlq-{id}");
     create_topic_blocking(&s.bootstrap, &topic, 2);
     create_topic_blocking(&s.bootstrap, &dlq, 1);
-    let registry = registry(format!("{topic}-value")).await;
+    let (registry, served) =
+        support::daemon::Registry::serve([(1, SCHEMA.to_string())].into(), None).await;
+    served.subject(&format!("{topic}-value"), 1);
     let input = format!("schema_registry:\n  url: \"http://{registry}\"\n  retries: 2\n");
     let config = s.write_config(
         "registry",

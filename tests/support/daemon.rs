@@ -302,10 +302,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A Confluent Schema Registry serving `GET /schemas/ids/{id}` from a map (404 for other ids),
+/// A Confluent Schema Registry serving `GET /schemas/ids/{id}` from a map (404 for other ids)
+/// and `GET /subjects/{subject}/versions/latest` for subjects given to [`Registry::subject`],
 /// optionally behind basic auth.
 pub struct Registry {
     schemas: Mutex<HashMap<u32, String>>,
+    /// Subject → the id of its latest version.
+    subjects: Mutex<HashMap<String, u32>>,
     /// The expected `Authorization` header, if any.
     authorization: Option<String>,
     pub requests: Mutex<usize>,
@@ -318,11 +321,16 @@ impl Registry {
     ) -> (SocketAddr, Arc<Registry>) {
         let reg = Arc::new(Registry {
             schemas: Mutex::new(schemas),
+            subjects: Mutex::new(HashMap::new()),
             authorization,
             requests: Mutex::new(0),
         });
         let app = Router::new()
             .route("/schemas/ids/{id}", get(schema_by_id))
+            .route(
+                "/subjects/{subject}/versions/latest",
+                get(latest_of_subject),
+            )
             .with_state(reg.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -337,6 +345,35 @@ impl Registry {
     /// Serves `schema` as `id` from now on: a schema that reaches this registry late.
     pub fn register(&self, id: u32, schema: &str) {
         self.schemas.lock().unwrap().insert(id, schema.to_string());
+    }
+
+    /// Makes schema `id` the latest version of `subject`.
+    pub fn subject(&self, subject: &str, id: u32) {
+        self.subjects
+            .lock()
+            .unwrap()
+            .insert(subject.to_string(), id);
+    }
+}
+
+async fn latest_of_subject(
+    State(reg): State<Arc<Registry>>,
+    UrlPath(subject): UrlPath<String>,
+) -> Response {
+    *reg.requests.lock().unwrap() += 1;
+    let id = reg.subjects.lock().unwrap().get(&subject).copied();
+    let schema = id.and_then(|id| reg.schemas.lock().unwrap().get(&id).cloned());
+    match (id, schema) {
+        (Some(id), Some(schema)) => serde_json::json!({
+            "subject": subject, "id": id, "version": 1, "schema": schema
+        })
+        .to_string()
+        .into_response(),
+        _ => (
+            StatusCode::NOT_FOUND,
+            r#"{"error_code":40401,"message":"Subject not found"}"#,
+        )
+            .into_response(),
     }
 }
 
