@@ -293,11 +293,7 @@ impl SchemaRegistry {
     /// The latest registered schema of `subject` (e.g. `orders-value` under the
     /// TopicNameStrategy), retried like a lookup by id. Not cached.
     pub async fn latest(&self, subject: &str) -> Result<RegisteredSchema, SubjectError> {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(self.config.min_backoff)
-            .with_max_delay(self.config.max_backoff)
-            .with_max_times(self.config.max_attempts - 1)
-            .with_jitter();
+        let backoff = self.backoff();
         let mut attempts = 0usize;
         let result = (|| {
             attempts += 1;
@@ -401,12 +397,17 @@ impl SchemaRegistry {
         })
     }
 
-    async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
-        let backoff = ExponentialBuilder::default()
+    /// The retry schedule of one lookup: `max_attempts` in all, jittered exponential delays.
+    fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
             .with_min_delay(self.config.min_backoff)
             .with_max_delay(self.config.max_backoff)
             .with_max_times(self.config.max_attempts - 1)
-            .with_jitter();
+            .with_jitter()
+    }
+
+    async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        let backoff = self.backoff();
         let mut attempts = 0usize;
         let result = (|| {
             attempts += 1;
