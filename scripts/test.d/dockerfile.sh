@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Checks the Dockerfile as far as a machine without a container engine can (run by
+# scripts/test.sh):
+#
+# 1. its shape: a build stage and a runtime stage, the runtime stage runs as a numeric non-root
+#    user, installs CA certificates, and its ENTRYPOINT is the binary the build stage produced;
+# 2. the build context: only what the build stage COPYs (Cargo.toml, Cargo.lock, build.rs, src,
+#    benches, ...) is copied into an empty folder, and the binary is built there with
+#    `cargo build --locked --offline` (debug, reusing this run's target dir: the same sources and
+#    manifest as the image's release build, not the same optimisation);
+# 3. the runtime libraries: every shared library the built binary loads comes from a Debian
+#    package that the runtime stage installs or that debian:*-slim already holds (libc6,
+#    libgcc-s1). This machine runs the same Debian release as the runtime image.
+#
+# What it cannot check: that the base images pull, and the image itself.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kbq/target}"
+fail() { echo "dockerfile: $*" >&2; exit 1; }
+
+ctx=$(mktemp -d "${TMPDIR:-/tmp}/kbq-docker-ctx.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
+
+# Parse the Dockerfile: print the build stage's context COPY sources, then key=value facts.
+facts=$(python3 - "$root/Dockerfile" <<'EOF'
+import shlex, sys
+lines, cont = [], ""
+for raw in open(sys.argv[1]):
+    line = raw.rstrip("\n")
+    if line.lstrip().startswith("#") and not cont:
+        continue
+    if line.endswith("\\"):
+        cont += line[:-1] + " "
+        continue
+    line, cont = cont + line, ""
+    if line.strip():
+        lines.append(line.strip())
+stages = []
+for line in lines:
+    word, _, rest = line.partition(" ")
+    word = word.upper()
+    if word == "FROM":
+        parts = rest.split()
+        stages.append({"from": parts[0], "name": parts[2] if len(parts) > 2 and parts[1].upper() == "AS" else None, "ops": []})
+    elif stages:
+        stages[-1]["ops"].append((word, rest))
+if len(stages) < 2:
+    sys.exit("fewer than two stages: not a multi-stage build")
+build, runtime = stages[0], stages[-1]
+for word, rest in build["ops"]:
+    if word == "COPY" and "--from" not in rest:
+        for src in shlex.split(rest)[:-1]:
+            print("context=" + src)
+user = [rest for word, rest in runtime["ops"] if word == "USER"]
+if not user:
+    sys.exit("the runtime stage sets no USER: it would run as root")
+uid = user[-1].split(":")[0]
+if not uid.isdigit() or int(uid) == 0:
+    sys.exit(f"the runtime USER {user[-1]!r} is not a numeric non-root uid (Kubernetes runAsNonRoot needs one)")
+packages = []
+for word, rest in runtime["ops"]:
+    if word == "RUN" and "apt-get install" in rest:
+        after = rest.split("apt-get install", 1)[1].split("&&")[0]
+        packages += [p for p in after.split() if not p.startswith("-")]
+if "ca-certificates" not in packages:
+    sys.exit("the runtime stage does not install ca-certificates (TLS to Kafka and Google)")
+for p in packages:
+    print("package=" + p)
+copied = [shlex.split(rest) for word, rest in runtime["ops"] if word == "COPY" and "--from" in rest]
+entry = [rest for word, rest in runtime["ops"] if word == "ENTRYPOINT"]
+if not entry:
+    sys.exit("the runtime stage has no ENTRYPOINT")
+import json
+binary = json.loads(entry[-1])[0]
+if not any(c[-1] == binary for c in copied):
+    sys.exit(f"the ENTRYPOINT {binary} is not copied from the build stage")
+print("binary=" + binary)
+EOF
+) || fail "the Dockerfile fails the check above"
+
+mapfile -t sources < <(sed -n 's/^context=//p' <<<"$facts")
+mapfile -t packages < <(sed -n 's/^package=//p' <<<"$facts")
+((${#sources[@]})) || fail "the build stage copies nothing from the context"
+for src in "${sources[@]}"; do
+  [[ -e "$src" ]] || fail "the build stage copies $src, which the repository does not have"
+  cp -a "$src" "$ctx/"
+done
+echo "dockerfile: build context ${sources[*]}; runtime packages ${packages[*]}"
+
+(cd "$ctx" && cargo build --locked --offline --quiet --bin kafka-bigquery-sink) \
+  || fail "the binary does not build from the build stage's context alone"
+bin="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
+"$bin" --help >/dev/null || fail "the binary built from the context does not run"
+
+# debian:*-slim holds these (they are what the essential packages need).
+allowed=(libc6 libgcc-s1 "${packages[@]}")
+while read -r lib; do
+  [[ -n "$lib" ]] || continue
+  # dpkg records a file under the path its package ships it at: /lib or /usr/lib (merged /usr).
+  path=$(realpath "$lib")
+  owner=""
+  for candidate in "$lib" "$path" "${path#/usr}" "/usr${lib}"; do
+    owner=$(dpkg -S "$candidate" 2>/dev/null | head -1 | cut -d: -f1) && [[ -n "$owner" ]] && break
+  done
+  [[ -n "$owner" ]] || fail "no Debian package owns $lib"
+  [[ " ${allowed[*]} " == *" $owner "* ]] \
+    || fail "the binary loads $lib from package $owner, which the runtime stage does not install"
+  echo "dockerfile: $lib <- $owner"
+done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+echo "dockerfile: ok"
