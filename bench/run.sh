@@ -3,7 +3,7 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
-#                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
+#                [--perf-emulator] [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
@@ -18,6 +18,7 @@ partitions=16
 out=""
 profile=release
 extra=()
+perf_emulator=0
 usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
@@ -26,6 +27,8 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --perf) extra+=(--perf); shift ;;
+    # the emulator's profile over the whole run (DIR/perf-emulator.data)
+    --perf-emulator) perf_emulator=1; shift ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
       --consumer-property | --writer)
       extra+=("$1" "$2"); shift 2 ;;
@@ -51,7 +54,13 @@ driver="$bin_dir/examples/kbq-bench"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kbq-bench.XXXXXX")
 emulator_pid=""
+perf_pid=""
 cleanup() {
+  if [[ -n "$perf_pid" ]]; then
+    # perf writes its file on SIGINT
+    kill -INT "$perf_pid" 2>/dev/null || true
+    wait "$perf_pid" 2>/dev/null || true
+  fi
   if [[ -n "$emulator_pid" ]]; then
     kill -TERM "$emulator_pid" 2>/dev/null || true
     wait "$emulator_pid" 2>/dev/null || true
@@ -86,6 +95,11 @@ for _ in $(seq 1 300); do
 done
 [[ -n "$emulator" ]] || { log "the emulator printed no address within 30s"; exit 1; }
 log "emulator at $emulator (pid $emulator_pid)"
+if ((perf_emulator)); then
+  perf record -F 999 -g -o "$out/perf-emulator.data" -p "$emulator_pid" >/dev/null 2>&1 &
+  perf_pid=$!
+  log "profiling the emulator into $out/perf-emulator.data"
+fi
 
 "$driver" run --bootstrap "$bootstrap" --emulator "$emulator" --emulator-pid "$emulator_pid" \
   --sink-bin "$sink" --records "$records" --partitions "$partitions" --out "$out" "${extra[@]}"
