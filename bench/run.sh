@@ -3,7 +3,8 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
-#                [--perf-emulator] [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
+#                [--perf-emulator] [--emulator-bin PATH] [--consumer-property KEY=VALUE]...
+#                [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
@@ -19,7 +20,8 @@ out=""
 profile=release
 extra=()
 perf_emulator=0
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+emulator_bin=""
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --records) records="$2"; shift 2 ;;
@@ -29,6 +31,8 @@ while (($#)); do
     --perf) extra+=(--perf); shift ;;
     # the emulator's profile over the whole run (DIR/perf-emulator.data)
     --perf-emulator) perf_emulator=1; shift ;;
+    # another build of the binary as the emulator (A/B of emulator changes, same sink)
+    --emulator-bin) emulator_bin="$2"; shift 2 ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
       --consumer-property | --writer)
       extra+=("$1" "$2"); shift 2 ;;
@@ -84,7 +88,7 @@ else
   log "broker at $bootstrap"
 fi
 
-"$sink" emulator --listen 127.0.0.1:0 >"$work/emulator.out" 2>"$out/emulator.log" &
+"${emulator_bin:-$sink}" emulator --listen 127.0.0.1:0 >"$work/emulator.out" 2>"$out/emulator.log" &
 emulator_pid=$!
 emulator=""
 for _ in $(seq 1 300); do

@@ -18,7 +18,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};
 
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use crate::emulator::arena::RowArena;
 use crate::emulator::faults::{FaultAction, Faults, Rpc};
 use crate::emulator::rows::RowCodec;
 use crate::emulator::status::{BqError, DROP_MARKER};
@@ -226,7 +225,6 @@ pub struct AppendSession {
     destination: Option<(String, Arc<WriteStream>)>,
     schemas: HashMap<String, WriterSchema>,
     schema_seen: HashMap<String, u64>,
-    arena: RowArena,
 }
 
 const ROW_ERRORS_MESSAGE: &str = "Errors found while processing rows. Please refer to the row_errors field for details. The list may not be complete because of the size limitations.";
@@ -241,7 +239,6 @@ impl AppendSession {
             destination: None,
             schemas: HashMap::new(),
             schema_seen: HashMap::new(),
-            arena: RowArena::new(),
         }
     }
 
@@ -345,8 +342,6 @@ impl AppendSession {
             );
             return reply(Err(e), row_errors);
         }
-        // Out of the request buffer, so that it is reused and the stored rows sit on huge pages.
-        let rows = self.arena.store(rows);
         match self
             .store
             .append(&stream, req.offset, RowBatch { rows, codec }, &entity)

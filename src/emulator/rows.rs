@@ -978,7 +978,7 @@ const MAX_TIMESTAMP_MICROS: i64 = 253_402_300_799_999_999;
 const MIN_DATE_DAYS: i64 = -719_162;
 const MAX_DATE_DAYS: i64 = 2_932_896;
 
-#[inline]
+#[inline(always)]
 fn check_value(field: &FieldPlan, wire: Wire<'_>) -> Result<(), ValueError> {
     let value = scalar(field.proto, wire);
     match &field.column {
@@ -990,11 +990,20 @@ fn check_value(field: &FieldPlan, wire: Wire<'_>) -> Result<(), ValueError> {
         ColumnKind::Float64 | ColumnKind::Bool | ColumnKind::Record => Ok(()),
         ColumnKind::String { max_length } => match value {
             Scalar::Text(b) => {
-                let s = std::str::from_utf8(b).map_err(|_| ValueError::InvalidUtf8)?;
+                // Most strings are ASCII: a word-at-a-time scan instead of a full UTF-8 decode.
+                let ascii = b.is_ascii();
+                if !ascii && std::str::from_utf8(b).is_err() {
+                    return Err(ValueError::InvalidUtf8);
+                }
                 if let Some(max) = *max_length {
                     // Byte length bounds the character count; count only when it could exceed.
                     if b.len() as u64 > max {
-                        let chars = s.chars().count() as u64;
+                        // Valid UTF-8: one character per byte that is not a continuation byte.
+                        let chars = if ascii {
+                            b.len() as u64
+                        } else {
+                            b.iter().filter(|&&c| (c as i8) >= -0x40).count() as u64
+                        };
                         if chars > max {
                             return Err(ValueError::MaxLength {
                                 kind: "STRING",
