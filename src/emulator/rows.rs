@@ -272,6 +272,43 @@ struct FieldPlan {
     message: Option<Box<MessagePlan>>,
     /// The descriptor's proto2 `default_value`, written when the row leaves the field unset.
     default: Option<OwnedWire>,
+    /// What a value of the declared wire type needs checked.
+    check: ValueCheck,
+}
+
+/// The value check of a (proto kind, column) pair, decided at compile time so that the common
+/// pairs skip [`check_value`]'s two matches per value (a third of the validation time on the
+/// benchmark's rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueCheck {
+    /// Every value of the proto kind is valid for the column.
+    Nothing,
+    /// A STRING column without a maximum length: valid UTF-8 only.
+    Utf8,
+    /// Anything else: [`check_value`].
+    Full,
+}
+
+impl ValueCheck {
+    fn of(proto: ProtoKind, column: &ColumnKind) -> ValueCheck {
+        use ProtoKind as P;
+        match column {
+            ColumnKind::Float64 | ColumnKind::Bool | ColumnKind::Record => ValueCheck::Nothing,
+            ColumnKind::Bytes { max_length: None } => ValueCheck::Nothing,
+            // Values that cannot exceed i64::MAX (unsigned 64-bit kinds and enums can).
+            ColumnKind::Int64 => match proto {
+                P::Int64 | P::Int32 | P::Sint64 | P::Sint32 | P::Sfixed64 | P::Sfixed32 => {
+                    ValueCheck::Nothing
+                }
+                P::Uint32 | P::Fixed32 | P::Bool | P::Double | P::Float => ValueCheck::Nothing,
+                _ => ValueCheck::Full,
+            },
+            ColumnKind::String { max_length: None } if matches!(proto, P::String | P::Bytes) => {
+                ValueCheck::Utf8
+            }
+            _ => ValueCheck::Full,
+        }
+    }
 }
 
 impl FieldPlan {
@@ -618,6 +655,7 @@ impl<'d> Compiler<'d> {
                 path: column_path,
                 proto,
                 repeated,
+                check: ValueCheck::of(proto, &kind),
                 column: kind,
                 required_slot,
                 enum_values,
@@ -925,14 +963,27 @@ fn validate_message<'p>(
                     validate_message(nested, b, depth + 1)?;
                 }
             } else {
-                check_value(field, wire).map_err(|e| (Some(field), e))?;
+                match (field.check, wire) {
+                    (ValueCheck::Nothing, _) => {}
+                    (ValueCheck::Utf8, Wire::Len(b)) => {
+                        if !b.is_ascii() && std::str::from_utf8(b).is_err() {
+                            return Err((Some(field), ValueError::InvalidUtf8));
+                        }
+                    }
+                    _ => check_value(field, wire).map_err(|e| (Some(field), e))?,
+                }
             }
         } else if field.repeated && actual == WIRE_LEN && expected != WIRE_LEN {
             let Wire::Len(packed) = wire else {
                 unreachable!("wire type checked above")
             };
-            for_each_packed(field.proto, packed, |w| check_value(field, w))
-                .map_err(|e| (Some(field), e))?;
+            // Packed runs are walked even when their values need no check: a truncated run is
+            // still a parse error.
+            let check = field.check != ValueCheck::Nothing;
+            for_each_packed(field.proto, packed, |w| {
+                if check { check_value(field, w) } else { Ok(()) }
+            })
+            .map_err(|e| (Some(field), e))?;
         } else {
             return Err((Some(field), ValueError::Parse));
         }
