@@ -127,10 +127,11 @@ impl Drop for Emulator {
 
 /// HTTP/2 receive windows advertised to clients. With hyper's 1 MiB defaults a connection that
 /// carries many AppendRows streams (the sink's one channel, a stream per partition) stalls on its
-/// connection window every megabyte: both sides spend their time in wake-ups and context
-/// switches (measured: 2.65 → 2.12 emulator CPU-s per GB). The frame size stays at 16 KiB:
-/// 1 MiB frames make h2's read buffer a large allocation that the allocator trims and the kernel
-/// faults in again on every read (a fifth of the emulator's CPU).
+/// connection window every megabyte, and both sides spend their time in wake-ups and context
+/// switches (in the profile of `bench/run.sh`, scheduling and epoll fell from ~7 % to ~2 % of the
+/// emulator's CPU). The frame size stays at 16 KiB: with 1 MiB frames h2's read buffer becomes a
+/// large allocation that the allocator hands back and the kernel faults in again on every read
+/// (12 % of the emulator's CPU in that profile).
 const H2_STREAM_WINDOW: u32 = 16 << 20;
 const H2_CONNECTION_WINDOW: u32 = 64 << 20;
 
