@@ -3,7 +3,8 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
-#                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
+#                [--perf-emulator] [--emulator-bin PATH] [--consumer-property KEY=VALUE]...
+#                [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
@@ -18,7 +19,9 @@ partitions=16
 out=""
 profile=release
 extra=()
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+perf_emulator=0
+emulator_bin=""
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --records) records="$2"; shift 2 ;;
@@ -26,6 +29,10 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --perf) extra+=(--perf); shift ;;
+    # the emulator's profile over the whole run (DIR/perf-emulator.data)
+    --perf-emulator) perf_emulator=1; shift ;;
+    # another build of the binary as the emulator (A/B of emulator changes, same sink)
+    --emulator-bin) emulator_bin="$2"; shift 2 ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
       --consumer-property | --writer)
       extra+=("$1" "$2"); shift 2 ;;
@@ -51,7 +58,13 @@ driver="$bin_dir/examples/kbq-bench"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kbq-bench.XXXXXX")
 emulator_pid=""
+perf_pid=""
 cleanup() {
+  if [[ -n "$perf_pid" ]]; then
+    # perf writes its file on SIGINT
+    kill -INT "$perf_pid" 2>/dev/null || true
+    wait "$perf_pid" 2>/dev/null || true
+  fi
   if [[ -n "$emulator_pid" ]]; then
     kill -TERM "$emulator_pid" 2>/dev/null || true
     wait "$emulator_pid" 2>/dev/null || true
@@ -75,7 +88,7 @@ else
   log "broker at $bootstrap"
 fi
 
-"$sink" emulator --listen 127.0.0.1:0 >"$work/emulator.out" 2>"$out/emulator.log" &
+"${emulator_bin:-$sink}" emulator --listen 127.0.0.1:0 >"$work/emulator.out" 2>"$out/emulator.log" &
 emulator_pid=$!
 emulator=""
 for _ in $(seq 1 300); do
@@ -86,6 +99,11 @@ for _ in $(seq 1 300); do
 done
 [[ -n "$emulator" ]] || { log "the emulator printed no address within 30s"; exit 1; }
 log "emulator at $emulator (pid $emulator_pid)"
+if ((perf_emulator)); then
+  perf record -F 999 -g -o "$out/perf-emulator.data" -p "$emulator_pid" >/dev/null 2>&1 &
+  perf_pid=$!
+  log "profiling the emulator into $out/perf-emulator.data"
+fi
 
 "$driver" run --bootstrap "$bootstrap" --emulator "$emulator" --emulator-pid "$emulator_pid" \
   --sink-bin "$sink" --records "$records" --partitions "$partitions" --out "$out" "${extra[@]}"

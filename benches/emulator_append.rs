@@ -1,7 +1,10 @@
-//! Throughput of the emulator's append path on one core: one 8 MiB AppendRows request (about
-//! 8000 rows of ~1 KB with mixed column types) decoded from its wire bytes, every row validated
-//! against the table schema, and stored in a COMMITTED stream — everything a real AppendRows call
-//! does except the HTTP/2 transport. DESIGN §8 asks for well over 100 MB/s.
+//! Throughput of the emulator's append path on one core: one 8 MiB AppendRows request decoded
+//! from its wire bytes, every row validated against the table schema, and stored in a COMMITTED
+//! stream — everything a real AppendRows call does except the HTTP/2 transport. DESIGN §8 asks
+//! for well over 100 MB/s. Two row shapes: `synthetic` (~1 KB, 9 columns, most bytes in one
+//! BYTES and one STRING value) and `orders`, the rows of the end-to-end benchmark (the
+//! quickstart's order records through the sink's own transcoder: 20 fields with a nested
+//! record, repeated records and strings, decimals — many small values per row).
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
@@ -10,6 +13,10 @@ use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSch
 use kafka_bigquery_sink::emulator::grpc::{AppendOutcome, AppendSession};
 use kafka_bigquery_sink::emulator::store::{
     Dataset, Store, StoreConfig, StreamKind, Table, TableRef,
+};
+use kafka_bigquery_sink::quickstart::records::{OrderGenerator, SCHEMA as ORDER_SCHEMA};
+use kafka_bigquery_sink::transcode::{
+    AvroSchema, DeriveOptions, Plan, PlanOptions, table_schema_from_avro,
 };
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
@@ -82,12 +89,55 @@ fn row(i: i64) -> Bytes {
     Bytes::from(out)
 }
 
-fn setup() -> (AppendSession, String) {
+/// One request's worth of rows: the table, the writer descriptor and the serialized rows.
+struct Shape {
+    table: TableSchema,
+    descriptor: DescriptorProto,
+    rows: Vec<Bytes>,
+}
+
+fn synthetic() -> Shape {
+    let mut rows = Vec::new();
+    let mut size = 0;
+    while size < TARGET_BYTES {
+        let r = row(rows.len() as i64);
+        size += r.len() + 3;
+        rows.push(r);
+    }
+    Shape {
+        table: table_schema(),
+        descriptor: descriptor(),
+        rows,
+    }
+}
+
+fn orders() -> Shape {
+    let avro = AvroSchema::parse(ORDER_SCHEMA).unwrap();
+    let table = table_schema_from_avro(&avro, &DeriveOptions::default()).unwrap();
+    let plan = Plan::compile(&avro, &table, &PlanOptions::default()).unwrap();
+    let generator = OrderGenerator::new(7);
+    let (mut record, mut rows, mut size) = (Vec::new(), Vec::new(), 0);
+    while size < TARGET_BYTES {
+        record.clear();
+        generator.encode(rows.len() as u64, &mut record);
+        let mut out = Vec::new();
+        plan.transcode(&record, None, &mut out).unwrap();
+        size += out.len() + 3;
+        rows.push(Bytes::from(out));
+    }
+    Shape {
+        table,
+        descriptor: plan.descriptor().clone(),
+        rows,
+    }
+}
+
+fn setup(schema: &TableSchema) -> (AppendSession, String) {
     let store = Store::new(StoreConfig::default());
     store.insert_dataset(Dataset::new("p", "d")).unwrap();
     let table = TableRef::new("p", "d", "t");
     store
-        .insert_table(Table::new(table.clone(), table_schema()))
+        .insert_table(Table::new(table.clone(), schema.clone()))
         .unwrap();
     let stream = store
         .create_write_stream(&table.path(), StreamKind::Committed)
@@ -96,24 +146,17 @@ fn setup() -> (AppendSession, String) {
     (AppendSession::new(store, 64 * 1024 * 1024), stream)
 }
 
-fn request_bytes(stream: &str) -> Bytes {
-    let mut rows = Vec::new();
-    let mut size = 0;
-    while size < TARGET_BYTES {
-        let r = row(rows.len() as i64);
-        size += r.len() + 3;
-        rows.push(r);
-    }
+fn request_bytes(stream: &str, shape: &Shape) -> Bytes {
     let req = bq::AppendRowsRequest {
         write_stream: stream.to_string(),
         offset: Some(0),
         rows: Some(bq::append_rows_request::Rows::ProtoRows(
             bq::append_rows_request::ProtoData {
                 writer_schema: Some(bq::ProtoSchema {
-                    proto_descriptor: Some(descriptor()),
+                    proto_descriptor: Some(shape.descriptor.clone()),
                 }),
                 rows: Some(bq::ProtoRows {
-                    serialized_rows: rows,
+                    serialized_rows: shape.rows.clone(),
                 }),
             },
         )),
@@ -123,45 +166,43 @@ fn request_bytes(stream: &str) -> Bytes {
 }
 
 fn append(c: &mut Criterion) {
-    let (_, probe) = setup();
-    let wire = request_bytes(&probe);
-    let rows = bq::AppendRowsRequest::decode(wire.clone())
-        .map(|r| match r.rows {
-            Some(bq::append_rows_request::Rows::ProtoRows(d)) => {
-                d.rows.map_or(0, |r| r.serialized_rows.len())
-            }
-            _ => 0,
-        })
-        .unwrap();
     let mut group = c.benchmark_group("emulator_append");
-    group.throughput(Throughput::Bytes(wire.len() as u64));
     group.sample_size(20);
-    group.bench_function(format!("8MiB_{rows}_rows_decode_validate_store"), |b| {
-        b.iter_batched(
-            || {
-                // Each iteration appends at offset 0 of a fresh stream with the same name
-                // spelling, so the request bytes can be reused unchanged.
-                let (session, stream) = setup();
-                let mut req = bq::AppendRowsRequest::decode(wire.clone()).unwrap();
-                req.write_stream = stream;
-                (session, Bytes::from(req.encode_to_vec()))
+    for (name, shape) in [("synthetic", synthetic()), ("orders", orders())] {
+        let (_, probe) = setup(&shape.table);
+        let wire = request_bytes(&probe, &shape);
+        let rows = shape.rows.len();
+        group.throughput(Throughput::Bytes(wire.len() as u64));
+        group.bench_function(
+            format!("8MiB_{name}_{rows}_rows_decode_validate_store"),
+            |b| {
+                b.iter_batched(
+                    || {
+                        // Each iteration appends at offset 0 of a fresh stream, so the request bytes
+                        // are the same but for the stream name.
+                        let (session, stream) = setup(&shape.table);
+                        let mut req = bq::AppendRowsRequest::decode(wire.clone()).unwrap();
+                        req.write_stream = stream;
+                        (session, Bytes::from(req.encode_to_vec()))
+                    },
+                    |(mut session, bytes)| {
+                        let req = bq::AppendRowsRequest::decode(bytes).unwrap();
+                        match session.handle(req) {
+                            AppendOutcome::Reply(r) => {
+                                assert!(matches!(
+                                    r.response,
+                                    Some(bq::append_rows_response::Response::AppendResult(_))
+                                ));
+                                (session, r)
+                            }
+                            AppendOutcome::End(status) => panic!("append refused: {status}"),
+                        }
+                    },
+                    BatchSize::PerIteration,
+                )
             },
-            |(mut session, bytes)| {
-                let req = bq::AppendRowsRequest::decode(bytes).unwrap();
-                match session.handle(req) {
-                    AppendOutcome::Reply(r) => {
-                        assert!(matches!(
-                            r.response,
-                            Some(bq::append_rows_response::Response::AppendResult(_))
-                        ));
-                        (session, r)
-                    }
-                    AppendOutcome::End(status) => panic!("append refused: {status}"),
-                }
-            },
-            BatchSize::PerIteration,
-        )
-    });
+        );
+    }
     group.finish();
 }
 

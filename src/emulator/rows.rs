@@ -272,6 +272,43 @@ struct FieldPlan {
     message: Option<Box<MessagePlan>>,
     /// The descriptor's proto2 `default_value`, written when the row leaves the field unset.
     default: Option<OwnedWire>,
+    /// What a value of the declared wire type needs checked.
+    check: ValueCheck,
+}
+
+/// The value check of a (proto kind, column) pair, decided at compile time so that the common
+/// pairs skip [`check_value`]'s two matches per value (`benches/emulator_append.rs`, the order
+/// rows: 8.1 → 4.6 ms per 8 MiB request, decode and store included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueCheck {
+    /// Every value of the proto kind is valid for the column.
+    Nothing,
+    /// A STRING column without a maximum length: valid UTF-8 only.
+    Utf8,
+    /// Anything else: [`check_value`].
+    Full,
+}
+
+impl ValueCheck {
+    fn of(proto: ProtoKind, column: &ColumnKind) -> ValueCheck {
+        use ProtoKind as P;
+        match column {
+            ColumnKind::Float64 | ColumnKind::Bool | ColumnKind::Record => ValueCheck::Nothing,
+            ColumnKind::Bytes { max_length: None } => ValueCheck::Nothing,
+            // Values that cannot exceed i64::MAX (unsigned 64-bit kinds and enums can).
+            ColumnKind::Int64 => match proto {
+                P::Int64 | P::Int32 | P::Sint64 | P::Sint32 | P::Sfixed64 | P::Sfixed32 => {
+                    ValueCheck::Nothing
+                }
+                P::Uint32 | P::Fixed32 | P::Bool | P::Double | P::Float => ValueCheck::Nothing,
+                _ => ValueCheck::Full,
+            },
+            ColumnKind::String { max_length: None } if matches!(proto, P::String | P::Bytes) => {
+                ValueCheck::Utf8
+            }
+            _ => ValueCheck::Full,
+        }
+    }
 }
 
 impl FieldPlan {
@@ -618,6 +655,7 @@ impl<'d> Compiler<'d> {
                 path: column_path,
                 proto,
                 repeated,
+                check: ValueCheck::of(proto, &kind),
                 column: kind,
                 required_slot,
                 enum_values,
@@ -925,14 +963,27 @@ fn validate_message<'p>(
                     validate_message(nested, b, depth + 1)?;
                 }
             } else {
-                check_value(field, wire).map_err(|e| (Some(field), e))?;
+                match (field.check, wire) {
+                    (ValueCheck::Nothing, _) => {}
+                    (ValueCheck::Utf8, Wire::Len(b)) => {
+                        if !b.is_ascii() && std::str::from_utf8(b).is_err() {
+                            return Err((Some(field), ValueError::InvalidUtf8));
+                        }
+                    }
+                    _ => check_value(field, wire).map_err(|e| (Some(field), e))?,
+                }
             }
         } else if field.repeated && actual == WIRE_LEN && expected != WIRE_LEN {
             let Wire::Len(packed) = wire else {
                 unreachable!("wire type checked above")
             };
-            for_each_packed(field.proto, packed, |w| check_value(field, w))
-                .map_err(|e| (Some(field), e))?;
+            // Packed runs are walked even when their values need no check: a truncated run is
+            // still a parse error.
+            let check = field.check != ValueCheck::Nothing;
+            for_each_packed(field.proto, packed, |w| {
+                if check { check_value(field, w) } else { Ok(()) }
+            })
+            .map_err(|e| (Some(field), e))?;
         } else {
             return Err((Some(field), ValueError::Parse));
         }
@@ -978,7 +1029,7 @@ const MAX_TIMESTAMP_MICROS: i64 = 253_402_300_799_999_999;
 const MIN_DATE_DAYS: i64 = -719_162;
 const MAX_DATE_DAYS: i64 = 2_932_896;
 
-#[inline]
+#[inline(always)]
 fn check_value(field: &FieldPlan, wire: Wire<'_>) -> Result<(), ValueError> {
     let value = scalar(field.proto, wire);
     match &field.column {
@@ -990,11 +1041,20 @@ fn check_value(field: &FieldPlan, wire: Wire<'_>) -> Result<(), ValueError> {
         ColumnKind::Float64 | ColumnKind::Bool | ColumnKind::Record => Ok(()),
         ColumnKind::String { max_length } => match value {
             Scalar::Text(b) => {
-                let s = std::str::from_utf8(b).map_err(|_| ValueError::InvalidUtf8)?;
+                // Most strings are ASCII: a word-at-a-time scan instead of a full UTF-8 decode.
+                let ascii = b.is_ascii();
+                if !ascii && std::str::from_utf8(b).is_err() {
+                    return Err(ValueError::InvalidUtf8);
+                }
                 if let Some(max) = *max_length {
                     // Byte length bounds the character count; count only when it could exceed.
                     if b.len() as u64 > max {
-                        let chars = s.chars().count() as u64;
+                        // Valid UTF-8: one character per byte that is not a continuation byte.
+                        let chars = if ascii {
+                            b.len() as u64
+                        } else {
+                            b.iter().filter(|&&c| (c as i8) >= -0x40).count() as u64
+                        };
                         if chars > max {
                             return Err(ValueError::MaxLength {
                                 kind: "STRING",
@@ -1122,6 +1182,17 @@ fn check_numeric(
     }
 }
 
+/// 10^n for every digit count a 16-byte NUMERIC can have (`pow` per value showed in profiles).
+const POW10: [u128; 39] = {
+    let mut t = [1u128; 39];
+    let mut i = 1;
+    while i < t.len() {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
 fn check_unscaled_bytes(spec: &NumericSpec, b: &[u8]) -> Result<(), ValueError> {
     let max_len = if spec.big { 32 } else { 16 };
     if b.is_empty() || b.len() > max_len {
@@ -1135,7 +1206,7 @@ fn check_unscaled_bytes(spec: &NumericSpec, b: &[u8]) -> Result<(), ValueError> 
         let mut le = [if negative { 0xff } else { 0 }; 16];
         le[..b.len()].copy_from_slice(b);
         let unscaled = i128::from_le_bytes(le);
-        return if unscaled.unsigned_abs() < 10u128.pow(total_digits) {
+        return if unscaled.unsigned_abs() < POW10[total_digits as usize] {
             Ok(())
         } else {
             Err(ValueError::NumericRange)

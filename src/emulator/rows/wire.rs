@@ -31,8 +31,20 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn varint(&mut self) -> Result<u64, ()> {
+        // Tags, lengths and small values are one byte.
+        if let Some(&byte) = self.buf.get(self.pos)
+            && byte < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64, ()> {
         let mut value = 0u64;
         for shift in (0..70).step_by(7) {
             let byte = *self.buf.get(self.pos).ok_or(())?;
@@ -48,7 +60,7 @@ impl<'a> Reader<'a> {
         Err(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], ()> {
         let end = self.pos.checked_add(n).ok_or(())?;
         let slice = self.buf.get(self.pos..end).ok_or(())?;
@@ -57,7 +69,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next (field number, wire type, value); groups of unknown fields are skipped whole.
-    #[inline]
+    #[inline(always)]
     pub(super) fn next(&mut self) -> Result<Option<(u32, Wire<'a>)>, ()> {
         loop {
             if self.pos >= self.buf.len() {
@@ -140,7 +152,7 @@ pub(super) enum Scalar<'a> {
     Text(&'a [u8]),
 }
 
-#[inline]
+#[inline(always)]
 pub(super) fn scalar<'a>(proto: ProtoKind, wire: Wire<'a>) -> Scalar<'a> {
     match (proto, wire) {
         (ProtoKind::Int64, Wire::Varint(v)) => Scalar::Signed(v as i64),
