@@ -221,6 +221,10 @@ pub struct ConsumerSettings {
     pub metrics: Option<Arc<Metrics>>,
     /// `writer.memory_limit`; `None` leaves the records uncharged (tests, tools).
     pub memory: Option<Arc<MemoryBudget>>,
+    /// Whether records carry their headers (a headers column, dead-lettering). librdkafka
+    /// parses a message's headers on every request, allocating even when there are none, so
+    /// a sink that never uses them does not ask.
+    pub read_headers: bool,
 }
 
 /// How often librdkafka reports statistics (the lag gauges' refresh) unless configured.
@@ -880,7 +884,7 @@ impl Shared {
             // to its start offset, so a prefetched record can be dropped.
             return;
         };
-        let record = record_of(message, route.account.as_ref());
+        let record = record_of(message, route.account.as_ref(), settings.read_headers);
         let capped = match (&settings.memory, &route.account) {
             (Some(budget), Some(account)) => budget.over_cap(account, self.routes.len()),
             _ => false,
@@ -1061,9 +1065,12 @@ fn run(consumer: BaseConsumer<SinkContext>) {
 }
 
 /// Copies a message out of librdkafka's buffer, charged to `account`.
-fn record_of(message: &BorrowedMessage<'_>, account: Option<&Arc<PartitionBudget>>) -> Record {
-    let headers: Vec<(String, Bytes)> = message
-        .headers()
+fn record_of(
+    message: &BorrowedMessage<'_>,
+    account: Option<&Arc<PartitionBudget>>,
+    read_headers: bool,
+) -> Record {
+    let headers: Vec<(String, Bytes)> = (read_headers.then(|| message.headers()).flatten())
         .map(|h| {
             h.iter()
                 .map(|h| {
