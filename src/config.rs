@@ -875,8 +875,9 @@ pub struct WriterConfig {
     /// least `max_inflight_bytes`). The copy of each request in flight counts too. At the limit
     /// the consumer takes no more messages (it keeps serving the group) until acknowledgements
     /// free an eighth of it; one partition may hold at most a quarter of it (all of it when it
-    /// is the only partition); requests are capped at a quarter of a partition's even share. A
-    /// record larger than what is left still passes. librdkafka's prefetch
+    /// is the only partition); requests are capped at a quarter of a partition's even share and
+    /// at 1/256 of the limit (not under a sixteenth of the share). A record larger than what is
+    /// left still passes. librdkafka's prefetch
     /// (`queued.max.messages.kbytes`) comes on top; see the sizing rule in docs/operations.md.
     pub memory_limit: ByteSize,
     /// A BigQuery answer (append, flush, create, finalize) later than this counts as lost: the

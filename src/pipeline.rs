@@ -129,6 +129,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             config.writer.memory_limit.0,
             metrics.memory_budget_used.clone(),
         )),
+        read_headers: config.on_bad_record == OnBadRecord::DeadLetter
+            || config.bigquery.metadata_columns.headers.is_some()
+            || (config.routes.iter()).any(|r| {
+                r.metadata_columns
+                    .as_ref()
+                    .is_some_and(|m| m.headers.is_some())
+            }),
     })?;
     let settings = CoordinatorSettings {
         router,

@@ -110,11 +110,11 @@ impl DeadLetterProducer {
             });
         }
         let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(hdrs);
-        if let Some(key) = &record.key {
-            out = out.key(key.as_ref());
+        if let Some(key) = record.key() {
+            out = out.key(key);
         }
-        if let Some(value) = &record.value {
-            out = out.payload(value.as_ref());
+        if let Some(value) = record.value() {
+            out = out.payload(value);
         }
         if let Some(ts) = record.timestamp_ms {
             out = out.timestamp(ts);

@@ -55,6 +55,12 @@ pub trait PlanSource: Send + Sync {
     /// The plan for this payload and the Avro body inside it.
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
 
+    /// The plan for this payload when it is known without waiting (a cached schema id), or
+    /// `None` to ask [`plan_for`](Self::plan_for): the common case then costs no boxed future.
+    fn cached_plan(&self, _payload: &[u8]) -> Option<Result<(Arc<Plan>, usize), BadRecord>> {
+        None
+    }
+
     /// The plan of every payload, when there is only one and the body is the whole payload (a
     /// fixed `.avsc`): the writer then skips [`plan_for`](Self::plan_for) per record.
     fn fixed_plan(&self) -> Option<&Arc<Plan>> {
@@ -390,7 +396,7 @@ impl PartitionWriter {
             self.account = record.charge.account().cloned();
         }
         let next = NextOffset(record.offset + 1);
-        let Some(value) = record.value.as_deref() else {
+        let Some(value) = record.value() else {
             return self
                 .bad(
                     record,
@@ -411,13 +417,18 @@ impl PartitionWriter {
         let body_at = if fixed {
             0
         } else {
-            let lookup = loop {
-                match self.route.plans.plan_for(value).await {
-                    Ok(found) => break Ok(found),
-                    Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
-                    Err(PlanLookupError::Unavailable(why)) => {
-                        tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-                        tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+            let cached = self.route.plans.cached_plan(value);
+            let lookup = if let Some(found) = cached {
+                found
+            } else {
+                loop {
+                    match self.route.plans.plan_for(value).await {
+                        Ok(found) => break Ok(found),
+                        Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
+                        Err(PlanLookupError::Unavailable(why)) => {
+                            tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+                            tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+                        }
                     }
                 }
             };
@@ -463,10 +474,10 @@ impl PartitionWriter {
                 partition: self.tp.partition,
                 offset: record.offset,
                 timestamp_millis: record.timestamp_ms,
-                key: record.key.as_deref(),
+                key: record.key(),
                 headers: &header_values,
             };
-            let value = record.value.as_deref().unwrap_or_default();
+            let value = record.value().unwrap_or_default();
             let plan = self.plan.as_ref().expect("a plan was just chosen");
             plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer)
         };

@@ -16,6 +16,7 @@ use std::time::Duration;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
     TableFieldSchema as ProtoField, TableSchema as ProtoTableSchema,
 };
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use crate::bigquery::rest_client::{RestClient, RestError, TableReference};
@@ -86,6 +87,8 @@ pub struct RegistryPlans {
     table: Arc<TableState>,
     options: PlanOptions,
     metrics: Arc<Metrics>,
+    /// The `hit` result's counter, taken once: a lookup per record would hash its label.
+    hits: Counter,
     evolution: Option<SchemaEvolution>,
     /// Schema ids are immutable, so a compiled plan (or the reason a schema cannot be used)
     /// is cached for the life of the process, per table schema version.
@@ -103,6 +106,10 @@ impl RegistryPlans {
         metrics: Arc<Metrics>,
         evolution: Option<SchemaEvolution>,
     ) -> Self {
+        let hits = metrics
+            .schema_registry_requests
+            .get_or_create(&ResultLabel { result: "hit" })
+            .clone();
         RegistryPlans {
             registry,
             table: Arc::new(TableState {
@@ -111,6 +118,7 @@ impl RegistryPlans {
                 refreshing: AtomicBool::new(false),
             }),
             options,
+            hits,
             metrics,
             evolution,
             cache: Mutex::new(HashMap::new()),
@@ -119,6 +127,10 @@ impl RegistryPlans {
     }
 
     fn count(&self, result: &'static str) {
+        if result == "hit" {
+            self.hits.inc();
+            return;
+        }
         self.metrics
             .schema_registry_requests
             .get_or_create(&ResultLabel { result })
@@ -269,6 +281,27 @@ impl RegistryPlans {
 }
 
 impl PlanSource for RegistryPlans {
+    fn cached_plan(&self, payload: &[u8]) -> Option<Result<(Arc<Plan>, usize), BadRecord>> {
+        let (id, body) = match split_confluent(payload) {
+            Ok(split) => split,
+            Err(e) => {
+                return match bad_framing(&e) {
+                    PlanLookupError::BadRecord(bad) => Some(Err(bad)),
+                    PlanLookupError::Unavailable(_) => None,
+                };
+            }
+        };
+        let body_at = payload.len() - body.len();
+        match self.cached(id)? {
+            Ok(plan) => {
+                self.hits.inc();
+                Some(plan.map(|plan| (plan, body_at)))
+            }
+            // The table changed since: recompiling is plan_for's work.
+            Err(_stale) => None,
+        }
+    }
+
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a> {
         Box::pin(async move {
             let (id, body) = split_confluent(payload).map_err(|e| bad_framing(&e))?;
