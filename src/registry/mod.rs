@@ -328,23 +328,11 @@ impl SchemaRegistry {
             Err(Ok(()))
         };
         let final_err = |e: SubjectError| Err(Err(e));
-        let mut req = self
-            .http
-            .get(format!(
-                "{}/subjects/{}/versions/latest",
-                self.base,
-                encode_path_segment(subject)
-            ))
-            .header(
-                reqwest::header::ACCEPT,
-                "application/vnd.schemaregistry.v1+json, application/json",
-            );
-        if let Some(b) = &self.config.basic_auth {
-            req = req.basic_auth(&b.username, Some(&b.password));
-        }
-        if let Some(t) = &self.config.bearer_token {
-            req = req.bearer_auth(t);
-        }
+        let req = self.get(format!(
+            "{}/subjects/{}/versions/latest",
+            self.base,
+            encode_path_segment(subject)
+        ));
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) => return retry(describe_reqwest(&e)),
@@ -433,21 +421,24 @@ impl SchemaRegistry {
         }
     }
 
-    async fn attempt(&self, id: u32) -> Result<RegisteredSchema, Attempt> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let mut req = self
-            .http
-            .get(format!("{}/schemas/ids/{id}", self.base))
-            .header(
-                reqwest::header::ACCEPT,
-                "application/vnd.schemaregistry.v1+json, application/json",
-            );
+    /// A GET to the registry with its media type and the configured credentials.
+    fn get(&self, url: String) -> reqwest::RequestBuilder {
+        let mut req = self.http.get(url).header(
+            reqwest::header::ACCEPT,
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
         if let Some(b) = &self.config.basic_auth {
             req = req.basic_auth(&b.username, Some(&b.password));
         }
         if let Some(t) = &self.config.bearer_token {
             req = req.bearer_auth(t);
         }
+        req
+    }
+
+    async fn attempt(&self, id: u32) -> Result<RegisteredSchema, Attempt> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let req = self.get(format!("{}/schemas/ids/{id}", self.base));
         let resp = req
             .send()
             .await
