@@ -971,20 +971,9 @@ fn sink_phase(
         &args.out.join(format!("sink-{mode}.log")),
     )?;
     let pid = daemon.child.id();
-    let mut perf = if args.perf {
-        Some(
-            Command::new("perf")
-                .args(["record", "-F", "499", "-g", "-o"])
-                .arg(args.out.join(format!("perf-{mode}.data")))
-                .args(["-p", &pid.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("cannot start perf")?,
-        )
-    } else {
-        None
-    };
+    // perf -p follows only the threads that exist when it attaches: start it once the daemon
+    // consumes, when its consumer, librdkafka and runtime threads are all up.
+    let mut perf: Option<std::process::Child> = None;
     let stall = Duration::from_secs(args.stall_secs);
     let (mut first, mut last_progress) = (None, Instant::now());
     let (mut seen_rows, mut seen_records) = (0u64, 0f64);
@@ -1000,6 +989,18 @@ fn sink_phase(
         let consumed = daemon.metrics(http).map_or(0.0, |m| m.records);
         if first.is_none() && consumed > 0.0 {
             first = Some(Instant::now());
+            if args.perf {
+                perf = Some(
+                    Command::new("perf")
+                        .args(["record", "-F", "499", "-g", "-o"])
+                        .arg(args.out.join(format!("perf-{mode}.data")))
+                        .args(["-p", &pid.to_string()])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .context("cannot start perf")?,
+                );
+            }
         }
         if visible >= target {
             break;
