@@ -32,7 +32,7 @@ use crate::routing::Route;
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
 use super::coordinator::{
-    CoordinatorSettings, Exit, Routing, backoff, flush, label_table, resolve_visible, sleep_until,
+    CoordinatorSettings, Exit, Routing, backoff, flush_task, label_table, resolve_task, sleep_until,
 };
 use super::metadata::{CommitMetadata, TableFingerprint};
 use super::offsets::{Incarnation, NextOffset, StreamId};
@@ -357,35 +357,27 @@ impl AtLeastOnceCoordinator {
                     attempt,
                 } => {
                     let route = self.route(&tp);
-                    let client = self.client.clone();
-                    let name = route.stream_name(&stream);
-                    let metrics = self.metrics.clone();
-                    let label = TableLabel {
-                        table: route.label().to_string(),
-                    };
+                    let task = flush_task(
+                        &self.writer_shared,
+                        &route,
+                        tp,
+                        stream,
+                        through,
+                        FlushPurpose::Recovery,
+                    );
                     self.io.spawn(async move {
                         backoff(attempt).await;
-                        let outcome = flush(&client, &name, through, &metrics, &label).await;
-                        Event::RecoveryFlushResult {
-                            tp,
-                            stream,
-                            through,
-                            outcome,
-                        }
+                        task.await
                     });
                 }
                 Action::ReadCommitted { tp } => {
                     self.consumer.send(ConsumerCommand::ReadCommitted { tp });
                 }
                 Action::ResolveVisible { tp, attempt } => {
-                    let route = self.route(&tp);
-                    let rest = self.rest.clone();
-                    let table = route.table.clone();
-                    let columns = route.resolve.clone();
+                    let task = resolve_task(&self.rest, &self.route(&tp), tp);
                     self.io.spawn(async move {
                         backoff(attempt).await;
-                        let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
-                        Event::ResolveResult { tp, outcome }
+                        task.await
                     });
                 }
                 Action::StartIncarnation {

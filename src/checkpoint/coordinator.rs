@@ -25,7 +25,7 @@ use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLab
 use crate::routing::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::offsets::{KafkaOffset, NextOffset, RowOffset};
+use super::offsets::{KafkaOffset, NextOffset, RowOffset, StreamId};
 use super::protocol::{
     Action, Assignment, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
     TopicPartition,
@@ -505,43 +505,20 @@ impl Coordinator {
                     self.cycle_worked = true;
                 }
                 let route = self.route(&tp);
-                let client = self.client.clone();
-                let name = route.stream_name(&stream);
-                let metrics = self.metrics.clone();
-                let label = TableLabel {
-                    table: route.label().to_string(),
-                };
+                let task = flush_task(&self.writer_shared, &route, tp, stream, through, purpose);
                 self.io.spawn(async move {
                     backoff(attempt).await;
-                    let outcome = flush(&client, &name, through, &metrics, &label).await;
-                    match purpose {
-                        FlushPurpose::Recovery => Event::RecoveryFlushResult {
-                            tp,
-                            stream,
-                            through,
-                            outcome,
-                        },
-                        FlushPurpose::Cycle => Event::FlushResult {
-                            tp,
-                            stream,
-                            through,
-                            outcome,
-                        },
-                    }
+                    task.await
                 });
             }
             Action::ReadCommitted { tp } => {
                 self.consumer.send(ConsumerCommand::ReadCommitted { tp });
             }
             Action::ResolveVisible { tp, attempt } => {
-                let route = self.route(&tp);
-                let rest = self.rest.clone();
-                let table = route.table.clone();
-                let columns = route.resolve.clone();
+                let task = resolve_task(&self.rest, &self.route(&tp), tp);
                 self.io.spawn(async move {
                     backoff(attempt).await;
-                    let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
-                    Event::ResolveResult { tp, outcome }
+                    task.await
                 });
             }
             Action::StartIncarnation {
@@ -743,6 +720,57 @@ pub(crate) fn label_table(
             tracing::warn!(error = %e, label = %key, table = %route.table.resource_name(), "cannot write the group marker on the table");
         }
     });
+}
+
+/// The FlushRows of an [`Action::FlushRows`] on `route`'s stream, answered as the event of its
+/// purpose. Shared by both delivery modes.
+pub(crate) fn flush_task(
+    shared: &WriterShared,
+    route: &Route,
+    tp: TopicPartition,
+    stream: StreamId,
+    through: RowOffset,
+    purpose: FlushPurpose,
+) -> impl Future<Output = Event> + Send + 'static {
+    let client = shared.client.clone();
+    let metrics = shared.metrics.clone();
+    let name = route.stream_name(&stream);
+    let label = TableLabel {
+        table: route.label().to_string(),
+    };
+    async move {
+        let outcome = flush(&client, &name, through, &metrics, &label).await;
+        match purpose {
+            FlushPurpose::Recovery => Event::RecoveryFlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            },
+            FlushPurpose::Cycle => Event::FlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            },
+        }
+    }
+}
+
+/// The query of an [`Action::ResolveVisible`] against `route`'s table. Shared by both delivery
+/// modes.
+pub(crate) fn resolve_task(
+    rest: &RestClient,
+    route: &Route,
+    tp: TopicPartition,
+) -> impl Future<Output = Event> + Send + 'static {
+    let rest = rest.clone();
+    let table = route.table.clone();
+    let columns = route.resolve.clone();
+    async move {
+        let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
+        Event::ResolveResult { tp, outcome }
+    }
 }
 
 /// One FlushRows, timed and counted, classified as the protocol needs it (DESIGN §2 recovery
