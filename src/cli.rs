@@ -83,6 +83,11 @@ pub struct EmulatorArgs {
     /// Fault rules (YAML or JSON) installed at start; see the README's emulator section.
     #[arg(long)]
     pub faults: Option<PathBuf>,
+    /// Keep only these top-level columns (comma-separated) of each appended row; every row is
+    /// still validated whole, and the other columns read as NULL. For benchmarks: the emulator
+    /// otherwise holds every row's bytes in memory for its lifetime.
+    #[arg(long, value_delimiter = ',', conflicts_with = "data_dir")]
+    pub keep_columns: Option<Vec<String>>,
 }
 
 impl EmulatorArgs {
@@ -94,6 +99,7 @@ impl EmulatorArgs {
             write: crate::emulator::grpc::WriteSettings {
                 idle_timeout: Duration::from_secs(self.idle_timeout_secs),
                 max_request_bytes: self.max_request_bytes,
+                keep_columns: self.keep_columns.clone().map(Into::into),
             },
             store: crate::emulator::store::StoreConfig {
                 committed_ttl: Duration::from_secs(self.committed_stream_ttl_secs),

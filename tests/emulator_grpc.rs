@@ -733,6 +733,46 @@ async fn a_bad_row_or_an_unset_required_column_gives_row_errors_and_appends_noth
 }
 
 #[tokio::test]
+async fn keep_columns_validates_whole_rows_but_keeps_only_the_named_columns() {
+    let mut config = EmulatorConfig::local();
+    config.write.keep_columns = Some(vec!["ID".to_string()].into());
+    let (emu, mut c) = setup_with(config).await;
+    let s = create(&mut c, StreamType::Committed).await;
+    let mut conn = Conn::open(&mut c, first(&s, Some(0), rows(0..3))).await;
+    assert_eq!(offset_of(&conn.recv().await.unwrap()), Some(0));
+    // A column that is not kept is still checked: invalid UTF-8 fails the whole request.
+    let mut bad_name = Vec::new();
+    prost::encoding::int64::encode(1, &3, &mut bad_name);
+    prost::encoding::bytes::encode(2, &vec![0xc3, 0x28], &mut bad_name);
+    conn.send(next(
+        Some(3),
+        vec![row(3, Some("ok")), Bytes::from(bad_name)],
+    ))
+    .await;
+    let r = conn.recv().await.unwrap();
+    assert_eq!(error_of(&r).code, Code::InvalidArgument as i32);
+    assert_eq!(
+        r.row_errors.iter().map(|e| e.index).collect::<Vec<_>>(),
+        vec![1]
+    );
+    conn.send(next(Some(3), rows(3..5))).await;
+    assert_eq!(offset_of(&conn.recv().await.unwrap()), Some(3));
+
+    assert_eq!(visible_ids(&emu), vec![0, 1, 2, 3, 4]);
+    let table = emu.store.get_table(&table_ref()).unwrap();
+    let visible = emu
+        .store
+        .read_visible_rows(&table_ref(), 0, usize::MAX)
+        .unwrap();
+    for r in &visible.rows {
+        // Only the id's tag and varint are kept; `name` reads as NULL.
+        assert_eq!(r.data.len(), 2);
+        let rendered = r.codec.render(&r.data, &table.schema);
+        assert!(rendered["f"][1]["v"].is_null(), "{rendered}");
+    }
+}
+
+#[tokio::test]
 async fn a_new_writer_schema_mid_connection_is_honoured() {
     let (emu, mut c) = setup().await;
     let s = create(&mut c, StreamType::Committed).await;

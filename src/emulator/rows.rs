@@ -938,6 +938,50 @@ impl RowCodec {
     }
 }
 
+impl RowCodec {
+    /// Field numbers of the named top-level columns (matched case-insensitively, as fields match
+    /// columns); names the writer schema does not have select nothing.
+    pub fn column_numbers(&self, names: &[String]) -> Vec<u32> {
+        let numbered = self
+            .root
+            .small_numbers
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| i > 0)
+            .map(|(number, &i)| (number as u32, i as usize - 1))
+            .chain(
+                self.root
+                    .large_numbers
+                    .iter()
+                    .map(|&(number, i)| (number, i as usize)),
+            );
+        numbered
+            .filter(|&(_, i)| {
+                let path = &self.root.fields[i].path;
+                names.iter().any(|name| name.eq_ignore_ascii_case(path))
+            })
+            .map(|(number, _)| number)
+            .collect()
+    }
+
+    /// Appends to `out` the wire bytes of the row's top-level fields numbered in `keep`, in row
+    /// order: a row of the same descriptor with every other field unset. For rows that passed
+    /// [`RowCodec::validate`]; a row that does not parse contributes what precedes the fault.
+    pub fn project_into(row: &[u8], keep: &[u32], out: &mut Vec<u8>) {
+        let mut reader = Reader::new(row);
+        loop {
+            let start = reader.pos;
+            match reader.next() {
+                Ok(Some((number, _))) if keep.contains(&number) => {
+                    out.extend_from_slice(&row[start..reader.pos]);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(()) => break,
+            }
+        }
+    }
+}
+
 type Failure<'p> = (Option<&'p FieldPlan>, ValueError);
 
 fn validate_message<'p>(
