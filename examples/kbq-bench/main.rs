@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Preload a topic, then measure the raw baseline and the sink in each delivery mode.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// The raw baseline: read every record of a topic with the sink's consumer settings, print
     /// one JSON line and exit.
     Raw {
@@ -104,7 +104,7 @@ struct RunArgs {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Run(args) => run(args),
+        Cmd::Run(args) => run(*args),
         Cmd::Raw { config, topic } => raw(&config, &topic),
     }
 }
