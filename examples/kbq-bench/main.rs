@@ -210,42 +210,11 @@ impl Table<'_> {
         Ok(v["totalRows"].as_str().and_then(|s| s.parse().ok()))
     }
 
-    /// The number of distinct (`_kafka_partition`, `_kafka_offset`) pairs among the visible
-    /// rows: equal to the row count only if no record was written twice.
-    fn distinct_records(&self) -> anyhow::Result<u64> {
-        let mut seen = std::collections::HashSet::new();
-        let mut start = 0u64;
-        loop {
-            let url = format!(
-                "{}/data?startIndex={start}&maxResults=10000&selectedFields=_kafka_partition,_kafka_offset",
-                self.base
-            );
-            let (status, body) = self.http.get(&url)?;
-            if status != 200 {
-                bail!("tabledata.list answered {status}: {body}");
-            }
-            let v: Value = serde_json::from_str(&body)?;
-            let rows = v["rows"].as_array().cloned().unwrap_or_default();
-            if rows.is_empty() {
-                return Ok(seen.len() as u64);
-            }
-            for r in &rows {
-                let cell = |i: usize| {
-                    r["f"][i]["v"]
-                        .as_str()
-                        .and_then(|s| s.parse::<i64>().ok())
-                        .ok_or_else(|| anyhow!("row without a kafka partition and offset: {r}"))
-                };
-                seen.insert((cell(0)?, cell(1)?));
-            }
-            start += rows.len() as u64;
-        }
-    }
-
-    /// The Kafka timestamps (µs) of the visible rows from `start`, in visibility order.
-    fn timestamps_from(&self, start: u64) -> anyhow::Result<Vec<i64>> {
+    /// Up to 10,000 visible rows from `start`, each the integers of the `selected` columns
+    /// (`tabledata.list` renders INT64 and, with `useInt64Timestamp`, TIMESTAMP as strings).
+    fn int_rows(&self, start: u64, selected: &str) -> anyhow::Result<Vec<Vec<i64>>> {
         let url = format!(
-            "{}/data?startIndex={start}&maxResults=10000&selectedFields=_kafka_timestamp&formatOptions.useInt64Timestamp=true",
+            "{}/data?startIndex={start}&maxResults=10000&selectedFields={selected}&formatOptions.useInt64Timestamp=true",
             self.base
         );
         let (status, body) = self.http.get(&url)?;
@@ -256,12 +225,47 @@ impl Table<'_> {
         let rows = v["rows"].as_array().cloned().unwrap_or_default();
         rows.iter()
             .map(|r| {
-                r["f"][0]["v"]
-                    .as_str()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .ok_or_else(|| anyhow!("row without a kafka timestamp: {r}"))
+                let cells = r["f"].as_array().cloned().unwrap_or_default();
+                if cells.len() != selected.split(',').count() {
+                    bail!("row without the columns {selected}: {r}");
+                }
+                cells
+                    .iter()
+                    .map(|c| {
+                        c["v"]
+                            .as_str()
+                            .and_then(|s| s.parse::<i64>().ok())
+                            .ok_or_else(|| anyhow!("row without an integer {selected}: {r}"))
+                    })
+                    .collect()
             })
             .collect()
+    }
+
+    /// The number of distinct (`_kafka_partition`, `_kafka_offset`) pairs among the visible
+    /// rows: equal to the row count only if no record was written twice.
+    fn distinct_records(&self) -> anyhow::Result<u64> {
+        let mut seen = std::collections::HashSet::new();
+        let mut start = 0u64;
+        loop {
+            let rows = self.int_rows(start, "_kafka_partition,_kafka_offset")?;
+            if rows.is_empty() {
+                return Ok(seen.len() as u64);
+            }
+            start += rows.len() as u64;
+            for row in rows {
+                seen.insert(row);
+            }
+        }
+    }
+
+    /// The Kafka timestamps (µs) of the visible rows from `start`, in visibility order.
+    fn timestamps_from(&self, start: u64) -> anyhow::Result<Vec<i64>> {
+        Ok(self
+            .int_rows(start, "_kafka_timestamp")?
+            .into_iter()
+            .map(|row| row[0])
+            .collect())
     }
 
     fn delete(&self) {
