@@ -874,8 +874,8 @@ pub struct WriterConfig {
     /// open batches and requests in flight, plus the encoded row of each (default 64MiB; at
     /// least `max_inflight_bytes`). The copy of each request in flight counts too. At the limit
     /// the consumer takes no more messages (it keeps serving the group) until acknowledgements
-    /// free an eighth of it; one partition may hold at most a quarter of it (all of it when it
-    /// is the only partition); requests are capped at a quarter of a partition's even share and
+    /// free an eighth of it; one partition may hold at most half as much again as its even
+    /// share, at least a quarter of it (all of it when it is the only partition); requests are capped at a quarter of a partition's even share and
     /// at 1/256 of the limit (not under a sixteenth of the share). A record larger than what is
     /// left still passes. librdkafka's prefetch
     /// (`queued.max.messages.kbytes`) comes on top; see the sizing rule in docs/operations.md.

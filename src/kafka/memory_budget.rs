@@ -21,11 +21,14 @@
 //!   closed. A record is never refused for its size: whatever
 //!   is polled while the gate is open passes, so a record larger than what is left still goes
 //!   through (the limit is exceeded by at most that record).
-//! * **The share cap.** One partition may hold at most a quarter of the limit (all of it when it
-//!   is alone, half with two partitions, a third with three): above that it is paused until it
-//!   is back under half its cap. So partitions whose writers wait (schema registry outage, quota
-//!   backoff) cannot take the whole budget: it takes at least four of them, each with large
-//!   records, to close the gate on the others, and even then only until one of them moves.
+//! * **The share cap.** One partition may hold at most half as much again as its even share of
+//!   the limit, and at least a quarter of it (three quarters with two partitions, half with
+//!   three, 3/8 with four, a quarter from six on; no cap alone): above that it is paused until
+//!   it is back under half its cap. So partitions whose writers wait (schema registry outage,
+//!   quota backoff) cannot take the whole budget: it takes at least four of them, each with
+//!   large records, to close the gate on the others, and even then only until one of them
+//!   moves. Above the even share, so that in steady flow the gate closes first and no
+//!   partition is paused (see `cap`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -129,8 +132,17 @@ impl MemoryBudget {
         partition.used.load(Ordering::Relaxed) < self.cap(partitions) / 2
     }
 
+    /// Half as much again as an even share, at least a quarter of the limit; no cap alone. So
+    /// partitions moving at an even pace meet the gate, which stops intake without pausing
+    /// anything, before any of them meets its cap: librdkafka serves a pause and a resume on
+    /// its main thread and wakes a broker thread whose partitions were all paused only at that
+    /// thread's next one-second tick, so pausing every partition at once cost 0.8–0.9 s of
+    /// fetching per cycle (4 partitions drained at 25 MB/s, BENCHMARKS.md).
     fn cap(&self, partitions: usize) -> i64 {
-        self.limit / partitions.clamp(1, 4) as i64
+        match partitions {
+            0 | 1 => i64::MAX,
+            n => (self.limit * 3 / (2 * n as i64)).max(self.limit / 4),
+        }
     }
 }
 
@@ -159,6 +171,14 @@ impl PartitionBudget {
     /// The process-wide budget this account is part of.
     pub fn budget(&self) -> &Arc<MemoryBudget> {
         &self.budget
+    }
+
+    /// Whether no record will come for this partition until acknowledgements free some of the
+    /// budget: the process's gate is closed, or this partition holds its share cap (the
+    /// consumer pauses it there).
+    pub fn starved(&self) -> bool {
+        let budget = &self.budget;
+        budget.is_gated() || budget.over_cap(self, budget.partitions.load(Ordering::Relaxed))
     }
 }
 
@@ -255,6 +275,11 @@ mod tests {
         let a = p.charge(249);
         assert!(!budget.over_cap(&p, 8));
         assert!(!budget.over_cap(&p, 1), "alone it may hold all of it");
+        let big = p.charge(500);
+        assert!(!budget.over_cap(&p, 2), "with two, three quarters");
+        assert!(budget.over_cap(&p, 4), "with four, 3/8");
+        assert!(!budget.over_cap(&p, 1) && !budget.back_under_cap(&p, 4));
+        drop(big);
         let b = p.charge(1);
         assert!(budget.over_cap(&p, 8));
         assert!(

@@ -358,10 +358,11 @@ impl PartitionWriter {
                     for record in burst.drain(..) {
                         self.take(record).await?;
                     }
-                    // The process's memory budget is used up: no record comes until something
-                    // is acknowledged, so waiting for a fuller batch would only stall.
-                    let gated = self.account.as_ref().is_some_and(|a| a.budget().is_gated());
-                    if records.is_empty() && gated {
+                    // The process's memory budget, or this partition's share of it, is used
+                    // up: no record comes until something is acknowledged, so waiting for a
+                    // fuller batch would only stall (for the whole linger, at few partitions).
+                    let starved = self.account.as_ref().is_some_and(|a| a.starved());
+                    if records.is_empty() && starved {
                         self.seal().await?;
                     }
                 }
