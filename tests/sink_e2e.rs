@@ -15,7 +15,17 @@ use support::sink::{Daemon, Fixture, assert_exactly_once, encode};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_record_lands_exactly_once_across_sigkill_restarts_and_a_graceful_stop() {
     let f = Fixture::new(3).await;
-    let config = f.config(&support::kafka::unique_name("sink"));
+    // A small memory budget keeps each backlog in work over several checkpoints, so that the
+    // kills land mid-drain: with the default budget three partitions drain it in one.
+    let tweaks = support::sink::Tweaks {
+        writer: vec![
+            "  max_request_bytes: 64KiB".into(),
+            "  max_inflight_bytes: 256KiB".into(),
+            "  memory_limit: 1MiB".into(),
+        ],
+        ..Default::default()
+    };
+    let config = f.config_with(&support::kafka::unique_name("sink"), &tweaks);
     // Each phase kills the daemon while it is still working through the backlog: the threshold
     // is below what was produced, and the next phase needs progress past the previous one.
     let mut produced = 0usize;
