@@ -77,6 +77,9 @@ pub struct Router {
     tables: Mutex<HashMap<String, Arc<Route>>>,
     /// One resolution at a time: two topics of one table create it and compile its plans once.
     resolving: tokio::sync::Mutex<()>,
+    /// The process's one registry client, made at the first route that needs it, so that its
+    /// cache by id serves every table (a schema id is fetched once, not once per table).
+    registry: Mutex<Option<Arc<SchemaRegistry>>>,
 }
 
 impl Router {
@@ -96,7 +99,25 @@ impl Router {
             topics: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
             resolving: tokio::sync::Mutex::new(()),
+            registry: Mutex::new(None),
         }
+    }
+
+    /// The shared registry client; `None` without `schema_registry`.
+    fn registry(&self) -> anyhow::Result<Option<Arc<SchemaRegistry>>> {
+        let Some(sr) = &self.config.schema_registry else {
+            return Ok(None);
+        };
+        let mut shared = lock(&self.registry);
+        if let Some(registry) = &*shared {
+            return Ok(Some(registry.clone()));
+        }
+        let registry = Arc::new(
+            SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
+                .map_err(|e| anyhow!("{e}"))?,
+        );
+        *shared = Some(registry.clone());
+        Ok(Some(registry))
     }
 
     /// The route of `topic` if it was resolved.
@@ -166,6 +187,7 @@ impl Router {
             ),
             None => None,
         };
+        let registry = self.registry()?;
         let table = ensure_table(
             &self.config,
             settings,
@@ -173,6 +195,7 @@ impl Router {
             &self.rest,
             &table_ref,
             fixed_schema.as_ref(),
+            registry.as_deref(),
         )
         .await?;
         let plan_options = PlanOptions {
@@ -182,7 +205,7 @@ impl Router {
             },
             metadata: metadata_columns(settings.metadata_columns),
         };
-        let plans: Arc<dyn PlanSource> = match (&self.config.schema_registry, &fixed_schema) {
+        let plans: Arc<dyn PlanSource> = match (registry, &fixed_schema) {
             (_, Some(schema)) => Arc::new(
                 FixedPlan::new(schema, &table.schema, &plan_options).map_err(|e| {
                     anyhow!(
@@ -192,9 +215,7 @@ impl Router {
                     )
                 })?,
             ),
-            (Some(sr), None) => {
-                let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
-                    .map_err(|e| anyhow!("{e}"))?;
+            (Some(registry), None) => {
                 let evolution = Some(SchemaEvolution {
                     add_columns: settings.schema_update == config::SchemaUpdate::AddColumns,
                     rest: self.rest.clone(),
@@ -254,6 +275,7 @@ async fn ensure_table(
     rest: &RestClient,
     table: &TableReference,
     schema: Option<&AvroSchema>,
+    registry: Option<&SchemaRegistry>,
 ) -> anyhow::Result<Table> {
     let mut attempt = 0u32;
     loop {
@@ -276,14 +298,12 @@ async fn ensure_table(
         );
     };
     let latest;
-    let schema = match (schema, &config.schema_registry) {
-        (Some(schema), _) => schema,
+    let schema = match (schema, registry, &config.schema_registry) {
+        (Some(schema), _, _) => schema,
         // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
         // producers write now; older records still fit (the registry's compatibility rules),
         // and later ones add columns through schema_update.
-        (None, Some(sr)) => {
-            let registry = SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
-                .map_err(|e| anyhow!("{e}"))?;
+        (None, Some(registry), Some(sr)) => {
             let subject = sr.table_subject.replace("{topic}", topic);
             latest = registry.latest(&subject).await.with_context(|| {
                 format!(
@@ -294,7 +314,7 @@ async fn ensure_table(
             tracing::info!(topic, subject = %subject, schema_id = latest.id, "creating the table from the subject's latest schema");
             &latest.schema
         }
-        (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
+        (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
     };
     let derived = table_schema_from_avro(
         schema,

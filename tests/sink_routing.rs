@@ -430,19 +430,24 @@ async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject
     let id = unique("sr");
     let topic = format!("events.{id}");
     let table = topic.replace(['.', '-'], "_");
+    // A second topic into its own table, with records of the same schema id.
+    let other = format!("more.{id}");
+    let other_table = other.replace(['.', '-'], "_");
     let dlq = format!("dlq-{id}");
     create_topic_blocking(&s.bootstrap, &topic, 2);
+    create_topic_blocking(&s.bootstrap, &other, 1);
     create_topic_blocking(&s.bootstrap, &dlq, 1);
     let (registry, served) =
         support::daemon::Registry::serve([(1, SCHEMA.to_string())].into(), None).await;
     served.subject(&format!("{topic}-value"), 1);
+    served.subject(&format!("{other}-value"), 1);
     let input = format!("schema_registry:\n  url: \"http://{registry}\"\n  retries: 2\n");
     let config = s.write_config(
         "registry",
         &config_with_input(
             &s,
             &unique("g"),
-            &format!(r#"topics: ["{topic}"]"#),
+            &format!(r#"topics: ["{topic}", "{other}"]"#),
             &dlq,
             "",
             &input,
@@ -450,8 +455,15 @@ async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject
     );
     validate(&config);
     s.produce_framed(&topic, 2, 300, &table, Some(1));
+    s.produce_framed(&other, 1, 100, &other_table, Some(1));
     let mut daemon = Daemon::start(&config);
-    s.wait_exactly_once(&[(&table, KAFKA_COLS)], Duration::from_secs(60));
+    s.wait_exactly_once(
+        &[(&table, KAFKA_COLS), (&other_table, KAFKA_COLS)],
+        Duration::from_secs(60),
+    );
+    // Each table asked for its subject's latest schema; schema id 1 was fetched once for both
+    // tables (one registry client and cache per process).
+    assert_eq!(*served.requests.lock().unwrap(), 3);
     let columns = s.columns(&table).expect("the table was created");
     for column in [
         "id",

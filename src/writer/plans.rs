@@ -83,7 +83,7 @@ struct Cached {
 
 /// Confluent-framed records: the writer schema comes from the Schema Registry by id.
 pub struct RegistryPlans {
-    registry: SchemaRegistry,
+    registry: Arc<SchemaRegistry>,
     table: Arc<TableState>,
     options: PlanOptions,
     metrics: Arc<Metrics>,
@@ -100,7 +100,7 @@ pub struct RegistryPlans {
 
 impl RegistryPlans {
     pub fn new(
-        registry: SchemaRegistry,
+        registry: Arc<SchemaRegistry>,
         table: TableSchema,
         options: PlanOptions,
         metrics: Arc<Metrics>,
