@@ -29,10 +29,11 @@ use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel};
 use crate::routing::Route;
-use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
+use crate::writer::partition_writer::{WriterEvent, WriterHandle, WriterShared};
 
 use super::coordinator::{
-    CoordinatorSettings, Exit, Routing, backoff, flush_task, label_table, resolve_task, sleep_until,
+    CoordinatorSettings, Exit, Routing, label_table, sleep_until, spawn_flush,
+    spawn_partition_writer, spawn_resolve,
 };
 use super::metadata::{CommitMetadata, TableFingerprint};
 use super::offsets::{Incarnation, NextOffset, StreamId};
@@ -357,28 +358,23 @@ impl AtLeastOnceCoordinator {
                     attempt,
                 } => {
                     let route = self.route(&tp);
-                    let task = flush_task(
+                    spawn_flush(
+                        &mut self.io,
                         &self.writer_shared,
                         &route,
                         tp,
                         stream,
                         through,
                         FlushPurpose::Recovery,
+                        attempt,
                     );
-                    self.io.spawn(async move {
-                        backoff(attempt).await;
-                        task.await
-                    });
                 }
                 Action::ReadCommitted { tp } => {
                     self.consumer.send(ConsumerCommand::ReadCommitted { tp });
                 }
                 Action::ResolveVisible { tp, attempt } => {
-                    let task = resolve_task(&self.rest, &self.route(&tp), tp);
-                    self.io.spawn(async move {
-                        backoff(attempt).await;
-                        task.await
-                    });
+                    let route = self.route(&tp);
+                    spawn_resolve(&mut self.io, &self.rest, &route, tp, attempt);
                 }
                 Action::StartIncarnation {
                     tp,
@@ -441,22 +437,16 @@ impl AtLeastOnceCoordinator {
         incarnation: Incarnation,
         from: NextOffset,
     ) -> WriterHandle {
-        let (tx, rx) = mpsc::channel(self.settings.writer_channel);
-        let handle = partition_writer::spawn(
-            self.writer_shared.clone(),
-            self.route(tp).writer.clone(),
-            tp.clone(),
+        spawn_partition_writer(
+            &self.writer_shared,
+            &self.route(tp),
+            tp,
             incarnation,
             from,
-            rx,
-            self.writer_tx.clone(),
-        );
-        self.consumer.send(ConsumerCommand::Start {
-            tp: tp.clone(),
-            from,
-            sink: tx,
-        });
-        handle
+            &self.settings,
+            &self.writer_tx,
+            &self.consumer,
+        )
     }
 
     fn on_writer(&mut self, event: WriterEvent) {

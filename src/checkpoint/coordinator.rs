@@ -25,7 +25,7 @@ use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLab
 use crate::routing::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
-use super::offsets::{KafkaOffset, NextOffset, RowOffset, StreamId};
+use super::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
 use super::protocol::{
     Action, Assignment, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
     TopicPartition,
@@ -505,21 +505,23 @@ impl Coordinator {
                     self.cycle_worked = true;
                 }
                 let route = self.route(&tp);
-                let task = flush_task(&self.writer_shared, &route, tp, stream, through, purpose);
-                self.io.spawn(async move {
-                    backoff(attempt).await;
-                    task.await
-                });
+                spawn_flush(
+                    &mut self.io,
+                    &self.writer_shared,
+                    &route,
+                    tp,
+                    stream,
+                    through,
+                    purpose,
+                    attempt,
+                );
             }
             Action::ReadCommitted { tp } => {
                 self.consumer.send(ConsumerCommand::ReadCommitted { tp });
             }
             Action::ResolveVisible { tp, attempt } => {
-                let task = resolve_task(&self.rest, &self.route(&tp), tp);
-                self.io.spawn(async move {
-                    backoff(attempt).await;
-                    task.await
-                });
+                let route = self.route(&tp);
+                spawn_resolve(&mut self.io, &self.rest, &route, tp, attempt);
             }
             Action::StartIncarnation {
                 tp,
@@ -529,21 +531,19 @@ impl Coordinator {
                 if let Some(mut old) = self.writers.remove(&tp) {
                     old.stop(Duration::ZERO);
                 }
-                let (tx, rx) = mpsc::channel(self.settings.writer_channel);
-                let handle = partition_writer::spawn(
-                    self.writer_shared.clone(),
-                    self.route(&tp).writer.clone(),
-                    tp.clone(),
+                let handle = spawn_partition_writer(
+                    &self.writer_shared,
+                    &self.route(&tp),
+                    &tp,
                     incarnation,
                     from,
-                    rx,
-                    self.writer_tx.clone(),
+                    &self.settings,
+                    &self.writer_tx,
+                    &self.consumer,
                 );
-                self.writers.insert(tp.clone(), handle);
-                self.visible.entry(tp.clone()).or_insert(from);
                 tracing::info!(partition = %tp, incarnation = incarnation.0, from = from.0, "writer started");
-                self.consumer
-                    .send(ConsumerCommand::Start { tp, from, sink: tx });
+                self.writers.insert(tp.clone(), handle);
+                self.visible.entry(tp).or_insert(from);
             }
             Action::Seek {
                 tp,
@@ -722,23 +722,27 @@ pub(crate) fn label_table(
     });
 }
 
-/// The FlushRows of an [`Action::FlushRows`] on `route`'s stream, answered as the event of its
-/// purpose. Shared by both delivery modes.
-pub(crate) fn flush_task(
+/// Spawns the FlushRows of an [`Action::FlushRows`] on `route`'s stream after the attempt's
+/// backoff, answered as the event of its purpose. Shared by both delivery modes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn_flush(
+    io: &mut JoinSet<Event>,
     shared: &WriterShared,
     route: &Route,
     tp: TopicPartition,
     stream: StreamId,
     through: RowOffset,
     purpose: FlushPurpose,
-) -> impl Future<Output = Event> + Send + 'static {
+    attempt: u32,
+) {
     let client = shared.client.clone();
     let metrics = shared.metrics.clone();
     let name = route.stream_name(&stream);
     let label = TableLabel {
         table: route.label().to_string(),
     };
-    async move {
+    io.spawn(async move {
+        backoff(attempt).await;
         let outcome = flush(&client, &name, through, &metrics, &label).await;
         match purpose {
             FlushPurpose::Recovery => Event::RecoveryFlushResult {
@@ -754,23 +758,57 @@ pub(crate) fn flush_task(
                 outcome,
             },
         }
-    }
+    });
 }
 
-/// The query of an [`Action::ResolveVisible`] against `route`'s table. Shared by both delivery
-/// modes.
-pub(crate) fn resolve_task(
+/// Spawns the query of an [`Action::ResolveVisible`] against `route`'s table after the
+/// attempt's backoff. Shared by both delivery modes.
+pub(crate) fn spawn_resolve(
+    io: &mut JoinSet<Event>,
     rest: &RestClient,
     route: &Route,
     tp: TopicPartition,
-) -> impl Future<Output = Event> + Send + 'static {
+    attempt: u32,
+) {
     let rest = rest.clone();
     let table = route.table.clone();
     let columns = route.resolve.clone();
-    async move {
+    io.spawn(async move {
+        backoff(attempt).await;
         let outcome = resolve_visible(&rest, &table, columns.as_ref(), &tp).await;
         Event::ResolveResult { tp, outcome }
-    }
+    });
+}
+
+/// Spawns the writer of `tp`'s incarnation and hands the consumer its channel, from `from`.
+/// Shared by both delivery modes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn_partition_writer(
+    shared: &Arc<WriterShared>,
+    route: &Route,
+    tp: &TopicPartition,
+    incarnation: Incarnation,
+    from: NextOffset,
+    settings: &CoordinatorSettings,
+    events: &mpsc::UnboundedSender<WriterEvent>,
+    consumer: &ConsumerHandle,
+) -> WriterHandle {
+    let (tx, rx) = mpsc::channel(settings.writer_channel);
+    let handle = partition_writer::spawn(
+        shared.clone(),
+        route.writer.clone(),
+        tp.clone(),
+        incarnation,
+        from,
+        rx,
+        events.clone(),
+    );
+    consumer.send(ConsumerCommand::Start {
+        tp: tp.clone(),
+        from,
+        sink: tx,
+    });
+    handle
 }
 
 /// One FlushRows, timed and counted, classified as the protocol needs it (DESIGN §2 recovery
