@@ -75,8 +75,10 @@ pub struct Router {
     topics: Mutex<HashMap<String, Arc<Route>>>,
     /// Routes by table resource name: topics of one table share its plans and marker.
     tables: Mutex<HashMap<String, Arc<Route>>>,
-    /// One resolution at a time: two topics of one table create it and compile its plans once.
-    resolving: tokio::sync::Mutex<()>,
+    /// One resolution at a time per table: two topics of one table create it and compile its
+    /// plans once, and a table that keeps failing (retried for up to ~55 s) does not hold up
+    /// the others.
+    resolving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The process's one registry client, made at the first route that needs it, so that its
     /// cache by id serves every table (a schema id is fetched once, not once per table).
     registry: Mutex<Option<Arc<SchemaRegistry>>>,
@@ -98,7 +100,7 @@ impl Router {
             group_label,
             topics: Mutex::new(HashMap::new()),
             tables: Mutex::new(HashMap::new()),
-            resolving: tokio::sync::Mutex::new(()),
+            resolving: Mutex::new(HashMap::new()),
             registry: Mutex::new(None),
         }
     }
@@ -143,13 +145,17 @@ impl Router {
         if let Some(route) = self.cached(topic) {
             return Ok(route);
         }
-        let _one = self.resolving.lock().await;
-        if let Some(route) = self.cached(topic) {
-            return Ok(route);
-        }
         let settings = self.config.route_for(topic);
         let b = &self.config.bigquery;
         let table = TableReference::new(&b.project, &b.dataset, &settings.table);
+        let one = lock(&self.resolving)
+            .entry(table.resource_name())
+            .or_default()
+            .clone();
+        let _one = one.lock().await;
+        if let Some(route) = self.cached(topic) {
+            return Ok(route);
+        }
         let existing = lock(&self.tables).get(&table.resource_name()).cloned();
         let route = match existing {
             Some(route) if route.index == settings.route => route,
