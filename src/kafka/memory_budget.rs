@@ -25,10 +25,10 @@
 //!   the limit, and at least a quarter of it (three quarters with two partitions, half with
 //!   three, 3/8 with four, a quarter from six on; no cap alone): above that it is paused until
 //!   it is back under half its cap. So partitions whose writers wait (schema registry outage,
-//!   quota backoff) cannot take the whole budget: it takes at least four of them, each with
-//!   large records, to close the gate on the others, and even then only until one of them
-//!   moves. Above the even share, so that in steady flow the gate closes first and no
-//!   partition is paused (see `cap`).
+//!   quota backoff) cannot take the whole budget: it takes two stuck partitions of three, three
+//!   of four, four from five partitions on (one of two never), each at its cap, to close the
+//!   gate on the others, and even then only until one of them moves. Above the even share, so
+//!   that in steady flow the gate closes first and no partition is paused (see `cap`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
