@@ -60,11 +60,20 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     ));
     // An explicit topic list is routed now, so that a table that cannot be written fails the
     // start; topics of a pattern are routed when their first partition is assigned.
+    // A table read is retried for up to about a minute; a SIGTERM meanwhile must not wait for
+    // it (Kubernetes kills the pod 30 s after the signal): nothing is consumed yet, so there is
+    // nothing to checkpoint and the process leaves at once.
     for topic in &config.kafka.topics {
-        router
-            .resolve(topic)
-            .await
-            .with_context(|| format!("topic {topic}"))?;
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                tracing::info!(topic, "shutdown requested during start-up: leaving before the topic is routed");
+                return Ok(());
+            }
+            routed = router.resolve(topic) => {
+                routed.with_context(|| format!("topic {topic}"))?;
+            }
+        }
     }
 
     let dead_letter = match (&config.dead_letter, config.on_bad_record) {
@@ -136,6 +145,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                     .as_ref()
                     .is_some_and(|m| m.headers.is_some())
             }),
+        faults: Default::default(),
     })?;
     let settings = CoordinatorSettings {
         router,
@@ -149,6 +159,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         // filled only by records far smaller than 1 KB.
         writer_channel: 65_536,
         zombie_confirm_after: session_timeout.max(Duration::from_secs(1)),
+        stall_after: config.checkpoint.partition_stall_timeout.0,
     };
     let exit = match config.delivery {
         Delivery::ExactlyOnce => {
