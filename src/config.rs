@@ -38,6 +38,9 @@ pub mod defaults {
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
     pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
+    /// Long enough for a slow BigQuery answer and a recovery; short enough that a stuck
+    /// partition turns readiness false within minutes.
+    pub const PARTITION_STALL_TIMEOUT: Duration = Duration::from_secs(120);
     /// The broker default of `offset.metadata.max.bytes`.
     pub const CHECKPOINT_METADATA_MAX_BYTES: u32 = 4096;
     pub const WRITER_MAX_REQUEST_BYTES: ByteSize = ByteSize(8 * 1024 * 1024);
@@ -839,6 +842,10 @@ pub struct CheckpointConfig {
     /// The brokers' `offset.metadata.max.bytes` (default 4096); the worst-case checkpoint
     /// metadata must fit.
     pub metadata_max_bytes: u32,
+    /// A partition whose acknowledged position has not advanced for this long while records
+    /// wait for it is stalled: readiness false, `kbq_partitions_stalled` (default 2m; at least
+    /// 1s and at least `interval`).
+    pub partition_stall_timeout: HumanDuration,
 }
 
 impl Default for CheckpointConfig {
@@ -848,6 +855,7 @@ impl Default for CheckpointConfig {
             barrier_timeout: HumanDuration(defaults::CHECKPOINT_BARRIER_TIMEOUT),
             commit_failure_isolation_threshold: defaults::COMMIT_FAILURE_ISOLATION_THRESHOLD,
             metadata_max_bytes: defaults::CHECKPOINT_METADATA_MAX_BYTES,
+            partition_stall_timeout: HumanDuration(defaults::PARTITION_STALL_TIMEOUT),
         }
     }
 }
@@ -1913,6 +1921,14 @@ impl Validator {
             self.err(
                 "checkpoint.commit_failure_isolation_threshold",
                 "must be at least 1",
+            );
+        }
+        if cp.partition_stall_timeout.0 < Duration::from_secs(1)
+            || cp.partition_stall_timeout.0 < cp.interval.0
+        {
+            self.err(
+                "checkpoint.partition_stall_timeout",
+                "must be at least 1s and at least checkpoint.interval",
             );
         }
         let needed = checkpoint_metadata_worst_case_len();

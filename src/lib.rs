@@ -2,6 +2,7 @@
 //! exactly once. The module layout follows DESIGN §1; see `../shared/STYLE.md` for the rules
 //! between modules (the checkpoint protocol is pure, the emulator is reached only from the CLI).
 
+pub mod backoff;
 pub mod bigquery;
 pub mod checkpoint;
 pub mod cli;

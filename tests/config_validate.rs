@@ -93,6 +93,7 @@ fn the_minimal_config_gets_the_documented_defaults() {
     validate(&c).expect("valid");
     assert_eq!(c.checkpoint.interval.0.as_secs(), 5);
     assert_eq!(c.checkpoint.metadata_max_bytes, 4096);
+    assert_eq!(c.checkpoint.partition_stall_timeout.0.as_secs(), 120);
     assert_eq!(c.writer.max_request_bytes.bytes(), 8 << 20);
     assert_eq!(c.bigquery.credentials, Credentials::Adc);
     // no partition/offset columns: a lost stream is rewound (at least once for the window)
@@ -264,6 +265,29 @@ fn a_metadata_limit_below_the_worst_case_checkpoint_is_refused() {
     assert_eq!(
         errors(
             &with(&format!("checkpoint:\n  metadata_max_bytes: {worst}\n")),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_stall_timeout_shorter_than_a_second_or_a_checkpoint_interval_is_refused() {
+    let error =
+        "checkpoint.partition_stall_timeout: must be at least 1s and at least checkpoint.interval";
+    assert_one_error(
+        &with("checkpoint:\n  partition_stall_timeout: 500ms\n"),
+        HashMap::new(),
+        error,
+    );
+    assert_one_error(
+        &with("checkpoint:\n  interval: 10s\n  partition_stall_timeout: 5s\n"),
+        HashMap::new(),
+        error,
+    );
+    assert_eq!(
+        errors(
+            &with("checkpoint:\n  interval: 10s\n  partition_stall_timeout: 10s\n"),
             HashMap::new()
         ),
         Vec::<String>::new()

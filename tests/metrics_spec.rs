@@ -625,6 +625,7 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     );
     assert_eq!(sum(&s, "kbq_partitions_assigned", &[]), PARTITIONS as f64);
     assert_eq!(sum(&s, "kbq_partitions_failed", &[]), 0.0);
+    assert_eq!(sum(&s, "kbq_partitions_stalled", &[]), 0.0);
     assert_eq!(sum(&s, "kbq_consumer_group_joined", &[]), 1.0);
     assert_no_secrets("/metrics", &text);
 
@@ -777,4 +778,97 @@ async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready
     assert!(a.terminate().success());
     assert!(b.terminate().success());
     assert_no_secrets("probe logs", &std::fs::read_to_string(&log).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_appends_hang_is_counted_stalled_and_turns_readiness_false() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("stall");
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = f.config("stall", &group, port);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "  interval: 300ms\n",
+        "  interval: 300ms\n  partition_stall_timeout: 3s\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = f.dir.path().join("stall.log");
+    f.produce(0..100, 1);
+    let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
+    let ready = wait_for(Duration::from_secs(90), || async {
+        http_get(addr, "/readyz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    assert!(ready.is_some(), "ready at first; log:\n{}", tail(&log));
+    let all = wait_for(Duration::from_secs(90), || async {
+        (f.visible() == 100).then_some(())
+    })
+    .await;
+    assert!(all.is_some(), "{} rows visible", f.visible());
+
+    // Every append now hangs for 20 s: records wait, nothing is acknowledged, and every
+    // checkpoint cycle is empty (a success for the other readiness rules).
+    f.install_faults(serde_json::json!([
+        {"rpc": "AppendRows", "action": {"delay": {"ms": 20000}}}
+    ]))
+    .await;
+    f.produce(100..300, 1);
+    let stalled = wait_for(Duration::from_secs(60), || async {
+        http_get(addr, "/readyz")
+            .await
+            .filter(|(s, body)| *s == 503 && body.contains("stalled"))
+    })
+    .await;
+    assert!(
+        stalled
+            .as_ref()
+            .is_some_and(|(_, body)| body.contains(&f.topic)),
+        "readiness names the stalled partition: {stalled:?}; log:\n{}",
+        tail(&log)
+    );
+    let (text, counted) = scrape_until(addr, Duration::from_secs(10), |s| {
+        sum(s, "kbq_partitions_stalled", &[]) == 1.0
+            && sum(s, "kbq_consumer_lag_records", &[]) == 200.0
+    })
+    .await;
+    assert!(counted, "one stalled partition, the real lag 200:\n{text}");
+    assert_matches_spec(&text, &["kbq_bigquery_errors_total"]);
+    let lines = json_log_lines(&log);
+    let line = lines
+        .iter()
+        .find(|l| l["message"] == "partition stalled")
+        .unwrap_or_else(|| panic!("a stall is logged:\n{}", tail(&log)));
+    assert_eq!(line["severity"], "WARNING");
+    assert!(
+        line["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{line}"
+    );
+    assert_eq!(line["high"], 300, "{line}");
+
+    // The appends come back: the partition moves, readiness returns.
+    let cleared = reqwest::Client::new()
+        .delete(format!("http://{}/emulator/v1/faults", f.emulator.addr))
+        .send()
+        .await
+        .expect("clear faults");
+    assert!(cleared.status().is_success());
+    let moving = wait_for(Duration::from_secs(90), || async {
+        let ready = http_get(addr, "/readyz").await?.0 == 200;
+        (ready && f.visible() == 300).then_some(())
+    })
+    .await;
+    assert!(moving.is_some(), "ready again; log:\n{}", tail(&log));
+    let (text, cleared) = scrape_until(addr, Duration::from_secs(10), |s| {
+        sum(s, "kbq_partitions_stalled", &[]) == 0.0
+    })
+    .await;
+    assert!(cleared, "{text}");
+    assert!(
+        json_log_lines(&log)
+            .iter()
+            .any(|l| l["message"] == "stalled partition moves again"),
+        "{}",
+        tail(&log)
+    );
+    assert!(daemon.terminate().success());
 }

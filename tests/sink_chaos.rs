@@ -768,3 +768,100 @@ async fn a_replica_killed_during_its_handoff_loses_and_duplicates_nothing() {
     assert!(status.success(), "b leaves cleanly: {status:?}");
     assert_exactly_once(&f.visible(), &f.expected());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. Retention deletes records the daemon has not read yet.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_the_reason() {
+    let f = Fixture::new(1).await;
+    // A small memory budget and prefetch: while appends hang, the daemon reads a few hundred
+    // records and stops, far behind the end of the partition.
+    let tweaks = Tweaks {
+        writer: vec![
+            "  max_request_bytes: 64KiB".into(),
+            "  max_inflight_bytes: 64KiB".into(),
+            "  memory_limit: 64KiB".into(),
+        ],
+        ..Tweaks::default()
+    };
+    let config = f.config_with(&unique_name("out-of-range"), &tweaks);
+    let text = std::fs::read_to_string(&config).expect("config").replace(
+        "    heartbeat.interval.ms: \"500\"\n",
+        "    heartbeat.interval.ms: \"500\"\n    queued.max.messages.kbytes: \"1\"\n    max.partition.fetch.bytes: \"1024\"\n",
+    );
+    std::fs::write(&config, text).expect("config");
+    f.produce(100);
+    let mut d = Daemon::start_named(&config, "out-of-range");
+    f.wait_exactly_once(Duration::from_secs(120));
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc": "AppendRows", "action": {"delay": {"ms": 10000}}}]"#,
+        ))
+        .expect("install the delay");
+    f.produce(20_000);
+    std::thread::sleep(Duration::from_secs(2));
+    // Retention (delete-records) removes everything below 15,000: records the daemon has not
+    // read. Then the appends come back and the daemon reads on, into the gap.
+    let mut delete = rdkafka::TopicPartitionList::new();
+    delete
+        .add_partition_offset(&f.topic, 0, rdkafka::Offset::Offset(15_000))
+        .expect("offset");
+    let admin = support::kafka::admin_client(&f.bootstrap);
+    admin
+        .delete_records(&delete, &rdkafka::admin::AdminOptions::new())
+        .await
+        .expect("delete records");
+    f.emulator.faults.clear();
+    wait_until(
+        Duration::from_secs(120),
+        "the partition to fail closed",
+        || !d.logged("partition failed closed").is_empty(),
+    );
+    let failed = &d.logged("partition failed closed")[0];
+    let reason = failed["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("below the log start 15000"),
+        "the reason names the log start: {failed}"
+    );
+    let (status, body) = d.http_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("below the log start"), "{body}");
+    assert_eq!(d.metric("kbq_partitions_failed"), 1.0);
+    let status = d.terminate();
+    assert!(status.success(), "a clean exit: {status:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Start-up.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_sigterm_while_the_table_read_is_retried_at_start_up_stops_the_daemon_promptly() {
+    let f = Fixture::new(1).await;
+    let config = f.config(&unique_name("startup-sigterm"));
+    // The BigQuery endpoint points at a port nobody listens on: the start-up table read fails
+    // and is retried (for about a minute) before the daemon would give up.
+    let nowhere = format!("127.0.0.1:{}", support::daemon::free_port());
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace(&f.emulator.addr.to_string(), &nowhere);
+    std::fs::write(&config, text).expect("config");
+    let mut d = Daemon::start_named(&config, "startup");
+    d.ops_addr();
+    // Well inside the retries of the table read.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        d.is_running(),
+        "the daemon gave up on the table read already"
+    );
+    let signalled = Instant::now();
+    // Kubernetes kills a pod 30 s after SIGTERM; the daemon must be gone long before.
+    let status = d.terminate_within(Duration::from_secs(5));
+    assert!(status.success(), "a clean exit: {status:?}");
+    assert!(
+        !d.logged("shutdown requested during start-up").is_empty(),
+        "the daemon says why it left"
+    );
+    eprintln!("stopped {:?} after SIGTERM", signalled.elapsed());
+}

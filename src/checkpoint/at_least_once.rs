@@ -120,6 +120,8 @@ pub struct AtLeastOnceCoordinator {
     labelled: HashSet<TableFingerprint>,
     /// Routes being resolved for partitions of topics seen for the first time.
     routing: Routing,
+    /// Owned partitions whose committed offset or watermarks could not be read yet.
+    unknown: HashSet<TopicPartition>,
 }
 
 impl AtLeastOnceCoordinator {
@@ -140,6 +142,7 @@ impl AtLeastOnceCoordinator {
             recovery,
             labelled: HashSet::new(),
             routing: Routing::new(),
+            unknown: HashSet::new(),
             settings,
             consumer,
             consumer_events,
@@ -224,10 +227,31 @@ impl AtLeastOnceCoordinator {
                     .rebalances
                     .get_or_create(&KindLabel { kind: "assign" })
                     .inc();
-                for (tp, assignment) in partitions {
-                    self.assigned(tp, assignment);
+                for (tp, result) in partitions {
+                    match result {
+                        Ok(assignment) => self.assigned(tp, assignment),
+                        Err(reason) => self.assignment_unknown(tp, reason),
+                    }
                 }
             }
+            ConsumerEvent::AssignmentRead { tp, result } => {
+                if self.unknown.remove(&tp) {
+                    match result {
+                        Ok(assignment) => self.assigned(tp, assignment),
+                        Err(reason) => self.assignment_unknown(tp, reason),
+                    }
+                }
+            }
+            ConsumerEvent::SeekFailed { tp, reason } => {
+                self.fail_running(&tp, format!("seek failed: {reason}"));
+            }
+            ConsumerEvent::OffsetOutOfRange { tp, position, low } => {
+                self.fail_running(
+                    &tp,
+                    format!("position {position} is below the log start {low}"),
+                );
+            }
+            ConsumerEvent::Loads(_) => {}
             ConsumerEvent::RevokeBegan { partitions, lost } => {
                 let kind = if lost { "lost" } else { "revoke" };
                 self.metrics
@@ -237,6 +261,7 @@ impl AtLeastOnceCoordinator {
                 for tp in partitions {
                     tracing::info!(partition = %tp, lost, "partition revoked: handing off");
                     self.routing.forget(&tp);
+                    self.unknown.remove(&tp);
                     self.revoke(tp, lost);
                 }
                 // The consumer drops revoked partitions from commits sent before this.
@@ -268,6 +293,18 @@ impl AtLeastOnceCoordinator {
             ConsumerEvent::OwnershipConfirmed { .. } | ConsumerEvent::OwnershipUnknown { .. } => {}
             ConsumerEvent::Fatal(_) | ConsumerEvent::Closed => {}
         }
+    }
+
+    /// An owned partition whose committed offset or watermarks could not be read: never read
+    /// as "no offset"; asked again after a pause.
+    fn assignment_unknown(&mut self, tp: TopicPartition, reason: String) {
+        tracing::warn!(partition = %tp, reason = %reason, "cannot read the assigned partition's committed offset or watermarks, retrying");
+        self.unknown.insert(tp.clone());
+        let commands = self.consumer.sender();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = commands.send(ConsumerCommand::ReadAssignment { tp });
+        });
     }
 
     fn assigned(&mut self, tp: TopicPartition, assignment: Assignment) {
@@ -505,18 +542,27 @@ impl AtLeastOnceCoordinator {
                 if !current {
                     return;
                 }
-                let Some(Partition::Running(mut p)) = self.partitions.remove(&tp) else {
-                    return;
-                };
                 tracing::error!(partition = %tp, reason = %reason, "writer failed: partition stopped");
-                self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
-                p.writer = None;
-                self.partitions.insert(tp.clone(), Partition::Failed(p));
-                self.metrics.partitions_failed.inc();
-                self.health
-                    .set_not_ready(format!("partition {tp} failed: {reason}"));
+                self.fail_running(&tp, reason);
             }
         }
+    }
+
+    /// Stops a running partition where its acknowledged prefix ends (still committed) and
+    /// turns readiness false.
+    fn fail_running(&mut self, tp: &TopicPartition, reason: String) {
+        let Some(Partition::Running(mut p)) = self.partitions.remove(tp) else {
+            return;
+        };
+        tracing::error!(partition = %tp, reason = %reason, "partition failed closed");
+        self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+        if let Some(mut writer) = p.writer.take() {
+            writer.stop(Duration::ZERO);
+        }
+        self.partitions.insert(tp.clone(), Partition::Failed(p));
+        self.metrics.partitions_failed.inc();
+        self.health
+            .set_not_ready(format!("partition {tp} failed: {reason}"));
     }
 
     /// The progress of `tp` if `incarnation` is its writer's.

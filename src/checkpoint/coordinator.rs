@@ -7,7 +7,7 @@
 //! Nothing here decides anything about exactly-once: the protocol does; this file only moves
 //! bytes and measures.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use super::protocol::{
     Action, Assignment, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
     TopicPartition,
 };
+use super::stall::{StallChange, StallWatch};
 
 /// Where the `resolve` recovery finds a partition's rows: the metadata columns.
 #[derive(Debug, Clone)]
@@ -53,6 +54,9 @@ pub struct CoordinatorSettings {
     /// gives it to this member (a session timeout: a member fenced by the group learns it by
     /// then).
     pub zombie_confirm_after: Duration,
+    /// `checkpoint.partition_stall_timeout`: a partition whose acknowledged position has not
+    /// moved for this long while records wait for it turns readiness false.
+    pub stall_after: Duration,
 }
 
 pub struct Coordinator {
@@ -80,6 +84,9 @@ pub struct Coordinator {
     cycle_worked: bool,
     /// Routes being resolved for assigned partitions of topics seen for the first time.
     routing: Routing,
+    /// Owned partitions whose committed offset or watermarks could not be read yet.
+    unknown: HashSet<TopicPartition>,
+    stalls: StallWatch,
 }
 
 /// Assigned partitions whose topic's route (and table) is being resolved: the protocol hears of
@@ -164,6 +171,7 @@ impl Coordinator {
     ) -> Self {
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let client = writer_shared.client.clone();
+        let settings_stall_after = settings.stall_after;
         Coordinator {
             protocol,
             settings,
@@ -184,6 +192,8 @@ impl Coordinator {
             cycle_abandoned: false,
             cycle_worked: false,
             routing: Routing::new(),
+            unknown: HashSet::new(),
+            stalls: StallWatch::new(settings_stall_after),
         }
     }
 
@@ -286,19 +296,46 @@ impl Coordinator {
                 m.rebalances
                     .get_or_create(&KindLabel { kind: "assign" })
                     .inc();
-                for (tp, assignment) in partitions {
+                for (tp, result) in partitions {
                     m.partitions_assigned.inc();
-                    tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
-                    match self.settings.router.cached(&tp.topic) {
-                        Some(route) => self.feed(Event::Assigned {
-                            tp,
-                            table: route.routed_table(),
-                            assignment,
-                        }),
-                        // A topic seen for the first time (a pattern subscription): its table
-                        // is read or created before its recovery starts.
-                        None => self.routing.start(&self.settings.router, tp, assignment),
+                    match result {
+                        Ok(assignment) => self.assigned(tp, assignment),
+                        Err(reason) => self.assignment_unknown(tp, reason),
                     }
+                }
+            }
+            ConsumerEvent::AssignmentRead { tp, result } => {
+                if self.unknown.remove(&tp) {
+                    match result {
+                        Ok(assignment) => self.assigned(tp, assignment),
+                        Err(reason) => self.assignment_unknown(tp, reason),
+                    }
+                }
+            }
+            ConsumerEvent::SeekFailed { tp, reason } => {
+                if let Some(mut writer) = self.writers.remove(&tp) {
+                    writer.stop(Duration::ZERO);
+                }
+                self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
+                self.mark_failed(tp, format!("seek failed: {reason}"));
+            }
+            ConsumerEvent::OffsetOutOfRange { tp, position, low } => {
+                // The protocol applies `recovery.on_out_of_range` to the incarnation running.
+                match self.writers.get(&tp).map(|w| w.incarnation) {
+                    Some(incarnation) => self.feed(Event::OffsetOutOfRange {
+                        tp,
+                        incarnation,
+                        position,
+                        low,
+                    }),
+                    None => {
+                        tracing::warn!(partition = %tp, position = position.0, low = low.0, "offset out of range for a partition without a writer")
+                    }
+                }
+            }
+            ConsumerEvent::Loads(loads) => {
+                for load in loads {
+                    self.stalls.loaded(load);
                 }
             }
             ConsumerEvent::RevokeBegan { partitions, lost } => {
@@ -310,6 +347,7 @@ impl Coordinator {
                 for tp in partitions {
                     tracing::info!(partition = %tp, lost, "partition revoked: handing off");
                     self.routing.forget(&tp);
+                    self.unknown.remove(&tp);
                     self.feed(Event::RevokeBegan { tp, lost });
                 }
                 // Every commit sent from now on was built knowing of the revoke.
@@ -358,6 +396,41 @@ impl Coordinator {
         }
     }
 
+    /// An assigned partition whose committed offset and watermarks are known: its recovery
+    /// starts once its topic is routed.
+    fn assigned(&mut self, tp: TopicPartition, assignment: Assignment) {
+        tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
+        let base = assignment
+            .committed
+            .as_ref()
+            .map_or(assignment.low, |c| c.offset);
+        self.stalls
+            .assigned(tp.clone(), base, Instant::now().into_std());
+        match self.settings.router.cached(&tp.topic) {
+            Some(route) => self.feed(Event::Assigned {
+                tp,
+                table: route.routed_table(),
+                assignment,
+            }),
+            // A topic seen for the first time (a pattern subscription): its table is read or
+            // created before its recovery starts.
+            None => self.routing.start(&self.settings.router, tp, assignment),
+        }
+    }
+
+    /// An owned partition whose committed offset or watermarks could not be read (a group
+    /// coordinator loading, a leader away): never read as "no offset", never the end of the
+    /// process; asked again after a pause.
+    fn assignment_unknown(&mut self, tp: TopicPartition, reason: String) {
+        tracing::warn!(partition = %tp, reason = %reason, "cannot read the assigned partition's committed offset or watermarks, retrying");
+        self.unknown.insert(tp.clone());
+        let commands = self.consumer.sender();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = commands.send(ConsumerCommand::ReadAssignment { tp });
+        });
+    }
+
     /// A route resolved for an assigned partition: its recovery starts; or the table cannot be
     /// read or created: the partition fails closed (nothing consumed, readiness false).
     fn routed(
@@ -390,7 +463,11 @@ impl Coordinator {
 
     fn on_writer(&mut self, event: WriterEvent) {
         match event {
-            WriterEvent::Acknowledged { tp, ack } => self.feed(Event::RowsAcknowledged { tp, ack }),
+            WriterEvent::Acknowledged { tp, ack } => {
+                self.stalls
+                    .acknowledged(&tp, ack.next(), Instant::now().into_std());
+                self.feed(Event::RowsAcknowledged { tp, ack })
+            }
             WriterEvent::StreamLost {
                 tp,
                 incarnation,
@@ -467,10 +544,38 @@ impl Coordinator {
     /// Ready: a member of the group, no partition failed closed, and — when partitions are
     /// assigned — a checkpoint cycle succeeded within the bound. A joined replica without
     /// partitions is ready (it is idle, not broken).
-    fn update_readiness(&self) {
+    fn update_readiness(&mut self) {
+        for change in self.stalls.check(Instant::now().into_std()) {
+            match change {
+                StallChange::Stalled {
+                    tp,
+                    acked,
+                    high,
+                    for_secs,
+                } => {
+                    tracing::warn!(partition = %tp, acknowledged = acked.map(|a| a.0), high = high.0, stalled_for_s = for_secs, reason = "acknowledged position not advancing while records wait", "partition stalled");
+                }
+                StallChange::Moving { tp } => {
+                    tracing::info!(partition = %tp, "stalled partition moves again");
+                }
+            }
+        }
+        let stalled: Vec<&TopicPartition> = self
+            .stalls
+            .stalled()
+            .filter(|tp| !self.failed.contains_key(*tp))
+            .collect();
+        self.metrics.partitions_stalled.set(stalled.len() as i64);
         if let Some((tp, reason)) = self.failed.iter().next() {
             self.health
                 .set_not_ready(format!("partition {tp} failed: {reason}"));
+            return;
+        }
+        if let Some(tp) = stalled.first() {
+            self.health.set_not_ready(format!(
+                "partition {tp} stalled: no acknowledged progress for {}s while records wait",
+                self.settings.stall_after.as_secs()
+            ));
             return;
         }
         if self.metrics.group_joined.get() == 0 {
@@ -542,6 +647,7 @@ impl Coordinator {
                     &self.consumer,
                 );
                 tracing::info!(partition = %tp, incarnation = incarnation.0, from = from.0, "writer started");
+                self.stalls.started(&tp, from, Instant::now().into_std());
                 self.writers.insert(tp.clone(), handle);
                 self.visible.entry(tp).or_insert(from);
             }
@@ -608,6 +714,7 @@ impl Coordinator {
                     self.metrics.partitions_failed.dec();
                 }
                 self.visible.remove(&tp);
+                self.stalls.forget(&tp);
                 self.consumer.send(ConsumerCommand::Release { tp });
             }
             Action::FailPartition { tp, reason } => {
@@ -908,9 +1015,7 @@ pub(crate) fn count_recovery(m: &Metrics, outcome: Outcome) -> Option<Outcome> {
 /// Retries back off by their attempt number: 0, 0.2 s, 0.4 s, … up to 30 s.
 pub(crate) async fn backoff(attempt: u32) {
     if attempt > 0 {
-        let d = Duration::from_millis(100u64.saturating_mul(1 << attempt.min(9)))
-            .min(Duration::from_secs(30));
-        tokio::time::sleep(d).await;
+        tokio::time::sleep(crate::backoff::delay(attempt)).await;
     }
 }
 

@@ -21,3 +21,4 @@ pub mod coordinator;
 pub mod metadata;
 pub mod offsets;
 pub mod protocol;
+pub mod stall;

@@ -25,8 +25,8 @@
 //! share cap is paused; see [`super::memory_budget`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -42,12 +42,20 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::{
-    Assignment, CommitEntry, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
-    TopicPartition,
+    Assignment, CommitEntry, CommitId, CommitOutcome, PartitionOrigin, TopicPartition,
 };
 use crate::ops::metrics::{Metrics, PartitionLabels};
 
+use super::committed::{self, CommittedReads, ConsumerFaults, Watermarks, tpl_of};
 use super::memory_budget::{Charge, MemoryBudget, PartitionBudget};
+
+/// Read-only re-export: the tools and tests read checkpoints through it.
+pub use super::committed::read_committed;
+
+/// Tries of a seek (the first and its retries, backed off by [`crate::backoff::delay`], about
+/// 3 s in all) before the partition fails closed: resuming at librdkafka's old position would
+/// skip the records in between.
+const SEEK_ATTEMPTS: u32 = 5;
 
 /// Longest time the consumer thread goes without polling while the memory budget is used up:
 /// rebalance callbacks and errors only arrive through the poll.
@@ -131,8 +139,15 @@ impl Record {
 #[derive(Debug)]
 pub enum ConsumerEvent {
     /// New partitions, paused, with what Kafka holds for them. Nothing flows for a partition
-    /// until the coordinator answers with [`ConsumerCommand::Start`].
-    Assigned(Vec<(TopicPartition, Assignment)>),
+    /// until the coordinator answers with [`ConsumerCommand::Start`]. `Err`: the committed
+    /// offset or the watermarks could not be read (a coordinator loading, a leader away): the
+    /// partition is owned but unknown; ask again with [`ConsumerCommand::ReadAssignment`].
+    Assigned(Vec<(TopicPartition, Result<Assignment, String>)>),
+    /// Answer to [`ConsumerCommand::ReadAssignment`] for a partition still owned.
+    AssignmentRead {
+        tp: TopicPartition,
+        result: Result<Assignment, String>,
+    },
     /// A revoke (or loss) began; the callback now serves commands until every partition is
     /// released or `deadline` passes. Answer first with [`ConsumerCommand::RevokeSeen`].
     RevokeBegan {
@@ -161,6 +176,20 @@ pub enum ConsumerEvent {
     /// Answer to [`ConsumerCommand::ConfirmOwnership`]: the question could not be answered now
     /// (the committed offset could not be read); ask again later.
     OwnershipUnknown { tp: TopicPartition, reason: String },
+    /// The seek of a [`ConsumerCommand::Start`] or [`ConsumerCommand::Seek`] could not be made
+    /// after its retries: nothing of `tp` is routed, and the partition stays paused.
+    SeekFailed { tp: TopicPartition, reason: String },
+    /// librdkafka stopped fetching a started partition because its position `position` is
+    /// below the log start `low` (`auto.offset.reset=error`): retention deleted records that
+    /// were not handled yet.
+    OffsetOutOfRange {
+        tp: TopicPartition,
+        position: NextOffset,
+        low: NextOffset,
+    },
+    /// Where each owned partition stands, read every statistics interval: what readiness
+    /// needs to see a partition that does not move while records wait.
+    Loads(Vec<PartitionLoad>),
     /// The consumer hit an error it cannot continue after (e.g. authentication).
     Fatal(String),
     /// The thread ended (after [`ConsumerCommand::Shutdown`]).
@@ -201,6 +230,11 @@ pub enum ConsumerCommand {
     ReadCommitted {
         tp: TopicPartition,
     },
+    /// Read what [`ConsumerEvent::Assigned`] could not, for a partition still owned; answered
+    /// with [`ConsumerEvent::AssignmentRead`].
+    ReadAssignment {
+        tp: TopicPartition,
+    },
     /// A zombie's question to the group: is `tp` still ours? Answered with
     /// [`ConsumerEvent::OwnershipConfirmed`] when it is; when it is not, the revoke or loss
     /// that follows (or came) answers it.
@@ -213,6 +247,19 @@ pub enum ConsumerCommand {
     },
     /// Leave the group and end the thread.
     Shutdown,
+}
+
+/// One partition's high watermark and how far the consumer thread got towards it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionLoad {
+    pub tp: TopicPartition,
+    /// The high watermark (the last stable offset under `read_committed`).
+    pub high: NextOffset,
+    /// The consumer's position: past every record polled and every transaction marker
+    /// librdkafka skipped (`None`: not known since the last seek).
+    pub fetched: Option<NextOffset>,
+    /// After the last record handed to (or stashed for) the partition's writer.
+    pub routed: Option<NextOffset>,
 }
 
 /// Settings of the consumer thread.
@@ -235,9 +282,12 @@ pub struct ConsumerSettings {
     /// parses a message's headers on every request, allocating even when there are none, so
     /// a sink that never uses them does not ask.
     pub read_headers: bool,
+    /// Faults injected by tests (none in production).
+    pub faults: Arc<ConsumerFaults>,
 }
 
-/// How often librdkafka reports statistics (the lag gauges' refresh) unless configured.
+/// How often librdkafka reports statistics (group membership) and the high watermarks are read
+/// (the lag gauges, stall detection) unless configured.
 const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// The handle the coordinator holds.
@@ -282,6 +332,24 @@ pub fn spawn(
     if settings.metrics.is_some() && statistics_off {
         config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
     }
+    let lag = Arc::new(LagBook::default());
+    let watermarks = match &settings.metrics {
+        Some(metrics) => {
+            let every = config
+                .get("statistics.interval.ms")
+                .and_then(|ms| ms.trim().parse::<u64>().ok())
+                .filter(|ms| *ms > 0)
+                .map_or(Duration::from_secs(5), Duration::from_millis);
+            Some(WatermarkReader::spawn(
+                &settings,
+                every,
+                lag.clone(),
+                metrics.clone(),
+                event_tx.clone(),
+            )?)
+        }
+        None => None,
+    };
     let context = SinkContext {
         shared: Mutex::new(Shared {
             commands: command_rx,
@@ -292,7 +360,10 @@ pub fn spawn(
             ordered_paused: BTreeSet::new(),
             capped: BTreeSet::new(),
             initial_partitions: HashMap::new(),
-            committed: HashMap::new(),
+            owned: BTreeSet::new(),
+            seeking: HashMap::new(),
+            positions: HashMap::new(),
+            lag,
             shutdown: false,
         }),
         settings: settings.clone(),
@@ -316,7 +387,12 @@ pub fn spawn(
     consumer.subscribe(&topics)?;
     let thread = std::thread::Builder::new()
         .name("kafka-consumer".into())
-        .spawn(move || run(consumer))
+        .spawn(move || {
+            run(consumer);
+            if let Some(reader) = watermarks {
+                reader.stop();
+            }
+        })
         .expect("spawning the consumer thread");
     Ok((
         ConsumerHandle {
@@ -339,10 +415,153 @@ struct Shared {
     /// Paused because they hold their share cap of the memory budget.
     capped: BTreeSet<TopicPartition>,
     initial_partitions: HashMap<String, i32>,
-    /// The committed offset of each assigned partition, as read at assignment and written by
-    /// our commits: the lag gauges subtract it from the high watermark.
-    committed: HashMap<TopicPartition, i64>,
+    /// The partitions this member owns: added by the assign callback, removed when the revoke
+    /// callback returns. A commit for any other partition is refused here (invariant 4): a
+    /// handoff commit the coordinator builds after the callback left at its deadline would
+    /// otherwise land in the next generation, over the new owner's checkpoint.
+    owned: BTreeSet<TopicPartition>,
+    /// Seeks that failed and wait for their retry; the partition stays paused and unrouted.
+    seeking: HashMap<TopicPartition, PendingSeek>,
+    /// Where each started partition was last sought to: its position until a record arrives.
+    positions: HashMap<TopicPartition, NextOffset>,
+    lag: Arc<LagBook>,
     shutdown: bool,
+}
+
+/// A seek to retry, and the route the partition gets once it is made.
+struct PendingSeek {
+    to: NextOffset,
+    attempt: u32,
+    due: Instant,
+    route: Option<Route>,
+}
+
+/// Per owned partition, what the consumer thread knows for the [`WatermarkReader`].
+#[derive(Default)]
+struct LagBook {
+    book: Mutex<HashMap<TopicPartition, Standing>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Standing {
+    /// The offset the lag counts from: the committed offset (read at assignment, written by
+    /// our commits), else where the partition started.
+    base: Option<i64>,
+    fetched: Option<i64>,
+    routed: Option<i64>,
+}
+
+impl LagBook {
+    fn with(&self, tp: &TopicPartition, f: impl FnOnce(&mut Standing)) {
+        f(self
+            .book
+            .lock()
+            .expect("lag book")
+            .entry(tp.clone())
+            .or_default());
+    }
+
+    fn set(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |s| s.base = Some(offset));
+    }
+
+    fn set_if_absent(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |s| {
+            s.base.get_or_insert(offset);
+        });
+    }
+
+    /// Forgets `tp` and its gauge, under the lock the reader sets gauges with: a revoked
+    /// partition keeps no series.
+    fn remove(&self, tp: &TopicPartition, metrics: Option<&Metrics>) {
+        let mut book = self.book.lock().expect("lag book");
+        book.remove(tp);
+        if let Some(metrics) = metrics {
+            metrics.consumer_lag.remove(&lag_labels(tp));
+        }
+    }
+}
+
+/// A thread that reads the high watermark of every owned partition every statistics interval,
+/// with a client of its own: librdkafka's statistics carry the high watermark of the last fetch
+/// only, so a paused or stopped partition (a stuck writer) showed the lag it had when it stopped,
+/// however many records arrived after. Blocking reads here never hold the consumer thread.
+struct WatermarkReader {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl WatermarkReader {
+    fn spawn(
+        settings: &ConsumerSettings,
+        every: Duration,
+        lag: Arc<LagBook>,
+        metrics: Arc<Metrics>,
+        events: mpsc::UnboundedSender<ConsumerEvent>,
+    ) -> Result<WatermarkReader, KafkaError> {
+        let mut config = ClientConfig::new();
+        for (k, v) in &settings.properties {
+            // It never joins the group; a static member id must stay the group member's.
+            if k != "group.instance.id" && k != "statistics.interval.ms" {
+                config.set(k, v);
+            }
+        }
+        let client: BaseConsumer = config.create()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let timeout = settings.request_timeout;
+        let thread = std::thread::Builder::new()
+            .name("kafka-watermarks".into())
+            .spawn(move || {
+                let mut next = Instant::now() + every;
+                while !stopped.load(Ordering::SeqCst) {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    next = Instant::now() + every;
+                    let partitions: Vec<TopicPartition> =
+                        lag.book.lock().expect("lag book").keys().cloned().collect();
+                    if partitions.is_empty() {
+                        continue;
+                    }
+                    let highs = committed::high_watermarks(&client, &partitions, timeout);
+                    let mut loads = Vec::with_capacity(highs.len());
+                    {
+                        let book = lag.book.lock().expect("lag book");
+                        for (tp, high) in highs {
+                            let (Ok(high), Some(standing)) = (high, book.get(&tp)) else {
+                                continue;
+                            };
+                            if let Some(base) = standing.base {
+                                metrics
+                                    .consumer_lag
+                                    .get_or_create(&lag_labels(&tp))
+                                    .set((high - base).max(0));
+                            }
+                            loads.push(PartitionLoad {
+                                tp,
+                                high: NextOffset(high),
+                                fetched: standing.fetched.map(NextOffset),
+                                routed: standing.routed.map(NextOffset),
+                            });
+                        }
+                    }
+                    if events.send(ConsumerEvent::Loads(loads)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("spawning the watermark thread");
+        Ok(WatermarkReader { stop, thread })
+    }
+
+    /// Asks the thread to end; it is not waited for: a read in flight may take up to the
+    /// request timeout, and nothing depends on its end.
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        drop(self.thread);
+    }
 }
 
 /// A multiply-rotate hash for the route table, looked up once per message: SipHash's
@@ -406,6 +625,8 @@ struct Route {
     arena: BytesMut,
     /// Its account in the memory budget (a new one per `Start`).
     account: Option<Arc<PartitionBudget>>,
+    /// After the last record routed (0: none yet).
+    next: i64,
 }
 
 struct SinkContext {
@@ -416,8 +637,7 @@ struct SinkContext {
 }
 
 impl ClientContext for SinkContext {
-    /// Lag per assigned partition (high watermark − committed offset) and group membership.
-    /// Runs inside `poll` on the consumer thread; skips a round rather than wait for the lock.
+    /// Group membership. (The lag gauges come from the [`WatermarkReader`].)
     fn stats(&self, statistics: rdkafka::Statistics) {
         let Some(metrics) = &self.settings.metrics else {
             return;
@@ -426,23 +646,6 @@ impl ClientContext for SinkContext {
             g.state == "up" && (g.join_state == "steady" || g.assignment_size > 0)
         });
         metrics.group_joined.set(i64::from(joined));
-        let Ok(shared) = self.shared.try_lock() else {
-            return;
-        };
-        for (tp, committed) in &shared.committed {
-            let high = statistics
-                .topics
-                .get(&tp.topic)
-                .and_then(|t| t.partitions.get(&tp.partition))
-                .map(|p| p.hi_offset)
-                .filter(|h| *h >= 0);
-            if let Some(high) = high {
-                metrics
-                    .consumer_lag
-                    .get_or_create(&lag_labels(tp))
-                    .set((high - committed).max(0));
-            }
-        }
     }
 }
 
@@ -473,15 +676,18 @@ impl ConsumerContext for SinkContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let partitions = partitions_of(tpl);
-                let committed =
-                    read_committed(consumer, &partitions, self.settings.request_timeout);
+                let committed = committed::read_committed_each(
+                    consumer,
+                    &partitions,
+                    self.settings.request_timeout,
+                    &self.settings.faults,
+                );
                 for tp in &partitions {
-                    let start = match &committed {
-                        Ok(map) => match map.get(tp).cloned().flatten() {
-                            Some(c) => Offset::Offset(c.offset.0),
-                            None => Offset::Beginning,
-                        },
-                        Err(_) => Offset::Beginning,
+                    // Where librdkafka may fetch from until recovery seeks; an unknown offset
+                    // is read again later, and the partition stays paused meanwhile.
+                    let start = match committed.get(tp) {
+                        Some(Ok(Some(c))) => Offset::Offset(c.offset.0),
+                        _ => Offset::Beginning,
                     };
                     if let Some(mut elem) = tpl.find_partition(&tp.topic, tp.partition)
                         && let Err(e) = elem.set_offset(start)
@@ -534,7 +740,7 @@ impl Shared {
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
         partitions: Vec<TopicPartition>,
-        committed: Result<HashMap<TopicPartition, Option<CommittedRead>>, KafkaError>,
+        committed: CommittedReads,
     ) {
         // Nothing may flow before recovery decided where the partition starts.
         let tpl = tpl_of(&partitions);
@@ -542,48 +748,72 @@ impl Shared {
             tracing::error!(error = %e, "cannot pause newly assigned partitions");
         }
         self.paused.extend(partitions.iter().cloned());
-        let mut out = Vec::with_capacity(partitions.len());
-        for tp in partitions {
-            match &committed {
-                Ok(map) => {
-                    let committed = map.get(&tp).cloned().flatten();
-                    if let Some(c) = &committed {
-                        self.committed.insert(tp.clone(), c.offset.0);
-                    }
-                    let assignment = self.assignment_of(consumer, settings, &tp, committed);
-                    out.push((tp, assignment));
-                }
-                Err(e) => {
-                    // Without the committed offset nothing safe can be decided.
-                    let _ = self.events.send(ConsumerEvent::Fatal(format!(
-                        "cannot read committed offset of {tp}: {e}"
-                    )));
-                }
-            }
-        }
+        self.owned.extend(partitions.iter().cloned());
+        let watermarks = committed::watermarks(
+            consumer,
+            &partitions,
+            settings.request_timeout,
+            &settings.faults,
+        );
+        let out = partitions
+            .into_iter()
+            .map(|tp| {
+                let result = self.assignment_of(&tp, &committed, &watermarks);
+                (tp, result)
+            })
+            .collect();
         let _ = self.events.send(ConsumerEvent::Assigned(out));
     }
 
-    fn assignment_of(
+    /// What Kafka holds for `tp` now: its committed offset and its watermarks, or why they could
+    /// not be read (never a default: "no offset" or `(0, 0)` would be a wrong recovery).
+    fn read_assignment(
         &self,
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
         tp: &TopicPartition,
-        committed: Option<CommittedRead>,
-    ) -> Assignment {
-        let (low, high) = consumer
-            .fetch_watermarks(&tp.topic, tp.partition, settings.request_timeout)
-            .unwrap_or((0, 0));
+    ) -> Result<Assignment, String> {
+        let one = std::slice::from_ref(tp);
+        let committed = committed::read_committed_each(
+            consumer,
+            one,
+            settings.request_timeout,
+            &settings.faults,
+        );
+        let watermarks =
+            committed::watermarks(consumer, one, settings.request_timeout, &settings.faults);
+        self.assignment_of(tp, &committed, &watermarks)
+    }
+
+    fn assignment_of(
+        &self,
+        tp: &TopicPartition,
+        committed: &CommittedReads,
+        watermarks: &Watermarks,
+    ) -> Result<Assignment, String> {
+        let committed = committed
+            .get(tp)
+            .cloned()
+            .unwrap_or_else(|| Err("no committed offset in the answer".into()))
+            .map_err(|e| format!("cannot read the committed offset: {e}"))?;
+        let (low, high) = watermarks
+            .get(tp)
+            .cloned()
+            .unwrap_or_else(|| Err("no watermarks in the answer".into()))
+            .map_err(|e| format!("cannot read the watermarks: {e}"))?;
+        if let Some(c) = &committed {
+            self.lag.set(tp, c.offset.0);
+        }
         let origin = match self.initial_partitions.get(&tp.topic) {
             Some(&n) if tp.partition >= n => PartitionOrigin::AddedAtRuntime,
             _ => PartitionOrigin::Existing,
         };
-        Assignment {
+        Ok(Assignment {
             committed,
-            low: NextOffset(low),
-            high: NextOffset(high),
+            low,
+            high,
             origin,
-        }
+        })
     }
 
     /// Inside the revoke callback: serve commands until every revoked partition is released.
@@ -600,14 +830,16 @@ impl Shared {
             self.stashes.remove(tp);
             self.ordered_paused.remove(tp);
             self.capped.remove(tp);
-            self.committed.remove(tp);
-            if let Some(metrics) = &settings.metrics {
-                metrics.consumer_lag.remove(&lag_labels(tp));
-            }
+            self.seeking.remove(tp);
+            self.positions.remove(tp);
+            self.lag.remove(tp, settings.metrics.as_deref());
         }
         if self.shutdown {
             // Leaving after the coordinator's final checkpoint: it already released everything
             // and will not answer.
+            for tp in &partitions {
+                self.owned.remove(tp);
+            }
             return;
         }
         let mut waiting: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
@@ -642,17 +874,11 @@ impl Shared {
                 ConsumerCommand::Commit { commit, entries } if !seen => {
                     // Built before the coordinator knew of the revoke: it must not commit the
                     // revoked partitions (invariant 4).
-                    let (stale, keep): (Vec<_>, Vec<_>) =
-                        entries.into_iter().partition(|e| revoking.contains(&e.tp));
-                    let mut outcome = self.commit(consumer, settings, commit, keep);
-                    if let CommitOutcome::PerPartition(results) = &mut outcome {
-                        results.extend(stale.into_iter().map(|e| {
-                            (
-                                e.tp,
-                                Err("partition revoked before the commit was made".into()),
-                            )
-                        }));
-                    }
+                    let outcome = self.commit_only(consumer, settings, commit, entries, |tp| {
+                        revoking
+                            .contains(tp)
+                            .then_some("partition revoked before the commit was made")
+                    });
                     let _ = self
                         .events
                         .send(ConsumerEvent::CommitDone { commit, outcome });
@@ -662,7 +888,38 @@ impl Shared {
         }
         for tp in &revoking {
             self.paused.remove(tp);
+            // From here on a commit for it is refused: the next owner's commits are the only
+            // ones that may land.
+            self.owned.remove(tp);
         }
+    }
+
+    /// Commits the entries `refuse` has no reason against; the others are answered with the
+    /// reason as their error, never sent.
+    fn commit_only(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        commit: CommitId,
+        entries: Vec<CommitEntry>,
+        refuse: impl Fn(&TopicPartition) -> Option<&'static str>,
+    ) -> CommitOutcome {
+        let mut refused = Vec::new();
+        let mut keep = Vec::with_capacity(entries.len());
+        for e in entries {
+            match refuse(&e.tp) {
+                Some(reason) => {
+                    tracing::warn!(commit = commit.0, partition = %e.tp, offset = e.offset.0, reason, "commit refused for a partition");
+                    refused.push((e.tp, Err(reason.to_string())));
+                }
+                None => keep.push(e),
+            }
+        }
+        let mut outcome = self.commit(consumer, settings, commit, keep);
+        if let CommitOutcome::PerPartition(results) = &mut outcome {
+            results.extend(refused);
+        }
+        outcome
     }
 
     fn execute(
@@ -672,47 +929,39 @@ impl Shared {
         command: ConsumerCommand,
     ) {
         match command {
+            ConsumerCommand::Start { tp, from, sink } if !self.owned.contains(&tp) => {
+                // Revoked since the coordinator decided: its records are the next owner's.
+                tracing::info!(partition = %tp, from = from.0, "start of a partition no longer owned ignored");
+                drop(sink);
+            }
             ConsumerCommand::Start { tp, from, sink } => {
-                let mut tpl = TopicPartitionList::new();
-                if let Err(e) =
-                    tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(from.0))
-                {
-                    tracing::error!(partition = %tp, error = %e, "bad start offset");
-                }
-                match consumer.seek_partitions(tpl, settings.request_timeout) {
-                    Ok(result) => {
-                        for elem in result.elements() {
-                            if let Err(e) = elem.error() {
-                                tracing::warn!(partition = %tp, error = %e, "seek reported an error");
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
-                }
+                self.routes.remove(&tp);
                 self.stashes.remove(&tp);
                 self.ordered_paused.remove(&tp);
                 self.capped.remove(&tp);
                 let account = settings.memory.as_ref().map(MemoryBudget::partition);
-                self.routes.insert(
-                    tp.clone(),
-                    Route {
-                        sink,
-                        arena: BytesMut::new(),
-                        account,
-                    },
-                );
-                self.settle(consumer, &tp);
+                let route = Route {
+                    sink,
+                    arena: BytesMut::new(),
+                    account,
+                    next: 0,
+                };
+                self.seek_and_route(consumer, settings, tp, from, 0, Some(route));
             }
             ConsumerCommand::Seek { tp, to } => {
                 self.stashes.remove(&tp);
                 self.ordered_paused.remove(&tp);
-                seek(consumer, &tp, to, settings.request_timeout);
-                self.settle(consumer, &tp);
+                let route = self
+                    .routes
+                    .remove(&tp)
+                    .or_else(|| self.seeking.remove(&tp).and_then(|p| p.route));
+                self.seek_and_route(consumer, settings, tp, to, 0, route);
             }
             ConsumerCommand::Stop { tp } => {
                 self.routes.remove(&tp);
                 self.stashes.remove(&tp);
                 self.capped.remove(&tp);
+                self.seeking.remove(&tp);
                 self.pause(consumer, &tp);
             }
             ConsumerCommand::Pause { tp } => {
@@ -724,31 +973,31 @@ impl Shared {
                 self.settle(consumer, &tp);
             }
             ConsumerCommand::Commit { commit, entries } => {
-                let outcome = self.commit(consumer, settings, commit, entries);
+                // Only what this member owns (invariant 4): a commit built before a revoke
+                // whose callback already returned must not reach the broker.
+                let owned = &self.owned.clone();
+                let outcome = self.commit_only(consumer, settings, commit, entries, |tp| {
+                    (!owned.contains(tp)).then_some("partition no longer owned by this member")
+                });
                 let _ = self
                     .events
                     .send(ConsumerEvent::CommitDone { commit, outcome });
             }
             ConsumerCommand::ReadCommitted { tp } => {
-                let event = match read_committed(
-                    consumer,
-                    std::slice::from_ref(&tp),
-                    settings.request_timeout,
-                ) {
-                    Ok(map) => {
-                        let committed = map.get(&tp).cloned().flatten();
-                        if let Some(c) = &committed {
-                            self.committed.insert(tp.clone(), c.offset.0);
-                        }
-                        let assignment = self.assignment_of(consumer, settings, &tp, committed);
-                        ConsumerEvent::Reread { tp, assignment }
-                    }
-                    Err(e) => ConsumerEvent::RereadFailed {
-                        tp,
-                        reason: e.to_string(),
-                    },
+                let event = match self.read_assignment(consumer, settings, &tp) {
+                    Ok(assignment) => ConsumerEvent::Reread { tp, assignment },
+                    Err(reason) => ConsumerEvent::RereadFailed { tp, reason },
                 };
                 let _ = self.events.send(event);
+            }
+            ConsumerCommand::ReadAssignment { tp } => {
+                // A partition revoked meanwhile: its revoke already told the coordinator.
+                if self.owned.contains(&tp) {
+                    let result = self.read_assignment(consumer, settings, &tp);
+                    let _ = self
+                        .events
+                        .send(ConsumerEvent::AssignmentRead { tp, result });
+                }
             }
             ConsumerCommand::ConfirmOwnership { tp } => {
                 let owned = !consumer.assignment_lost()
@@ -759,25 +1008,150 @@ impl Shared {
                     tracing::info!(partition = %tp, "zombie partition is no longer ours");
                     return;
                 }
-                let event = match read_committed(
-                    consumer,
-                    std::slice::from_ref(&tp),
-                    settings.request_timeout,
-                ) {
-                    Ok(map) => {
-                        let committed = map.get(&tp).cloned().flatten();
-                        let assignment = self.assignment_of(consumer, settings, &tp, committed);
-                        ConsumerEvent::OwnershipConfirmed { tp, assignment }
-                    }
-                    Err(e) => ConsumerEvent::OwnershipUnknown {
-                        tp,
-                        reason: e.to_string(),
-                    },
+                let event = match self.read_assignment(consumer, settings, &tp) {
+                    Ok(assignment) => ConsumerEvent::OwnershipConfirmed { tp, assignment },
+                    Err(reason) => ConsumerEvent::OwnershipUnknown { tp, reason },
                 };
                 let _ = self.events.send(event);
             }
             ConsumerCommand::RevokeSeen | ConsumerCommand::Release { .. } => {}
             ConsumerCommand::Shutdown => self.shutdown = true,
+        }
+    }
+
+    /// Seeks `tp` to `to` (attempt `attempt`) with the partition paused; once the seek is made
+    /// and confirmed, the partition gets `route` and resumes. A failed seek is retried after a
+    /// backoff, then fails the partition closed: resuming at librdkafka's old position would
+    /// skip the records in between, and the next commit would jump over them.
+    fn seek_and_route(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        tp: TopicPartition,
+        to: NextOffset,
+        attempt: u32,
+        route: Option<Route>,
+    ) {
+        self.pause(consumer, &tp);
+        match committed::seek(
+            consumer,
+            &tp,
+            to,
+            settings.request_timeout,
+            &settings.faults,
+        ) {
+            Ok(()) => {
+                self.positions.insert(tp.clone(), to);
+                // The lag of a partition without a committed offset counts from its start.
+                self.lag.set_if_absent(&tp, to.0);
+                self.lag.with(&tp, |s| s.routed = None);
+                if let Some(route) = route {
+                    self.routes.insert(tp.clone(), route);
+                }
+                self.settle(consumer, &tp);
+            }
+            Err(reason) if attempt + 1 < SEEK_ATTEMPTS => {
+                let attempt = attempt + 1;
+                let wait = crate::backoff::delay(attempt);
+                tracing::warn!(partition = %tp, to = to.0, attempt, reason = %reason, retry_in_ms = wait.as_millis() as u64, "seek failed, retrying");
+                self.seeking.insert(
+                    tp,
+                    PendingSeek {
+                        to,
+                        attempt,
+                        due: Instant::now() + wait,
+                        route,
+                    },
+                );
+            }
+            Err(reason) => {
+                tracing::error!(partition = %tp, to = to.0, attempts = SEEK_ATTEMPTS, reason = %reason, "seek failed for good: partition stopped");
+                let _ = self.events.send(ConsumerEvent::SeekFailed { tp, reason });
+            }
+        }
+    }
+
+    /// Retries the seeks that are due.
+    fn retry_seeks(&mut self, consumer: &BaseConsumer<SinkContext>, settings: &ConsumerSettings) {
+        if self.seeking.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<TopicPartition> = (self.seeking.iter())
+            .filter(|(_, p)| p.due <= now)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in due {
+            let p = self.seeking.remove(&tp).expect("listed");
+            self.seek_and_route(consumer, settings, tp, p.to, p.attempt, p.route);
+        }
+    }
+
+    /// librdkafka reported that a partition's fetch position is out of range, without saying
+    /// which partition (rust-rdkafka drops it): every started partition whose position is below
+    /// its log start is reported. Until the protocol answers (fail closed, or seek to the log
+    /// start) librdkafka fetches nothing for it.
+    fn out_of_range(&mut self, consumer: &BaseConsumer<SinkContext>, settings: &ConsumerSettings) {
+        let started: Vec<TopicPartition> = self.routes.keys().cloned().collect();
+        if started.is_empty() {
+            return;
+        }
+        let now = consumer.position().ok();
+        let lows = committed::watermarks(
+            consumer,
+            &started,
+            settings.request_timeout,
+            &settings.faults,
+        );
+        let mut found = false;
+        for tp in started {
+            let at = now
+                .as_ref()
+                .and_then(|list| list.find_partition(&tp.topic, tp.partition))
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(NextOffset(o)),
+                    _ => None,
+                })
+                .or_else(|| self.positions.get(&tp).copied());
+            let (Some(position), Some(Ok((low, _)))) = (at, lows.get(&tp)) else {
+                continue;
+            };
+            if position < *low {
+                found = true;
+                tracing::error!(partition = %tp, position = position.0, low = low.0, "fetch position below the log start: records were deleted before they were written");
+                let _ = self.events.send(ConsumerEvent::OffsetOutOfRange {
+                    tp,
+                    position,
+                    low: *low,
+                });
+            }
+        }
+        if !found {
+            tracing::warn!(
+                "kafka reported an offset out of range, but no started partition is below its log start"
+            );
+        }
+    }
+
+    /// Writes each owned partition's fetch position and routed end into the lag book.
+    fn publish_standing(&self, consumer: &BaseConsumer<SinkContext>) {
+        let now = consumer.position().ok();
+        for tp in &self.owned {
+            let fetched = now
+                .as_ref()
+                .and_then(|list| list.find_partition(&tp.topic, tp.partition))
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .or_else(|| self.positions.get(tp).map(|p| p.0));
+            let routed = self.routes.get(tp).map(|r| r.next).filter(|n| *n > 0);
+            self.lag.with(tp, |s| {
+                s.fetched = fetched;
+                if routed.is_some() {
+                    s.routed = routed;
+                }
+            });
         }
     }
 
@@ -838,10 +1212,15 @@ impl Shared {
         let outcome = Self::commit_outcome(consumer, settings, commit, entries, result);
         if let CommitOutcome::PerPartition(results) = &outcome {
             for (tp, result) in results {
-                if result.is_ok()
-                    && let Some(offset) = offsets.get(tp)
-                {
-                    self.committed.insert(tp.clone(), *offset);
+                match result {
+                    Ok(()) => {
+                        if let Some(offset) = offsets.get(tp) {
+                            self.lag.set(tp, *offset);
+                        }
+                    }
+                    Err(reason) => {
+                        tracing::warn!(commit = commit.0, partition = %tp, offset = offsets.get(tp).copied(), reason = %reason, "kafka commit failed for partition");
+                    }
                 }
             }
         }
@@ -881,7 +1260,7 @@ impl Shared {
                             .collect(),
                     ),
                     Err(read_error) => {
-                        tracing::warn!(commit = commit.0, error = %error, read_back = %read_error, "commit failed and could not be read back");
+                        tracing::warn!(commit = commit.0, reason = %error, read_back = %read_error, "kafka commit failed and could not be read back");
                         CommitOutcome::Rejected(format!("{error}; read-back failed: {read_error}"))
                     }
                 }
@@ -910,6 +1289,7 @@ impl Shared {
             settings.read_headers,
             &mut route.arena,
         );
+        route.next = record.offset + 1;
         let capped = match (&settings.memory, &route.account) {
             (Some(budget), Some(account)) => budget.over_cap(account, partitions),
             _ => false,
@@ -1017,12 +1397,18 @@ fn run(consumer: BaseConsumer<SinkContext>) {
     // so its key is not rebuilt (allocated) per message.
     let mut current = TopicPartition::new(String::new(), -1);
     let mut gated_since: Option<Instant> = None;
+    let mut published = Instant::now();
     loop {
         // Commands first, so commits are not delayed behind a full poll.
         let gated = {
             let mut shared = consumer.context().shared.lock().expect("consumer state");
             while let Ok(command) = shared.commands.try_recv() {
                 shared.execute(&consumer, settings, command);
+            }
+            shared.retry_seeks(&consumer, settings);
+            if published.elapsed() >= Duration::from_secs(1) {
+                published = Instant::now();
+                shared.publish_standing(&consumer);
             }
             shared.drain_stashes(&consumer);
             shared.uncap(&consumer, settings);
@@ -1068,6 +1454,9 @@ fn run(consumer: BaseConsumer<SinkContext>) {
                 if is_fatal(&error) {
                     let shared = consumer.context().shared.lock().expect("consumer state");
                     let _ = shared.events.send(ConsumerEvent::Fatal(error.to_string()));
+                } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+                    let mut shared = consumer.context().shared.lock().expect("consumer state");
+                    shared.out_of_range(&consumer, settings);
                 } else {
                     tracing::warn!(error = %error, "kafka consumer error");
                 }
@@ -1129,29 +1518,6 @@ fn record_of(
     record
 }
 
-fn seek(
-    consumer: &BaseConsumer<SinkContext>,
-    tp: &TopicPartition,
-    to: NextOffset,
-    timeout: Duration,
-) {
-    let mut tpl = TopicPartitionList::new();
-    if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to.0)) {
-        tracing::error!(partition = %tp, error = %e, "bad seek offset");
-        return;
-    }
-    match consumer.seek_partitions(tpl, timeout) {
-        Ok(result) => {
-            for elem in result.elements() {
-                if let Err(e) = elem.error() {
-                    tracing::warn!(partition = %tp, error = %e, "seek reported an error");
-                }
-            }
-        }
-        Err(e) => tracing::warn!(partition = %tp, error = %e, "seek failed"),
-    }
-}
-
 fn is_fatal(error: &KafkaError) -> bool {
     matches!(
         error.rdkafka_error_code(),
@@ -1168,51 +1534,4 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
         .iter()
         .map(|e| TopicPartition::new(e.topic(), e.partition()))
         .collect()
-}
-
-fn tpl_of(partitions: &[TopicPartition]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    for tp in partitions {
-        tpl.add_partition(&tp.topic, tp.partition);
-    }
-    tpl
-}
-
-/// Committed offset and raw metadata bytes per partition (`None`: nothing committed). The
-/// metadata is read as bytes: rdkafka's `metadata()` panics on non-UTF-8, and metadata written by
-/// another client must fail closed with its raw value, not crash the process.
-pub fn read_committed<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    partitions: &[TopicPartition],
-    timeout: Duration,
-) -> Result<HashMap<TopicPartition, Option<CommittedRead>>, KafkaError> {
-    let tpl = consumer.committed_offsets(tpl_of(partitions), timeout)?;
-    let mut out = HashMap::with_capacity(partitions.len());
-    // SAFETY: `tpl` is a valid list owned by us for the whole loop; `cnt` elements are
-    // initialised by librdkafka; `metadata` points to `metadata_size` bytes or is null.
-    unsafe {
-        let list = &*tpl.ptr();
-        for i in 0..list.cnt as usize {
-            let elem = &*list.elems.add(i);
-            let topic = CStr::from_ptr(elem.topic).to_string_lossy().into_owned();
-            let tp = TopicPartition::new(topic, elem.partition);
-            let read = if elem.offset >= 0 {
-                let metadata = if elem.metadata.is_null() || elem.metadata_size == 0 {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(elem.metadata as *const u8, elem.metadata_size)
-                        .to_vec()
-                };
-                Some(CommittedRead {
-                    offset: NextOffset(elem.offset),
-                    metadata,
-                })
-            } else {
-                None
-            };
-            out.insert(tp, read);
-        }
-    }
-    drop(tpl);
-    Ok(out)
 }

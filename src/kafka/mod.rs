@@ -1,5 +1,6 @@
 //! The consumer task, the rebalance bridge and the dead-letter producer.
 
+pub mod committed;
 pub mod consumer;
 pub mod dead_letter;
 pub mod memory_budget;

@@ -100,6 +100,9 @@ pub struct Metrics {
     pub schema_registry_requests: Family<ResultLabel, Counter>,
     pub partitions_assigned: Gauge,
     pub partitions_failed: Gauge,
+    /// Partitions whose acknowledged position has not moved for
+    /// `checkpoint.partition_stall_timeout` while records wait for them.
+    pub partitions_stalled: Gauge,
     /// 1 while the consumer is a member of its group in a steady state (from librdkafka's
     /// statistics); readiness needs it.
     pub group_joined: Gauge,
@@ -146,6 +149,7 @@ impl Metrics {
             schema_registry_requests: Family::default(),
             partitions_assigned: Gauge::default(),
             partitions_failed: Gauge::default(),
+            partitions_stalled: Gauge::default(),
             group_joined: Gauge::default(),
             registry: Registry::default(),
         };
@@ -270,6 +274,11 @@ impl Metrics {
             "kbq_partitions_failed",
             "Partitions stopped by a fail-closed policy",
             m.partitions_failed.clone(),
+        );
+        r.register(
+            "kbq_partitions_stalled",
+            "Partitions not advancing while records wait for them",
+            m.partitions_stalled.clone(),
         );
         r.register(
             "kbq_consumer_group_joined",
