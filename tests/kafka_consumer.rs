@@ -447,7 +447,9 @@ fn the_lag_of_a_partition_that_stopped_taking_records_keeps_counting_new_records
         assert!(Instant::now() < deadline, "lag {}", thread.lag(&tp));
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Records keep arriving; nothing is committed.
+    // Records keep arriving; nothing is committed. (After the fetches in flight when the
+    // partition paused have come back: librdkafka fetches nothing more for it.)
+    std::thread::sleep(Duration::from_secs(2));
     produce(&producer(bootstrap), &topic, 0, 50..250);
     let deadline = Instant::now() + Duration::from_secs(20);
     while thread.lag(&tp) != 250 {
