@@ -1,14 +1,87 @@
-//! The one retry schedule of the daemon's shells: the coordinator's flush, resolve and read
-//! retries sleep it on the async runtime, the consumer thread waits it out between seeks.
+//! The one retry schedule of the process: a delay that doubles per attempt from a minimum up to
+//! a maximum, with ±25 % jitter so that many partitions retrying after one outage do not
+//! stampede. Every retry loop takes its delays from here; the schedules themselves are the
+//! constants below (one place for them, like the config defaults).
+//!
+//! The registry client keeps the `backon` crate's schedule of the same shape (its retries are
+//! a bounded number of attempts inside one lookup).
 
 use std::time::Duration;
 
-/// The wait before retry number `attempt`: 0, 0.2 s, 0.4 s, … doubling up to 30 s.
+/// The wait before retry number `attempt` of the shells' recovery I/O (the coordinator's flush,
+/// resolve and read retries; the consumer thread's seeks): 0, 0.2 s, 0.4 s, … doubling up to
+/// 30 s.
 pub fn delay(attempt: u32) -> Duration {
-    if attempt == 0 {
-        return Duration::ZERO;
+    RECOVERY.delay(attempt)
+}
+
+/// A retry schedule and how far along it a loop is.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+/// A dead-letter produce that failed: the partition waits for the topic (invariant 6).
+pub const DEAD_LETTER: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+/// CreateWriteStream refused transiently (quota, unavailable, a table just created).
+pub const CREATE_STREAM: Backoff =
+    Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+/// An error that only an operator or time can cure (permission denied, credentials, failed
+/// precondition): retried slowly while readiness is false (DESIGN §4 "fail closed with
+/// backoff"; issue 11, review #14).
+pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+/// The protocol's recovery I/O (re-flush, resolve) and the flushes of a shutdown's final
+/// cycles: 0.2 s, 0.4 s, … 30 s by attempt number.
+pub const RECOVERY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+
+impl Backoff {
+    pub const fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff {
+            min,
+            max,
+            attempt: 0,
+        }
     }
-    Duration::from_millis(100u64.saturating_mul(1 << attempt.min(9))).min(Duration::from_secs(30))
+
+    /// The delay before retry number `attempt` (1 for the first retry), without jitter:
+    /// `min · 2^(attempt-1)`, at most `max`; none before the first attempt (0).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        if attempt == 0 {
+            return Duration::ZERO;
+        }
+        self.min
+            .saturating_mul(1u32 << (attempt - 1).min(20))
+            .min(self.max)
+    }
+
+    /// The jittered delay before the next retry; counts the attempt.
+    pub fn next_delay(&mut self) -> Duration {
+        self.attempt = self.attempt.saturating_add(1);
+        jitter(self.delay(self.attempt))
+    }
+
+    /// Sleeps [`next_delay`](Self::next_delay).
+    pub async fn wait(&mut self) {
+        tokio::time::sleep(self.next_delay()).await;
+    }
+
+    /// Retries so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The loop succeeded: the next failure starts the schedule again.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// ±25 %.
+pub fn jitter(d: Duration) -> Duration {
+    let factor = 0.75 + rand::random::<f64>() * 0.5;
+    d.mul_f64(factor)
 }
 
 #[cfg(test)]
@@ -24,5 +97,30 @@ mod tests {
                 0, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000
             ]
         );
+    }
+
+    #[test]
+    fn delays_double_from_the_minimum_up_to_the_maximum() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let d: Vec<u64> = (0..7).map(|a| b.delay(a).as_millis() as u64).collect();
+        assert_eq!(d, vec![0, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn next_delay_is_jittered_around_the_schedule_and_reset_starts_over() {
+        let mut b = DEAD_LETTER;
+        for attempt in 1..=10 {
+            let d = b.next_delay();
+            let nominal = b.delay(attempt);
+            assert!(
+                d >= nominal.mul_f64(0.75) && d <= nominal.mul_f64(1.25),
+                "{d:?}"
+            );
+        }
+        assert_eq!(b.attempts(), 10);
+        b.reset();
+        assert_eq!(b.attempts(), 0);
+        assert!(b.next_delay() <= Duration::from_millis(125));
     }
 }

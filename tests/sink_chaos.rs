@@ -522,6 +522,72 @@ async fn streams_finalized_or_expired_under_a_running_daemon_cost_at_most_the_co
     assert!(d.terminate().success());
 }
 
+/// Issue 11: a partition's live stream is finalized behind the running daemon while the writer
+/// is idle, so the checkpoint cycle's FlushRows (not an append) is the first call to meet it.
+/// The partition must ask the group whether it still owns it and recover, as a writer that meets
+/// the finalized stream on an append does; it stopped for good before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_live_stream_finalized_and_met_first_by_a_flush_is_recovered() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("flush-finalized");
+    let config = f.config(&group);
+    let mut d = Daemon::start(&config);
+    f.produce(200);
+    f.wait_exactly_once(Duration::from_secs(60));
+    // Commits land, flushes fail: the checkpoint names the live stream with rows in doubt.
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"FlushRows","action":{"fail":{"code":"UNAVAILABLE"}}}]"#,
+        ))
+        .expect("install");
+    f.produce(100);
+    let end = produced_ends(&f)[&0];
+    let mut stream = String::new();
+    wait_until(
+        Duration::from_secs(60),
+        "a checkpoint with a pending flush",
+        || {
+            if let Some((
+                k,
+                CommitMetadata::ExactlyOnce {
+                    stream: Some(s),
+                    visible_through,
+                    ..
+                },
+            )) = f.checkpoints(&group).get(&0)
+                && *k == end
+                && visible_through.0 < end
+            {
+                stream = s.as_str().to_string();
+                return true;
+            }
+            false
+        },
+    );
+    // The writer is idle (nothing more produced): the next cycle's flush meets the finalized
+    // stream first.
+    f.emulator
+        .store
+        .finalize_now(&f.stream_name(&stream))
+        .expect("finalize");
+    f.emulator.faults.clear();
+    wait_until(
+        Duration::from_secs(30),
+        "the flush to meet the finalized stream",
+        || !d.logged("zombie writer stopped").is_empty(),
+    );
+    assert!(
+        d.logged("own stream finalized by another owner").is_empty(),
+        "an append met the finalized stream first: the test proved nothing"
+    );
+    f.produce(100);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert_healthy(&mut d, 3);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. The seed scenario of the Flink connector, replayed with processes.
 
@@ -723,6 +789,275 @@ async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall
     }
     assert_eq!(dead.len(), bad.len(), "no record dead-lettered twice");
     assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A row BigQuery rejects in the middle of a request (issue 11, review #1).
+
+/// The fixture's table with a `customer STRING(20)`: BigQuery itself rejects a longer value as a
+/// row error, in the middle of an AppendRows request.
+fn short_customer_table() -> TableSchema {
+    serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "customer", "type": "STRING", "mode": "REQUIRED", "maxLength": "20"},
+        {"name": "amount", "type": "NUMERIC", "mode": "REQUIRED", "precision": "12", "scale": "2"},
+        {"name": "created", "type": "TIMESTAMP", "mode": "REQUIRED"},
+        {"name": "note", "type": "STRING"},
+        {"name": "kafka_topic", "type": "STRING"},
+        {"name": "kafka_partition", "type": "INTEGER"},
+        {"name": "kafka_offset", "type": "INTEGER"}
+    ]}))
+    .expect("table schema")
+}
+
+/// Raw Avro of the fixture's schema with a 30-character customer: valid Avro, refused by the
+/// table.
+#[allow(deprecated)]
+fn too_long_customer(schema: &Schema, id: i64) -> Vec<u8> {
+    let value = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("customer".into(), Value::String("x".repeat(30))),
+        (
+            "amount".into(),
+            Value::Decimal(apache_avro::Decimal::from(1i64.to_be_bytes().to_vec())),
+        ),
+        (
+            "created".into(),
+            Value::TimestampMicros(1_700_000_000_000_000),
+        ),
+        ("note".into(), Value::Union(0, Box::new(Value::Null))),
+    ]);
+    apache_avro::to_avro_datum(schema, value).expect("encode avro")
+}
+
+/// One partition holding 10 good records, one the table rejects (offset 10) and 10 good ones,
+/// produced before any daemon runs so that they are one burst.
+async fn good_bad_good() -> Fixture {
+    let f = Fixture::new(1).await;
+    f.create_table(short_customer_table());
+    f.produce(10);
+    let bad = f.source.produce_raw(0, &[too_long_customer(&f.schema, 10)]);
+    assert_eq!(bad, vec![10]);
+    f.produce(10);
+    f
+}
+
+/// Waits until the one dead letter of [`good_bad_good`] is there.
+fn assert_one_dead_letter(f: &Fixture) {
+    let dead = f.dead_letters(1);
+    assert_eq!(
+        dead.iter()
+            .map(|(p, o, class, _)| (*p, *o, class.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(0, 10, "row_rejected")],
+        "{dead:?}"
+    );
+}
+
+/// The committed offset of partition 0 once it reaches `want`, or what it is after `timeout`.
+fn committed_offset(f: &Fixture, group: &str, want: i64, timeout: Duration) -> Option<i64> {
+    let started = Instant::now();
+    loop {
+        let k = f.checkpoints(group).get(&0).map(|(k, _)| *k);
+        if k == Some(want) || started.elapsed() > timeout {
+            return k;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_row_rejected_mid_request_keeps_the_checkpoint_at_the_request_end_and_a_restart_duplicates_nothing()
+ {
+    let f = good_bad_good().await;
+    let group = unique_name("row-error");
+    let config = f.config(&group);
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert_one_dead_letter(&f);
+    // The rejected row lowered the request's Kafka offset to 11 before the fix: rows 11..20
+    // visible, and re-delivered by the next owner.
+    assert_eq!(
+        committed_offset(&f, &group, 21, Duration::from_secs(20)),
+        Some(21),
+        "the durable checkpoint covers the whole request"
+    );
+    assert!(d.terminate().success());
+    let mut d = Daemon::start(&config);
+    f.produce(5);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert_healthy(&mut d, 2);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+    assert_eq!(committed_offset(&f, &group, 26, Duration::ZERO), Some(26));
+}
+
+/// Issue 11, at-least-once mode: the same row error, with several requests in flight on the
+/// `_default` stream, followed by a clean SIGTERM and a restart. Nothing may be lost, and with
+/// no crash nothing may be written twice: the requests appended behind the failed one are not
+/// an offset conflict, and the committed offset is not lowered by the rejected row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn at_least_once_a_row_rejected_mid_request_then_sigterm_and_restart_writes_nothing_twice() {
+    let f = good_bad_good().await;
+    let group = unique_name("alo-row-error");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            delivery: Some("at_least_once"),
+            // Several requests in flight: the rejected row's request is followed by others.
+            writer: vec!["  max_rows_per_request: 5".into()],
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert_one_dead_letter(&f);
+    assert_eq!(
+        committed_offset(&f, &group, 21, Duration::from_secs(20)),
+        Some(21),
+        "the committed offset covers every appended record"
+    );
+    assert!(d.terminate().success());
+    assert!(
+        d.logged("offsets conflict with ours").is_empty(),
+        "the _default stream has no offsets to conflict with"
+    );
+    let mut d = Daemon::start(&config);
+    f.produce(5);
+    f.wait_exactly_once(Duration::from_secs(60));
+    assert_healthy(&mut d, 2);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+    assert_eq!(committed_offset(&f, &group, 26, Duration::ZERO), Some(26));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6b. Stops and outages (issue 11, reviews #14 and #15).
+
+/// Review #15: a writer waiting for a schema the registry does not know yet (a 404 within the
+/// grace) must still answer a stop, or the shutdown's final cycle waits for its deadline for
+/// every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_writer_waiting_for_its_schema_does_not_hold_up_the_shutdown() {
+    let (registry, _reg) = Registry::serve([(1, SCHEMA.to_string())].into(), None).await;
+    let f = Fixture::with(SinkOptions {
+        framing: Some(1),
+        ..SinkOptions::partitions(2)
+    })
+    .await;
+    f.create_table(short_customer_table());
+    let group = unique_name("stuck-schema");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            registry_url: Some(format!("http://{registry}")),
+            // An unknown id waits for this long before it is a bad record.
+            not_found_grace: "1h",
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    f.produce(100);
+    f.wait_exactly_once(Duration::from_secs(60));
+    // Partition 0's writer now waits for schema 99; partition 1 goes on.
+    f.source
+        .produce_raw(0, &[confluent(99, &encode(&f.schema, 1_000))]);
+    wait_until(Duration::from_secs(30), "the writer to wait", || {
+        !d.logged("schema unavailable, waiting").is_empty()
+    });
+    let stopping = Instant::now();
+    let status = d.terminate();
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        d.logged("shutdown deadline passed").is_empty(),
+        "the shutdown waited for its deadline"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "shutdown took {took:?} (deadline 20 s)"
+    );
+    assert!(
+        !d.logged("final checkpoint done").is_empty(),
+        "every partition got its final checkpoint"
+    );
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+/// Review #15: FlushRows failing transiently during the shutdown's final cycles is retried with
+/// a backoff, not in a tight loop until the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_flush_failing_during_shutdown_is_retried_with_a_backoff() {
+    let f = Fixture::new(1).await;
+    let config = f.config_with(
+        &unique_name("shutdown-flush"),
+        &Tweaks {
+            shutdown_deadline: "12s",
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    f.produce(100);
+    f.wait_exactly_once(Duration::from_secs(60));
+    let ids = f
+        .emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"FlushRows","action":{"fail":{"code":"UNAVAILABLE"}}}]"#,
+        ))
+        .expect("install");
+    f.produce(100);
+    wait_until(Duration::from_secs(30), "a flush to fail", || {
+        f.emulator
+            .faults
+            .list()
+            .iter()
+            .any(|r| r.id == ids[0] && r.fired > 0)
+    });
+    let before = f.emulator.faults.list()[0].fired;
+    let status = d.terminate();
+    let during = f.emulator.faults.list()[0].fired - before;
+    eprintln!("{during} FlushRows calls during a 12 s shutdown");
+    assert!(status.success(), "{status:?}");
+    // 0.2 s, 0.4 s, … over 12 s is a handful; a tight loop makes hundreds.
+    assert!(during <= 20, "{during} flushes during the shutdown");
+}
+
+/// Review #14: PERMISSION_DENIED on CreateWriteStream and UNAUTHENTICATED on AppendRows (an IAM
+/// change, a credential being rotated) are waited out with a long backoff while readiness is
+/// false, not a permanent stop of the partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn denied_stream_creation_and_appends_are_retried_while_not_ready() {
+    let f = Fixture::new(1).await;
+    // The writer's stream cannot be created twice, then its first appends are refused twice.
+    f.emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"CreateWriteStream","action":{"fail":{"code":"PERMISSION_DENIED"}},"times":2},
+                {"rpc":"AppendRows","action":{"fail":{"code":"UNAUTHENTICATED"}},"times":2}]"#,
+        ))
+        .expect("install");
+    let mut d = Daemon::start(&f.config(&unique_name("denied")));
+    f.produce(50);
+    wait_until(
+        Duration::from_secs(30),
+        "readiness false while retrying",
+        || {
+            let (status, body) = d.http_get("/readyz");
+            status == 503 && body.contains("permission, credential or precondition")
+        },
+    );
+    assert_eq!(d.metric("kbq_partitions_retrying"), 1.0);
+    f.wait_exactly_once(Duration::from_secs(90));
+    let fired: Vec<u64> = f.emulator.faults.list().iter().map(|r| r.fired).collect();
+    assert_eq!(fired, vec![2, 2], "every injected fault acted");
+    wait_until(Duration::from_secs(30), "readiness again", || {
+        d.http_get("/readyz").0 == 200
+    });
+    assert_eq!(d.metric("kbq_partitions_retrying"), 0.0);
+    assert_healthy(&mut d, 3);
     assert!(d.terminate().success());
     assert_exactly_once(&f.visible(), &f.expected());
 }

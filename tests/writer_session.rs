@@ -197,6 +197,60 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
     );
 }
 
+/// Review #9: the resend of a request whose first send was applied meets an in-stream transient
+/// error, then ALREADY_EXISTS. The session must still know the request may have been applied:
+/// `Appended`, not an offset conflict that would abandon a live stream.
+#[tokio::test]
+async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_transient_error() {
+    let (emulator, client, stream) = setup().await;
+    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    session.submit(batch(0..10)).await.unwrap();
+    settle(&mut session).await.unwrap();
+    // One request in flight, so the calls count deterministically: its first send is applied
+    // and its answer lost, its resend fails in-stream with UNAVAILABLE, the next resend meets
+    // ALREADY_EXISTS.
+    emulator
+        .faults
+        .install(vec![
+            FaultRule {
+                rpc: Rpc::AppendRows,
+                action: FaultAction::Drop { after: true },
+                nth: Some(1),
+                times: Some(1),
+                probability: None,
+                target: None,
+            },
+            FaultRule {
+                rpc: Rpc::AppendRows,
+                action: FaultAction::Fail {
+                    code: GrpcCode(tonic::Code::Unavailable),
+                    storage_code: None,
+                    message: Some("injected".into()),
+                    in_stream: true,
+                },
+                nth: Some(2),
+                times: Some(1),
+                probability: None,
+                target: None,
+            },
+        ])
+        .unwrap();
+    session.submit(batch(10..20)).await.unwrap();
+    let (appended, _) = settle(&mut session)
+        .await
+        .expect("appended, not a conflict");
+    assert_eq!(appended, vec![(10, (10..20).collect::<Vec<_>>())]);
+    let fired: Vec<u64> = emulator.faults.list().iter().map(|r| r.fired).collect();
+    assert_eq!(fired, vec![1, 1], "both faults acted");
+    session.submit(batch(20..30)).await.unwrap();
+    let (appended, _) = settle(&mut session).await.unwrap();
+    assert_eq!(appended, vec![(20, (20..30).collect::<Vec<_>>())]);
+    assert_eq!(
+        visible_ids(&emulator, &client, &stream, 30).await,
+        (0..30).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn an_in_stream_transient_error_resends_the_failed_request_and_everything_behind_it() {
     let (emulator, client, stream) = setup().await;
@@ -251,6 +305,37 @@ async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
         visible_ids(&emulator, &client, &stream, 6).await,
         (0..6).collect::<Vec<_>>()
     );
+}
+
+/// At-least-once mode appends to `_default` without offsets, where the requests behind a failed
+/// one are independent and may be appended. A row error must not read as an offset conflict
+/// (issue 11: "write stream offsets conflict with ours" on `_default`, then a restart from an old
+/// offset), and what was appended must not be sent again.
+#[tokio::test]
+async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it() {
+    let (emulator, client, _) = setup().await;
+    let default = format!("{TABLE}/streams/_default");
+    let mut session =
+        AppendSession::new(client.clone(), default, descriptor(), 0, limits()).without_offsets();
+    session.submit(batch(0..2)).await.unwrap();
+    let mut with_bad = Batch::default();
+    with_bad.push(row(Some(2)), 2);
+    with_bad.push(row(None), 99);
+    with_bad.push(row(Some(3)), 3);
+    session.submit(with_bad).await.unwrap();
+    session.submit(batch(4..6)).await.unwrap();
+    session.submit(batch(6..8)).await.unwrap();
+    let (appended, rejected) = settle(&mut session).await.expect("no offset conflict");
+    assert_eq!(rejected, vec![99]);
+    let tags: Vec<Vec<u64>> = appended.into_iter().map(|(_, tags)| tags).collect();
+    assert_eq!(
+        tags,
+        vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]],
+        "acknowledged in the order the requests were submitted"
+    );
+    let mut visible = visible_ids(&emulator, &client, "", 0).await;
+    visible.sort_unstable();
+    assert_eq!(visible, (0..8).collect::<Vec<_>>(), "each row exactly once");
 }
 
 #[tokio::test]
@@ -313,5 +398,192 @@ async fn an_expired_stream_is_reported_lost() {
     match result {
         Err(SessionError::StreamLost { .. }) => {}
         other => panic!("expected a lost stream, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The partition writer on top of the session.
+
+const ORDER_AVSC: &str = r#"{"type":"record","name":"Order","fields":[
+  {"name":"id","type":"long"},{"name":"customer","type":"string"}]}"#;
+
+/// Avro binary of `{id, customer}` (zig-zag varints, length-prefixed string).
+fn order(id: i64, customer: &str) -> Vec<u8> {
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut out = Vec::new();
+    varint(((id << 1) ^ (id >> 63)) as u64, &mut out);
+    let len = customer.len() as i64;
+    varint(((len << 1) ^ (len >> 63)) as u64, &mut out);
+    out.extend_from_slice(customer.as_bytes());
+    out
+}
+
+/// A partition writer on table `orders (id INT64, customer STRING(20))` of a fresh emulator,
+/// skipping bad records. Returns what the test drives it with.
+async fn order_writer(
+    from: i64,
+) -> (
+    Emulator,
+    tokio::sync::mpsc::Sender<kafka_bigquery_sink::kafka::consumer::Record>,
+    tokio::sync::mpsc::UnboundedReceiver<
+        kafka_bigquery_sink::writer::partition_writer::WriterEvent,
+    >,
+    kafka_bigquery_sink::writer::partition_writer::WriterHandle,
+) {
+    use kafka_bigquery_sink::checkpoint::offsets::{Incarnation, NextOffset};
+    use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
+    use kafka_bigquery_sink::ops::metrics::Metrics;
+    use kafka_bigquery_sink::transcode::{AvroSchema, PlanOptions};
+    use kafka_bigquery_sink::writer::partition_writer::{
+        self as pw, BadRecordPolicy, WriterRoute, WriterSettings, WriterShared,
+    };
+    use kafka_bigquery_sink::writer::plans::FixedPlan;
+    use kafka_bigquery_sink::writer::stream_quota::StreamCreationLimiter;
+    use std::sync::Arc;
+
+    let emulator = start().await;
+    let table = "projects/p/datasets/d/tables/orders";
+    let schema: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "customer", "type": "STRING", "mode": "REQUIRED", "maxLength": "20"}
+    ]}))
+    .expect("table schema");
+    create_table(
+        &emulator.store,
+        &TableRef::parse(table).expect("table path"),
+        schema.clone(),
+    );
+    let options = WriteClientOptions {
+        endpoint: format!("http://{}", emulator.addr),
+        rpc_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(5),
+    };
+    let client = WriteClient::new(&options, Auth::None).expect("client");
+    let plan = FixedPlan::new(
+        &AvroSchema::parse(ORDER_AVSC).expect("avsc"),
+        &schema,
+        &PlanOptions::default(),
+    )
+    .expect("plan");
+    let shared = Arc::new(WriterShared {
+        client,
+        dead_letter: None,
+        metrics: Arc::new(Metrics::new()),
+        stream_creation: Arc::new(StreamCreationLimiter::new(64, 1.0)),
+        settings: WriterSettings {
+            max_request_bytes: 8 << 20,
+            max_rows_per_request: 50_000,
+            linger: Duration::from_millis(50),
+            session: limits(),
+            on_bad_record: BadRecordPolicy::Skip,
+            lookup_backoff: Duration::from_millis(100),
+            default_stream: false,
+        },
+    });
+    let route = Arc::new(WriterRoute {
+        table: table.into(),
+        table_label: "orders".into(),
+        plans: Arc::new(plan),
+    });
+    let (records_tx, records_rx) = tokio::sync::mpsc::channel(1024);
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = pw::spawn(
+        shared,
+        route,
+        TopicPartition::new("orders", 0),
+        Incarnation(1),
+        NextOffset(from),
+        records_rx,
+        events_tx,
+    );
+    (emulator, records_tx, events_rx, handle)
+}
+
+fn kafka_record(offset: i64, value: &[u8]) -> kafka_bigquery_sink::kafka::consumer::Record {
+    let mut arena = bytes::BytesMut::new();
+    kafka_bigquery_sink::kafka::consumer::Record::new(
+        offset,
+        None,
+        None,
+        Some(value),
+        Vec::new(),
+        &mut arena,
+    )
+}
+
+/// Review #1: a row BigQuery rejects in the middle of a request is dead-lettered (skipped here)
+/// and must not lower the request's Kafka offset: the acknowledgement of the request covers
+/// every record of it, 21, not 11.
+#[tokio::test]
+async fn a_row_rejected_mid_request_does_not_lower_the_acknowledged_offset() {
+    use kafka_bigquery_sink::writer::partition_writer::WriterEvent;
+    let (_emulator, records, mut events, mut handle) = order_writer(0).await;
+    // One burst, one request: 10 good, one too long for STRING(20), 10 good.
+    let burst: Vec<_> = (0..21)
+        .map(|o| {
+            let customer = if o == 10 { "x".repeat(30) } else { "c".into() };
+            kafka_record(o, &order(o, &customer))
+        })
+        .collect();
+    for r in burst {
+        records.send(r).await.expect("writer alive");
+    }
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while last.as_ref().is_none_or(|(rows, _)| *rows < 20) {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("the writer acknowledges the 20 good rows")
+            .expect("events");
+        match event {
+            WriterEvent::Acknowledged { ack, .. } => last = Some((ack.rows().0, ack.next().0)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // Idle for a while: no later acknowledgement may move it (back).
+    handle.stop(Duration::from_secs(5));
+    while let Some(event) = events.recv().await {
+        match event {
+            WriterEvent::Acknowledged { ack, .. } => last = Some((ack.rows().0, ack.next().0)),
+            WriterEvent::Stopped { .. } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        last,
+        Some((20, 21)),
+        "(rows, next) of the last acknowledgement"
+    );
+}
+
+/// Review #4 (writer guard): a record below the position the writer starts from means the
+/// consumer did not seek where the checkpoint says; the writer fails closed instead of appending
+/// rows the checkpoint already covers.
+#[tokio::test]
+async fn a_writer_refuses_a_first_record_below_its_start_offset() {
+    use kafka_bigquery_sink::writer::partition_writer::WriterEvent;
+    let (_emulator, records, mut events, _handle) = order_writer(5).await;
+    records
+        .send(kafka_record(3, &order(3, "c")))
+        .await
+        .expect("writer alive");
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("the writer answers")
+        .expect("events");
+    match event {
+        WriterEvent::Failed { reason, .. } => {
+            assert!(
+                reason.contains("offset 3") && reason.contains("5"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a failed writer, got {other:?}"),
     }
 }

@@ -39,7 +39,12 @@ pub enum ErrorClass {
     /// The writer schema does not fit the table (extra fields, type mismatch): the connection is
     /// closed; the schema must change before anything can be appended.
     SchemaMismatch,
-    /// Credentials, permissions, malformed names or requests: retrying cannot help.
+    /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change, a credential
+    /// being rotated, a table in a state it leaves again (the Go client retries
+    /// FAILED_PRECONDITION). Retried with a long backoff while readiness is false, never a
+    /// permanent stop (DESIGN "fail closed with backoff"; review #14).
+    Denied,
+    /// Malformed names or requests: retrying cannot help.
     Fatal,
 }
 
@@ -154,6 +159,9 @@ impl WriteError {
             }
             Code::InvalidArgument if self.message.contains("proto field mismatched") => {
                 ErrorClass::SchemaMismatch
+            }
+            Code::PermissionDenied | Code::Unauthenticated | Code::FailedPrecondition => {
+                ErrorClass::Denied
             }
             _ => ErrorClass::Fatal,
         }
@@ -287,10 +295,20 @@ mod tests {
         }
         let q = tonic::Status::resource_exhausted("Exceeds 'AppendRows throughput' quota");
         assert_eq!(WriteError::from_status(&q).class(), ErrorClass::Throttled);
-        assert_eq!(
-            WriteError::from_status(&tonic::Status::permission_denied("no")).class(),
-            ErrorClass::Fatal
-        );
+    }
+
+    #[test]
+    fn permission_credential_and_precondition_errors_are_denied_not_fatal() {
+        for code in [
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::FailedPrecondition,
+        ] {
+            assert_eq!(
+                WriteError::from_status(&tonic::Status::new(code, "x")).class(),
+                ErrorClass::Denied
+            );
+        }
     }
 
     #[test]

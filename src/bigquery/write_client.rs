@@ -96,10 +96,13 @@ impl WriteClient {
     /// Auth headers plus the routing header `x-goog-request-params: <key>=<value>` that Google's
     /// front end uses to find the region of the resource.
     async fn metadata(&self, routing_key: &str, resource: &str) -> Result<MetadataMap, WriteError> {
-        let headers =
-            self.auth.headers().await.map_err(|e| {
-                WriteError::from_status(&tonic::Status::unauthenticated(e.to_string()))
-            })?;
+        // A failed token fetch (a metadata-server hiccup) is the client's own transient
+        // failure, not the service refusing us: retried like one (review #14).
+        let headers = self.auth.headers().await.map_err(|e| {
+            WriteError::from_status(&tonic::Status::unavailable(format!(
+                "cannot fetch an access token: {e}"
+            )))
+        })?;
         let mut metadata = MetadataMap::from_headers(headers);
         if let Ok(value) = MetadataValue::try_from(format!("{routing_key}={resource}")) {
             metadata.insert("x-goog-request-params", value);

@@ -875,6 +875,13 @@ impl AtLeastOnceCoordinator {
             self.health.set_not_ready(reason);
             return;
         }
+        let retrying = self.metrics.partitions_retrying.get();
+        if retrying > 0 {
+            self.health.set_not_ready(format!(
+                "{retrying} partitions wait out a permission, credential or precondition error"
+            ));
+            return;
+        }
         match self.metrics.checkpoint_age_seconds() {
             Some(age) if age > (self.settings.checkpoint_interval * 6).as_secs_f64() => {
                 self.health

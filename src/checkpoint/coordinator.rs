@@ -87,6 +87,10 @@ pub struct Coordinator {
     /// Owned partitions whose committed offset or watermarks could not be read yet.
     unknown: HashSet<TopicPartition>,
     stalls: StallWatch,
+    /// Cycle flushes sent per partition since shutdown began: the final cycles run back to back,
+    /// so a flush that keeps failing transiently is retried with the recovery backoff by this
+    /// count instead of in a tight loop until the deadline (review #15).
+    shutdown_flushes: Option<HashMap<TopicPartition, u32>>,
 }
 
 /// Assigned partitions whose topic's route (and table) is being resolved: the protocol hears of
@@ -194,6 +198,7 @@ impl Coordinator {
             routing: Routing::new(),
             unknown: HashSet::new(),
             stalls: StallWatch::new(settings_stall_after),
+            shutdown_flushes: None,
         }
     }
 
@@ -211,6 +216,7 @@ impl Coordinator {
                 _ = shutdown.cancelled(), if shutdown_deadline.is_none() => {
                     tracing::info!("shutdown requested: final checkpoint");
                     shutdown_deadline = Some(Instant::now() + self.settings.shutdown_deadline);
+                    self.shutdown_flushes = Some(HashMap::new());
                     self.feed(Event::Shutdown);
                 }
                 _ = sleep_until(shutdown_deadline) => {
@@ -487,14 +493,8 @@ impl Coordinator {
                 if self.is_current(&tp, incarnation) {
                     tracing::error!(partition = %tp, stream = %stream, "own stream finalized by another owner: this writer is a zombie");
                     self.writers.remove(&tp);
-                    self.feed(Event::ZombieDetected {
-                        tp: tp.clone(),
-                        stream,
-                    });
-                    // Without a rebalance nobody would ever tell the zombie what it owns: ask.
-                    if self.protocol.is_zombie(&tp) {
-                        self.confirm_ownership_later(tp, self.settings.zombie_confirm_after);
-                    }
+                    // The protocol's ZombieStopped count asks the group who owns it.
+                    self.feed(Event::ZombieDetected { tp, stream });
                 }
             }
             WriterEvent::Stopped { tp, incarnation } => {
@@ -583,6 +583,13 @@ impl Coordinator {
                 .set_not_ready("not a member of the consumer group yet");
             return;
         }
+        let retrying = self.metrics.partitions_retrying.get();
+        if retrying > 0 {
+            self.health.set_not_ready(format!(
+                "{retrying} partitions wait out a permission, credential or precondition error"
+            ));
+            return;
+        }
         let bound = (self.settings.checkpoint_interval * 10).max(Duration::from_secs(30));
         match self.metrics.checkpoint_age_seconds() {
             Some(age)
@@ -606,8 +613,14 @@ impl Coordinator {
                 purpose,
                 attempt,
             } => {
+                let mut attempt = attempt;
                 if purpose == FlushPurpose::Cycle {
                     self.cycle_worked = true;
+                    if let Some(sent) = self.shutdown_flushes.as_mut() {
+                        let n = sent.entry(tp.clone()).or_insert(0);
+                        attempt = attempt.max(*n);
+                        *n += 1;
+                    }
                 }
                 let route = self.route(&tp);
                 spawn_flush(
@@ -785,6 +798,12 @@ impl Coordinator {
             }
             Outcome::ZombieStopped { tp } => {
                 tracing::error!(partition = %tp, "zombie writer stopped");
+                // Without a rebalance nobody would ever tell the zombie what it owns: ask, on
+                // every path into the zombie phase (an append or the cycle's FlushRows meeting
+                // the finalized stream; issue 11).
+                if self.protocol.is_zombie(&tp) {
+                    self.confirm_ownership_later(tp, self.settings.zombie_confirm_after);
+                }
             }
             Outcome::StreamRestarted { tp } => {
                 tracing::warn!(partition = %tp, "stream restarted in process");
@@ -942,6 +961,13 @@ pub(crate) async fn flush(
                 ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
                 ErrorClass::NotFound => FlushOutcome::NotFound,
                 ErrorClass::Transient | ErrorClass::Throttled => {
+                    FlushOutcome::Transient(e.to_string())
+                }
+                // An IAM change or a credential being rotated passes: the flush stays pending
+                // and is retried (every cycle, or with the recovery backoff), never a permanent
+                // stop of the partition (review #14).
+                ErrorClass::Denied => {
+                    tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
                     FlushOutcome::Transient(e.to_string())
                 }
                 _ => FlushOutcome::Fatal(e.to_string()),

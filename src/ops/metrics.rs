@@ -103,6 +103,9 @@ pub struct Metrics {
     /// Partitions whose acknowledged position has not moved for
     /// `checkpoint.partition_stall_timeout` while records wait for them.
     pub partitions_stalled: Gauge,
+    /// Writers waiting out an error only time or an operator cures (permission denied,
+    /// credentials, a failed precondition) before they retry; readiness is false while > 0.
+    pub partitions_retrying: Gauge,
     /// 1 while the consumer is a member of its group in a steady state (from librdkafka's
     /// statistics); readiness needs it.
     pub group_joined: Gauge,
@@ -150,6 +153,7 @@ impl Metrics {
             partitions_assigned: Gauge::default(),
             partitions_failed: Gauge::default(),
             partitions_stalled: Gauge::default(),
+            partitions_retrying: Gauge::default(),
             group_joined: Gauge::default(),
             registry: Registry::default(),
         };
@@ -279,6 +283,11 @@ impl Metrics {
             "kbq_partitions_stalled",
             "Partitions not advancing while records wait for them",
             m.partitions_stalled.clone(),
+        );
+        r.register(
+            "kbq_partitions_retrying",
+            "Writers waiting out a permission, credential or precondition error",
+            m.partitions_retrying.clone(),
         );
         r.register(
             "kbq_consumer_group_joined",

@@ -10,7 +10,9 @@
 //!   every request behind it fails with `OUT_OF_RANGE` because the end of the stream did not
 //!   advance. The session drains those answers, drops the rejected rows (row errors go back to
 //!   the caller for the dead-letter path), renumbers what is left from the failed offset and
-//!   resends it;
+//!   resends it. On the `_default` stream (at-least-once mode, no offsets) requests are
+//!   independent: those behind a failed one may be appended, are kept as such and are never
+//!   resent (resending them wrote them twice and read as an offset conflict, issue 11);
 //! * `STREAM_FINALIZED` on our own stream: another incarnation superseded this one; we are a
 //!   zombie and stop (invariant 5). `NOT_FOUND`: the stream expired; the caller opens a new one.
 //!
@@ -28,6 +30,7 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
 use prost::Message;
 use tokio::time::Instant;
 
+use crate::backoff::{Backoff, jitter};
 use crate::bigquery::error::{ErrorClass, WriteError};
 use crate::bigquery::write_client::{AppendConnection, AppendReply, WriteClient};
 
@@ -145,6 +148,10 @@ struct Inflight<T> {
     /// A send of this request at this offset may have been applied (its connection broke before
     /// the answer came), so `ALREADY_EXISTS` for it means success.
     uncertain: bool,
+    /// `_default` stream only: this request was appended while a request ahead of it failed
+    /// (requests without offsets are independent). It is reported, in order, once everything
+    /// ahead of it is, and never sent again.
+    appended: bool,
     sent_at: Instant,
 }
 
@@ -272,6 +279,7 @@ impl<T> AppendSession<T> {
             encoded_bytes: 0,
             batch,
             uncertain: false,
+            appended: false,
             sent_at: Instant::now(),
         };
         self.inflight.push_back(entry);
@@ -311,8 +319,10 @@ impl<T> AppendSession<T> {
                 entry.uncertain = true;
             }
         }
-        let mut backoff = self.limits.reconnect_backoff_min;
-        let mut attempt = 0u32;
+        let mut backoff = Backoff::new(
+            self.limits.reconnect_backoff_min,
+            self.limits.reconnect_backoff_max,
+        );
         let mut last_error = cause;
         loop {
             if let Some(error) = &last_error {
@@ -320,20 +330,19 @@ impl<T> AppendSession<T> {
                     ErrorClass::Transient | ErrorClass::Throttled => {}
                     _ => return Err(self.terminal(error.clone(), None)),
                 }
-                attempt += 1;
-                if attempt > self.limits.max_reconnect_attempts {
+                if backoff.attempts() >= self.limits.max_reconnect_attempts {
                     return Err(SessionError::Failed {
                         stream: self.stream.clone(),
                         error: error.clone(),
                     });
                 }
+                let pause = backoff.next_delay();
                 let pause = if error.class() == ErrorClass::Throttled {
-                    backoff.max(Duration::from_secs(1))
+                    pause.max(jitter(Duration::from_secs(1)))
                 } else {
-                    backoff
+                    pause
                 };
-                tokio::time::sleep(jitter(pause)).await;
-                backoff = (backoff * 2).min(self.limits.reconnect_backoff_max);
+                tokio::time::sleep(pause).await;
             }
             match self.open_and_resend().await {
                 Ok(()) => return Ok(()),
@@ -347,10 +356,11 @@ impl<T> AppendSession<T> {
     }
 
     async fn open_and_resend(&mut self) -> Result<(), WriteError> {
-        let Some(first) = self.inflight.front() else {
+        let Some(first_index) = self.inflight.iter().position(|e| !e.appended) else {
             // Nothing to send: connect lazily on the next submit.
             return Ok(());
         };
+        let first = &self.inflight[first_index];
         let request = self.build_request(first.offset, &first.batch.rows, true);
         let first_size = request.encoded_len();
         let window = self.limits.max_inflight_requests + 1;
@@ -362,10 +372,12 @@ impl<T> AppendSession<T> {
         for entry in self.inflight.iter_mut() {
             entry.sent_at = now;
         }
-        self.inflight[0].encoded_bytes = first_size;
+        self.inflight[first_index].encoded_bytes = first_size;
         self.inflight_bytes = self.inflight.iter().map(|e| e.encoded_bytes).sum();
-        for index in 1..self.inflight.len() {
-            self.send_one(index).await?;
+        for index in first_index + 1..self.inflight.len() {
+            if !self.inflight[index].appended {
+                self.send_one(index).await?;
+            }
         }
         Ok(())
     }
@@ -377,6 +389,16 @@ impl<T> AppendSession<T> {
             let Some(head) = self.inflight.front() else {
                 return Ok(None);
             };
+            if head.appended {
+                let head = self.inflight.pop_front().expect("head");
+                self.inflight_bytes -= head.encoded_bytes;
+                return Ok(Some(SessionEvent::Appended {
+                    first_offset: head.offset,
+                    tags: head.batch.tags,
+                    updated_schema: None,
+                    latency: head.sent_at.elapsed(),
+                }));
+            }
             if self.connection.is_none() {
                 self.reconnect(None).await?;
                 continue;
@@ -493,6 +515,17 @@ impl<T> AppendSession<T> {
                     request_emptied,
                 }))
             }
+            ErrorClass::Transient | ErrorClass::Throttled
+                if self.inflight.front().is_some_and(|h| h.uncertain) =>
+            {
+                // The head's earlier send may have been applied (review #9): then the stream's
+                // end is past it, the requests behind it may be appended, and renumbering would
+                // forget that. Treat it as a broken call instead: every request in flight is
+                // resent at its offset and stays uncertain, so ALREADY_EXISTS still means
+                // "appended".
+                self.reconnect(Some(error)).await?;
+                Ok(None)
+            }
             ErrorClass::Transient | ErrorClass::Throttled => {
                 self.drain_rejected_tail().await?;
                 let pause = if error.class() == ErrorClass::Throttled {
@@ -504,14 +537,26 @@ impl<T> AppendSession<T> {
                 self.renumber_and_resend(head_offset).await?;
                 Ok(None)
             }
-            _ => Err(self.terminal(error, Some(head_offset))),
+            _ => {
+                // The requests behind the head are still answered on this call: a caller that
+                // tries again later must start on a new connection, in step.
+                self.connection = None;
+                Err(self.terminal(error, Some(head_offset)))
+            }
         }
     }
 
     /// After the head request failed, every request behind it fails too (its offset is past the
     /// end). Read those answers so the connection is in step again. A success among them would
     /// mean the stream's end moved under us.
+    ///
+    /// On the `_default` stream (no offsets) the requests behind are independent of the head: a
+    /// success among them is appended and is kept (marked, reported in order later, never
+    /// resent); a failure is resent behind the head and handled when it is the head.
     async fn drain_rejected_tail(&mut self) -> Result<(), SessionError> {
+        if !self.explicit_offsets {
+            return self.drain_independent_tail().await;
+        }
         let behind = self.inflight.len() - 1;
         for _ in 0..behind {
             let connection = self.connection.as_mut().expect("connected");
@@ -539,8 +584,33 @@ impl<T> AppendSession<T> {
         Ok(())
     }
 
-    /// Renumbers every request in flight from `from` (nothing at or after `from` was applied) and
-    /// sends them again.
+    /// [`drain_rejected_tail`](Self::drain_rejected_tail) on the `_default` stream.
+    async fn drain_independent_tail(&mut self) -> Result<(), SessionError> {
+        for index in 1..self.inflight.len() {
+            if self.inflight[index].appended {
+                continue;
+            }
+            let connection = self.connection.as_mut().expect("connected");
+            match tokio::time::timeout(self.limits.response_timeout, connection.next_reply()).await
+            {
+                Ok(Ok(AppendReply::Appended { .. })) => self.inflight[index].appended = true,
+                Ok(Ok(AppendReply::Failed(error))) => self.observe(&error),
+                // The call broke: the requests not answered yet may have been appended; they
+                // are resent (at-least-once accepts a duplicate there).
+                Ok(Err(_)) | Err(_) => {
+                    for entry in self.inflight.iter_mut().skip(index) {
+                        entry.uncertain = true;
+                    }
+                    self.connection = None;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renumbers every request in flight from `from` (nothing at or after `from` was applied, so
+    /// none of them is uncertain any more) and sends them again.
     async fn renumber_and_resend(&mut self, from: i64) -> Result<(), SessionError> {
         let mut offset = from;
         for entry in self.inflight.iter_mut() {
@@ -560,6 +630,9 @@ impl<T> AppendSession<T> {
         // the server's business, so the resend names it (and the writer schema) again.
         self.schema_sent = false;
         for index in 0..self.inflight.len() {
+            if self.inflight[index].appended {
+                continue;
+            }
             if let Err(error) = self.send_one(index).await {
                 return self.reconnect(Some(error)).await;
             }
@@ -598,10 +671,4 @@ impl<T> AppendSession<T> {
         self.connection = None;
         self.schema_sent = false;
     }
-}
-
-/// ±25 % so that many partitions reconnecting after one outage do not stampede.
-fn jitter(d: Duration) -> Duration {
-    let factor = 0.75 + rand::random::<f64>() * 0.5;
-    d.mul_f64(factor)
 }

@@ -205,8 +205,11 @@ pub fn spawn(
         acked_next: from,
         acked_bytes: 0,
         pending_next: from,
+        stop: Some(stop_rx),
+        denied: crate::backoff::DENIED,
+        retrying: false,
     };
-    let task = tokio::spawn(writer.run(records, stop_rx));
+    let task = tokio::spawn(writer.run(records));
     WriterHandle {
         incarnation,
         stop: Some(stop_tx),
@@ -270,7 +273,15 @@ struct PartitionWriter {
     acked_bytes: u64,
     /// Records below this have been taken into a batch or dead-lettered.
     pending_next: NextOffset,
+    /// The coordinator's stop, until it came (then `None`).
+    stop: Option<StopSignal>,
+    /// Pauses between attempts after an error only time or an operator cures; while it is
+    /// running the partition counts in `kbq_partitions_retrying` (readiness false).
+    denied: crate::backoff::Backoff,
+    retrying: bool,
 }
+
+type StopSignal = tokio::sync::oneshot::Receiver<Duration>;
 
 /// How a writer's run ended.
 enum End {
@@ -283,12 +294,8 @@ enum End {
 }
 
 impl PartitionWriter {
-    async fn run(
-        mut self,
-        mut records: mpsc::Receiver<Record>,
-        mut stop: tokio::sync::oneshot::Receiver<Duration>,
-    ) {
-        let end = match self.work(&mut records, &mut stop).await {
+    async fn run(mut self, mut records: mpsc::Receiver<Record>) {
+        let end = match self.work(&mut records).await {
             Ok(drain) => self
                 .drain(drain)
                 .await
@@ -304,6 +311,7 @@ impl PartitionWriter {
         if self.session.is_some() {
             m.open_streams.dec();
         }
+        self.set_retrying(false);
         let tp = self.tp.clone();
         let incarnation = self.incarnation;
         let event = match end {
@@ -338,22 +346,18 @@ impl PartitionWriter {
     }
 
     /// Takes records until told to stop; returns the drain budget of the stop.
-    async fn work(
-        &mut self,
-        records: &mut mpsc::Receiver<Record>,
-        stop: &mut tokio::sync::oneshot::Receiver<Duration>,
-    ) -> Result<Duration, End> {
+    async fn work(&mut self, records: &mut mpsc::Receiver<Record>) -> Result<Duration, End> {
         let linger = self.shared.settings.linger;
         let mut burst = Vec::with_capacity(BURST);
         loop {
             let deadline = self.open.first_at.map(|t| t + linger);
             tokio::select! {
                 biased;
-                drain = &mut *stop => return Ok(drain.unwrap_or(Duration::ZERO)),
+                drain = stopped(&mut self.stop) => return Ok(drain),
                 taken = records.recv_many(&mut burst, BURST) => {
                     if taken == 0 {
                         // The consumer dropped the route: wait for the stop that follows.
-                        return Ok((&mut *stop).await.unwrap_or(Duration::ZERO));
+                        return Ok(stopped(&mut self.stop).await);
                     }
                     for record in burst.drain(..) {
                         self.take(record).await?;
@@ -391,6 +395,15 @@ impl PartitionWriter {
     }
 
     async fn take(&mut self, mut record: Record) -> Result<(), End> {
+        if record.offset < self.pending_next.0 {
+            // The consumer is behind the position this incarnation starts from or has reached
+            // (a seek that did not happen, review #4): taking the record would append rows the
+            // checkpoint already covers. Fail closed rather than write them twice.
+            return Err(End::Failed(format!(
+                "record at offset {} is below the writer's position {}: the consumer is not where the checkpoint says",
+                record.offset, self.pending_next.0
+            )));
+        }
         self.counters.records_consumed.inc();
         self.counters.bytes_consumed.inc_by(record.size() as u64);
         if self.account.is_none() {
@@ -423,12 +436,13 @@ impl PartitionWriter {
                 found
             } else {
                 loop {
-                    match self.route.plans.plan_for(value).await {
+                    match unless_stopped(&mut self.stop, self.route.plans.plan_for(value)).await? {
                         Ok(found) => break Ok(found),
                         Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
                         Err(PlanLookupError::Unavailable(why)) => {
                             tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-                            tokio::time::sleep(self.shared.settings.lookup_backoff).await;
+                            let pause = tokio::time::sleep(self.shared.settings.lookup_backoff);
+                            unless_stopped(&mut self.stop, pause).await?;
                         }
                     }
                 }
@@ -560,9 +574,19 @@ impl PartitionWriter {
         rows_encoded + self.plan_schema_len + self.route.table.len() + 128
     }
 
-    /// A record that cannot become a row: dead-letter it (acknowledged) or apply the policy.
+    /// A record that cannot become a row, taken in offset order: dead-letter it (acknowledged)
+    /// or apply the policy, then let the prefix pass it.
     async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
         let next = NextOffset(record.offset + 1);
+        self.dead_letter(record, bad).await?;
+        self.record_handled_out_of_band(next);
+        Ok(())
+    }
+
+    /// Dead-letters `record` (its produce acknowledged) or applies the policy, and counts it.
+    /// No prefix bookkeeping: a row BigQuery rejected out of a request in flight is already
+    /// covered by that request's `kafka_next`, which must not move (issue 11, review #1).
+    async fn dead_letter(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
         match self.shared.settings.on_bad_record {
             BadRecordPolicy::Fail => {
                 return Err(End::Failed(format!(
@@ -579,19 +603,16 @@ impl PartitionWriter {
                     .dead_letter
                     .as_ref()
                     .expect("validated: dead_letter policy has a producer");
-                let mut backoff = Duration::from_millis(100);
+                let mut backoff = crate::backoff::DEAD_LETTER;
                 loop {
-                    match producer
-                        .send(&self.tp.topic, self.tp.partition, &record, &bad)
-                        .await
-                    {
+                    let send = producer.send(&self.tp.topic, self.tp.partition, &record, &bad);
+                    match unless_stopped(&mut self.stop, send).await? {
                         Ok(()) => break,
                         Err(e) => {
                             // The DLQ must acknowledge before the record counts as handled;
-                            // until it does, the partition waits.
+                            // until it does, the partition waits (and still answers a stop).
                             tracing::warn!(partition = %self.tp, offset = record.offset, error = %e, "dead-letter produce failed, retrying");
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(10));
+                            unless_stopped(&mut self.stop, backoff.wait()).await?;
                         }
                     }
                 }
@@ -603,7 +624,6 @@ impl PartitionWriter {
             .dead_letter_records
             .get_or_create(&ReasonLabel { reason: bad.class })
             .inc();
-        self.record_handled_out_of_band(next);
         Ok(())
     }
 
@@ -657,8 +677,11 @@ impl PartitionWriter {
         self.shared.metrics.inflight_requests.inc();
         self.shared.metrics.inflight_bytes.inc_by(bytes as i64);
         let session = self.session.as_mut().expect("session");
-        let result = session.submit(batch).await;
-        result.map_err(|e| self.session_end(e))
+        match session.submit(batch).await {
+            Ok(()) => Ok(()),
+            // The request stays in the session, which resends it on its next call.
+            Err(e) => self.ride_out(e).await,
+        }
     }
 
     async fn open_stream(&mut self) -> Result<(), End> {
@@ -667,35 +690,36 @@ impl PartitionWriter {
             return self.open_default_stream(plan);
         }
         let stream = {
-            self.shared.stream_creation.acquire().await;
-            let mut backoff = Duration::from_millis(200);
+            unless_stopped(&mut self.stop, self.shared.stream_creation.acquire()).await?;
+            let mut backoff = crate::backoff::CREATE_STREAM;
             loop {
-                match self
-                    .shared
-                    .client
-                    .create_write_stream(&self.route.table, StreamKind::Buffered)
-                    .await
-                {
+                let attempt = (self.shared.client)
+                    .create_write_stream(&self.route.table, StreamKind::Buffered);
+                let e = match unless_stopped(&mut self.stop, attempt).await? {
                     Ok(stream) => break stream,
-                    Err(e) => {
-                        self.shared.metrics.bigquery_error("CreateWriteStream", &e);
-                        use crate::bigquery::error::ErrorClass::*;
-                        match e.class() {
-                            Transient | Throttled | NotFound => {
-                                tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
-                                tokio::time::sleep(backoff).await;
-                                backoff = (backoff * 2).min(Duration::from_secs(30));
-                            }
-                            _ => {
-                                return Err(End::Failed(format!(
-                                    "cannot create a write stream: {e}"
-                                )));
-                            }
-                        }
+                    Err(e) => e,
+                };
+                self.shared.metrics.bigquery_error("CreateWriteStream", &e);
+                use crate::bigquery::error::ErrorClass::*;
+                let pause = match e.class() {
+                    Transient | Throttled | NotFound => {
+                        tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
+                        backoff.next_delay()
                     }
-                }
+                    Denied => {
+                        self.set_retrying(true);
+                        let pause = self.denied.next_delay();
+                        tracing::error!(partition = %self.tp, error = %e, retry_in = ?pause, "create write stream denied, retrying");
+                        pause
+                    }
+                    _ => {
+                        return Err(End::Failed(format!("cannot create a write stream: {e}")));
+                    }
+                };
+                unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await?;
             }
         };
+        self.set_retrying(false);
         let id = StreamId::from_stream_name(&stream.name)
             .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
         let m = &self.shared.metrics;
@@ -758,7 +782,8 @@ impl PartitionWriter {
         let event = match session.next_event().await {
             Ok(Some(event)) => event,
             Ok(None) => return Ok(()),
-            Err(e) => return Err(self.session_end(e)),
+            // Nothing was lost: the session resends what is in flight on its next call.
+            Err(e) => return self.ride_out(e).await,
         };
         match event {
             SessionEvent::Appended {
@@ -767,6 +792,7 @@ impl PartitionWriter {
                 updated_schema,
                 latency,
             } => {
+                self.set_retrying(false);
                 let meta = self.pop_meta();
                 let rows = tags.len() as i64;
                 self.acked_rows = first_offset + rows;
@@ -789,9 +815,7 @@ impl PartitionWriter {
                         reason,
                     };
                     // Already covered by the request's kafka_next: only dead-letter here.
-                    let next = self.pending_next;
-                    self.bad(record, bad).await?;
-                    self.pending_next = next;
+                    self.dead_letter(record, bad).await?;
                 }
                 if request_emptied {
                     let meta = self.pop_meta();
@@ -830,6 +854,40 @@ impl PartitionWriter {
         });
     }
 
+    /// A session call failed. An error a pause may cure — permission denied, credentials, a
+    /// failed precondition, or a transient outage that outlasted the session's reconnects — is
+    /// waited out with a long backoff, readiness false, and the session resends its requests on
+    /// its next call (review #14: no permanent stop for these). Anything else ends the run.
+    async fn ride_out(&mut self, error: SessionError) -> Result<(), End> {
+        use crate::bigquery::error::ErrorClass;
+        let curable = matches!(
+            &error,
+            SessionError::Failed { error, .. }
+                if matches!(error.class(), ErrorClass::Denied | ErrorClass::Transient | ErrorClass::Throttled)
+        );
+        if !curable {
+            return Err(self.session_end(error));
+        }
+        let pause = self.denied.next_delay();
+        tracing::error!(partition = %self.tp, error = %error, retry_in = ?pause, attempt = self.denied.attempts(), "append failed, retrying after a pause");
+        self.set_retrying(true);
+        unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await
+    }
+
+    /// Counts this partition in `kbq_partitions_retrying` (readiness false) or not.
+    fn set_retrying(&mut self, retrying: bool) {
+        if retrying == self.retrying {
+            return;
+        }
+        self.retrying = retrying;
+        if retrying {
+            self.shared.metrics.partitions_retrying.inc();
+        } else {
+            self.denied.reset();
+            self.shared.metrics.partitions_retrying.dec();
+        }
+    }
+
     fn session_end(&self, error: SessionError) -> End {
         let stream = self.stream_id.clone();
         match (error, stream) {
@@ -859,6 +917,36 @@ fn record_error_class(error: &RecordError) -> &'static str {
 
 fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The coordinator's stop: its drain budget (none if the handle was dropped). Pending forever
+/// once it came.
+async fn stopped(stop: &mut Option<StopSignal>) -> Duration {
+    let Some(signal) = stop.as_mut() else {
+        return std::future::pending().await;
+    };
+    let drain = signal.await.unwrap_or(Duration::ZERO);
+    *stop = None;
+    drain
+}
+
+/// Runs `work` unless the stop comes first. A writer waiting out an outage (the dead-letter
+/// topic, the registry, stream creation) must still answer a stop, or the handoff and every
+/// partition's final cycle wait for their deadlines (review #15). A stop there ends the writer
+/// at once with its last reported acknowledgement: nothing it has not acknowledged is counted,
+/// so the next owner reads those records again.
+async fn unless_stopped<T>(
+    stop: &mut Option<StopSignal>,
+    work: impl Future<Output = T>,
+) -> Result<T, End> {
+    if stop.is_none() {
+        return Ok(work.await);
+    }
+    tokio::select! {
+        biased;
+        _ = stopped(stop) => Err(End::Stopped),
+        out = work => Ok(out),
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
