@@ -727,6 +727,50 @@ async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
+/// `kafka.topic_pattern` is anchored only at the start, so the fixture's topic name as a
+/// pattern also matches its dead-letter topic `{topic}-dlq`. The sink must never consume that
+/// topic: one poison record is one dead letter, not a loop that dead-letters its own dead
+/// letters without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_pattern_that_matches_the_dead_letter_topic_never_consumes_it() {
+    let f = Fixture::new(2).await;
+    let config = f.config_with(
+        &unique_name("dlq-pattern"),
+        &Tweaks {
+            topic_pattern: Some(f.topic.clone()),
+            ..Tweaks::default()
+        },
+    );
+    f.produce(100);
+    let mut poison = encode(&f.schema, 0);
+    poison.truncate(3);
+    let offsets = f.source.produce_raw(0, &[poison]);
+    f.produce(100);
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let dead = f.dead_letters(1);
+    assert_eq!(
+        dead.iter().map(|(p, o, _, _)| (*p, *o)).collect::<Vec<_>>(),
+        vec![(0, offsets[0])],
+        "one dead letter, for the poison record: {dead:?}"
+    );
+    // Twenty checkpoint intervals more: a consumed dead-letter topic would have fed the record
+    // back many times by now.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        f.dead_letter_count(),
+        1,
+        "the dead-letter topic holds one record"
+    );
+    assert!(
+        !d.logged("config warning").is_empty(),
+        "the pattern matching the dead-letter topic is warned about at start"
+    );
+    assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 7. A replica dies inside its handoff.
 
