@@ -184,7 +184,10 @@ pub fn main() -> ExitCode {
 /// names its field.
 fn validate(path: &std::path::Path) -> ExitCode {
     match crate::config::Config::load(path) {
-        Ok(_) => {
+        Ok(config) => {
+            for warning in crate::config::warnings(&config) {
+                eprintln!("warning: {warning}");
+            }
             println!("config ok");
             ExitCode::SUCCESS
         }
@@ -258,6 +261,9 @@ fn run(path: &std::path::Path) -> ExitCode {
         }
     };
     crate::ops::logging::init(&config.log);
+    for warning in crate::config::warnings(&config) {
+        tracing::warn!(field = %warning.path, warning = %warning.message, "config warning");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -16,6 +16,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
+use crate::kafka::topic_pattern::TopicPattern;
+
 /// Every default of the config, in one place. The doc comment of each field says which one
 /// applies.
 pub mod defaults {
@@ -376,8 +378,10 @@ pub struct KafkaConfig {
     /// Topics to consume. Exactly one of `topics` and `topic_pattern` is required.
     #[serde(default)]
     pub topics: Vec<String>,
-    /// A regular expression (librdkafka syntax, without the leading `^`) matching the topics to
-    /// consume.
+    /// A regular expression matching the topics to consume, in librdkafka's dialect: a POSIX
+    /// extended regular expression, anchored at the start (a leading `^` is added when missing)
+    /// but not at the end, so `orders` also takes `orders-eu`; end it with `$` to stop there.
+    /// The dead-letter topic is never consumed, even when the pattern matches it.
     #[serde(default)]
     pub topic_pattern: Option<String>,
     /// Any librdkafka consumer property (SASL, SSL, timeouts, fetch sizes …), passed through.
@@ -418,10 +422,7 @@ impl KafkaConfig {
     /// forced settings, bootstrap servers and group id.
     pub fn consumer_properties(&self) -> Properties {
         let mut props = self.properties.clone();
-        let kip848 = props
-            .get("group.protocol")
-            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
-        if !kip848 {
+        if !self.is_kip848() {
             props
                 .entry("partition.assignment.strategy".into())
                 .or_insert_with(|| defaults::PARTITION_ASSIGNMENT_STRATEGY.into());
@@ -460,6 +461,14 @@ impl KafkaConfig {
     /// Whether more than one topic can reach the sink.
     pub fn may_have_several_topics(&self) -> bool {
         self.topic_pattern.is_some() || self.topics.len() > 1
+    }
+
+    /// Whether the group protocol is KIP-848's (`group.protocol=consumer`), whose assignor and
+    /// pattern matching run on the broker.
+    pub fn is_kip848(&self) -> bool {
+        self.properties
+            .get("group.protocol")
+            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"))
     }
 }
 
@@ -655,6 +664,43 @@ impl RouteConfig {
 }
 
 impl Config {
+    /// Topics the sink never consumes, whatever the subscription matches: the dead-letter
+    /// topic (consuming it would send each bad record back to itself without end).
+    pub fn excluded_topics(&self) -> Vec<String> {
+        self.dead_letter
+            .as_ref()
+            .and_then(|d| d.topic.clone())
+            .into_iter()
+            .collect()
+    }
+
+    /// The consumer properties of `run`: [`KafkaConfig::consumer_properties`], with the
+    /// excluded topics added to librdkafka's `topic.blacklist` (after the user's entries), so
+    /// that a `topic_pattern` never subscribes them. With KIP-848 the broker matches the
+    /// pattern and may still assign them: the consumer leaves such partitions paused.
+    pub fn consumer_properties(&self) -> Properties {
+        let mut props = self.kafka.consumer_properties();
+        let excluded: Vec<String> = self
+            .excluded_topics()
+            .iter()
+            .map(String::as_str)
+            .map(crate::kafka::topic_pattern::exact_name_pattern)
+            .collect();
+        if !excluded.is_empty() {
+            let list = props
+                .get("topic.blacklist")
+                .map(|user| user.trim())
+                .filter(|user| !user.is_empty())
+                .into_iter()
+                .map(str::to_string)
+                .chain(excluded)
+                .collect::<Vec<_>>()
+                .join(",");
+            props.insert("topic.blacklist".into(), list);
+        }
+        props
+    }
+
     /// The table settings for `topic`: the first route that matches it, else `bigquery`.
     pub fn route_for(&self, topic: &str) -> TopicRoute<'_> {
         let b = &self.bigquery;
@@ -1468,6 +1514,31 @@ pub fn checkpoint_metadata_worst_case_len() -> usize {
     crate::checkpoint::metadata::worst_case_len()
 }
 
+/// Settings that are valid but probably not what was meant; `validate` prints them and `run`
+/// logs them at start. Each names its field, like an error.
+pub fn warnings(config: &Config) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    let subscription = config.kafka.subscription().concat();
+    let pattern = config
+        .kafka
+        .topic_pattern
+        .as_ref()
+        .and_then(|_| TopicPattern::compile(&subscription).ok());
+    if let Some(pattern) = pattern {
+        for topic in config.excluded_topics() {
+            if pattern.matches(&topic) {
+                out.push(ConfigError::at(
+                    "kafka.topic_pattern",
+                    format!(
+                        "matches the dead-letter topic `{topic}` (dead_letter.topic): the sink never consumes it (it is excluded from the subscription), but a pattern that does not match it says so plainly, e.g. one ending in `$`"
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Checks a parsed config without any I/O; returns every problem found.
 pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
     let mut v = Validator::default();
@@ -1568,6 +1639,25 @@ impl Validator {
             (Some(p), true) if p.trim().is_empty() => {
                 self.err("kafka.topic_pattern", "must not be empty")
             }
+            (Some(_), true) => {
+                let subscription = k.subscription().concat();
+                if let Err(e) = TopicPattern::compile(&subscription) {
+                    self.err(
+                        "kafka.topic_pattern",
+                        format!(
+                            "not a regular expression librdkafka accepts (POSIX extended): {e}"
+                        ),
+                    );
+                } else if k.is_kip848()
+                    && let Err(e) = regex::Regex::new(&subscription)
+                {
+                    // The broker matches the pattern with RE2/J under group.protocol=consumer.
+                    self.err(
+                        "kafka.topic_pattern",
+                        format!("not a regular expression the broker accepts with group.protocol=consumer: {e}"),
+                    );
+                }
+            }
             _ => {}
         }
         let mut seen = std::collections::BTreeSet::new();
@@ -1605,11 +1695,7 @@ impl Validator {
                 );
             }
         }
-        let kip848 = k
-            .properties
-            .get("group.protocol")
-            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
-        if kip848 && k.properties.contains_key("partition.assignment.strategy") {
+        if k.is_kip848() && k.properties.contains_key("partition.assignment.strategy") {
             self.err(
                 format!(
                     "kafka.properties.{}",

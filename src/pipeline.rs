@@ -122,7 +122,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     });
 
     let recovery = protocol_config(&config);
-    let consumer_properties = config.kafka.consumer_properties().0;
+    let consumer_properties = config.consumer_properties().0;
     let session_timeout = consumer_properties
         .get("session.timeout.ms")
         .and_then(|ms| ms.parse::<u64>().ok())
@@ -130,6 +130,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let (consumer, events) = consumer::spawn(ConsumerSettings {
         properties: consumer_properties,
         topics: config.kafka.subscription(),
+        excluded_topics: config.excluded_topics(),
         handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
         request_timeout: Duration::from_secs(10),
         max_stash_records: 10_000,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use kafka_bigquery_sink::config::{Config, Credentials, LostStream, validate};
+use kafka_bigquery_sink::config::{Config, Credentials, LostStream, validate, warnings};
 
 /// The variables the example configs reference.
 fn example_env() -> HashMap<String, String> {
@@ -594,4 +594,121 @@ fn resolve_needs_the_columns_in_every_route() {
     let yaml = yaml.replace("recovery:\n  lost_stream: resolve\n", "");
     let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
     assert_eq!(config.effective_lost_stream(), LostStream::Rewind);
+}
+
+/// MINIMAL subscribing by `pattern` (as written in YAML, single-quoted).
+fn with_pattern(pattern: &str) -> String {
+    MINIMAL.replace(
+        "  topics: [t]\n",
+        &format!("  topic_pattern: '{pattern}'\n"),
+    )
+}
+
+#[test]
+fn a_topic_pattern_librdkafka_cannot_compile_is_refused_naming_the_field() {
+    for bad in ["orders-(", "orders[", "orders[[:letter:]]", "(orders|"] {
+        let errs = errors(&with_pattern(bad), HashMap::new());
+        assert!(
+            errs.iter().any(|e| e.starts_with(
+                "kafka.topic_pattern: not a regular expression librdkafka accepts (POSIX extended): "
+            )),
+            "{bad}: {errs:#?}"
+        );
+        assert_eq!(errs.len(), 1, "{bad}: {errs:#?}");
+    }
+    for good in [
+        "orders",
+        "^orders$",
+        "orders-[[:digit:]]+",
+        "(eu|us)\\.orders",
+        "t.*",
+    ] {
+        assert_eq!(
+            errors(&with_pattern(good), HashMap::new()),
+            Vec::<String>::new(),
+            "{good}"
+        );
+    }
+    // Under KIP-848 the broker matches the pattern (RE2/J): a POSIX-only construct such as a
+    // back-reference is refused too.
+    let kip848 = with_pattern("(orders)\\1").replace(
+        "  topic_pattern:",
+        "  properties:\n    group.protocol: consumer\n  topic_pattern:",
+    );
+    assert_one_error(
+        &kip848,
+        HashMap::new(),
+        "kafka.topic_pattern: not a regular expression the broker accepts with group.protocol=consumer",
+    );
+}
+
+#[test]
+fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_excludes_it() {
+    // Anchored at the start only, as librdkafka reads it: `t` takes `t-dlq` too.
+    let broad = Config::from_yaml(&with_pattern("t"), HashMap::new()).expect("parses");
+    validate(&broad).expect("valid: the dead-letter topic is excluded at run time");
+    let warned: Vec<String> = warnings(&broad).iter().map(ToString::to_string).collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].starts_with("kafka.topic_pattern: matches the dead-letter topic `t-dlq`"),
+        "{warned:#?}"
+    );
+    assert_eq!(broad.excluded_topics(), vec!["t-dlq".to_string()]);
+    assert_eq!(
+        broad
+            .consumer_properties()
+            .get("topic.blacklist")
+            .map(String::as_str),
+        Some("^t-dlq$")
+    );
+
+    // Ending the pattern says it plainly; a user's own blacklist entries are kept.
+    let narrow = Config::from_yaml(
+        &with_pattern("t$").replace(
+            "  topic_pattern:",
+            "  properties:\n    topic.blacklist: '^tmp\\.'\n  topic_pattern:",
+        ),
+        HashMap::new(),
+    )
+    .expect("parses");
+    validate(&narrow).expect("valid");
+    assert!(warnings(&narrow).is_empty());
+    assert_eq!(
+        narrow
+            .consumer_properties()
+            .get("topic.blacklist")
+            .map(String::as_str),
+        Some("^tmp\\.,^t-dlq$")
+    );
+
+    // A dead-letter topic with a dot: the dot is literal in the exclusion.
+    let dotted = Config::from_yaml(
+        &with_pattern("t").replace("topic: t-dlq", "topic: t.dlq"),
+        HashMap::new(),
+    )
+    .expect("parses");
+    assert_eq!(
+        dotted
+            .consumer_properties()
+            .get("topic.blacklist")
+            .map(String::as_str),
+        Some("^t\\.dlq$")
+    );
+
+    // The validate command prints the warning and still succeeds.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("broad.yaml");
+    std::fs::write(&path, with_pattern("t")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["validate", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run validate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: kafka.topic_pattern: matches the dead-letter topic `t-dlq`"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "config ok");
 }

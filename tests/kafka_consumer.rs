@@ -64,6 +64,7 @@ impl Thread {
         let (handle, events) = consumer::spawn(ConsumerSettings {
             properties,
             topics: vec![topic.to_string()],
+            excluded_topics: Vec::new(),
             handoff_deadline: Duration::from_secs(20),
             request_timeout: Duration::from_secs(10),
             max_stash_records: 1,

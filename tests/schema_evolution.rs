@@ -43,6 +43,14 @@ const V4_NEW_REQUIRED: &str = r#"{"type":"record","name":"User","namespace":"tes
   {"name":"id","type":"long"},
   {"name":"name","type":"string"},
   {"name":"tier","type":"int"}]}"#;
+/// V1 plus a nullable record whose own fields are plain (never null) types: a compatible change,
+/// but its subfields must become NULLABLE columns (BigQuery adds no REQUIRED field to a table).
+const V5_NEW_NESTED: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"address","type":["null",{"type":"record","name":"Address","fields":[
+    {"name":"city","type":"string"},
+    {"name":"zip","type":"int"}]}],"default":null}]}"#;
 
 const PARTITIONS: i32 = 2;
 
@@ -68,6 +76,21 @@ fn encode(schema_id: u32, schema: &Schema, id: i64) -> Vec<u8> {
             ),
         )),
         4 => fields.push(("tier".into(), Value::Int(1))),
+        // every third record without an address
+        5 => fields.push((
+            "address".into(),
+            if id % 3 == 0 {
+                Value::Union(0, Box::new(Value::Null))
+            } else {
+                Value::Union(
+                    1,
+                    Box::new(Value::Record(vec![
+                        ("city".into(), Value::String(format!("city-{id}"))),
+                        ("zip".into(), Value::Int(id as i32)),
+                    ])),
+                )
+            },
+        )),
         _ => {}
     }
     let avro = apache_avro::to_avro_datum(schema, Value::Record(fields)).expect("encode avro");
@@ -104,10 +127,16 @@ impl Fixture {
             &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
             TableSchema { fields: columns },
         );
-        let schemas = [(1, V1), (2, V2), (3, V3_TYPE_CHANGE), (4, V4_NEW_REQUIRED)]
-            .into_iter()
-            .map(|(id, text)| (id, Schema::parse_str(text).expect("schema")))
-            .collect();
+        let schemas = [
+            (1, V1),
+            (2, V2),
+            (3, V3_TYPE_CHANGE),
+            (4, V4_NEW_REQUIRED),
+            (5, V5_NEW_NESTED),
+        ]
+        .into_iter()
+        .map(|(id, text)| (id, Schema::parse_str(text).expect("schema")))
+        .collect();
         Fixture {
             emulator,
             bootstrap,
@@ -229,6 +258,26 @@ shutdown_deadline: 20s
             .collect()
     }
 
+    /// Every visible row as the emulator renders it (`tabledata.list` shape), with the schema.
+    fn raw_rows(&self) -> (TableSchema, Vec<serde_json::Value>) {
+        let table = self
+            .emulator
+            .store
+            .get_table(&self.table_ref())
+            .expect("table");
+        let page = self
+            .emulator
+            .store
+            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
+            .expect("rows");
+        let rows = page
+            .rows
+            .iter()
+            .map(|row| row.codec.render(&row.data, &table.schema))
+            .collect();
+        (table.schema, rows)
+    }
+
     async fn wait_rows(&self, at_least: usize, timeout: Duration) -> usize {
         let started = Instant::now();
         loop {
@@ -238,6 +287,17 @@ shutdown_deadline: 20s
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// How many records the dead-letter topic holds (its high watermark: one partition).
+    fn dead_letter_count(&self) -> i64 {
+        let consumer: BaseConsumer = consumer_config(self.bootstrap, &unique_name("dlq-count"))
+            .create()
+            .expect("consumer");
+        let (low, high) = consumer
+            .fetch_watermarks(&self.dlq, 0, Duration::from_secs(10))
+            .expect("dead-letter watermarks");
+        high - low
     }
 
     fn dead_letters(&self, expect: usize) -> Vec<(i64, String)> {
@@ -446,5 +506,97 @@ async fn a_column_an_operator_adds_is_written_once_appends_report_the_new_table_
             }
         }
     }
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_nullable_record_of_plain_fields_adds_a_column_with_nullable_subfields() {
+    let f = Fixture::new().await;
+    let texts = HashMap::from([(1, V1.to_string()), (5, V5_NEW_NESTED.to_string())]);
+    let (registry, _reg) = Registry::serve(texts, None).await;
+    let config = f.config(registry, "add_columns");
+    let log = f.dir.path().join("daemon.log");
+
+    let mut positions = f.produce(1, 0..200);
+    let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
+    assert_eq!(f.wait_rows(200, Duration::from_secs(120)).await, 200);
+    positions.extend(f.produce(5, 200..500));
+    let seen = f.wait_rows(500, Duration::from_secs(120)).await;
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        seen, 500,
+        "every v2 record visible, none dead-lettered; log:\n{log_text}"
+    );
+    assert!(daemon.is_running(), "the daemon never restarted");
+
+    // The column and every field under it are NULLABLE: BigQuery refuses a new REQUIRED one.
+    let (schema, rows) = f.raw_rows();
+    let address = schema
+        .fields
+        .iter()
+        .find(|c| c.name == "address")
+        .expect("address column");
+    assert_eq!(address.field_type, FieldType::Record);
+    assert_eq!(address.mode(), Mode::Nullable);
+    let sub: Vec<(&str, FieldType, Mode)> = address
+        .fields
+        .iter()
+        .map(|c| (c.name.as_str(), c.field_type.clone(), c.mode()))
+        .collect();
+    assert_eq!(
+        sub,
+        vec![
+            ("city", FieldType::String, Mode::Nullable),
+            ("zip", FieldType::Int64, Mode::Nullable),
+        ]
+    );
+
+    // Value by value: v1 rows and v2 rows without an address have a NULL column; the others
+    // carry the record's values.
+    let column = |name: &str| {
+        schema
+            .fields
+            .iter()
+            .position(|c| c.name == name)
+            .unwrap_or_else(|| panic!("column {name}"))
+    };
+    let (id_at, address_at) = (column("id"), column("address"));
+    let (partition_at, offset_at) = (column("kafka_partition"), column("kafka_offset"));
+    let mut by_id: BTreeMap<i64, serde_json::Value> = BTreeMap::new();
+    let mut got_positions = BTreeSet::new();
+    for row in &rows {
+        let int = |at: usize| -> i64 {
+            row["f"][at]["v"]
+                .as_str()
+                .expect("int column")
+                .parse()
+                .expect("int")
+        };
+        assert!(
+            got_positions.insert((int(partition_at), int(offset_at))),
+            "no duplicates"
+        );
+        let previous = by_id.insert(int(id_at), row["f"][address_at]["v"].clone());
+        assert!(previous.is_none(), "one row per id");
+    }
+    let expected: BTreeSet<(i64, i64)> = positions.values().copied().collect();
+    assert_eq!(got_positions, expected, "every record exactly once");
+    for (id, address) in &by_id {
+        if *id < 200 || id % 3 == 0 {
+            assert!(address.is_null(), "id {id}: address {address}");
+        } else {
+            assert_eq!(
+                address["f"][0]["v"].as_str(),
+                Some(format!("city-{id}").as_str()),
+                "id {id}: {address}"
+            );
+            assert_eq!(
+                address["f"][1]["v"].as_str(),
+                Some(id.to_string().as_str()),
+                "id {id}: {address}"
+            );
+        }
+    }
+    assert_eq!(f.dead_letter_count(), 0, "no dead letters");
     assert!(daemon.terminate().success());
 }

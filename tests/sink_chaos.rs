@@ -20,6 +20,7 @@ use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+use kafka_bigquery_sink::emulator::store::StreamPhase;
 use support::daemon::Registry;
 use support::kafka::{KafkaBroker, unique_name};
 use support::sink::{
@@ -588,6 +589,113 @@ async fn a_live_stream_finalized_and_met_first_by_a_flush_is_recovered() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
+/// Finding #2 of the exactly-once review (docs/design-changes.md), with processes: replica `a` is
+/// frozen (SIGSTOP) past its session timeout in the middle of its recovery, `b` takes the
+/// partition over, recovers, writes and rests at `f == K` on its own stream; then `a` resumes
+/// (SIGCONT). Whatever `a` does before it learns that it was fenced, it must not finalize any
+/// stream (none of its commits ever lands), and `b` must never find its live stream finalized.
+///
+/// The recovery FlushRows `a` sends before the freeze is held by the emulator until after `b`
+/// finalized that stream, so `a` wakes up to STREAM_FINALIZED, re-reads the checkpoint (now
+/// `b`'s resting one, naming `b`'s live stream) and races its stale membership to a commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_replica_frozen_past_its_session_timeout_never_finalizes_the_new_owners_stream() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("frozen");
+    let config = f.config(&group);
+    let checkpoints = committed_but_never_flushed(&f, &group, &config);
+    let (_, _, s0, _) = checkpoints[0].clone();
+    let s0 = f.stream_name(&s0);
+    const HOLD_MS: u64 = 20_000;
+    f.emulator
+        .faults
+        .install(rules(&format!(
+            r#"[{{"rpc":"FlushRows","times":1,"action":{{"delay":{{"ms":{HOLD_MS}}}}}}}]"#
+        )))
+        .expect("install the hold");
+    let mut a = Daemon::start_named(&config, "a");
+    wait_until(Duration::from_secs(60), "a's recovery flush", || {
+        f.emulator
+            .faults
+            .list()
+            .iter()
+            .map(|r| r.fired)
+            .sum::<u64>()
+            > 0
+    });
+    assert!(!a.logged("partition assigned").is_empty());
+    a.freeze();
+    let frozen_at = Instant::now();
+
+    // b gets the partition once a's session (6 s) expired, flushes s0 itself, writes on its
+    // own stream, finalizes s0 after its own commit landed, and rests at f == K.
+    let mut b = Daemon::start_named(&config, "b");
+    f.produce(500);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let end = produced_ends(&f)[&0];
+    let mut resting = None;
+    wait_until(
+        Duration::from_secs(60),
+        "b at rest on its own stream",
+        || {
+            resting = match f.checkpoints(&group).remove(&0) {
+                Some((
+                    k,
+                    CommitMetadata::ExactlyOnce {
+                        stream: Some(s),
+                        visible_through,
+                        ..
+                    },
+                )) if k == end && visible_through.0 == end => Some(f.stream_name(s.as_str())),
+                _ => None,
+            }
+            .filter(|s| *s != s0);
+            resting.is_some()
+        },
+    );
+    let resting = resting.expect("b's resting stream");
+    let s0_phase = f.emulator.store.get_write_stream(&s0).expect("s0").phase;
+    assert_ne!(s0_phase, StreamPhase::Active, "b finalized s0");
+    assert!(
+        frozen_at.elapsed() < Duration::from_millis(HOLD_MS),
+        "b rested only after a's held flush was answered: the scenario did not happen"
+    );
+    // a's flush is answered (STREAM_FINALIZED) while a is still frozen; then a wakes up.
+    std::thread::sleep(Duration::from_millis(HOLD_MS + 2_000).saturating_sub(frozen_at.elapsed()));
+    a.resume();
+    std::thread::sleep(Duration::from_secs(5));
+
+    let live = f
+        .emulator
+        .store
+        .get_write_stream(&resting)
+        .expect("b's stream")
+        .phase;
+    let a_finalized = a.metric("kbq_streams_finalized_total");
+    f.produce(500);
+    f.wait_exactly_once(Duration::from_secs(120));
+    eprintln!(
+        "frozen replica: a re-read the checkpoint {} time(s), was fenced {} time(s)",
+        a.logged("partition assigned").len(),
+        a.logged("partition revoked").len()
+    );
+    assert_eq!(
+        live,
+        StreamPhase::Active,
+        "b's live stream {resting} is still open after a resumed"
+    );
+    assert_eq!(a_finalized, 0.0, "the fenced replica finalized a stream");
+    assert!(
+        b.logged("own stream finalized by another owner").is_empty()
+            && b.logged("zombie writer stopped").is_empty(),
+        "b was made a zombie"
+    );
+    assert_healthy(&mut b, 10);
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. The seed scenario of the Flink connector, replayed with processes.
 
@@ -788,6 +896,50 @@ async fn poison_records_go_to_the_dead_letter_topic_with_reasons_and_never_stall
         assert_eq!(class, expected_class, "{kind} at {pos:?}: {reason}");
     }
     assert_eq!(dead.len(), bad.len(), "no record dead-lettered twice");
+    assert_healthy(&mut d, 4);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
+/// `kafka.topic_pattern` is anchored only at the start, so the fixture's topic name as a
+/// pattern also matches its dead-letter topic `{topic}-dlq`. The sink must never consume that
+/// topic: one poison record is one dead letter, not a loop that dead-letters its own dead
+/// letters without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_pattern_that_matches_the_dead_letter_topic_never_consumes_it() {
+    let f = Fixture::new(2).await;
+    let config = f.config_with(
+        &unique_name("dlq-pattern"),
+        &Tweaks {
+            topic_pattern: Some(f.topic.clone()),
+            ..Tweaks::default()
+        },
+    );
+    f.produce(100);
+    let mut poison = encode(&f.schema, 0);
+    poison.truncate(3);
+    let offsets = f.source.produce_raw(0, &[poison]);
+    f.produce(100);
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let dead = f.dead_letters(1);
+    assert_eq!(
+        dead.iter().map(|(p, o, _, _)| (*p, *o)).collect::<Vec<_>>(),
+        vec![(0, offsets[0])],
+        "one dead letter, for the poison record: {dead:?}"
+    );
+    // Twenty checkpoint intervals more: a consumed dead-letter topic would have fed the record
+    // back many times by now.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        f.dead_letter_count(),
+        1,
+        "the dead-letter topic holds one record"
+    );
+    assert!(
+        !d.logged("config warning").is_empty(),
+        "the pattern matching the dead-letter topic is warned about at start"
+    );
     assert_healthy(&mut d, 4);
     assert!(d.terminate().success());
     assert_exactly_once(&f.visible(), &f.expected());

@@ -268,6 +268,9 @@ pub struct ConsumerSettings {
     /// librdkafka properties, the sink's forced ones already applied.
     pub properties: BTreeMap<String, String>,
     pub topics: Vec<String>,
+    /// Topics never consumed, even when assigned: the dead-letter topic, which a pattern
+    /// subscription may match (`Config::excluded_topics`).
+    pub excluded_topics: Vec<String>,
     /// Longest time one revoke callback may take (counts against `max.poll.interval.ms`).
     pub handoff_deadline: Duration,
     /// Timeout of the blocking Kafka calls (commit, committed offsets, watermarks).
@@ -675,7 +678,7 @@ impl ConsumerContext for SinkContext {
         );
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let partitions = partitions_of(tpl);
+                let (excluded, partitions) = self.split_excluded(partitions_of(tpl));
                 let committed = committed::read_committed_each(
                     consumer,
                     &partitions,
@@ -703,6 +706,17 @@ impl ConsumerContext for SinkContext {
                 if let Err(e) = result {
                     tracing::error!(error = %e, "assign failed");
                 }
+                if !excluded.is_empty() {
+                    // Assigned by the group (the broker matches a pattern itself under
+                    // KIP-848), so librdkafka holds them; paused, they are never fetched, and
+                    // without a route a prefetched record is dropped.
+                    for tp in &excluded {
+                        tracing::warn!(partition = %tp, "excluded topic assigned: its partition stays paused and is never consumed");
+                    }
+                    if let Err(e) = consumer.pause(&tpl_of(&excluded)) {
+                        tracing::error!(error = %e, "cannot pause the partitions of an excluded topic");
+                    }
+                }
                 if partitions.is_empty() {
                     return;
                 }
@@ -710,7 +724,8 @@ impl ConsumerContext for SinkContext {
                 shared.assigned(consumer, &self.settings, partitions, committed);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let partitions = partitions_of(tpl);
+                // The protocol never had the excluded ones: nothing to hand off.
+                let (_, partitions) = self.split_excluded(partitions_of(tpl));
                 if !partitions.is_empty() {
                     let lost = consumer.assignment_lost();
                     let mut shared = self.shared.lock().expect("consumer state");
@@ -731,6 +746,18 @@ impl ConsumerContext for SinkContext {
                 let _ = consumer.unassign();
             }
         }
+    }
+}
+
+impl SinkContext {
+    /// Splits `partitions` into those of excluded topics and the others.
+    fn split_excluded(
+        &self,
+        partitions: Vec<TopicPartition>,
+    ) -> (Vec<TopicPartition>, Vec<TopicPartition>) {
+        partitions
+            .into_iter()
+            .partition(|tp| self.settings.excluded_topics.contains(&tp.topic))
     }
 }
 

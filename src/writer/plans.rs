@@ -438,14 +438,16 @@ fn merge(
     Ok(Merged { fields, added })
 }
 
-/// A new column's subfields may be REQUIRED in the derived shape; inside a new NULLABLE
-/// column they are kept as derived (BigQuery accepts REQUIRED subfields of a new NULLABLE
-/// RECORD), but the column itself is never REQUIRED.
+/// A new column as BigQuery accepts it: neither the column nor any field under it is REQUIRED
+/// (a table patch refuses "required fields added to an existing schema", subfields of a new
+/// RECORD included). A nullable Avro record whose own fields are never null derives REQUIRED
+/// subfields; they become NULLABLE, which the plan writes like REQUIRED ones. REPEATED stays.
 fn nullable_copy(field: &TableFieldSchema) -> TableFieldSchema {
     let mut f = field.clone();
     if f.mode() == Mode::Required {
         f.mode = Some(Mode::Nullable);
     }
+    f.fields = f.fields.iter().map(nullable_copy).collect();
     f
 }
 
@@ -545,6 +547,28 @@ mod tests {
         assert_eq!(m.fields.len(), 3);
         assert_eq!(m.fields[1].fields.len(), 2);
         assert_eq!(m.fields[2].mode(), Mode::Nullable);
+    }
+
+    #[test]
+    fn a_new_record_column_has_no_required_field_at_any_depth() {
+        let mut inner = col("geo", FieldType::Record, Mode::Required);
+        inner.fields = vec![
+            col("lat", FieldType::Float64, Mode::Required),
+            col("tags", FieldType::String, Mode::Repeated),
+        ];
+        let mut address = col("address", FieldType::Record, Mode::Nullable);
+        address.fields = vec![col("city", FieldType::String, Mode::Required), inner];
+        let table = vec![col("id", FieldType::Int64, Mode::Required)];
+        let m = merge(&table, &[address], "").unwrap();
+        assert_eq!(m.added, vec!["address".to_string()]);
+        let added = &m.fields[1];
+        assert_eq!(added.mode(), Mode::Nullable);
+        assert_eq!(added.fields[0].mode(), Mode::Nullable);
+        assert_eq!(added.fields[1].mode(), Mode::Nullable);
+        assert_eq!(added.fields[1].fields[0].mode(), Mode::Nullable);
+        assert_eq!(added.fields[1].fields[1].mode(), Mode::Repeated);
+        // existing columns keep their mode
+        assert_eq!(m.fields[0].mode(), Mode::Required);
     }
 
     #[test]

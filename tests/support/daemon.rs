@@ -134,6 +134,17 @@ impl Daemon {
         signal(self.child.id(), 15);
     }
 
+    /// SIGSTOP: the whole process freezes (librdkafka's heartbeats too), as under CPU
+    /// throttling or a node pause.
+    pub fn freeze(&self) {
+        signal(self.child.id(), 19);
+    }
+
+    /// SIGCONT after [`Daemon::freeze`].
+    pub fn resume(&self) {
+        signal(self.child.id(), 18);
+    }
+
     fn join_reader(&mut self) {
         if let Some(r) = self.reader.take() {
             let _ = r.join();

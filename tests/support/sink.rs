@@ -96,6 +96,8 @@ pub struct Source {
     framing: Option<u32>,
     next_id: AtomicI64,
     produced: Mutex<BTreeSet<Position>>,
+    /// The id of the record at each position `produce` wrote (what its row must hold).
+    ids: Mutex<BTreeMap<Position, i64>>,
 }
 
 impl Source {
@@ -120,6 +122,11 @@ impl Source {
                 .map(|(k, v)| (k.as_slice(), v.as_slice()))
                 .collect();
             let offsets = produce_to_partition(&p, &self.topic, partition, &refs);
+            let mut ids = self.ids.lock().expect("ids");
+            for ((key, _), offset) in records.iter().zip(&offsets) {
+                let id = std::str::from_utf8(key).expect("key").parse().expect("id");
+                ids.insert((partition as i64, *offset), id);
+            }
             let mut produced = self.produced.lock().expect("produced");
             produced.extend(offsets.into_iter().map(|o| (partition as i64, o)));
         }
@@ -200,6 +207,8 @@ pub struct Tweaks {
     pub delivery: Option<&'static str>,
     /// A topic subscribed instead of the fixture's.
     pub topic: Option<String>,
+    /// `kafka.topic_pattern` instead of a topic list.
+    pub topic_pattern: Option<String>,
 }
 
 impl Default for Tweaks {
@@ -213,6 +222,7 @@ impl Default for Tweaks {
             shutdown_deadline: "20s",
             delivery: None,
             topic: None,
+            topic_pattern: None,
         }
     }
 }
@@ -275,6 +285,7 @@ impl Fixture {
             framing: options.framing,
             next_id: AtomicI64::new(0),
             produced: Mutex::new(BTreeSet::new()),
+            ids: Mutex::new(BTreeMap::new()),
         });
         Fixture {
             emulator,
@@ -296,9 +307,13 @@ impl Fixture {
     pub fn config_with(&self, group: &str, tweaks: &Tweaks) -> PathBuf {
         // One file per distinct config: a test may run one group with several of them.
         let mut name = group.to_string();
-        for part in [tweaks.delivery, tweaks.topic.as_deref()]
-            .into_iter()
-            .flatten()
+        for part in [
+            tweaks.delivery,
+            tweaks.topic.as_deref(),
+            tweaks.topic_pattern.as_ref().map(|_| "pattern"),
+        ]
+        .into_iter()
+        .flatten()
         {
             name = format!("{name}-{part}");
         }
@@ -318,6 +333,13 @@ impl Fixture {
         } else {
             "  create_table: {}\n"
         };
+        let subscription = match &tweaks.topic_pattern {
+            Some(pattern) => format!("topic_pattern: '{pattern}'"),
+            None => format!(
+                "topics: [\"{}\"]",
+                tweaks.topic.as_ref().unwrap_or(&self.topic)
+            ),
+        };
         let block = |name: &str, lines: &[String]| {
             if lines.is_empty() {
                 String::new()
@@ -330,7 +352,7 @@ impl Fixture {
 kafka:
   bootstrap_servers: "{bootstrap}"
   group_id: "{group}"
-  topics: ["{topic}"]
+  {subscription}
   properties:
     session.timeout.ms: "6000"
     heartbeat.interval.ms: "500"
@@ -355,7 +377,6 @@ log:
 shutdown_deadline: {deadline}
 {delivery}{recovery}{writer}"#,
             bootstrap = self.bootstrap,
-            topic = tweaks.topic.as_ref().unwrap_or(&self.topic),
             table = self.table,
             emulator = self.emulator.addr,
             dlq = self.dlq,
@@ -427,6 +448,86 @@ shutdown_deadline: {deadline}
             *out.entry((num(pi), num(oi))).or_insert(0) += 1;
         }
         out
+    }
+
+    /// Value by value: every record `produce` wrote is exactly one row, and that row holds the
+    /// record's own values (id, customer, amount, created, note, as `encode` wrote them) at
+    /// its position; no other row is visible. Returns the number of rows checked.
+    pub fn assert_rows_hold_their_records(&self) -> usize {
+        use kafka_bigquery_sink::emulator::rows::RenderOptions;
+        let ids = self.source.ids.lock().expect("ids").clone();
+        let table = self
+            .emulator
+            .store
+            .get_table(&self.table_ref())
+            .expect("the table exists");
+        let names: Vec<String> = table.schema.fields.iter().map(|f| f.name.clone()).collect();
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .unwrap_or_else(|| panic!("column {name}"))
+        };
+        let page = self
+            .emulator
+            .store
+            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
+            .expect("rows");
+        let mut seen: BTreeMap<Position, usize> = BTreeMap::new();
+        let mut wrong = Vec::new();
+        for row in &page.rows {
+            let r = row.codec.render_with(
+                &row.data,
+                &table.schema,
+                RenderOptions {
+                    int64_timestamp: true,
+                },
+            );
+            let text = |name: &str| r["f"][at(name)]["v"].as_str().map(str::to_string);
+            let int = |name: &str| text(name).and_then(|v| v.parse::<i64>().ok());
+            let position = (
+                int("kafka_partition").expect("partition"),
+                int("kafka_offset").expect("offset"),
+            );
+            *seen.entry(position).or_default() += 1;
+            let Some(&id) = ids.get(&position) else {
+                wrong.push(format!("{position:?}: a row no record was produced for"));
+                continue;
+            };
+            let got = (
+                int("id"),
+                text("customer"),
+                text("amount").map(|a| cents(&a)),
+                int("created"),
+                text("note"),
+                text("kafka_topic"),
+            );
+            let want = (
+                Some(id),
+                Some(format!("customer-{}", id % 97)),
+                Some(id * 7 % 100_000),
+                Some(1_700_000_000_000_000 + id),
+                (id % 3 == 0).then(|| "n".to_string()),
+                Some(self.topic.clone()),
+            );
+            if got != want {
+                wrong.push(format!("{position:?}: got {got:?}, want {want:?}"));
+            }
+        }
+        let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+        let missing: Vec<_> = ids
+            .keys()
+            .filter(|p| !seen.contains_key(p))
+            .take(5)
+            .collect();
+        assert!(
+            wrong.is_empty() && dupes.is_empty() && missing.is_empty(),
+            "{} rows with wrong values, e.g. {:?}; duplicated positions e.g. {dupes:?}; {} records without a row, e.g. {missing:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)],
+            ids.keys().filter(|p| !seen.contains_key(p)).count(),
+        );
+        page.rows.len()
     }
 
     pub fn visible_count(&self) -> usize {
@@ -506,6 +607,17 @@ shutdown_deadline: {deadline}
         out
     }
 
+    /// How many records the dead-letter topic holds (one partition: its watermarks).
+    pub fn dead_letter_count(&self) -> i64 {
+        let consumer: BaseConsumer = consumer_config(&self.bootstrap, &unique_name("dlq-count"))
+            .create()
+            .expect("consumer");
+        let (low, high) = consumer
+            .fetch_watermarks(&self.dlq, 0, Duration::from_secs(10))
+            .expect("dead-letter watermarks");
+        high - low
+    }
+
     /// The group's committed offset and parsed metadata per partition (read without joining).
     pub fn checkpoints(&self, group: &str) -> BTreeMap<i32, (i64, CommitMetadata)> {
         let consumer: BaseConsumer = consumer_config(&self.bootstrap, group)
@@ -553,4 +665,17 @@ pub fn assert_exactly_once(visible: &BTreeMap<Position, usize>, expected: &BTree
         seen.len(),
         expected.len()
     );
+}
+
+/// A NUMERIC(12, 2) as rendered (`12.3`, `-4`, `0.05`) in hundredths.
+fn cents(text: &str) -> i64 {
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let fraction = format!("{fraction:0<2}");
+    assert!(fraction.len() == 2, "scale 2: {text}");
+    sign * (whole.parse::<i64>().expect("whole part") * 100
+        + fraction.parse::<i64>().expect("fraction"))
 }
