@@ -37,6 +37,14 @@ if ((${#missing[@]})); then
   if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}"
   else sudo apt-get update -qq && sudo apt-get install -y -qq "${missing[@]}"; fi
 fi
+# Prometheus and promtool (tests/prometheus.rs), without the package's recommendations (a node
+# exporter).
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  echo "installing: prometheus"
+  if [[ $(id -u) == 0 ]]; then sudo=(); else sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus
+fi
 
 log "fetching Apache Kafka jars"
 scripts/kafka.sh fetch

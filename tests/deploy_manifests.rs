@@ -121,3 +121,121 @@ fn the_configmap_holds_a_config_that_validates() {
         panic!("the ConfigMap's config does not validate: {errors:?}");
     }
 }
+
+/// The base ConfigMap's config, parsed by the daemon's own loader (defaults filled in).
+fn base_config() -> kafka_bigquery_sink::config::Config {
+    let cm = manifest("base/configmap.yaml");
+    kafka_bigquery_sink::config::Config::from_yaml(
+        cm["data"]["config.yaml"].as_str().unwrap(),
+        Default::default(),
+    )
+    .expect("the ConfigMap's config parses")
+}
+
+#[test]
+fn prometheusrule_is_part_of_the_base() {
+    let k = manifest("base/kustomization.yaml");
+    assert!(
+        k["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("prometheusrule.yaml"))
+    );
+    assert_eq!(
+        manifest("base/prometheusrule.yaml")["kind"],
+        "PrometheusRule"
+    );
+}
+
+#[test]
+fn the_keda_component_scales_the_deployment_on_the_lag_of_the_configs_group() {
+    let component = manifest("components/keda/kustomization.yaml");
+    assert_eq!(component["kind"], "Component");
+    assert_eq!(component["resources"][0], "scaledobject.yaml");
+    assert!(
+        component["patches"][0]["patch"]
+            .as_str()
+            .unwrap()
+            .contains("path: /spec/replicas"),
+        "the component hands the replica count to the autoscaler"
+    );
+    let overlay = manifest("overlays/autoscaling/kustomization.yaml");
+    assert_eq!(overlay["components"][0], "../../components/keda");
+
+    let so = manifest("components/keda/scaledobject.yaml");
+    let deployment = manifest("base/deployment.yaml");
+    assert_eq!(
+        so["spec"]["scaleTargetRef"]["name"],
+        deployment["metadata"]["name"]
+    );
+    let config = base_config();
+    let trigger = &so["spec"]["triggers"][0];
+    assert_eq!(trigger["type"], "kafka");
+    let meta = &trigger["metadata"];
+    assert_eq!(
+        meta["bootstrapServers"],
+        config.kafka.bootstrap_servers.as_str()
+    );
+    assert_eq!(meta["consumerGroup"], config.kafka.group_id.as_str());
+    assert!(
+        config
+            .kafka
+            .topics
+            .iter()
+            .any(|t| meta["topic"] == t.as_str()),
+        "the trigger's topic {} is not one of the config's",
+        meta["topic"]
+    );
+    // Replicas beyond the partition count would only idle: KEDA must not count them.
+    assert_eq!(meta["allowIdleConsumers"], "false");
+    let min = so["spec"]["minReplicaCount"].as_u64().unwrap();
+    let max = so["spec"]["maxReplicaCount"].as_u64().unwrap();
+    assert!((1..=max).contains(&min), "replicas {min}..{max}");
+}
+
+#[test]
+fn keda_scaling_steps_are_further_apart_than_a_checkpoint_cycle_and_a_rebalance() {
+    let config = base_config();
+    // A step's cost: the leaving replica's final checkpoint (shutdown_deadline), the group's
+    // rebalance (at most the session timeout, librdkafka's default 45 s unless set), and the new
+    // owner's first checkpoint cycle.
+    let session_ms: u64 = config
+        .kafka
+        .properties
+        .0
+        .get("session.timeout.ms")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(45_000);
+    let bound = config.checkpoint.interval.0.as_secs()
+        + config.shutdown_deadline.0.as_secs()
+        + session_ms / 1000;
+    assert!(
+        bound >= 90,
+        "the bound was computed from the config: {bound}"
+    );
+    let so = manifest("components/keda/scaledobject.yaml");
+    let behavior = &so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"];
+    let mut windows = vec![(
+        "cooldownPeriod".to_string(),
+        so["spec"]["cooldownPeriod"].as_u64().unwrap(),
+    )];
+    for direction in ["scaleUp", "scaleDown"] {
+        let b = &behavior[direction];
+        windows.push((
+            format!("{direction}.stabilizationWindowSeconds"),
+            b["stabilizationWindowSeconds"].as_u64().unwrap(),
+        ));
+        for (i, p) in b["policies"].as_array().unwrap().iter().enumerate() {
+            windows.push((
+                format!("{direction}.policies[{i}].periodSeconds"),
+                p["periodSeconds"].as_u64().unwrap(),
+            ));
+        }
+    }
+    for (name, seconds) in windows {
+        assert!(
+            seconds > bound,
+            "{name} = {seconds}s is not above a checkpoint cycle plus a rebalance ({bound}s)"
+        );
+    }
+}

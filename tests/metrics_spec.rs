@@ -872,3 +872,32 @@ async fn a_partition_whose_appends_hang_is_counted_stalled_and_turns_readiness_f
     );
     assert!(daemon.terminate().success());
 }
+
+/// `log.format: text` written to a file (as a container runtime collects it) carries no colour
+/// codes: they are for terminals only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_written_to_a_file_carry_no_colour_codes() {
+    let f = Fixture::new(1).await;
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let config = f.config("text", &unique_name("text-logs"), port);
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace("format: json", "format: text");
+    std::fs::write(&config, text).expect("config");
+    let log = f.dir.path().join("text.log");
+    let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
+    let healthz = wait_for(Duration::from_secs(60), || async {
+        http_get(addr, "/healthz").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    assert!(healthz.is_some(), "/healthz answers 200");
+    assert!(daemon.terminate().success());
+    let logged = std::fs::read_to_string(&log).expect("log");
+    assert!(logged.contains("INFO"), "text logs were written:\n{logged}");
+    assert!(
+        !logged.contains('\x1b'),
+        "colour codes in a log file:\n{}",
+        logged.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+}

@@ -2,6 +2,7 @@
 //! (`severity`, `message`, `timestamp`, structured fields beside them).
 
 use std::fmt;
+use std::io::IsTerminal;
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -16,8 +17,11 @@ pub fn init(config: &LogConfig) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: a log redirected to a file or collected from a container keeps
+    // plain text (the JSON format never colours).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match config.format {
         LogFormat::Text => builder.try_init(),

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub checkpoints: Family<OutcomeLabel, Counter>,
     checkpoint_age: Gauge<f64, AtomicU64>,
     last_checkpoint_unix_ms: AtomicU64,
+    /// When this process started (Unix seconds): a restart shows as a change of the value.
+    process_start_time: Gauge<f64, AtomicU64>,
     pub inflight_requests: Gauge,
     pub inflight_bytes: Gauge,
     /// Bytes of `writer.memory_limit` in use (the budget counts on this gauge directly).
@@ -137,6 +139,7 @@ impl Metrics {
             checkpoints: Family::default(),
             checkpoint_age: Gauge::default(),
             last_checkpoint_unix_ms: AtomicU64::new(0),
+            process_start_time: Gauge::default(),
             inflight_requests: Gauge::default(),
             inflight_bytes: Gauge::default(),
             memory_budget_used: Gauge::default(),
@@ -203,6 +206,12 @@ impl Metrics {
             "kbq_checkpoint_last_success_age_seconds",
             "Seconds since the last successful checkpoint cycle",
             m.checkpoint_age.clone(),
+        );
+        m.process_start_time.set(unix_ms() as f64 / 1000.0);
+        r.register(
+            "kbq_process_start_time_seconds",
+            "When this process started, in seconds since the Unix epoch",
+            m.process_start_time.clone(),
         );
         r.register(
             "kbq_inflight_requests",
