@@ -103,6 +103,8 @@ pub struct Metrics {
     /// Partitions whose acknowledged position has not moved for
     /// `checkpoint.partition_stall_timeout` while records wait for them.
     pub partitions_stalled: Gauge,
+    /// Tables whose group marker could not be written and has not landed since.
+    pub table_markers_failing: Gauge,
     /// 1 while the consumer is a member of its group in a steady state (from librdkafka's
     /// statistics); readiness needs it.
     pub group_joined: Gauge,
@@ -150,6 +152,7 @@ impl Metrics {
             partitions_assigned: Gauge::default(),
             partitions_failed: Gauge::default(),
             partitions_stalled: Gauge::default(),
+            table_markers_failing: Gauge::default(),
             group_joined: Gauge::default(),
             registry: Registry::default(),
         };
@@ -281,6 +284,11 @@ impl Metrics {
             m.partitions_stalled.clone(),
         );
         r.register(
+            "kbq_table_markers_failing",
+            "Tables whose group marker cannot be written (their rows wait)",
+            m.table_markers_failing.clone(),
+        );
+        r.register(
             "kbq_consumer_group_joined",
             "1 while the consumer is a steady member of its group",
             m.group_joined.clone(),
@@ -320,7 +328,14 @@ impl Metrics {
         for outcome in ["committed", "abandoned", "empty"] {
             let _ = self.checkpoints.get_or_create(&OutcomeLabel { outcome });
         }
-        for outcome in ["reflushed", "resolved", "rewound", "anomaly", "failed"] {
+        for outcome in [
+            "reflushed",
+            "resolved",
+            "resolve_failed",
+            "rewound",
+            "anomaly",
+            "failed",
+        ] {
             let _ = self
                 .recovery_actions
                 .get_or_create(&OutcomeLabel { outcome });
