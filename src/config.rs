@@ -1030,6 +1030,20 @@ pub struct RecoveryConfig {
     pub lost_offsets: LostOffsets,
     /// A partition added while running: `earliest` (default) or `latest`.
     pub new_partitions: StartFrom,
+    /// How many failed `resolve` queries (backing off up to 30 s between them) before
+    /// `resolve_fallback` applies. Default 10 (about 2 minutes).
+    pub resolve_attempts: Option<u32>,
+    /// What `resolve` does when its query keeps failing: `fail` (default: the partition stops,
+    /// readiness turns false) or `rewind` (re-deliver the window, at least once for it).
+    pub resolve_fallback: ResolveFallback,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveFallback {
+    #[default]
+    Fail,
+    Rewind,
 }
 
 impl Config {
@@ -1037,7 +1051,9 @@ impl Config {
     /// columns of every route: `resolve` only when each table it may query has them.
     pub fn effective_lost_stream(&self) -> LostStream {
         self.recovery.lost_stream.unwrap_or_else(|| {
-            if resolve_missing_columns(self).is_empty() {
+            if resolve_missing_columns(self).is_empty()
+                && resolve_partition_filters(self).is_empty()
+            {
                 LostStream::Resolve
             } else {
                 LostStream::Rewind
@@ -1094,6 +1110,32 @@ fn resolve_missing_columns(c: &Config) -> Vec<(String, Vec<&'static str>)> {
             (!missing.is_empty()).then_some((path, missing))
         })
         .collect()
+}
+
+/// The `create_table.require_partition_filter` settings, as field paths, of the tables `resolve`
+/// may query: its query filters on partition and offset only, which such a table refuses.
+fn resolve_partition_filters(c: &Config) -> Vec<String> {
+    let mut paths = Vec::new();
+    let requires =
+        |ct: Option<&CreateTableConfig>| ct.is_some_and(|ct| ct.require_partition_filter);
+    if c.unrouted_topics().is_none_or(|t| !t.is_empty())
+        && requires(c.bigquery.create_table.as_ref())
+    {
+        paths.push("bigquery.create_table.require_partition_filter".to_string());
+    }
+    for (i, r) in c.routes.iter().enumerate() {
+        match &r.create_table {
+            Some(ct) if ct.require_partition_filter => {
+                paths.push(format!("routes[{i}].create_table.require_partition_filter"));
+            }
+            None if requires(c.bigquery.create_table.as_ref()) => {
+                paths.push("bigquery.create_table.require_partition_filter".to_string());
+            }
+            _ => {}
+        }
+    }
+    paths.dedup();
+    paths
 }
 
 /// The columns `resolve` needs in one table: partition and offset, and the topic when several
@@ -2120,7 +2162,19 @@ impl Validator {
     }
 
     fn recovery(&mut self, c: &Config) {
+        if c.recovery.resolve_attempts == Some(0) {
+            self.err("recovery.resolve_attempts", "must be at least 1");
+        }
         if c.recovery.lost_stream == Some(LostStream::Resolve) {
+            for path in resolve_partition_filters(c) {
+                self.err(
+                    "recovery.lost_stream",
+                    format!(
+                        "resolve queries by partition and offset, which a table created with \
+                         {path} refuses: use rewind or fail, or drop that setting"
+                    ),
+                );
+            }
             for (path, missing) in resolve_missing_columns(c) {
                 self.err(
                     "recovery.lost_stream",

@@ -18,7 +18,7 @@ use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
     AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
-    ProtocolConfig, StartFrom,
+    ProtocolConfig, ResolveFallback, StartFrom,
 };
 use crate::config::{self, Config, Credentials, Delivery, OnBadRecord};
 use crate::kafka::consumer::{self, ConsumerSettings};
@@ -277,6 +277,13 @@ fn protocol_config(config: &Config) -> ProtocolConfig {
         config::LostOffsets::Latest => MissingCheckpointPolicy::Latest,
     };
     p.on_out_of_range = OutOfRangePolicy::Fail;
+    if let Some(n) = r.resolve_attempts {
+        p.resolve_attempts = n;
+    }
+    p.resolve_fallback = match r.resolve_fallback {
+        config::ResolveFallback::Fail => ResolveFallback::Fail,
+        config::ResolveFallback::Rewind => ResolveFallback::Rewind,
+    };
     p.isolate_after_commit_failures = config.checkpoint.commit_failure_isolation_threshold;
     p.max_uncommitted_bytes = config.writer.max_uncommitted_bytes.0;
     p

@@ -304,6 +304,32 @@ fn resolve_needs_the_partition_and_offset_columns() {
 }
 
 #[test]
+fn resolve_is_refused_on_tables_that_require_a_partition_filter() {
+    let yaml = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  metadata_columns:\n    partition: p\n    offset: o\n  create_table:\n    \
+         time_partitioning:\n      type: DAY\n    require_partition_filter: true\n",
+    );
+    assert_one_error(
+        &format!("{yaml}recovery:\n  lost_stream: resolve\n"),
+        HashMap::new(),
+        "recovery.lost_stream: resolve queries by partition and offset, which a table created \
+         with bigquery.create_table.require_partition_filter refuses",
+    );
+    // Without an explicit policy the default is rewind, not resolve.
+    let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    assert_eq!(config.effective_lost_stream(), LostStream::Rewind);
+    let without = yaml.replace("    require_partition_filter: true\n", "");
+    let config = Config::from_yaml(&without, HashMap::new()).expect("parses");
+    assert_eq!(config.effective_lost_stream(), LostStream::Resolve);
+    assert_one_error(
+        &with("recovery:\n  resolve_attempts: 0\n  lost_stream: rewind\n"),
+        HashMap::new(),
+        "recovery.resolve_attempts: must be at least 1",
+    );
+}
+
+#[test]
 fn every_error_is_reported_at_once() {
     let yaml = with(
         "checkpoint:\n  metadata_max_bytes: 10\nwriter:\n  max_rows_per_request: 0\nbigquery_never: 1\n",

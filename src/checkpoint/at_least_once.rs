@@ -32,14 +32,14 @@ use crate::routing::Route;
 use crate::writer::partition_writer::{WriterEvent, WriterHandle, WriterShared};
 
 use super::coordinator::{
-    CoordinatorSettings, Exit, Routing, label_table, sleep_until, spawn_flush,
+    CoordinatorSettings, Exit, Routing, sleep_until, spawn_flush, spawn_label,
     spawn_partition_writer, spawn_resolve,
 };
 use super::metadata::{CommitMetadata, TableFingerprint};
 use super::offsets::{Incarnation, NextOffset, StreamId};
 use super::protocol::{
-    Action, Assignment, CheckpointProtocol, CommitEntry, CommitId, CommitOutcome, Event,
-    FlushPurpose, Outcome, ProtocolConfig, TopicPartition,
+    Action, Assignment, CheckpointProtocol, CommitEntry, CommitError, CommitId, CommitOutcome,
+    Event, FlushPurpose, Outcome, ProtocolConfig, TopicPartition,
 };
 
 /// Where a partition is in at-least-once mode.
@@ -116,8 +116,10 @@ pub struct AtLeastOnceCoordinator {
     shutting_down: bool,
     /// The final commit (or, with nothing to commit, the leave) was sent.
     final_sent: bool,
-    /// Tables this process wrote the group's marker on.
+    /// Tables whose group marker this process wrote (or found written).
     labelled: HashSet<TableFingerprint>,
+    /// Tables whose marker is being written: failures so far.
+    labelling: HashMap<TableFingerprint, u32>,
     /// Routes being resolved for partitions of topics seen for the first time.
     routing: Routing,
     /// Owned partitions whose committed offset or watermarks could not be read yet.
@@ -141,6 +143,7 @@ impl AtLeastOnceCoordinator {
         AtLeastOnceCoordinator {
             recovery,
             labelled: HashSet::new(),
+            labelling: HashMap::new(),
             routing: Routing::new(),
             unknown: HashSet::new(),
             settings,
@@ -204,8 +207,10 @@ impl AtLeastOnceCoordinator {
                     self.routed(tp, assignment, route);
                 }
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => {
-                    if let Ok(event) = done {
-                        self.feed_recovery(event);
+                    match done {
+                        Ok(Event::LabelResult { table, outcome }) => self.on_label(table, outcome),
+                        Ok(event) => self.feed_recovery(event),
+                        Err(_) => {}
                     }
                 }
             }
@@ -373,7 +378,12 @@ impl AtLeastOnceCoordinator {
             | Event::ResolveResult { tp, .. } => tp.clone(),
             _ => return,
         };
-        let Some(Partition::Recovering { protocol, read }) = self.partitions.get_mut(&tp) else {
+        self.feed_partition(&tp, event);
+    }
+
+    /// Feeds `event` to the recovery protocol of `tp`, if it is still recovering.
+    fn feed_partition(&mut self, tp: &TopicPartition, event: Event) {
+        let Some(Partition::Recovering { protocol, read }) = self.partitions.get_mut(tp) else {
             return;
         };
         if let Event::CheckpointReread { assignment, .. } = &event {
@@ -385,8 +395,16 @@ impl AtLeastOnceCoordinator {
 
     /// Executes what a partition's recovery protocol asks for.
     fn recovery_actions(&mut self, actions: Vec<Action>) {
+        let mut landed = Vec::new();
         for action in actions {
             match action {
+                // A re-flush waits for the table's marker (the protocol's rule); one write per
+                // table serves every partition recovering on it.
+                Action::LabelTable { table, .. } => {
+                    if self.label(table) {
+                        landed.push(table);
+                    }
+                }
                 Action::FlushRows {
                     tp,
                     stream,
@@ -437,6 +455,72 @@ impl AtLeastOnceCoordinator {
                     tracing::debug!(action = ?other, "recovery action unused in at-least-once mode");
                 }
             }
+        }
+        for table in landed {
+            self.marker_landed(table);
+        }
+    }
+
+    /// Writes the group's marker on `table` unless it is there or being written; true if it
+    /// is there already.
+    fn label(&mut self, table: TableFingerprint) -> bool {
+        if self.labelled.contains(&table) {
+            return true;
+        }
+        if !self.labelling.contains_key(&table) {
+            self.labelling.insert(table, 0);
+            spawn_label(&mut self.io, &self.settings.router, &self.rest, table, 0);
+        }
+        false
+    }
+
+    /// The answer to a marker write: retried with backoff until it lands, visibly.
+    fn on_label(&mut self, table: TableFingerprint, outcome: Result<(), String>) {
+        let Some(failures) = self.labelling.remove(&table) else {
+            return;
+        };
+        match outcome {
+            Ok(()) => {
+                if failures > 0 {
+                    self.metrics.table_markers_failing.dec();
+                    tracing::info!(table = %table, "group marker written on the table");
+                }
+                self.marker_landed(table);
+            }
+            Err(error) => {
+                if failures == 0 {
+                    self.metrics.table_markers_failing.inc();
+                }
+                let attempts = failures + 1;
+                tracing::error!(table = %table, attempts, error = %error, "cannot write the group marker on the table, retrying");
+                self.labelling.insert(table, attempts);
+                spawn_label(
+                    &mut self.io,
+                    &self.settings.router,
+                    &self.rest,
+                    table,
+                    attempts,
+                );
+                self.update_readiness();
+            }
+        }
+    }
+
+    /// `table` carries the marker: the recoveries waiting for it go on.
+    fn marker_landed(&mut self, table: TableFingerprint) {
+        self.labelled.insert(table);
+        let waiting: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| matches!(p, Partition::Recovering { .. }))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in waiting {
+            let landed = Event::LabelResult {
+                table,
+                outcome: Ok(()),
+            };
+            self.feed_partition(&tp, landed);
         }
     }
 
@@ -683,19 +767,34 @@ impl AtLeastOnceCoordinator {
 
     /// Commits the acknowledged prefix of every partition whose committed offset lags it.
     fn commit_cycle(&mut self) {
+        let mut unmarked = HashSet::new();
         let entries: Vec<CommitEntry> = self
             .partitions
             .iter()
             .filter_map(|(tp, partition)| match partition {
                 Partition::Running(p) | Partition::Failed(p) if p.needs_commit() => {
-                    Some(self.entry(tp, p))
+                    // As in exactly-once mode, the table carries the group's marker before a
+                    // commit can land: else expired offsets pass for a first start.
+                    let route = self.route(tp);
+                    if route.marked || self.labelled.contains(&route.fingerprint) {
+                        Some(self.entry(tp, p))
+                    } else {
+                        unmarked.insert(route.fingerprint);
+                        None
+                    }
                 }
                 _ => None,
             })
             .collect();
+        let waiting = !unmarked.is_empty();
+        for table in unmarked {
+            self.label(table);
+        }
         if entries.is_empty() {
-            // Nothing new: the committed offsets are as fresh as the data.
-            self.metrics.checkpoint_succeeded();
+            if !waiting {
+                // Nothing new: the committed offsets are as fresh as the data.
+                self.metrics.checkpoint_succeeded();
+            }
             return;
         }
         self.cycle_in_flight = true;
@@ -714,11 +813,11 @@ impl AtLeastOnceCoordinator {
         let Some((purpose, entries)) = self.commits.remove(&commit) else {
             return;
         };
-        let results: HashMap<TopicPartition, Result<(), String>> = match outcome {
+        let results: HashMap<TopicPartition, Result<(), CommitError>> = match outcome {
             CommitOutcome::PerPartition(r) => r.into_iter().collect(),
             CommitOutcome::Rejected(reason) => entries
                 .iter()
-                .map(|e| (e.tp.clone(), Err(reason.clone())))
+                .map(|e| (e.tp.clone(), Err(CommitError::Request(reason.clone()))))
                 .collect(),
         };
         let mut any = false;
@@ -729,8 +828,10 @@ impl AtLeastOnceCoordinator {
                     self.committed(&entry.tp, entry.offset);
                     // The group has committed for this table: mark it (once per table).
                     let route = self.route(&entry.tp);
-                    if !route.marked && self.labelled.insert(route.fingerprint) {
-                        label_table(&self.settings.router, &self.rest, route.fingerprint);
+                    if route.marked {
+                        self.labelled.insert(route.fingerprint);
+                    } else {
+                        self.label(route.fingerprint);
                     }
                 }
                 Some(Err(e)) => {
@@ -880,6 +981,15 @@ impl AtLeastOnceCoordinator {
             self.health.set_not_ready(format!(
                 "{retrying} partitions wait out a permission, credential or precondition error"
             ));
+            return;
+        }
+        if let Some(table) = self
+            .labelling
+            .iter()
+            .find_map(|(table, failures)| (*failures > 0).then_some(table))
+        {
+            self.health
+                .set_not_ready(format!("cannot write the group marker on table {table}"));
             return;
         }
         match self.metrics.checkpoint_age_seconds() {

@@ -25,10 +25,11 @@ use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLab
 use crate::routing::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
+use super::metadata::TableFingerprint;
 use super::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
 use super::protocol::{
-    Action, Assignment, CheckpointProtocol, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
-    TopicPartition,
+    Action, Assignment, CheckpointProtocol, CommitError, Event, FailReason, FlushOutcome,
+    FlushPurpose, Outcome, TopicPartition,
 };
 use super::stall::{StallChange, StallWatch};
 
@@ -74,6 +75,8 @@ pub struct Coordinator {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     failed: HashMap<TopicPartition, String>,
+    /// Tables whose group marker failed to be written and has not landed since.
+    unlabelled: HashSet<TableFingerprint>,
     /// Start of the cycle in flight, for its duration.
     cycle_started: Option<Instant>,
     /// Last visible offset per partition, to count rows made visible.
@@ -191,6 +194,7 @@ impl Coordinator {
             metrics,
             health,
             failed: HashMap::new(),
+            unlabelled: HashSet::new(),
             cycle_started: None,
             visible: HashMap::new(),
             cycle_abandoned: false,
@@ -534,6 +538,14 @@ impl Coordinator {
             .is_some_and(|w| w.incarnation == incarnation)
     }
 
+    /// The table of a fingerprint, for logs.
+    fn table_name(&self, table: TableFingerprint) -> String {
+        self.settings
+            .router
+            .by_fingerprint(table)
+            .map_or_else(|| table.to_string(), |r| r.table.resource_name())
+    }
+
     fn mark_failed(&mut self, tp: TopicPartition, reason: String) {
         if self.failed.insert(tp, reason).is_none() {
             self.metrics.partitions_failed.inc();
@@ -575,6 +587,13 @@ impl Coordinator {
             self.health.set_not_ready(format!(
                 "partition {tp} stalled: no acknowledged progress for {}s while records wait",
                 self.settings.stall_after.as_secs()
+            ));
+            return;
+        }
+        if let Some(table) = self.unlabelled.iter().next() {
+            self.health.set_not_ready(format!(
+                "cannot write the group marker on table {}",
+                self.table_name(*table)
             ));
             return;
         }
@@ -733,8 +752,14 @@ impl Coordinator {
             Action::FailPartition { tp, reason } => {
                 self.fail_partition(tp, reason);
             }
-            Action::LabelTable { table } => {
-                label_table(&self.settings.router, &self.rest, table);
+            Action::LabelTable { table, attempt } => {
+                spawn_label(
+                    &mut self.io,
+                    &self.settings.router,
+                    &self.rest,
+                    table,
+                    attempt,
+                );
             }
             Action::Count(outcome) => self.count(outcome),
             Action::ShutdownComplete => {
@@ -767,8 +792,12 @@ impl Coordinator {
             Outcome::RecordsLost { tp, from, to } => {
                 tracing::error!(partition = %tp, from = from.0, to = to.0, "records deleted by retention before they were visible");
             }
-            Outcome::CommitFailed { tp } => {
-                tracing::warn!(partition = %tp, "kafka commit failed for partition");
+            Outcome::CommitFailed { tp, error } => {
+                let class = match error {
+                    CommitError::Partition(_) => "partition",
+                    CommitError::Request(_) => "request",
+                };
+                tracing::warn!(partition = %tp, class, error = %error, "kafka commit failed for partition");
             }
             Outcome::CycleAbandoned => {
                 self.cycle_abandoned = true;
@@ -817,6 +846,24 @@ impl Coordinator {
             Outcome::HandoffAbandoned { tp } => {
                 tracing::warn!(partition = %tp, "handoff abandoned at its deadline");
             }
+            Outcome::LabelFailed {
+                table,
+                attempts,
+                error,
+            } => {
+                if self.unlabelled.insert(table) {
+                    m.table_markers_failing.inc();
+                }
+                self.update_readiness();
+                tracing::error!(table = %self.table_name(table), attempts, error = %error, "cannot write the group marker on the table: its rows stay invisible until it lands, retrying");
+            }
+            Outcome::Labelled { table } => {
+                if self.unlabelled.remove(&table) {
+                    m.table_markers_failing.dec();
+                    self.update_readiness();
+                    tracing::info!(table = %self.table_name(table), "group marker written on the table");
+                }
+            }
             Outcome::ShutdownIncomplete { partitions } => {
                 tracing::warn!(
                     partitions,
@@ -829,22 +876,28 @@ impl Coordinator {
     }
 }
 
-/// Writes the group's marker on the table with this fingerprint (shared by both delivery
-/// modes).
-pub(crate) fn label_table(
+/// Spawns the write of the group's marker on the table with this fingerprint after the
+/// attempt's backoff, answered as [`Event::LabelResult`] (shared by both delivery modes).
+pub(crate) fn spawn_label(
+    io: &mut JoinSet<Event>,
     router: &Router,
     rest: &RestClient,
-    table: super::metadata::TableFingerprint,
+    table: TableFingerprint,
+    attempt: u32,
 ) {
-    let Some(route) = router.by_fingerprint(table) else {
-        return;
-    };
+    let route = router.by_fingerprint(table);
     let rest = rest.clone();
     let key = router.group_label().to_string();
-    tokio::spawn(async move {
-        if let Err(e) = rest.set_table_label(&route.table, &key, "committed").await {
-            tracing::warn!(error = %e, label = %key, table = %route.table.resource_name(), "cannot write the group marker on the table");
-        }
+    io.spawn(async move {
+        backoff(attempt).await;
+        let outcome = match route {
+            Some(route) => rest
+                .set_table_label(&route.table, &key, "committed")
+                .await
+                .map_err(|e| format!("{e:#}")),
+            None => Err(format!("no route has the table fingerprint {table}")),
+        };
+        Event::LabelResult { table, outcome }
     });
 }
 
@@ -1032,6 +1085,14 @@ pub(crate) fn count_recovery(m: &Metrics, outcome: Outcome) -> Option<Outcome> {
         Outcome::Resolved { tp, at } => {
             recovery("resolved");
             tracing::warn!(partition = %tp, at = at.0, "recovery: stream lost, resolved from the table");
+        }
+        Outcome::ResolveFailed {
+            tp,
+            attempts,
+            error,
+        } => {
+            recovery("resolve_failed");
+            tracing::warn!(partition = %tp, attempts, error = %error, "recovery: the resolve query failed");
         }
         other => return Some(other),
     }

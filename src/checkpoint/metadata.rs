@@ -37,7 +37,7 @@ impl MetadataVersion {
 
 /// A 64-bit fingerprint of the destination table path: a checkpoint written for another table
 /// (a reused group id) must not be flushed into this one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TableFingerprint(pub u64);
 
 impl TableFingerprint {

@@ -13,7 +13,14 @@
 //!   leaves it in Kafka, where the next owner re-flushes it before appending (invariant 2).
 //! * A stream is finalized only once the latest commit no longer needs it: either the commit
 //!   references another stream and that stream's flush succeeded, or it says `f == K`
-//!   (invariant 3, the seed bug made impossible).
+//!   (invariant 3, the seed bug made impossible). "The latest commit" is one of this process
+//!   that landed: a checkpoint merely read from Kafka may be a live owner's that a fenced
+//!   process must not touch.
+//! * No commit of a table is made, and no row of it made visible, before the table carries the
+//!   group's marker: a cycle commits a partition only once its table's marker landed, and a
+//!   recovery re-flush waits for it too (the checkpoint may come from a replica that died
+//!   before its marker landed). Expired offsets can then never pass for a first start, which
+//!   would deliver visible rows again or skip committed ones (invariant 7).
 //! * After a revocation began, the only thing this machine emits for the partition is one handoff
 //!   commit; every later result for it is dropped (invariant 4).
 //! * Each incarnation appends to a fresh stream that only it knows, and a STREAM_FINALIZED on it
@@ -63,6 +70,15 @@ pub enum LostStreamPolicy {
     Fail,
 }
 
+/// `recovery.resolve_fallback`: what `resolve` does when its query keeps failing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveFallback {
+    /// Stop the partition (exactness kept, availability lost).
+    Fail,
+    /// Re-deliver the window, as `rewind` does: at-least-once for it, counted.
+    Rewind,
+}
+
 /// `recovery.on_anomaly`: what to do when a re-flush says the cursor is already past `r`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnomalyPolicy {
@@ -108,6 +124,9 @@ pub struct ProtocolConfig {
     pub isolate_after_commit_failures: u32,
     /// NOT_FOUND can be transient (reference §3.1): retry this often before calling a stream gone.
     pub not_found_retries: u32,
+    /// Failed `resolve` queries (with the shell's backoff) before `resolve_fallback` applies.
+    pub resolve_attempts: u32,
+    pub resolve_fallback: ResolveFallback,
     /// Appended-but-uncommitted bytes per partition before it is paused.
     pub max_uncommitted_bytes: u64,
 }
@@ -125,6 +144,8 @@ impl ProtocolConfig {
             on_out_of_range: OutOfRangePolicy::Fail,
             isolate_after_commit_failures: 5,
             not_found_retries: 3,
+            resolve_attempts: 10,
+            resolve_fallback: ResolveFallback::Fail,
             max_uncommitted_bytes: 256 << 20,
         }
     }
@@ -189,11 +210,29 @@ pub enum FlushOutcome {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {
-    /// The whole request failed (rebalance in progress, illegal generation, unknown member, stale
-    /// epoch, timeout with no read-back): the cycle is abandoned.
+    /// The call failed and the committed offsets could not be read back: nothing is known of
+    /// what landed, and the cycle is abandoned.
     Rejected(String),
-    /// Per partition, after reading the committed offsets back when the call reported an error.
-    PerPartition(Vec<(TopicPartition, Result<(), String>)>),
+    /// Per partition, after reading the committed offsets back when the call reported an error:
+    /// a partition whose durable offset and metadata are what was sent landed, whatever the call
+    /// said.
+    PerPartition(Vec<(TopicPartition, Result<(), CommitError>)>),
+}
+
+/// Why a commit did not land for a partition, classified by the shell from Kafka's error code
+/// (`kafka::commit_error`): only an error of the partition itself may isolate it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    /// Refused for this partition, and it will be again whatever the others do
+    /// (OFFSET_METADATA_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION):
+    /// counts towards `isolate_after_commit_failures`.
+    #[error("{0}")]
+    Partition(String),
+    /// The request failed as a whole (coordinator loading or moving, not enough replicas, a
+    /// generation or member error, a timeout, a revoke): it says nothing about the partition, so
+    /// the cycle is abandoned uncounted.
+    #[error("{0}")]
+    Request(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -244,6 +283,11 @@ pub enum Event {
     FinalizeResult {
         tp: TopicPartition,
         stream: StreamId,
+        outcome: Result<(), String>,
+    },
+    /// Answer to [`Action::LabelTable`]: whether the group's marker is on the table now.
+    LabelResult {
+        table: TableFingerprint,
         outcome: Result<(), String>,
     },
     /// The consumer's fetch position `position` of incarnation `incarnation` is below the log
@@ -361,12 +405,15 @@ pub enum Action {
         tp: TopicPartition,
         reason: FailReason,
     },
-    /// Write the group's marker on `table` (after the first successful commit of one of its
-    /// partitions), so that a later start without committed offsets is recognised as expired
-    /// offsets, not a first start. Emitted once per table and process; the shell retries it
-    /// until it succeeds.
+    /// Write the group's marker on `table`, so that a later start without committed offsets is
+    /// recognised as expired offsets, not a first start; answer with [`Event::LabelResult`].
+    /// Emitted before the first commit of one of its partitions, or before a recovery
+    /// re-flushes one of its checkpoints, and again after every failure until it lands: no
+    /// commit of the table is made and no row of it made visible before.
     LabelTable {
         table: TableFingerprint,
+        /// Failures so far; the shell backs off by it.
+        attempt: u32,
     },
     Count(Outcome),
     ShutdownComplete,
@@ -418,6 +465,12 @@ pub enum Outcome {
         tp: TopicPartition,
         at: NextOffset,
     },
+    /// The `resolve` query failed (`attempts` in a row).
+    ResolveFailed {
+        tp: TopicPartition,
+        attempts: u32,
+        error: String,
+    },
     /// A re-read found a newer checkpoint than the one being recovered: recovery restarts.
     CheckpointMoved {
         tp: TopicPartition,
@@ -428,8 +481,11 @@ pub enum Outcome {
         from: NextOffset,
         to: NextOffset,
     },
+    /// A commit did not land for `tp`; only a [`CommitError::Partition`] counts towards
+    /// isolation.
     CommitFailed {
         tp: TopicPartition,
+        error: CommitError,
     },
     CycleAbandoned,
     FlushRetried {
@@ -462,6 +518,17 @@ pub enum Outcome {
     ShutdownIncomplete {
         partitions: usize,
     },
+    /// The group's marker could not be written on `table` (`attempts` failures in a row): its
+    /// rows stay invisible until it lands, and it is written again.
+    LabelFailed {
+        table: TableFingerprint,
+        attempts: u32,
+        error: String,
+    },
+    /// The group's marker landed on `table` (after [`Outcome::LabelFailed`] or not).
+    Labelled {
+        table: TableFingerprint,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -487,6 +554,8 @@ pub enum FailReason {
     FlushFatal(String),
     #[error("commit failed {failures} cycles in a row")]
     Isolated { failures: u32 },
+    #[error("the resolve query failed {attempts} times: {error}")]
+    ResolveFailed { attempts: u32, error: String },
 }
 
 /// A committed checkpoint whose FlushRows has not succeeded yet.
@@ -500,6 +569,11 @@ struct PendingFlush {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
+    /// The checkpoint read at assignment needs a re-flush, and its table's marker has not
+    /// landed yet: the re-flush waits for it.
+    Marking {
+        checkpoint: Checkpoint,
+    },
     /// Re-flushing the checkpoint read at assignment.
     Flushing {
         checkpoint: Checkpoint,
@@ -512,9 +586,12 @@ enum Phase {
         checkpoint: Checkpoint,
         stream: StreamId,
     },
-    /// Asking the table where the partition's visible rows end (the `resolve` policy).
+    /// Asking the table where the partition's visible rows end (the `resolve` policy) for the
+    /// rows `[f, below)` of the lost `stream`.
     Resolving {
         attempt: u32,
+        stream: StreamId,
+        below: NextOffset,
     },
     Running,
     /// Superseded by another incarnation: silent until the group says what we own.
@@ -546,6 +623,10 @@ struct PartitionState {
     flush_in_flight: bool,
     /// Streams of earlier incarnations, finalized once the latest commit no longer needs them.
     superseded: Vec<StreamId>,
+    /// A commit of this process for the partition landed since it was assigned (or recovered
+    /// again). Only then is the durable checkpoint one we know: a checkpoint merely read may be
+    /// the live owner's, whose stream a fenced process must never finalize.
+    own_commit_landed: bool,
     commit_failures: u32,
     paused: bool,
     low: NextOffset,
@@ -577,9 +658,8 @@ pub struct CheckpointProtocol {
     config: ProtocolConfig,
     /// Tables known to carry this group's marker (read at assignment, or written by us).
     marked: HashSet<TableFingerprint>,
-    /// Per commit in flight, its partitions whose table is not marked yet: the first commit of
-    /// a table that lands marks it.
-    unmarked_in_commit: BTreeMap<CommitId, Vec<(TopicPartition, TableFingerprint)>>,
+    /// Tables whose marker is being written: how many attempts failed so far.
+    labelling: BTreeMap<TableFingerprint, u32>,
     partitions: BTreeMap<TopicPartition, PartitionState>,
     remembered: BTreeMap<TopicPartition, Remembered>,
     cycle: Option<Cycle>,
@@ -594,7 +674,7 @@ impl CheckpointProtocol {
         CheckpointProtocol {
             config,
             marked: HashSet::new(),
-            unmarked_in_commit: BTreeMap::new(),
+            labelling: BTreeMap::new(),
             partitions: BTreeMap::new(),
             remembered: BTreeMap::new(),
             cycle: None,
@@ -659,6 +739,7 @@ impl CheckpointProtocol {
                 outcome,
             } => self.on_flush_result(tp, stream, through, outcome, &mut out),
             Event::FinalizeResult { .. } => {}
+            Event::LabelResult { table, outcome } => self.on_label_result(table, outcome, &mut out),
             Event::OffsetOutOfRange {
                 tp,
                 incarnation,
@@ -667,10 +748,13 @@ impl CheckpointProtocol {
             } => self.on_out_of_range(tp, incarnation, position, low, &mut out),
             Event::StreamLost { tp, stream } => self.on_stream_lost(tp, stream, &mut out),
             Event::ZombieDetected { tp, stream } => {
-                let current = self
-                    .partitions
-                    .get(&tp)
-                    .is_some_and(|p| p.progress.stream() == Some(&stream));
+                // Before its first acknowledgement an incarnation knows no stream: a finalized
+                // stream under it is its own first one (the shell reports only the current
+                // writer), as in `on_stream_lost`. Ignoring it would leave the partition
+                // running without a writer.
+                let current = self.partitions.get(&tp).is_some_and(|p| {
+                    p.progress.stream() == Some(&stream) || p.progress.stream().is_none()
+                });
                 if current {
                     self.become_zombie(tp, &mut out);
                 }
@@ -739,6 +823,7 @@ impl CheckpointProtocol {
             pending: None,
             flush_in_flight: false,
             superseded: Vec::new(),
+            own_commit_landed: false,
             commit_failures: 0,
             paused: false,
             low: a.low,
@@ -839,6 +924,17 @@ impl CheckpointProtocol {
         }
 
         match (&checkpoint.stream, checkpoint.flush_to) {
+            (Some(_), Some(_))
+                if state.visible < checkpoint.next && !self.marked.contains(&table.table) =>
+            {
+                // The re-flush makes rows visible: the table must say first that this group
+                // committed to it, or expired offsets would later pass for a first start and
+                // deliver these rows again (the previous owner may have died before its marker
+                // landed).
+                state.phase = Phase::Marking { checkpoint };
+                self.partitions.insert(tp, state);
+                self.mark(table.table, out);
+            }
             (Some(stream), Some(through)) if state.visible < checkpoint.next => {
                 // Something is in doubt: make the committed rows visible before appending
                 // anything, so that invariant 2 holds across the crash of the previous owner.
@@ -1027,7 +1123,11 @@ impl CheckpointProtocol {
                     tp: tp.clone(),
                     attempt: 0,
                 });
-                state.phase = Phase::Resolving { attempt: 0 };
+                state.phase = Phase::Resolving {
+                    attempt: 0,
+                    stream,
+                    below,
+                };
                 self.partitions.insert(tp, state);
             }
         }
@@ -1042,7 +1142,12 @@ impl CheckpointProtocol {
         let Some(mut state) = self.partitions.remove(&tp) else {
             return;
         };
-        let Phase::Resolving { attempt } = state.phase else {
+        let Phase::Resolving {
+            attempt,
+            stream,
+            below,
+        } = state.phase.clone()
+        else {
             self.partitions.insert(tp, state);
             return;
         };
@@ -1058,15 +1163,45 @@ impl CheckpointProtocol {
                 state.visible = from;
                 self.start_incarnation(tp, state, from, out);
             }
-            Err(_) => {
-                out.push(Action::ResolveVisible {
+            Err(error) => {
+                // Counted and logged every time; bounded, because a query that cannot succeed
+                // (a table that requires a partition filter, a job that never completes) would
+                // otherwise hold the partition in recovery forever with readiness green.
+                let attempts = attempt + 1;
+                out.push(Action::Count(Outcome::ResolveFailed {
                     tp: tp.clone(),
-                    attempt: attempt + 1,
-                });
-                state.phase = Phase::Resolving {
-                    attempt: attempt + 1,
-                };
-                self.partitions.insert(tp, state);
+                    attempts,
+                    error: error.clone(),
+                }));
+                if attempts < self.config.resolve_attempts {
+                    out.push(Action::ResolveVisible {
+                        tp: tp.clone(),
+                        attempt: attempts,
+                    });
+                    state.phase = Phase::Resolving {
+                        attempt: attempts,
+                        stream,
+                        below,
+                    };
+                    self.partitions.insert(tp, state);
+                    return;
+                }
+                match self.config.resolve_fallback {
+                    ResolveFallback::Fail => {
+                        let reason = FailReason::ResolveFailed { attempts, error };
+                        self.fail(tp, state, reason, out);
+                    }
+                    ResolveFallback::Rewind => {
+                        out.push(Action::Count(Outcome::Rewound {
+                            tp: tp.clone(),
+                            stream,
+                            from: state.visible,
+                            to: below,
+                        }));
+                        let from = state.visible;
+                        self.start_incarnation(tp, state, from, out);
+                    }
+                }
             }
         }
     }
@@ -1180,7 +1315,11 @@ impl CheckpointProtocol {
         out: &mut Vec<Action>,
     ) {
         state.phase = Phase::Failed;
-        state.pending = None;
+        // An isolated partition stops committing, but its last commit landed: that checkpoint's
+        // flush keeps being retried, or its rows would wait for the next owner (invariant 2).
+        if !matches!(reason, FailReason::Isolated { .. }) {
+            state.pending = None;
+        }
         out.push(Action::FailPartition {
             tp: tp.clone(),
             reason,
@@ -1236,6 +1375,7 @@ impl CheckpointProtocol {
         // acks as they come, so the coordinator never waits for a slow writer: a writer with
         // nothing new keeps its previous checkpoint.
         let mut cycle = Cycle::default();
+        let mut unmarked = BTreeSet::new();
         for (tp, p) in &self.partitions {
             if !matches!(p.phase, Phase::Running | Phase::Stopped) {
                 continue;
@@ -1244,9 +1384,21 @@ impl CheckpointProtocol {
             // Idle means "no change to the checkpoint", not "offset unchanged": after a rewind
             // K comes back to its old value on another stream, and a flush that succeeded
             // changes f, which the next commit must carry.
-            if p.committed.as_ref() != Some(c.checkpoint()) {
-                cycle.entries.insert(tp.clone(), c);
+            if p.committed.as_ref() == Some(c.checkpoint()) {
+                continue;
             }
+            if self.marked.contains(&p.table) {
+                cycle.entries.insert(tp.clone(), c);
+            } else {
+                // The table must say "this group may have committed here" before any commit
+                // can land: a commit whose answer is lost, followed by crashes and expired
+                // offsets, would otherwise pass for a first start and lose or repeat its rows.
+                // The partition commits once the marker landed.
+                unmarked.insert(p.table);
+            }
+        }
+        for table in unmarked {
+            self.mark(table, out);
         }
         if cycle.entries.is_empty() {
             self.cycle = Some(cycle);
@@ -1261,7 +1413,6 @@ impl CheckpointProtocol {
             .iter()
             .map(|(tp, c)| self.entry(tp, c))
             .collect();
-        self.note_unmarked(commit, cycle.entries.keys());
         cycle.commit = Some(commit);
         cycle.worked = true;
         self.cycle = Some(cycle);
@@ -1278,20 +1429,71 @@ impl CheckpointProtocol {
         }
     }
 
-    /// Remembers which partitions of `commit` belong to tables not marked yet.
-    fn note_unmarked<'a>(
+    /// Writes the group's marker on `table` unless it is there or being written.
+    fn mark(&mut self, table: TableFingerprint, out: &mut Vec<Action>) {
+        if self.marked.contains(&table) || self.labelling.contains_key(&table) {
+            return;
+        }
+        self.labelling.insert(table, 0);
+        out.push(Action::LabelTable { table, attempt: 0 });
+    }
+
+    fn on_label_result(
         &mut self,
-        commit: CommitId,
-        tps: impl Iterator<Item = &'a TopicPartition>,
+        table: TableFingerprint,
+        outcome: Result<(), String>,
+        out: &mut Vec<Action>,
     ) {
-        let unmarked: Vec<_> = tps
-            .filter_map(|tp| {
-                let table = self.partitions[tp].table;
-                (!self.marked.contains(&table)).then(|| (tp.clone(), table))
-            })
+        let Some(failures) = self.labelling.remove(&table) else {
+            return;
+        };
+        if let Err(error) = outcome {
+            // Retried until it lands (with the shell's backoff): meanwhile nothing of the
+            // table becomes visible, which readiness and the count make visible instead.
+            let attempts = failures + 1;
+            self.labelling.insert(table, attempts);
+            out.push(Action::Count(Outcome::LabelFailed {
+                table,
+                attempts,
+                error,
+            }));
+            out.push(Action::LabelTable {
+                table,
+                attempt: attempts,
+            });
+            return;
+        }
+        self.marked.insert(table);
+        out.push(Action::Count(Outcome::Labelled { table }));
+        // The re-flushes that waited for the marker.
+        let waiting: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.table == table && matches!(p.phase, Phase::Marking { .. }))
+            .map(|(tp, _)| tp.clone())
             .collect();
-        if !unmarked.is_empty() {
-            self.unmarked_in_commit.insert(commit, unmarked);
+        for tp in waiting {
+            let p = self.partitions.get_mut(&tp).expect("listed");
+            let Phase::Marking { checkpoint } = p.phase.clone() else {
+                unreachable!("listed as marking");
+            };
+            out.push(Action::FlushRows {
+                tp: tp.clone(),
+                stream: checkpoint.stream.clone().expect("a re-flush has a stream"),
+                through: checkpoint.flush_to.expect("a re-flush has a flush offset"),
+                purpose: FlushPurpose::Recovery,
+                attempt: 0,
+            });
+            p.phase = Phase::Flushing {
+                checkpoint,
+                attempt: 0,
+                not_found: 0,
+            };
+        }
+        // The commits that waited go with the next cycle; during shutdown the final cycles
+        // run back to back, so the next one starts now.
+        if self.shutting_down && self.cycle.is_none() {
+            self.start_cycle(out);
         }
     }
 
@@ -1301,19 +1503,6 @@ impl CheckpointProtocol {
         outcome: CommitOutcome,
         out: &mut Vec<Action>,
     ) {
-        // Any commit that landed, the handoff's included, makes this group one that "has
-        // committed before" for the tables of the partitions it landed for: mark them, or expired
-        // offsets would later pass for a first start and re-deliver everything.
-        if let Some(unmarked) = self.unmarked_in_commit.remove(&commit)
-            && let CommitOutcome::PerPartition(results) = &outcome
-        {
-            for (tp, table) in unmarked {
-                let landed = results.iter().any(|(t, r)| *t == tp && r.is_ok());
-                if landed && self.marked.insert(table) {
-                    out.push(Action::LabelTable { table });
-                }
-            }
-        }
         if let Some((tp, _)) = self
             .partitions
             .iter()
@@ -1347,8 +1536,13 @@ impl CheckpointProtocol {
             CommitOutcome::PerPartition(results) => results,
         };
         let mut failed = false;
+        let mut abandoned = false;
         for (tp, c) in entries {
-            let ok = results.iter().any(|(t, r)| *t == tp && r.is_ok());
+            let result = results.iter().find(|(t, _)| *t == tp).map_or_else(
+                || Err(CommitError::Request("no answer".into())),
+                |(_, r)| r.clone(),
+            );
+            let ok = result.is_ok();
             let Some(p) = self.partitions.get_mut(&tp) else {
                 // Revoked meanwhile: the commit was handed over before the revoke and completed
                 // before it (librdkafka holds the rejoin for it); nothing follows it.
@@ -1360,13 +1554,25 @@ impl CheckpointProtocol {
                 }
                 continue;
             }
-            if !ok {
+            if let Err(error) = result {
                 failed = true;
-                p.commit_failures += 1;
-                out.push(Action::Count(Outcome::CommitFailed { tp: tp.clone() }));
+                // A whole-request error (the group coordinator moving, __consumer_offsets short
+                // of replicas) says nothing about this partition: isolating on it would stop
+                // every partition for good after a broker hiccup. The read-back told us what
+                // landed; the rest is committed again next cycle.
+                if matches!(error, CommitError::Partition(_)) {
+                    p.commit_failures += 1;
+                } else {
+                    abandoned = true;
+                }
+                out.push(Action::Count(Outcome::CommitFailed {
+                    tp: tp.clone(),
+                    error,
+                }));
                 continue;
             }
             p.commit_failures = 0;
+            p.own_commit_landed = true;
             let old = p.committed.replace(c.checkpoint().clone());
             if let Some(old_stream) = old.and_then(|o| o.stream)
                 && c.checkpoint().stream.as_ref() != Some(&old_stream)
@@ -1407,6 +1613,9 @@ impl CheckpointProtocol {
         if let Some(cycle) = self.cycle.as_mut() {
             cycle.failed |= failed;
         }
+        if abandoned {
+            out.push(Action::Count(Outcome::CycleAbandoned));
+        }
         self.isolate_failing(out);
         self.flush_phase(out);
     }
@@ -1438,7 +1647,10 @@ impl CheckpointProtocol {
             return;
         };
         for (tp, p) in self.partitions.iter_mut() {
-            if !matches!(p.phase, Phase::Running | Phase::Stopped) || p.flush_in_flight {
+            // Failed with a pending flush: isolated after its last commit landed.
+            if !matches!(p.phase, Phase::Running | Phase::Stopped | Phase::Failed)
+                || p.flush_in_flight
+            {
                 continue;
             }
             if let Some(pending) = &p.pending {
@@ -1478,9 +1690,10 @@ impl CheckpointProtocol {
             if matches && let Some(cycle) = self.cycle.as_mut() {
                 cycle.flushing.remove(&tp);
             }
-            if matches && matches!(p.phase, Phase::Running | Phase::Stopped) {
+            if matches && matches!(p.phase, Phase::Running | Phase::Stopped | Phase::Failed) {
                 p.flush_in_flight = false;
                 let pending = p.pending.clone().expect("matched above");
+                let isolated = p.phase == Phase::Failed;
                 match outcome {
                     FlushOutcome::Flushed => {
                         // Step 3 done: f := K. The next commit carries it, so an idle partition
@@ -1510,6 +1723,11 @@ impl CheckpointProtocol {
                                 p.pending = None;
                             }
                         }
+                    }
+                    // An isolated partition changes nothing but its pending flush: what else
+                    // happened to the stream is for the next owner's recovery.
+                    FlushOutcome::StreamFinalized | FlushOutcome::NotFound if isolated => {
+                        p.pending = None;
                     }
                     FlushOutcome::StreamFinalized => zombie = true,
                     FlushOutcome::NotFound if pending.not_found >= not_found_retries => {
@@ -1546,11 +1764,17 @@ impl CheckpointProtocol {
 
     /// Finalizes the streams of earlier incarnations once nothing durable needs them: the latest
     /// commit references another stream whose flush succeeded, or it says f == K (invariant 3).
+    /// The latest commit must be one of ours that landed: a fenced process whose commits are
+    /// refused believes the live owner's checkpoint, and would finalize the stream the owner
+    /// is appending to.
     fn finalize_superseded(&mut self, tp: &TopicPartition, out: &mut Vec<Action>) {
         let Some(p) = self.partitions.get_mut(tp) else {
             return;
         };
-        if !matches!(p.phase, Phase::Running | Phase::Stopped) || p.pending.is_some() {
+        if !matches!(p.phase, Phase::Running | Phase::Stopped)
+            || p.pending.is_some()
+            || !p.own_commit_landed
+        {
             return;
         }
         let Some(latest) = &p.committed else {
@@ -1705,7 +1929,10 @@ impl CheckpointProtocol {
                 // nothing after it. No flush and no finalize: the next owner re-flushes, and
                 // finalizes our stream after its own first commit.
                 let c = Committable::seal(&p.progress, p.visible);
-                if p.committed.as_ref() == Some(c.checkpoint()) {
+                // Without the table's marker no commit is made (see `start_cycle`); nothing of
+                // ours was committed for it, so nothing is visible, and the next owner starts
+                // where this incarnation did.
+                if p.committed.as_ref() == Some(c.checkpoint()) || !self.marked.contains(&p.table) {
                     out.push(Action::Count(Outcome::HandedOff {
                         tp: tp.clone(),
                         committed: false,
@@ -1716,7 +1943,6 @@ impl CheckpointProtocol {
                 let commit = CommitId(self.next_commit);
                 p.phase = Phase::HandoffCommitting { commit };
                 let entry = self.entry(&tp, &c);
-                self.note_unmarked(commit, std::iter::once(&tp));
                 out.push(Action::CommitOffsets {
                     commit,
                     entries: vec![entry],
@@ -1804,7 +2030,11 @@ impl CheckpointProtocol {
             if rested && p.phase == Phase::Stopped {
                 // The latest commit says f == K, so no checkpoint needs any of these streams
                 // (invariant 3); finalizing spares the next owner a recovery.
-                let mut streams = std::mem::take(&mut p.superseded);
+                let mut streams = if p.own_commit_landed {
+                    std::mem::take(&mut p.superseded)
+                } else {
+                    Vec::new()
+                };
                 streams.extend(p.progress.stream().cloned());
                 for stream in streams {
                     out.push(Action::FinalizeStream {
@@ -2305,7 +2535,10 @@ mod tests {
             let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
             let a = p.handle(Event::CommitResult {
                 commit: id,
-                outcome: CommitOutcome::PerPartition(vec![(tp0(), Err("too large".into()))]),
+                outcome: CommitOutcome::PerPartition(vec![(
+                    tp0(),
+                    Err(CommitError::Partition("too large".into())),
+                )]),
             });
             assert!(flushes(&a).is_empty());
             if n == 5 {
@@ -2315,6 +2548,205 @@ mod tests {
                 assert!(failed(&a).is_none());
             }
         }
+    }
+
+    /// A cycle answered per partition with `error`.
+    fn refused(commit: CommitId, error: CommitError) -> Event {
+        Event::CommitResult {
+            commit,
+            outcome: CommitOutcome::PerPartition(vec![(tp0(), Err(error))]),
+        }
+    }
+
+    #[test]
+    fn whole_request_commit_errors_are_not_counted_and_the_pending_flush_is_retried() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        let a = committed(&mut p, inc, 3);
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        p.handle(flush_result("s1", 2, FlushOutcome::Transient("x".into())));
+        p.handle(ack(inc, "s1", 5, 15));
+        // __consumer_offsets short of replicas for longer than five cycles.
+        for _ in 0..8 {
+            let a = p.handle(Event::StartCycle);
+            let (id, _) = commit(&a).unwrap();
+            let a = p.handle(refused(
+                id,
+                CommitError::Request("NOT_ENOUGH_REPLICAS".into()),
+            ));
+            assert!(failed(&a).is_none(), "a request error never isolates");
+            assert!(a.contains(&Action::Count(Outcome::CycleAbandoned)));
+            assert_eq!(
+                flushes(&a),
+                vec![(sid("s1"), RowOffset(2))],
+                "the landed checkpoint's flush is still retried"
+            );
+            p.handle(flush_result("s1", 2, FlushOutcome::Transient("x".into())));
+        }
+        assert!(p.is_running(&tp0()));
+    }
+
+    #[test]
+    fn an_isolated_partition_keeps_retrying_the_flush_of_its_last_landed_commit() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(flush_result("s1", 2, FlushOutcome::Transient("x".into())));
+        p.handle(ack(inc, "s1", 5, 15));
+        let mut last = Vec::new();
+        for _ in 0..5 {
+            let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+            last = p.handle(refused(id, CommitError::Partition("too large".into())));
+            p.handle(flush_result("s1", 2, FlushOutcome::Transient("x".into())));
+        }
+        assert_eq!(failed(&last), Some(&FailReason::Isolated { failures: 5 }));
+        assert_eq!(flushes(&last), vec![(sid("s1"), RowOffset(2))]);
+        // The partition commits nothing any more, but the checkpoint that landed is made
+        // visible: every cycle retries its flush.
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none());
+        assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+        let a = p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        assert!(a.contains(&Action::Count(Outcome::Visible {
+            tp: tp0(),
+            through: NextOffset(13)
+        })));
+        assert!(flushes(&p.handle(Event::StartCycle)).is_empty());
+    }
+
+    #[test]
+    fn a_fenced_member_does_not_finalize_the_stream_of_a_checkpoint_it_only_read() {
+        let mut a = protocol();
+        // A reads B's resting checkpoint, which names B's current stream "sB".
+        a.handle(assigned(
+            Some((20, metadata(Some("sB"), Some(9), 20))),
+            0,
+            30,
+        ));
+        let (id, _) = commit(&a.handle(Event::StartCycle)).unwrap();
+        let out = a.handle(refused(
+            id,
+            CommitError::Request("UNKNOWN_MEMBER_ID".into()),
+        ));
+        assert!(
+            finalized(&out).is_empty(),
+            "nothing is finalized before a commit of ours lands"
+        );
+        // Once a commit of ours lands, B's stream is no longer referenced: finalized.
+        let (id, _) = commit(&a.handle(Event::StartCycle)).unwrap();
+        assert_eq!(finalized(&a.handle(ok(id))), vec![sid("sB")]);
+    }
+
+    fn unmarked_assignment(committed: Option<(i64, Vec<u8>)>) -> Event {
+        let Event::Assigned { tp, assignment, .. } = assigned(committed, 0, 30) else {
+            unreachable!()
+        };
+        Event::Assigned {
+            tp,
+            table: RoutedTable {
+                table: table(),
+                marked: false,
+            },
+            assignment,
+        }
+    }
+
+    fn labelled(outcome: Result<(), String>) -> Event {
+        Event::LabelResult {
+            table: table(),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn a_recovery_re_flush_waits_until_the_table_carries_the_marker() {
+        let mut p = protocol();
+        let a = p.handle(unmarked_assignment(Some((
+            20,
+            metadata(Some("old"), Some(9), 10),
+        ))));
+        assert!(flushes(&a).is_empty(), "no row visible before the marker");
+        assert!(a.contains(&Action::LabelTable {
+            table: table(),
+            attempt: 0
+        }));
+        // The label write fails: counted, retried with backoff, still nothing flushed.
+        let a = p.handle(labelled(Err("403 tables.update".into())));
+        assert!(flushes(&a).is_empty());
+        assert!(a.contains(&Action::LabelTable {
+            table: table(),
+            attempt: 1
+        }));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::LabelFailed { attempts: 1, .. })))
+        );
+        let a = p.handle(labelled(Ok(())));
+        assert_eq!(flushes(&a), vec![(sid("old"), RowOffset(9))]);
+        assert!(a.contains(&Action::Count(Outcome::Labelled { table: table() })));
+        let a = p.handle(recovery_result("old", 9, FlushOutcome::Flushed));
+        assert_eq!(started_at(&a).map(|s| s.1), Some(20));
+    }
+
+    #[test]
+    fn the_first_commit_of_a_table_waits_until_the_table_carries_the_marker() {
+        let mut p = protocol();
+        let a = p.handle(unmarked_assignment(None));
+        let inc = started_at(&a).unwrap().0;
+        p.handle(ack(inc, "s1", 3, 3));
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none(), "no commit before the marker");
+        assert_eq!(
+            a.iter()
+                .filter(|x| matches!(x, Action::LabelTable { .. }))
+                .collect::<Vec<_>>(),
+            vec![&Action::LabelTable {
+                table: table(),
+                attempt: 0
+            }]
+        );
+        // While it is being written, cycles neither commit nor write it again.
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none());
+        assert!(!a.iter().any(|x| matches!(x, Action::LabelTable { .. })));
+        // It landed: the waiting partition commits with the next cycle, then flushes.
+        assert!(commit(&p.handle(labelled(Ok(())))).is_none());
+        let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(entries[0].offset, NextOffset(3));
+        assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(2))]);
+        // Marked once: later commits write no marker.
+        p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_some());
+        assert!(!a.iter().any(|x| matches!(x, Action::LabelTable { .. })));
+    }
+
+    #[test]
+    fn a_handoff_without_the_marker_commits_nothing() {
+        let mut p = protocol();
+        let a = p.handle(unmarked_assignment(None));
+        let inc = started_at(&a).unwrap().0;
+        p.handle(ack(inc, "s1", 3, 3));
+        p.handle(Event::RevokeBegan {
+            tp: tp0(),
+            lost: false,
+        });
+        let a = p.handle(Event::WriterStopped { tp: tp0() });
+        assert!(commit(&a).is_none());
+        assert!(a.contains(&Action::Release { tp: tp0() }));
+    }
+
+    #[test]
+    fn a_zombie_before_the_first_acknowledgement_stops_and_asks_the_group() {
+        let mut p = protocol();
+        running(&mut p);
+        let a = p.handle(Event::ZombieDetected {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        assert!(a.contains(&Action::StopWriter { tp: tp0() }));
+        assert!(a.contains(&Action::Count(Outcome::ZombieStopped { tp: tp0() })));
+        assert!(p.is_zombie(&tp0()));
     }
 
     #[test]
@@ -2454,8 +2886,8 @@ mod tests {
     #[test]
     fn each_partition_checkpoints_against_the_table_of_its_route() {
         // Two topics routed to two tables: each commit carries its own table's fingerprint, a
-        // checkpoint of table A found for a partition now routed to table B is foreign, and
-        // only the table whose partition committed is marked.
+        // checkpoint of table A found for a partition now routed to table B is foreign, and a
+        // partition commits once its own table is marked.
         let (a_table, b_table) = (TableFingerprint(0xa), TableFingerprint(0xb));
         let (a_tp, b_tp) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
         let mut p = CheckpointProtocol::new(ProtocolConfig::new());
@@ -2487,7 +2919,40 @@ mod tests {
                 20,
             ),
         });
+        // Neither table is marked: the cycle writes both markers and commits nothing.
+        let a = p.handle(Event::StartCycle);
+        assert!(commit(&a).is_none());
+        let labelled: Vec<_> = a
+            .iter()
+            .filter_map(|x| match x {
+                Action::LabelTable { table, .. } => Some(*table),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(labelled, vec![a_table, b_table]);
+        // Table A is marked first: only its partition commits.
+        let landed = |table| Event::LabelResult {
+            table,
+            outcome: Ok(()),
+        };
+        p.handle(landed(a_table));
         let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+        assert_eq!(
+            entries.iter().map(|e| &e.tp).collect::<Vec<_>>(),
+            vec![&a_tp]
+        );
+        p.handle(landed(b_table));
+        p.handle(Event::CommitResult {
+            commit: id,
+            outcome: CommitOutcome::PerPartition(vec![(a_tp.clone(), Ok(()))]),
+        });
+        p.handle(Event::FlushResult {
+            tp: a_tp.clone(),
+            stream: sid("sa"),
+            through: RowOffset(1),
+            outcome: FlushOutcome::Flushed,
+        });
+        let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
         assert_eq!(entries.len(), 2);
         for e in &entries {
             let expected = if e.tp == a_tp { a_table } else { b_table };
@@ -2499,22 +2964,6 @@ mod tests {
                 e.metadata
             );
         }
-        // The commit lands for a only: b's table stays unmarked.
-        let a = p.handle(Event::CommitResult {
-            commit: id,
-            outcome: CommitOutcome::PerPartition(vec![
-                (a_tp.clone(), Ok(())),
-                (b_tp.clone(), Err("offset metadata too large".into())),
-            ]),
-        });
-        let labelled: Vec<_> = a
-            .iter()
-            .filter_map(|x| match x {
-                Action::LabelTable { table } => Some(*table),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(labelled, vec![a_table]);
 
         // The same checkpoint of table A read for a partition routed to table B.
         let found = CommitMetadata::ExactlyOnce {

@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::{
-    Assignment, CommitEntry, CommitId, CommitOutcome, PartitionOrigin, TopicPartition,
+    Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, PartitionOrigin, TopicPartition,
 };
 use crate::ops::metrics::{Metrics, PartitionLabels};
 
@@ -937,7 +937,7 @@ impl Shared {
             match refuse(&e.tp) {
                 Some(reason) => {
                     tracing::warn!(commit = commit.0, partition = %e.tp, offset = e.offset.0, reason, "commit refused for a partition");
-                    refused.push((e.tp, Err(reason.to_string())));
+                    refused.push((e.tp, Err(CommitError::Request(reason.to_string()))));
                 }
                 None => keep.push(e),
             }
@@ -1280,7 +1280,7 @@ impl Shared {
                                 let result = if landed {
                                     Ok(())
                                 } else {
-                                    Err(error.to_string())
+                                    Err(super::commit_error::classify(&error))
                                 };
                                 (e.tp, result)
                             })

@@ -1,5 +1,6 @@
 //! The consumer task, the rebalance bridge and the dead-letter producer.
 
+pub mod commit_error;
 pub mod committed;
 pub mod consumer;
 pub mod dead_letter;

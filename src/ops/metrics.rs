@@ -108,6 +108,8 @@ pub struct Metrics {
     /// Writers waiting out an error only time or an operator cures (permission denied,
     /// credentials, a failed precondition) before they retry; readiness is false while > 0.
     pub partitions_retrying: Gauge,
+    /// Tables whose group marker could not be written and has not landed since.
+    pub table_markers_failing: Gauge,
     /// 1 while the consumer is a member of its group in a steady state (from librdkafka's
     /// statistics); readiness needs it.
     pub group_joined: Gauge,
@@ -157,6 +159,7 @@ impl Metrics {
             partitions_failed: Gauge::default(),
             partitions_stalled: Gauge::default(),
             partitions_retrying: Gauge::default(),
+            table_markers_failing: Gauge::default(),
             group_joined: Gauge::default(),
             registry: Registry::default(),
         };
@@ -299,6 +302,11 @@ impl Metrics {
             m.partitions_retrying.clone(),
         );
         r.register(
+            "kbq_table_markers_failing",
+            "Tables whose group marker cannot be written (their rows wait)",
+            m.table_markers_failing.clone(),
+        );
+        r.register(
             "kbq_consumer_group_joined",
             "1 while the consumer is a steady member of its group",
             m.group_joined.clone(),
@@ -338,7 +346,14 @@ impl Metrics {
         for outcome in ["committed", "abandoned", "empty"] {
             let _ = self.checkpoints.get_or_create(&OutcomeLabel { outcome });
         }
-        for outcome in ["reflushed", "resolved", "rewound", "anomaly", "failed"] {
+        for outcome in [
+            "reflushed",
+            "resolved",
+            "resolve_failed",
+            "rewound",
+            "anomaly",
+            "failed",
+        ] {
             let _ = self
                 .recovery_actions
                 .get_or_create(&OutcomeLabel { outcome });
