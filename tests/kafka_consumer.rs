@@ -331,7 +331,9 @@ fn commits_for_partitions_this_member_no_longer_owns_never_reach_the_broker() {
     for (tp, result) in &results {
         if *tp == moved {
             assert!(
-                result.as_ref().is_err_and(|e| e.contains("revoked")),
+                result
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("revoked")),
                 "{results:?}"
             );
         } else {
@@ -362,7 +364,7 @@ fn commits_for_partitions_this_member_no_longer_owns_never_reach_the_broker() {
         panic!("answered per partition: {outcome:?}")
     };
     assert!(
-        matches!(&results[..], [(tp, Err(e))] if *tp == moved && e.contains("no longer owned")),
+        matches!(&results[..], [(tp, Err(e))] if *tp == moved && e.to_string().contains("no longer owned")),
         "{results:?}"
     );
     assert_eq!(committed(bootstrap, &group, &kept), Some(2));

@@ -346,10 +346,13 @@ impl Drop for Prometheus {
     }
 }
 
+/// (panel title or variable name, PromQL) pairs.
+type Queries = Vec<(String, String)>;
+
 /// Every PromQL query of the dashboard, with Grafana's variables as Grafana would fill them for
 /// this Prometheus (one replica selected as "All", a 1 s scrape interval), and the template
 /// variables' `label_values(metric, label)` queries.
-fn dashboard_queries() -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn dashboard_queries() -> (Queries, Queries) {
     let text = std::fs::read_to_string(repo("deploy/grafana/kafka-bigquery-sink.json"))
         .expect("the dashboard");
     let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");

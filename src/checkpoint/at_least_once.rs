@@ -467,8 +467,8 @@ impl AtLeastOnceCoordinator {
         if self.labelled.contains(&table) {
             return true;
         }
-        if !self.labelling.contains_key(&table) {
-            self.labelling.insert(table, 0);
+        if let std::collections::hash_map::Entry::Vacant(writing) = self.labelling.entry(table) {
+            writing.insert(0);
             spawn_label(&mut self.io, &self.settings.router, &self.rest, table, 0);
         }
         false
