@@ -146,13 +146,32 @@ fn produce(
     produce_to_partition(p, topic, partition, &records);
 }
 
-/// Commits `offset` for `tp` in `group` without joining it.
+/// Commits `offset` for `tp` in `group` without joining it. On a broker that has just started,
+/// the group coordinator may still be loading `__consumer_offsets`: those answers are retried
+/// (for up to 60 s), as the daemon's own commits are, so the test does not depend on timing.
 fn commit(bootstrap: &str, group: &str, tp: &TopicPartition, offset: i64) {
+    use rdkafka::types::RDKafkaErrorCode::{
+        CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator,
+    };
     let c: BaseConsumer = consumer_config(bootstrap, group).create().expect("client");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
         .expect("offset");
-    c.commit(&tpl, CommitMode::Sync).expect("commit");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match c.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => return,
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(CoordinatorLoadInProgress | CoordinatorNotAvailable | NotCoordinator)
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("commit: {e}"),
+        }
+    }
 }
 
 /// The group's committed offset of `tp` (`None`: nothing committed).
