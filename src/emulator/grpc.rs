@@ -19,12 +19,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};
 
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use crate::emulator::cdc::ConnectionMode;
 use crate::emulator::faults::{FaultAction, Faults, Rpc};
 use crate::emulator::rows::RowCodec;
 use crate::emulator::status::{BqError, DROP_MARKER};
 use crate::emulator::store::{
     CommitOutcome, RowBatch, Store, StoreError, StreamInfo, StreamKind, WriteStream,
 };
+
+mod cdc_rows;
 
 include!(concat!(
     env!("OUT_DIR"),
@@ -253,6 +256,8 @@ pub struct AppendSession {
     schemas: HashMap<String, WriterSchema>,
     schema_seen: HashMap<String, u64>,
     keep_columns: Option<Arc<[String]>>,
+    /// Insert or upsert (CDC) rows: a connection carries one kind only.
+    mode: ConnectionMode,
 }
 
 const ROW_ERRORS_MESSAGE: &str = "Errors found while processing rows. Please refer to the row_errors field for details. The list may not be complete because of the size limitations.";
@@ -268,6 +273,7 @@ impl AppendSession {
             schemas: HashMap::new(),
             schema_seen: HashMap::new(),
             keep_columns: None,
+            mode: ConnectionMode::default(),
         }
     }
 
@@ -357,18 +363,7 @@ impl AppendSession {
             let e = BqError::new(Code::InvalidArgument, "Rows must be specified.");
             return reply(Err(e), Vec::new());
         }
-        let mut row_errors = Vec::new();
-        for (index, row) in rows.iter().enumerate() {
-            if let Err(message) = codec.validate(row)
-                && row_errors.len() < MAX_ROW_ERRORS
-            {
-                row_errors.push(bq::RowError {
-                    index: index as i64,
-                    code: bq::row_error::RowErrorCode::FieldsError as i32,
-                    message,
-                });
-            }
-        }
+        let (kinds, row_errors) = cdc_rows::validate_rows(&codec, &rows, MAX_ROW_ERRORS);
         if !row_errors.is_empty() {
             // Nothing of a request with a bad row is appended (storage.proto, RowError).
             let e = BqError::new(
@@ -376,6 +371,9 @@ impl AppendSession {
                 format!("{ROW_ERRORS_MESSAGE} Entity: {entity}"),
             );
             return reply(Err(e), row_errors);
+        }
+        if let Err(e) = cdc_rows::admit(&mut self.mode, &stream, &kinds, &entity) {
+            return reply(Err(e), Vec::new());
         }
         let rows = match &self.keep_columns {
             Some(columns) => project(&codec, &rows, columns),
@@ -459,6 +457,7 @@ impl AppendSession {
             }
             err.to_status()
         })?;
+        cdc_rows::check_writer_schema(&codec, stream, entity)?;
         let codec = Arc::new(codec);
         self.schemas.insert(
             key,

@@ -2,6 +2,7 @@
 //! Reached only from `main` and `quickstart`; it shares nothing with the daemon but Google's wire
 //! types. See DESIGN §8 and `reference/storage-write-api.md`.
 
+pub mod cdc;
 pub mod faults;
 pub mod grpc;
 pub mod persist;

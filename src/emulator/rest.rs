@@ -7,6 +7,7 @@
 //! credentials. Errors are BigQuery's error JSON (`{"error":{"code","message","errors":[{reason}],
 //! "status"}}`) with its reasons: `notFound`, `duplicate`, `invalid`, `invalidQuery`.
 
+mod constraints;
 mod query;
 mod resources;
 mod schema_change;

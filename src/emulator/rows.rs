@@ -23,11 +23,13 @@ use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSche
 
 mod civil;
 mod decimal;
+mod pseudo;
 mod wire;
 
 pub use civil::timestamp_seconds_text;
 use civil::*;
 use decimal::*;
+pub use pseudo::PseudoColumns;
 use wire::*;
 
 /// The writer schema cannot be used with the table: the whole AppendRows call fails with
@@ -86,6 +88,8 @@ fn quote_list(fields: &[String]) -> String {
 pub struct RowCodec {
     descriptor: DescriptorProto,
     root: MessagePlan,
+    /// The CDC pseudo-columns the writer schema declares (never table columns).
+    pseudo: PseudoColumns,
 }
 
 /// Proto scalar kinds, as declared in the descriptor.
@@ -356,6 +360,7 @@ struct Compiler<'d> {
     /// Fully-qualified names (no leading dot) of every type nested in the root.
     names: HashMap<String, Named<'d>>,
     extras: Vec<String>,
+    pseudo: PseudoColumns,
 }
 
 impl RowCodec {
@@ -372,6 +377,7 @@ impl RowCodec {
         let mut compiler = Compiler {
             names: HashMap::new(),
             extras: Vec::new(),
+            pseudo: PseudoColumns::default(),
         };
         compiler
             .names
@@ -386,6 +392,7 @@ impl RowCodec {
         Ok(RowCodec {
             descriptor: descriptor.clone(),
             root,
+            pseudo: compiler.pseudo,
         })
     }
 
@@ -565,6 +572,9 @@ impl<'d> Compiler<'d> {
             let (proto, named) = self.field_type(full_name, field, &where_)?;
             let lower = field.name().to_lowercase();
             let Some(column) = by_lower.get(&lower).copied() else {
+                if column_prefix.is_empty() && self.pseudo.claim(&lower, number, proto, &where_)? {
+                    continue;
+                }
                 self.extras.push(format!("{extra_prefix}{lower}"));
                 continue;
             };
@@ -931,7 +941,13 @@ const MAX_DEPTH: u32 = 32;
 impl RowCodec {
     /// Checks one serialized row; `Err` is the FIELDS_ERROR message of that row.
     pub fn validate(&self, row: &[u8]) -> Result<(), String> {
-        validate_message(&self.root, row, 0).map_err(|(field, error)| match field {
+        self.validate_with(row, true)
+    }
+
+    /// [`RowCodec::validate`], optionally without the check that required top-level fields are
+    /// set (a CDC DELETE row needs only its key columns).
+    fn validate_with(&self, row: &[u8], root_required: bool) -> Result<(), String> {
+        validate_message(&self.root, row, 0, root_required).map_err(|(field, error)| match field {
             Some(field) => error.message(field),
             None => format!("{PARSE_ERROR}."),
         })
@@ -988,6 +1004,7 @@ fn validate_message<'p>(
     plan: &'p MessagePlan,
     bytes: &[u8],
     depth: u32,
+    required: bool,
 ) -> Result<(), Failure<'p>> {
     if depth > MAX_DEPTH {
         return Err((None, ValueError::Parse));
@@ -1004,7 +1021,7 @@ fn validate_message<'p>(
         if actual == expected {
             if field.proto == ProtoKind::Message {
                 if let (Some(nested), Wire::Len(b)) = (&field.message, wire) {
-                    validate_message(nested, b, depth + 1)?;
+                    validate_message(nested, b, depth + 1, true)?;
                 }
             } else {
                 match (field.check, wire) {
@@ -1035,7 +1052,7 @@ fn validate_message<'p>(
             seen.set(slot);
         }
     }
-    if let Some(missing) = seen.first_missing(plan.required.len()) {
+    if let Some(missing) = seen.first_missing(plan.required.len()).filter(|_| required) {
         let field = &plan.fields[plan.required[missing] as usize];
         return Err((Some(field), ValueError::MissingRequired));
     }

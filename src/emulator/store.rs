@@ -27,6 +27,8 @@ use crate::bigquery::table_schema::TableSchema;
 use crate::emulator::persist::{Journal, MetaRecord, RowLog};
 use crate::emulator::rows::RowCodec;
 
+mod applied;
+
 /// Lifetimes of idle streams (reference §2.4: COMMITTED 3 days, BUFFERED 7 days; PENDING is not
 /// documented and defaults to the BUFFERED value).
 #[derive(Debug, Clone)]
@@ -201,6 +203,12 @@ pub struct Table {
     pub friendly_name: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// `tableConstraints` in its REST JSON shape (`primaryKey.columns`, `foreignKeys`).
+    #[serde(default)]
+    pub table_constraints: Option<serde_json::Value>,
+    /// `maxStaleness`: an SQL interval as a string (`0-0 0 0:10:0`).
+    #[serde(default)]
+    pub max_staleness: Option<String>,
     /// Milliseconds since the epoch.
     pub creation_time: i64,
     pub last_modified_time: i64,
@@ -208,6 +216,20 @@ pub struct Table {
 }
 
 impl Table {
+    /// The primary-key columns, in key order; empty without a primary key.
+    pub fn primary_key(&self) -> Vec<String> {
+        self.table_constraints
+            .as_ref()
+            .and_then(|c| c.pointer("/primaryKey/columns"))
+            .and_then(|c| c.as_array())
+            .map(|cols| {
+                cols.iter()
+                    .filter_map(|c| c.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A new table with the server-set fields left for `insert_table` to fill in.
     pub fn new(reference: TableRef, schema: TableSchema) -> Table {
         Table {
@@ -219,6 +241,8 @@ impl Table {
             description: None,
             friendly_name: None,
             labels: BTreeMap::new(),
+            table_constraints: None,
+            max_staleness: None,
             creation_time: 0,
             last_modified_time: 0,
             etag: String::new(),
@@ -434,6 +458,11 @@ impl WriteStream {
         self.kind == StreamKind::Default
     }
 
+    /// The table's primary-key columns (empty without one).
+    pub fn primary_key(&self) -> Vec<String> {
+        self.table.meta.read().expect("table lock").primary_key()
+    }
+
     fn lock(&self) -> MutexGuard<'_, StreamInner> {
         self.inner.lock().expect("stream lock")
     }
@@ -462,6 +491,9 @@ pub struct TableState {
 pub(crate) struct VisibleLog {
     chunks: Vec<(u64, Arc<RowBatch>, Range<usize>)>,
     total: u64,
+    /// Whether any visible row carries `_CHANGE_TYPE`: reads then show the applied state.
+    cdc: bool,
+    applied: applied::Cache,
 }
 
 impl VisibleLog {
@@ -469,6 +501,7 @@ impl VisibleLog {
         if range.is_empty() {
             return;
         }
+        self.cdc |= batch.codec.pseudo_columns().change_type.is_some();
         let len = range.len() as u64;
         self.chunks.push((self.total, batch, range));
         self.total += len;
@@ -806,7 +839,13 @@ impl Store {
                 table: r.clone(),
                 entity: r.path(),
             })?;
-        Ok(state.visible.lock().expect("visible lock").total)
+        // The table's metadata first: the lock order is never visible log → table metadata.
+        let table = state.meta.read().expect("table lock").clone();
+        let mut visible = state.visible.lock().expect("visible lock");
+        if visible.cdc {
+            return Ok(visible.applied_rows(&table).len() as u64);
+        }
+        Ok(visible.total)
     }
 
     /// Up to `max` visible rows from index `start`, in the order they became visible
@@ -823,7 +862,17 @@ impl Store {
                 table: r.clone(),
                 entity: r.path(),
             })?;
-        let visible = state.visible.lock().expect("visible lock");
+        // The table's metadata first: the lock order is never visible log → table metadata.
+        let table = state.meta.read().expect("table lock").clone();
+        let mut visible = state.visible.lock().expect("visible lock");
+        if visible.cdc {
+            let rows = visible.applied_rows(&table);
+            let from = (start.min(rows.len() as u64)) as usize;
+            return Ok(VisibleRows {
+                total: rows.len() as u64,
+                rows: rows[from..].iter().take(max).cloned().collect(),
+            });
+        }
         Ok(VisibleRows {
             total: visible.total,
             rows: visible.page(start, max),

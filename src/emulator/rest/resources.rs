@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::RestError;
+use super::constraints::{check_constraints, check_max_staleness};
 use super::schema_change::{check_evolution, check_schema};
 use crate::bigquery::table_schema::{FieldType, TableSchema};
 use crate::emulator::store::{Dataset, Table, TableRef};
@@ -316,6 +317,22 @@ fn apply_options(table: &mut Table, body: &Value, replace: bool) -> Result<(), R
         }
         table.clustering = next;
     }
+    if replace || present("tableConstraints") {
+        let next = body
+            .get("tableConstraints")
+            .filter(|v| !v.is_null())
+            .cloned();
+        if let Some(c) = &next {
+            check_constraints(c, &table.schema)?;
+        }
+        table.table_constraints = next;
+    }
+    if replace || present("maxStaleness") {
+        table.max_staleness = string_field(body, "maxStaleness")?;
+        if let Some(v) = &table.max_staleness {
+            check_max_staleness(v)?;
+        }
+    }
     Ok(())
 }
 
@@ -401,6 +418,12 @@ pub(super) fn table_json(t: &Table, num_rows: u64, location: &str) -> Value {
     }
     if let Some(v) = &t.clustering {
         obj.insert("clustering".into(), v.clone());
+    }
+    if let Some(v) = &t.table_constraints {
+        obj.insert("tableConstraints".into(), v.clone());
+    }
+    if let Some(v) = &t.max_staleness {
+        obj.insert("maxStaleness".into(), json!(v));
     }
     if let Some(v) = t.require_partition_filter {
         obj.insert("requirePartitionFilter".into(), json!(v));
