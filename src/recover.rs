@@ -7,7 +7,10 @@
 //! 1. `FlushRows(s, r)` when `f < K` — always safe: `(s, r)` was committed, so invariant 1 holds;
 //! 2. commit the same offset `K` with `f = K` and no stream, outside the group (the broker accepts
 //!    such a commit only while the group has no members, which is what keeps this from racing a
-//!    live owner; a rejected commit is reported and nothing more is done for the partition);
+//!    live owner; a rejected commit is reported and nothing more is done for the partition). Just
+//!    before it, the checkpoint is read again: a sink that joined, committed its own checkpoint and
+//!    left while the flush ran has moved on, and writing `K` back over it would re-deliver what it
+//!    committed, so the partition is left to it (review finding #17);
 //! 3. `FinalizeWriteStream(s)`: nothing durable references `s` any more (invariant 3).
 //!
 //! It never moves an offset: a lost stream is reported (the records of `[f, K)` must be
@@ -24,7 +27,7 @@ use crate::bigquery::error::ErrorClass;
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
 use crate::checkpoint::offsets::{NextOffset, RowOffset, StreamId};
-use crate::checkpoint::protocol::TopicPartition;
+use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
 use crate::config::Config;
 use crate::inspect::{PartitionView, group_reader, read_group, table_path};
 use crate::kafka::consumer::read_committed;
@@ -49,6 +52,11 @@ enum Done {
     Recovered {
         flushed: Option<(StreamId, RowOffset)>,
         finalized: Result<(), String>,
+    },
+    /// The checkpoint changed while recover ran: a sink owns the partition's progress now.
+    MovedOn {
+        flushed: Option<(StreamId, RowOffset)>,
+        now: Option<CommittedRead>,
     },
     Problem(String),
 }
@@ -109,7 +117,7 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
                 &path,
                 table,
                 &tp,
-                read.offset,
+                read,
                 stream,
                 through,
                 visible_through,
@@ -142,6 +150,23 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
                     read.offset.0, read.offset.0
                 );
             }
+            Done::MovedOn { flushed, now } => {
+                let flushed = match flushed {
+                    Some((s, r)) => format!("flushed {s} through row {}; ", r.0),
+                    None => String::new(),
+                };
+                let now = match now {
+                    Some(now) => format!(
+                        "offset {} ({})",
+                        now.offset.0,
+                        String::from_utf8_lossy(&now.metadata)
+                    ),
+                    None => "no committed offset".to_string(),
+                };
+                println!(
+                    "{tp}: {flushed}checkpoint changed while recover ran (now {now}): a sink has taken the partition over; left to it, nothing committed or finalized"
+                );
+            }
             Done::Problem(why) => {
                 ok = false;
                 println!("{tp}: NOT RECOVERED: {why}");
@@ -165,11 +190,12 @@ async fn recover_partition(
     table_path: &str,
     table: TableFingerprint,
     tp: &TopicPartition,
-    k: NextOffset,
+    read: &CommittedRead,
     stream: StreamId,
     through: RowOffset,
     f: NextOffset,
 ) -> Done {
+    let k = read.offset;
     let name = format!("{table_path}/streams/{stream}");
     let mut flushed = None;
     if f < k {
@@ -212,6 +238,21 @@ async fn recover_partition(
         visible_through: k,
     }
     .encode(MetadataVersion::CURRENT);
+    // Read again: a sink may have joined, committed and left while the flush ran.
+    match read_committed(consumer, std::slice::from_ref(tp), TIMEOUT) {
+        Ok(now) => {
+            let now = now.get(tp).cloned().flatten();
+            if now.as_ref() != Some(read) {
+                return Done::MovedOn { flushed, now };
+            }
+        }
+        Err(e) => {
+            return Done::Problem(format!(
+                "{}checkpoint not updated: it could not be read again before the commit ({e})",
+                if flushed.is_some() { "flushed; " } else { "" }
+            ));
+        }
+    }
     // The same offset K, never another: recover does not move where the group resumes.
     if let Err(e) = commit_outside_group(consumer, tp, k, &metadata) {
         return Done::Problem(format!(

@@ -25,7 +25,7 @@ use kafka_bigquery_sink::kafka::consumer::{
 };
 use kafka_bigquery_sink::ops::metrics::{Metrics, PartitionLabels};
 use rdkafka::admin::AdminOptions;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
@@ -150,28 +150,8 @@ fn produce(
 /// the group coordinator may still be loading `__consumer_offsets`: those answers are retried
 /// (for up to 60 s), as the daemon's own commits are, so the test does not depend on timing.
 fn commit(bootstrap: &str, group: &str, tp: &TopicPartition, offset: i64) {
-    use rdkafka::types::RDKafkaErrorCode::{
-        CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator,
-    };
-    let c: BaseConsumer = consumer_config(bootstrap, group).create().expect("client");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
-        .expect("offset");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match c.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => return,
-            Err(e)
-                if matches!(
-                    e.rdkafka_error_code(),
-                    Some(CoordinatorLoadInProgress | CoordinatorNotAvailable | NotCoordinator)
-                ) && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("commit: {e}"),
-        }
-    }
+    support::kafka::commit_outside_group(bootstrap, group, &tp.topic, tp.partition, offset, None)
+        .expect("commit");
 }
 
 /// The group's committed offset of `tp` (`None`: nothing committed).

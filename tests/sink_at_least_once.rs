@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use kafka_bigquery_sink::checkpoint::metadata::{
+    CommitMetadata, MetadataVersion, TableFingerprint,
+};
+use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
 use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
 use kafka_bigquery_sink::emulator::server::Emulator;
 use kafka_bigquery_sink::emulator::store::StreamPhase;
@@ -433,4 +437,90 @@ async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
     let after = inspect(&config, &f.topic);
     assert_eq!(after[&0]["committed"], before[&0]["committed"], "{after:?}");
     assert_eq!(after[&0]["metadata"], before[&0]["metadata"], "{after:?}");
+}
+
+/// Review finding #17: a sink that joins, commits its own checkpoint and leaves while `recover`
+/// flushes must not have that checkpoint overwritten with the older `K` (which would re-deliver
+/// what it committed). recover reads the checkpoint again just before its commit and leaves a
+/// changed one to its new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_leaves_a_checkpoint_that_changed_while_it_flushed() {
+    let f = Fixture::new(1).await;
+    let group = unique_name("recover-moved");
+    let config = config(&f, &group, "exactly_once");
+    let n = 300;
+    f.produce(n);
+    fail_every_flush(&f.emulator);
+    let mut daemon = start(&f, &config);
+    let before = wait_committed(&config, &f.topic, &per_partition(n, 1), |r| {
+        r["stream"].is_string()
+    });
+    daemon.kill();
+    // Counted afresh from here: the daemon's own failed flushes are not recover's.
+    f.emulator.faults.clear();
+    fail_every_flush(&f.emulator);
+    let k = before[&0]["committed"].as_i64().expect("committed");
+    let metadata = before[&0]["metadata"]
+        .as_str()
+        .expect("metadata")
+        .to_string();
+    let bootstrap = f.bootstrap.clone();
+    // Wait until the killed member's session has ended: the broker takes a commit from outside
+    // the group only when it has no members. Committing the same checkpoint changes nothing.
+    let started = Instant::now();
+    while let Err(e) =
+        support::kafka::commit_outside_group(&bootstrap, &group, &f.topic, 0, k, Some(&metadata))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "group never emptied: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The flush keeps failing until the "other sink" has committed: recover is held inside its
+    // flush retries (about 12 s of backoff in all) while its first read is already stale.
+    let recover = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["recover", "--topic", &f.topic, "-c"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run recover");
+    let fired = support::daemon::wait_for(Duration::from_secs(30), || async {
+        f.emulator
+            .faults
+            .list()
+            .iter()
+            .any(|r| r.fired > 0)
+            .then_some(())
+    })
+    .await;
+    assert!(fired.is_some(), "recover never tried to flush");
+    // Another sink recovered the partition, wrote 50 more records and committed at rest.
+    f.produce(50);
+    let table = format!("projects/p/datasets/d/tables/{}", f.table);
+    let moved = CommitMetadata::ExactlyOnce {
+        table: TableFingerprint::of_table_path(&table),
+        stream: None,
+        flush_to: None,
+        visible_through: NextOffset(k + 50),
+    }
+    .encode(MetadataVersion::CURRENT);
+    support::kafka::commit_outside_group(&bootstrap, &group, &f.topic, 0, k + 50, Some(&moved))
+        .expect("the other sink's commit");
+    f.emulator.faults.clear();
+
+    let out = recover.wait_with_output().expect("recover's output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("checkpoint changed while recover ran"),
+        "{text}"
+    );
+    let after = inspect(&config, &f.topic);
+    assert_eq!(after[&0]["committed"].as_i64(), Some(k + 50), "{after:?}");
+    assert_eq!(
+        after[&0]["metadata"].as_str(),
+        Some(moved.as_str()),
+        "{after:?}"
+    );
 }

@@ -304,3 +304,47 @@ pub fn consumer_config(bootstrap: &str, group_id: &str) -> ClientConfig {
         .set("enable.partition.eof", "false");
     cfg
 }
+
+/// Commits `offset` (with `metadata`, if any) for `topic`/`partition` to `group` from outside the
+/// group, as `recover` and an operator's tools do. Answers of a coordinator that is still loading
+/// or moving (a fresh broker's `__consumer_offsets`) are retried for up to 60 s; any other
+/// refusal is returned, e.g. the broker's refusal while the group has members.
+pub fn commit_outside_group(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    metadata: Option<&str>,
+) -> rdkafka::error::KafkaResult<()> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::types::RDKafkaErrorCode::{
+        CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator,
+    };
+    use rdkafka::{Offset, TopicPartitionList};
+    let c: BaseConsumer = consumer_config(bootstrap, group)
+        .create()
+        .expect("a consumer");
+    let mut tpl = TopicPartitionList::new();
+    {
+        let mut elem = tpl.add_partition(topic, partition);
+        elem.set_offset(Offset::Offset(offset)).expect("offset");
+        if let Some(m) = metadata {
+            elem.set_metadata(m);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match c.commit(&tpl, CommitMode::Sync) {
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(CoordinatorLoadInProgress | CoordinatorNotAvailable | NotCoordinator)
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            result => return result,
+        }
+    }
+}
