@@ -55,10 +55,11 @@ pub struct ResultLabel {
 }
 
 /// The `reason` label values of `kbq_dead_letter_records_total` (the classes of bad records).
-pub const DEAD_LETTER_REASONS: [&str; 6] = [
+pub const DEAD_LETTER_REASONS: [&str; 7] = [
     "bad_magic",
     "unknown_schema",
     "malformed_avro",
+    "malformed_protobuf",
     "out_of_range",
     "row_rejected",
     "incompatible_schema",

@@ -22,6 +22,10 @@ use tokio::sync::OnceCell;
 
 use crate::transcode::AvroSchema;
 
+mod protobuf;
+
+pub use protobuf::RegisteredProtobuf;
+
 /// How to reach the registry. Secrets are redacted from `Debug`.
 #[derive(Clone)]
 pub struct RegistryConfig {
@@ -168,6 +172,8 @@ pub struct SchemaRegistry {
     base: String,
     config: RegistryConfig,
     cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<RegisteredSchema>>>>>,
+    /// Protobuf schemas by id, compiled with their references (`protobuf.rs`).
+    protobuf_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<protobuf::RegisteredProtobuf>>>>>,
     /// When each id still unknown was first answered 404 (by this process), for the grace.
     unknown_since: Mutex<HashMap<u32, Instant>>,
     requests: AtomicU64,
@@ -190,7 +196,15 @@ struct SchemaResponse {
     #[serde(default)]
     schema_type: Option<String>,
     #[serde(default)]
-    references: Vec<serde_json::Value>,
+    references: Vec<SchemaReference>,
+}
+
+/// A schema reference: `name` is the import path, the text is subject `subject` at `version`.
+#[derive(Debug, Clone, Deserialize)]
+struct SchemaReference {
+    name: String,
+    subject: String,
+    version: i64,
 }
 
 /// The outcome of one HTTP attempt, before retries.
@@ -236,6 +250,7 @@ impl SchemaRegistry {
             base,
             config,
             cache: Mutex::new(HashMap::new()),
+            protobuf_cache: Mutex::new(HashMap::new()),
             unknown_since: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -267,6 +282,12 @@ impl SchemaRegistry {
             return Ok(s.clone());
         }
         let result = cell.get_or_try_init(|| self.fetch(id)).await.cloned();
+        self.with_grace(id, result)
+    }
+
+    /// Turns a 404 into `NotFoundYet` until the id has been unknown for `not_found_grace`, and
+    /// restarts the clock of an id once it is found.
+    fn with_grace<T>(&self, id: u32, result: Result<T, RegistryError>) -> Result<T, RegistryError> {
         let mut unknown = self.unknown_since.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Err(RegistryError::NotFound { id, grace }) => {
@@ -395,11 +416,62 @@ impl SchemaRegistry {
     }
 
     async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        let raw = self.fetch_raw(id).await?;
+        let unusable = |reason: String| RegistryError::Unusable { id, reason };
+        if let Some(t) = raw.schema_type.as_deref()
+            && !t.eq_ignore_ascii_case("AVRO")
+        {
+            return Err(unusable(format!("schema type {t} is not AVRO")));
+        }
+        if !raw.references.is_empty() {
+            return Err(unusable("schema references are not supported".into()));
+        }
+        let schema = AvroSchema::parse(&raw.schema).map_err(|e| unusable(e.to_string()))?;
+        Ok(Arc::new(RegisteredSchema {
+            id,
+            text: raw.schema,
+            schema,
+        }))
+    }
+
+    /// `GET /schemas/ids/{id}` with retries, whatever the schema type.
+    async fn fetch_raw(&self, id: u32) -> Result<SchemaResponse, RegistryError> {
+        self.get_with_retries(format!("{}/schemas/ids/{id}", self.base), id)
+            .await
+    }
+
+    /// `GET /subjects/{subject}/versions/{version}` (a reference of schema `id`) with retries.
+    /// A reference that is not there makes schema `id` unusable.
+    async fn fetch_version(
+        &self,
+        id: u32,
+        subject: &str,
+        version: i64,
+    ) -> Result<SchemaResponse, RegistryError> {
+        let url = format!(
+            "{}/subjects/{}/versions/{version}",
+            self.base,
+            encode_path_segment(subject)
+        );
+        match self.get_with_retries(url, id).await {
+            Err(RegistryError::NotFound { .. }) => Err(RegistryError::Unusable {
+                id,
+                reason: format!("reference {subject} version {version} is not in the registry"),
+            }),
+            other => other,
+        }
+    }
+
+    async fn get_with_retries<T: serde::de::DeserializeOwned>(
+        &self,
+        url: String,
+        id: u32,
+    ) -> Result<T, RegistryError> {
         let backoff = self.backoff();
         let mut attempts = 0usize;
         let result = (|| {
             attempts += 1;
-            self.attempt(id)
+            self.attempt(&url, id)
         })
         .retry(backoff)
         .when(|a: &Attempt| matches!(a, Attempt::Retry(_)))
@@ -411,7 +483,7 @@ impl SchemaRegistry {
         })
         .await;
         match result {
-            Ok(s) => Ok(Arc::new(s)),
+            Ok(s) => Ok(s),
             Err(Attempt::Final(e)) => Err(e),
             Err(Attempt::Retry(reason)) => Err(RegistryError::Unavailable {
                 id,
@@ -436,9 +508,13 @@ impl SchemaRegistry {
         req
     }
 
-    async fn attempt(&self, id: u32) -> Result<RegisteredSchema, Attempt> {
+    async fn attempt<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+        id: u32,
+    ) -> Result<T, Attempt> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let req = self.get(format!("{}/schemas/ids/{id}", self.base));
+        let req = self.get(url.to_owned());
         let resp = req
             .send()
             .await
@@ -472,22 +548,11 @@ impl SchemaRegistry {
             .bytes()
             .await
             .map_err(|e| Attempt::Retry(describe_reqwest(&e)))?;
-        let unusable = |reason: String| Attempt::Final(RegistryError::Unusable { id, reason });
-        let parsed: SchemaResponse = serde_json::from_slice(&body)
-            .map_err(|e| unusable(format!("response is not a schema: {e}")))?;
-        if let Some(t) = parsed.schema_type.as_deref()
-            && !t.eq_ignore_ascii_case("AVRO")
-        {
-            return Err(unusable(format!("schema type {t} is not AVRO")));
-        }
-        if !parsed.references.is_empty() {
-            return Err(unusable("schema references are not supported".into()));
-        }
-        let schema = AvroSchema::parse(&parsed.schema).map_err(|e| unusable(e.to_string()))?;
-        Ok(RegisteredSchema {
-            id,
-            text: parsed.schema,
-            schema,
+        serde_json::from_slice(&body).map_err(|e| {
+            Attempt::Final(RegistryError::Unusable {
+                id,
+                reason: format!("response is not a schema: {e}"),
+            })
         })
     }
 }

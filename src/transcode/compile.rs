@@ -9,7 +9,6 @@ use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 use serde::Deserialize;
 
-use super::Plan;
 use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
@@ -18,6 +17,7 @@ use super::ops::{
 };
 use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
+use super::{Body, Plan};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
 /// What to do with an Avro field the table has no column for.
@@ -62,45 +62,55 @@ pub fn compile(
     options: &PlanOptions,
 ) -> Result<Plan, PlanError> {
     let record = schema.root_record()?;
-    let mut names = Vec::new();
-    collect_names(&table.fields, &mut names);
     let mut c = Compiler {
         schema,
         options,
-        desc: DescriptorBuilder::new(names),
+        desc: DescriptorBuilder::new(all_column_names(table)),
         visiting: Vec::new(),
     };
+    let data_columns = data_columns(table, &options.metadata);
+    c.visiting.push(schema.root);
+    let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
+    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    let root = descriptor::message(ROOT_MESSAGE, protos);
+    Ok(Plan {
+        body: Body::Avro(RecordOp {
+            tag: None,
+            fields,
+            missing_required,
+        }),
+        metadata,
+        descriptor: c.desc.finish(root),
+    })
+}
+
+/// Every column name at every depth, which nested type names must not collide with.
+pub(super) fn all_column_names(table: &TableSchema) -> Vec<String> {
+    let mut names = Vec::new();
+    collect_names(&table.fields, &mut names);
+    names
+}
+
+/// The top-level columns that take record data: all but the Kafka metadata columns.
+pub(super) fn data_columns(table: &TableSchema, m: &MetadataColumns) -> Vec<TableFieldSchema> {
     let meta_names: Vec<String> = [
-        &options.metadata.topic,
-        &options.metadata.partition,
-        &options.metadata.offset,
-        &options.metadata.timestamp,
-        &options.metadata.key,
-        &options.metadata.headers,
+        &m.topic,
+        &m.partition,
+        &m.offset,
+        &m.timestamp,
+        &m.key,
+        &m.headers,
     ]
     .into_iter()
     .flatten()
     .map(|n| n.to_ascii_lowercase())
     .collect();
-    let data_columns: Vec<TableFieldSchema> = table
+    table
         .fields
         .iter()
         .filter(|f| !meta_names.contains(&f.name.to_ascii_lowercase()))
         .cloned()
-        .collect();
-    c.visiting.push(schema.root);
-    let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
-    let metadata = c.metadata(table, &mut protos)?;
-    let root = descriptor::message(ROOT_MESSAGE, protos);
-    Ok(Plan {
-        root: RecordOp {
-            tag: None,
-            fields,
-            missing_required,
-        },
-        metadata,
-        descriptor: c.desc.finish(root),
-    })
+        .collect()
 }
 
 fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
@@ -516,172 +526,173 @@ impl Compiler<'_> {
                 .sum(),
         }
     }
+}
 
-    fn metadata(
-        &mut self,
-        table: &TableSchema,
-        protos: &mut Vec<FieldDescriptorProto>,
-    ) -> Result<MetadataOps, PlanError> {
-        let m = &self.options.metadata;
-        let mut ops = MetadataOps::default();
-        let find = |name: &str| {
-            table
-                .fields
-                .iter()
-                .find(|f| f.name.eq_ignore_ascii_case(name))
-                .ok_or_else(|| PlanError::Metadata {
-                    column: name.to_owned(),
-                    reason: "the table has no such column".into(),
-                })
-        };
-        let add = |protos: &mut Vec<FieldDescriptorProto>,
-                   col: &TableFieldSchema,
-                   accepted: &[(FieldType, Type)],
-                   wire: u32|
-         -> Result<(MetaColumn, usize), PlanError> {
-            let Some(pos) = accepted.iter().position(|(t, _)| *t == col.field_type) else {
-                return Err(PlanError::Metadata {
-                    column: col.name.clone(),
-                    reason: format!("a {} column cannot hold it", column_type(col)),
-                });
-            };
-            if col.mode() == Mode::Repeated {
-                return Err(PlanError::Metadata {
-                    column: col.name.clone(),
-                    reason: "the column must not be REPEATED".into(),
-                });
-            }
-            let number = protos.len() as i32 + 1;
-            let wire = if accepted[pos].1 == Type::String || accepted[pos].1 == Type::Bytes {
-                WIRE_LEN
-            } else {
-                wire
-            };
-            protos.push(descriptor::field(
-                &col.name,
-                number,
-                Label::Optional,
-                &ProtoType::scalar(accepted[pos].1),
-            ));
-            Ok((
-                MetaColumn {
-                    tag: Tag::new(number as u32, wire),
-                    column: col.name.as_str().into(),
-                    required: col.mode() == Mode::Required,
-                    alternate: pos > 0,
-                },
-                pos,
-            ))
-        };
-        if let Some(n) = &m.topic {
-            let (c, _) = add(
-                protos,
-                find(n)?,
-                &[(FieldType::String, Type::String)],
-                WIRE_LEN,
-            )?;
-            ops.topic = Some(c);
-        }
-        if let Some(n) = &m.partition {
-            let (c, _) = add(
-                protos,
-                find(n)?,
-                &[(FieldType::Int64, Type::Int64)],
-                WIRE_VARINT,
-            )?;
-            ops.partition = Some(c);
-        }
-        if let Some(n) = &m.offset {
-            let (c, _) = add(
-                protos,
-                find(n)?,
-                &[(FieldType::Int64, Type::Int64)],
-                WIRE_VARINT,
-            )?;
-            ops.offset = Some(c);
-        }
-        if let Some(n) = &m.timestamp {
-            let accepted = [
-                (FieldType::Timestamp, Type::Int64),
-                (FieldType::Int64, Type::Int64),
-            ];
-            let (c, _) = add(protos, find(n)?, &accepted, WIRE_VARINT)?;
-            ops.timestamp = Some(c);
-        }
-        if let Some(n) = &m.key {
-            let accepted = [
-                (FieldType::Bytes, Type::Bytes),
-                (FieldType::String, Type::String),
-            ];
-            let (c, _) = add(protos, find(n)?, &accepted, WIRE_LEN)?;
-            ops.key = Some(c);
-        }
-        if let Some(n) = &m.headers {
-            let col = find(n)?;
-            let bad = |reason: &str| PlanError::Metadata {
+/// The Kafka metadata columns' ops, their fields appended to the root message's `protos`.
+pub(super) fn metadata_ops(
+    desc: &mut DescriptorBuilder,
+    m: &MetadataColumns,
+    table: &TableSchema,
+    protos: &mut Vec<FieldDescriptorProto>,
+) -> Result<MetadataOps, PlanError> {
+    let mut ops = MetadataOps::default();
+    let find = |name: &str| {
+        table
+            .fields
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| PlanError::Metadata {
+                column: name.to_owned(),
+                reason: "the table has no such column".into(),
+            })
+    };
+    let add = |protos: &mut Vec<FieldDescriptorProto>,
+               col: &TableFieldSchema,
+               accepted: &[(FieldType, Type)],
+               wire: u32|
+     -> Result<(MetaColumn, usize), PlanError> {
+        let Some(pos) = accepted.iter().position(|(t, _)| *t == col.field_type) else {
+            return Err(PlanError::Metadata {
                 column: col.name.clone(),
-                reason: reason.into(),
-            };
-            if col.field_type != FieldType::Record || col.mode() != Mode::Repeated {
-                return Err(bad("headers need a REPEATED RECORD column"));
-            }
-            let sub = |name: &str| {
-                col.fields
-                    .iter()
-                    .find(|f| f.name.eq_ignore_ascii_case(name))
-            };
-            let key = sub("key").filter(|k| k.field_type == FieldType::String);
-            let value = sub("value")
-                .filter(|v| matches!(v.field_type, FieldType::Bytes | FieldType::String));
-            let (Some(key), Some(value)) = (key, value) else {
-                return Err(bad(
-                    "headers need a STRING `key` and a BYTES or STRING `value` subfield",
-                ));
-            };
-            let value_is_string = value.field_type == FieldType::String;
-            let name = self.desc.reserve_name(&col.name);
-            let value_type = if value_is_string {
-                Type::String
-            } else {
-                Type::Bytes
-            };
-            self.desc.add(descriptor::message(
-                &name,
-                vec![
-                    descriptor::field(
-                        &key.name,
-                        1,
-                        Label::Optional,
-                        &ProtoType::scalar(Type::String),
-                    ),
-                    descriptor::field(
-                        &value.name,
-                        2,
-                        Label::Optional,
-                        &ProtoType::scalar(value_type),
-                    ),
-                ],
-            ));
-            let number = protos.len() as i32 + 1;
-            protos.push(descriptor::field(
-                &col.name,
-                number,
-                Label::Repeated,
-                &ProtoType {
-                    ty: Type::Message,
-                    message: Some(name),
-                },
-            ));
-            ops.headers = Some(HeadersColumn {
-                tag: Tag::new(number as u32, WIRE_LEN),
-                key: Tag::new(1, WIRE_LEN),
-                value: Tag::new(2, WIRE_LEN),
-                value_is_string,
-                column: col.name.as_str().into(),
+                reason: format!("a {} column cannot hold it", column_type(col)),
+            });
+        };
+        if col.mode() == Mode::Repeated {
+            return Err(PlanError::Metadata {
+                column: col.name.clone(),
+                reason: "the column must not be REPEATED".into(),
             });
         }
-        Ok(ops)
+        let number = protos.len() as i32 + 1;
+        let wire = if accepted[pos].1 == Type::String || accepted[pos].1 == Type::Bytes {
+            WIRE_LEN
+        } else {
+            wire
+        };
+        protos.push(descriptor::field(
+            &col.name,
+            number,
+            Label::Optional,
+            &ProtoType::scalar(accepted[pos].1),
+        ));
+        Ok((
+            MetaColumn {
+                tag: Tag::new(number as u32, wire),
+                column: col.name.as_str().into(),
+                required: col.mode() == Mode::Required,
+                alternate: pos > 0,
+            },
+            pos,
+        ))
+    };
+    if let Some(n) = &m.topic {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::String, Type::String)],
+            WIRE_LEN,
+        )?;
+        ops.topic = Some(c);
     }
+    if let Some(n) = &m.partition {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::Int64, Type::Int64)],
+            WIRE_VARINT,
+        )?;
+        ops.partition = Some(c);
+    }
+    if let Some(n) = &m.offset {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::Int64, Type::Int64)],
+            WIRE_VARINT,
+        )?;
+        ops.offset = Some(c);
+    }
+    if let Some(n) = &m.timestamp {
+        let accepted = [
+            (FieldType::Timestamp, Type::Int64),
+            (FieldType::Int64, Type::Int64),
+        ];
+        let (c, _) = add(protos, find(n)?, &accepted, WIRE_VARINT)?;
+        ops.timestamp = Some(c);
+    }
+    if let Some(n) = &m.key {
+        let accepted = [
+            (FieldType::Bytes, Type::Bytes),
+            (FieldType::String, Type::String),
+        ];
+        let (c, _) = add(protos, find(n)?, &accepted, WIRE_LEN)?;
+        ops.key = Some(c);
+    }
+    if let Some(n) = &m.headers {
+        let col = find(n)?;
+        let bad = |reason: &str| PlanError::Metadata {
+            column: col.name.clone(),
+            reason: reason.into(),
+        };
+        if col.field_type != FieldType::Record || col.mode() != Mode::Repeated {
+            return Err(bad("headers need a REPEATED RECORD column"));
+        }
+        let sub = |name: &str| {
+            col.fields
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(name))
+        };
+        let key = sub("key").filter(|k| k.field_type == FieldType::String);
+        let value =
+            sub("value").filter(|v| matches!(v.field_type, FieldType::Bytes | FieldType::String));
+        let (Some(key), Some(value)) = (key, value) else {
+            return Err(bad(
+                "headers need a STRING `key` and a BYTES or STRING `value` subfield",
+            ));
+        };
+        let value_is_string = value.field_type == FieldType::String;
+        let name = desc.reserve_name(&col.name);
+        let value_type = if value_is_string {
+            Type::String
+        } else {
+            Type::Bytes
+        };
+        desc.add(descriptor::message(
+            &name,
+            vec![
+                descriptor::field(
+                    &key.name,
+                    1,
+                    Label::Optional,
+                    &ProtoType::scalar(Type::String),
+                ),
+                descriptor::field(
+                    &value.name,
+                    2,
+                    Label::Optional,
+                    &ProtoType::scalar(value_type),
+                ),
+            ],
+        ));
+        let number = protos.len() as i32 + 1;
+        protos.push(descriptor::field(
+            &col.name,
+            number,
+            Label::Repeated,
+            &ProtoType {
+                ty: Type::Message,
+                message: Some(name),
+            },
+        ));
+        ops.headers = Some(HeadersColumn {
+            tag: Tag::new(number as u32, WIRE_LEN),
+            key: Tag::new(1, WIRE_LEN),
+            value: Tag::new(2, WIRE_LEN),
+            value_is_string,
+            column: col.name.as_str().into(),
+        });
+    }
+    Ok(ops)
 }
 
 fn boxed_symbols(symbols: &[String]) -> Box<[Box<str>]> {
@@ -785,7 +796,7 @@ fn proto_of(conv: &Conv) -> (u32, Type) {
     }
 }
 
-fn column_type(c: &TableFieldSchema) -> String {
+pub(super) fn column_type(c: &TableFieldSchema) -> String {
     match c.mode() {
         Mode::Repeated => format!("REPEATED {}", c.field_type.as_str()),
         _ => c.field_type.as_str().to_owned(),

@@ -61,6 +61,31 @@ pub fn datetime_packed(local_micros: Option<i64>) -> Result<i64, String> {
     Ok((date << 32) | time)
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date, or why it is not a date.
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> Result<i64, String> {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return Err(format!("month {month} is not 1..12")),
+    };
+    if !(1..=9999).contains(&year) || !(1..=month_days).contains(&day) {
+        return Err(format!(
+            "{year:04}-{month:02}-{day:02} is not a date in 0001-01-01..9999-12-31"
+        ));
+    }
+    // Howard Hinnant's days_from_civil.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Ok(era * 146_097 + doe - 719_468)
+}
+
 /// Howard Hinnant's days → (year, month, day) in the proleptic Gregorian calendar.
 pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
@@ -130,6 +155,68 @@ impl Wide {
             negative: v < 0,
             mag,
         }
+    }
+
+    pub fn from_u64(v: u64) -> Wide {
+        let mut mag = [0u64; LIMBS];
+        mag[0] = v;
+        Wide {
+            negative: false,
+            mag,
+        }
+    }
+
+    /// Parses decimal text (`-12.50`, `1e3`, `.5`) into an unscaled value and its scale; a
+    /// negative exponent beyond the digits raises the scale, a positive one multiplies.
+    pub fn parse_decimal(text: &str) -> Result<(Wide, u32), String> {
+        let bad = || format!("{text:?} is not a decimal number");
+        let (negative, rest) = match text.as_bytes().first() {
+            Some(b'-') => (true, &text[1..]),
+            Some(b'+') => (false, &text[1..]),
+            _ => (false, text),
+        };
+        let (mantissa, exponent) = match rest.find(['e', 'E']) {
+            Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().map_err(|_| bad())?),
+            None => (rest, 0),
+        };
+        let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(bad());
+        }
+        let mut w = Wide::from_i64(0);
+        for c in int_part.bytes().chain(frac_part.bytes()) {
+            if !c.is_ascii_digit() {
+                return Err(bad());
+            }
+            w.mul_small(10)
+                .and_then(|_| w.add_small((c - b'0') as u64))
+                .map_err(|_| "decimal is too large".to_string())?;
+        }
+        let scale = frac_part.len() as i64 - exponent;
+        if !(-100..=100).contains(&scale) {
+            return Err(format!("{text:?} has an exponent out of range"));
+        }
+        let scale = if scale < 0 {
+            w.rescale(0, scale.unsigned_abs() as u32)?;
+            0
+        } else {
+            scale as u32
+        };
+        w.negative = negative && !w.is_zero();
+        Ok((w, scale))
+    }
+
+    fn add_small(&mut self, a: u64) -> Result<(), ()> {
+        let mut carry = a;
+        for limb in self.mag.iter_mut() {
+            let (v, c) = limb.overflowing_add(carry);
+            *limb = v;
+            carry = c as u64;
+            if carry == 0 {
+                return Ok(());
+            }
+        }
+        if carry == 0 { Ok(()) } else { Err(()) }
     }
 
     fn is_zero(&self) -> bool {
@@ -372,6 +459,41 @@ mod tests {
         let mut over = vec![0x00, 0x80];
         over.extend([0x00; 31]);
         assert!(numeric(&over, 38, DecimalTarget::BigNumeric).is_err());
+    }
+
+    #[test]
+    fn civil_dates_round_trip_and_invalid_ones_are_refused() {
+        for days in [
+            MIN_DATE_DAYS as i64,
+            -1,
+            0,
+            11_016,
+            20_696,
+            MAX_DATE_DAYS as i64,
+        ] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d).unwrap(), days);
+        }
+        assert!(days_from_civil(2023, 2, 29).is_err());
+        assert!(days_from_civil(2024, 13, 1).is_err());
+        assert!(days_from_civil(0, 1, 1).is_err());
+        assert!(days_from_civil(2024, 1, 0).is_err());
+    }
+
+    #[test]
+    fn decimal_text_parses_with_sign_point_and_exponent() {
+        let text = |s: &str| {
+            let (w, scale) = Wide::parse_decimal(s).unwrap();
+            w.to_decimal_string(scale)
+        };
+        assert_eq!(text("-12.50"), "-12.50");
+        assert_eq!(text("1e3"), "1000");
+        assert_eq!(text(".5"), "0.5");
+        assert_eq!(text("2.5E-3"), "0.0025");
+        assert_eq!(text("-0"), "0");
+        for bad in ["", "-", "1.2.3", "abc", "1e", "."] {
+            assert!(Wide::parse_decimal(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -30,6 +30,14 @@ pub enum PlanError {
     BadColumnName { column: String },
     #[error("kafka metadata column {column}: {reason}")]
     Metadata { column: String, reason: String },
+    #[error("column {column}: protobuf {proto} cannot be written to a {column_type} column")]
+    ProtoIncompatible {
+        column: String,
+        proto: String,
+        column_type: String,
+    },
+    #[error("protobuf field {field} has no column in the table (unknown_fields: error)")]
+    UnknownProtoField { field: String },
 }
 
 /// Deriving a table schema from an Avro schema failed.
@@ -90,4 +98,50 @@ pub enum RecordError {
     NullElement { column: Arc<str> },
     #[error("column {column}: {reason}")]
     Value { column: Arc<str>, reason: String },
+    #[error("protobuf message index array: {reason}")]
+    BadMessageIndexes { reason: String },
+    #[error("protobuf data ends early at byte {offset} while reading {what}")]
+    ProtoTruncated { offset: usize, what: &'static str },
+    #[error("protobuf varint at byte {offset} is malformed or overflows 64 bits")]
+    ProtoBadVarint { offset: usize },
+    #[error(
+        "protobuf field number {number} at byte {offset} has wire type {wire}, which is invalid or does not match its declared type"
+    )]
+    ProtoWireType {
+        offset: usize,
+        number: u64,
+        wire: u8,
+    },
+    #[error(
+        "protobuf field number {number} at byte {offset} is not in the writer schema (unknown_fields: error)"
+    )]
+    ProtoUnknownField { offset: usize, number: u64 },
+    #[error("protobuf field {field} occurs more than once: {reason}")]
+    ProtoRepeatedField {
+        field: Arc<str>,
+        reason: &'static str,
+    },
+    #[error("protobuf groups nest deeper than {max} levels at byte {offset}")]
+    ProtoTooDeep { offset: usize, max: usize },
+}
+
+impl RecordError {
+    /// The bounded class of the error, as the dead-letter header and metric label carry it.
+    pub fn class(&self) -> &'static str {
+        match self {
+            RecordError::ShortHeader { .. } | RecordError::BadMagic { .. } => "bad_magic",
+            RecordError::Value { .. } => "out_of_range",
+            RecordError::MissingRequired { .. }
+            | RecordError::NullRequired { .. }
+            | RecordError::NullElement { .. } => "incompatible_schema",
+            RecordError::BadMessageIndexes { .. }
+            | RecordError::ProtoTruncated { .. }
+            | RecordError::ProtoBadVarint { .. }
+            | RecordError::ProtoWireType { .. }
+            | RecordError::ProtoUnknownField { .. }
+            | RecordError::ProtoRepeatedField { .. }
+            | RecordError::ProtoTooDeep { .. } => "malformed_protobuf",
+            _ => "malformed_avro",
+        }
+    }
 }

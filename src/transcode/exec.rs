@@ -141,7 +141,7 @@ fn run(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordE
     }
 }
 
-fn value_error(column: &Arc<str>, reason: String) -> RecordError {
+pub(super) fn value_error(column: &Arc<str>, reason: String) -> RecordError {
     RecordError::Value {
         column: column.clone(),
         reason,
@@ -149,13 +149,13 @@ fn value_error(column: &Arc<str>, reason: String) -> RecordError {
 }
 
 #[inline]
-fn put_i64(out: &mut Vec<u8>, tag: Tag, v: i64) {
+pub(super) fn put_i64(out: &mut Vec<u8>, tag: Tag, v: i64) {
     tag.put(out);
     put_varint(out, v as u64);
 }
 
 #[inline]
-fn put_f64(out: &mut Vec<u8>, tag: Tag, v: f64) {
+pub(super) fn put_f64(out: &mut Vec<u8>, tag: Tag, v: f64) {
     tag.put(out);
     out.extend_from_slice(&v.to_le_bytes());
 }
@@ -299,7 +299,7 @@ fn scalar_cold(
     Ok(())
 }
 
-fn put_decimal(
+pub(super) fn put_decimal(
     out: &mut Vec<u8>,
     tag: Tag,
     mut w: Wide,
@@ -317,7 +317,7 @@ fn put_decimal(
     Ok(())
 }
 
-fn check_json(s: &[u8]) -> Result<(), String> {
+pub(super) fn check_json(s: &[u8]) -> Result<(), String> {
     serde_json::from_slice::<serde::de::IgnoredAny>(s)
         .map(|_| ())
         .map_err(|e| format!("string is not valid json: {e}"))
@@ -534,7 +534,7 @@ fn json_string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
-fn write_metadata(
+pub(super) fn write_metadata(
     ops: &MetadataOps,
     meta: Option<&KafkaMetadata<'_>>,
     out: &mut Vec<u8>,

@@ -1,8 +1,10 @@
-//! Avro → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC client.
+//! Avro and Protobuf → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC
+//! client.
 //!
 //! A [`Plan`] is compiled once per (writer schema, table schema) pair and then turns each
-//! record's Avro binary straight into the proto2 bytes of the plan's own [`Plan::descriptor`],
-//! which goes into AppendRows' `writer_schema`. The mapping is in `docs/mapping.md`.
+//! record's Avro binary (or Protobuf message) straight into the proto2 bytes of the plan's own
+//! [`Plan::descriptor`], which goes into AppendRows' `writer_schema`. The mapping is in
+//! `docs/mapping.md`.
 
 mod compile;
 mod convert;
@@ -12,6 +14,7 @@ mod error;
 mod exec;
 mod ops;
 mod proto;
+pub mod protobuf;
 mod reader;
 mod schema;
 mod wire;
@@ -32,9 +35,16 @@ pub use wire::{WireFormat, frame_confluent, split_confluent};
 /// A compiled transcoding plan for one (writer schema, table schema) pair.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    root: ops::RecordOp,
+    body: Body,
     metadata: ops::MetadataOps,
     descriptor: DescriptorProto,
+}
+
+/// What a plan reads.
+#[derive(Debug, Clone)]
+enum Body {
+    Avro(ops::RecordOp),
+    Protobuf(protobuf::MessageOp),
 }
 
 impl Plan {
@@ -46,22 +56,39 @@ impl Plan {
         compile::compile(writer, table, options)
     }
 
+    /// The plan of a Protobuf writer message (`ProtoSchema::message`) for the table.
+    pub fn compile_protobuf(
+        message: &prost_reflect::MessageDescriptor,
+        table: &crate::bigquery::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        protobuf::compile(message, table, options)
+    }
+
     /// The self-contained proto2 descriptor the rows are encoded with.
     pub fn descriptor(&self) -> &DescriptorProto {
         &self.descriptor
     }
 
-    /// Appends one row, encoded from the Avro binary `avro` (no framing), to `out` and returns
-    /// its byte range. On error `out` is left as it was, so a batch can be built in one buffer
-    /// and a bad record simply skipped.
+    /// Appends one row, encoded from `body` (the Avro binary or the Protobuf message, without
+    /// framing), to `out` and returns its byte range. On error `out` is left as it was, so a
+    /// batch can be built in one buffer and a bad record simply skipped.
     pub fn transcode(
         &self,
-        avro: &[u8],
+        body: &[u8],
         meta: Option<&KafkaMetadata<'_>>,
         out: &mut Vec<u8>,
     ) -> Result<Range<usize>, RecordError> {
         let start = out.len();
-        match exec::run_row(&self.root, &self.metadata, avro, meta, out) {
+        let result = match &self.body {
+            Body::Avro(root) => exec::run_row(root, &self.metadata, body, meta, out),
+            Body::Protobuf(root) => {
+                out.reserve(body.len() + body.len() / 4 + 64);
+                protobuf::run_message(root, body, 0, out)
+                    .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
+            }
+        };
+        match result {
             Ok(()) => Ok(start..out.len()),
             Err(e) => {
                 out.truncate(start);

@@ -905,14 +905,7 @@ impl PartitionWriter {
 }
 
 fn record_error_class(error: &RecordError) -> &'static str {
-    match error {
-        RecordError::ShortHeader { .. } | RecordError::BadMagic { .. } => "bad_magic",
-        RecordError::Value { .. } => "out_of_range",
-        RecordError::MissingRequired { .. }
-        | RecordError::NullRequired { .. }
-        | RecordError::NullElement { .. } => "incompatible_schema",
-        _ => "malformed_avro",
-    }
+    error.class()
 }
 
 fn varint_len(v: u64) -> usize {

@@ -1,0 +1,17 @@
+//! Confluent Protobuf input: the message-index framing, registered `.proto` schemas compiled into
+//! descriptors, and plans that rewrite a message's wire bytes into the row's wire bytes directly —
+//! fields matched to columns by name and renumbered, no decoded message in between. The mapping
+//! is in `docs/mapping.md`.
+
+mod compile;
+mod exec;
+mod framing;
+mod ops;
+mod schema;
+
+pub use framing::{MessageIndexEncoding, MessagePath, frame_protobuf, split_message_indexes};
+pub use schema::ProtoSchema;
+
+pub(super) use compile::compile;
+pub(super) use exec::run_message;
+pub(super) use ops::MessageOp;
