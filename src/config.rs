@@ -505,6 +505,33 @@ pub struct SchemaRegistryConfig {
     /// is replaced by the topic (default `{topic}-value`, the TopicNameStrategy).
     #[serde(default = "default_sr_table_subject")]
     pub table_subject: String,
+    /// The encoding of the records: `avro` (default) or `protobuf`; a route may override it.
+    #[serde(default)]
+    pub format: InputFormat,
+    /// How Protobuf records encode the message-index array after the schema id: `zigzag`
+    /// (default; every current Confluent serializer), `unsigned` (older non-Java clients'
+    /// `use.deprecated.format`) or `none` (clients that write no array: the first message).
+    #[serde(default)]
+    pub protobuf_message_indexes: ProtobufMessageIndexes,
+}
+
+/// The encoding of record values read through the Schema Registry (`docs/mapping.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    #[default]
+    Avro,
+    Protobuf,
+}
+
+/// See `schema_registry.protobuf_message_indexes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtobufMessageIndexes {
+    #[default]
+    Zigzag,
+    Unsigned,
+    None,
 }
 
 fn default_sr_timeout() -> HumanDuration {
@@ -597,6 +624,10 @@ pub struct RouteConfig {
     /// input (`schema_registry` or `avro`).
     #[serde(default)]
     pub avro: Option<AvroConfig>,
+    /// The encoding of the route's records read through the registry, instead of
+    /// `schema_registry.format`.
+    #[serde(default)]
+    pub format: Option<InputFormat>,
 }
 
 /// The table settings in force for one topic: its route's, or the top-level `bigquery` ones.
@@ -615,6 +646,8 @@ pub struct TopicRoute<'a> {
     pub map_mode: MapMode,
     /// The fixed writer schema, if the topic's records are raw Avro.
     pub schema_file: Option<&'a Path>,
+    /// The encoding of records read through the registry.
+    pub format: InputFormat,
     /// The field path of the route, for messages: `routes[1]` or `bigquery`.
     pub path: String,
 }
@@ -705,6 +738,10 @@ impl Config {
     pub fn route_for(&self, topic: &str) -> TopicRoute<'_> {
         let b = &self.bigquery;
         let top_schema = self.avro.as_ref().map(|a| a.schema_file.as_path());
+        let top_format = self
+            .schema_registry
+            .as_ref()
+            .map_or(InputFormat::Avro, |sr| sr.format);
         match self.routes.iter().position(|r| r.matches(topic)) {
             Some(i) => {
                 let r = &self.routes[i];
@@ -723,6 +760,7 @@ impl Config {
                         .as_ref()
                         .map(|a| a.schema_file.as_path())
                         .or(top_schema),
+                    format: r.format.unwrap_or(top_format),
                     path: format!("routes[{i}]"),
                 }
             }
@@ -736,6 +774,7 @@ impl Config {
                 unknown_fields: b.unknown_fields,
                 map_mode: b.map_mode,
                 schema_file: top_schema,
+                format: top_format,
                 path: "bigquery".into(),
             },
         }
@@ -1588,6 +1627,7 @@ pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
     v.input(config);
     v.bigquery(config);
     v.routes(config);
+    v.formats(config);
     v.checkpoint(&config.checkpoint);
     v.writer(&config.writer, &config.checkpoint);
     v.dead_letter(config);
@@ -1978,6 +2018,57 @@ impl Validator {
             }
         }
         self.table_collisions(c);
+    }
+
+    /// Protobuf is read through the registry only, into tables that exist: creating or evolving
+    /// a table from a Protobuf schema is not implemented yet.
+    fn formats(&mut self, c: &Config) {
+        let sr_format = c.schema_registry.as_ref().map(|sr| sr.format);
+        let top = (
+            "schema_registry.format".to_string(),
+            sr_format.unwrap_or_default(),
+            c.avro.is_some(),
+            c.bigquery.create_table.is_some(),
+            c.bigquery.schema_update,
+        );
+        let routes = c.routes.iter().enumerate().map(|(i, r)| {
+            let path = match r.format {
+                Some(_) => format!("routes[{i}].format"),
+                None => "schema_registry.format".to_string(),
+            };
+            (
+                path,
+                r.format.or(sr_format).unwrap_or_default(),
+                r.avro.is_some() || (c.avro.is_some() && r.format.is_none()),
+                r.create_table.is_some() || c.bigquery.create_table.is_some(),
+                r.schema_update.unwrap_or(c.bigquery.schema_update),
+            )
+        });
+        for (path, format, raw_avro, create_table, schema_update) in
+            std::iter::once(top).chain(routes)
+        {
+            if format != InputFormat::Protobuf {
+                continue;
+            }
+            if raw_avro {
+                self.err(
+                    &path,
+                    "protobuf records are read through schema_registry (raw input is avro only)",
+                );
+            }
+            if create_table {
+                self.err(
+                    &path,
+                    "create_table is not supported for protobuf yet: create the table first",
+                );
+            }
+            if schema_update == SchemaUpdate::AddColumns {
+                self.err(
+                    &path,
+                    "schema_update: add_columns is not supported for protobuf yet",
+                );
+            }
+        }
     }
 
     /// One table is written with one set of settings: two listed topics that a `{topic}`

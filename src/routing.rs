@@ -24,12 +24,14 @@ use crate::checkpoint::protocol::RoutedTable;
 use crate::config::{self, Config, TopicRoute};
 use crate::ops::metrics::Metrics;
 use crate::registry::SchemaRegistry;
+use crate::transcode::protobuf::MessageIndexEncoding;
 use crate::transcode::{
     AvroSchema, DeriveOptions, MapMode, MetadataColumns, PlanOptions, UnknownFields,
     table_schema_from_avro,
 };
 use crate::writer::partition_writer::{PlanSource, WriterRoute};
 use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
+use crate::writer::protobuf_plans::ProtobufPlans;
 
 /// The destination of one topic.
 pub struct Route {
@@ -221,6 +223,15 @@ impl Router {
                     )
                 })?,
             ),
+            (Some(registry), None) if settings.format == config::InputFormat::Protobuf => {
+                Arc::new(ProtobufPlans::new(
+                    registry,
+                    table.schema.clone(),
+                    plan_options,
+                    message_indexes(&self.config),
+                    self.metrics.clone(),
+                ))
+            }
             (Some(registry), None) => {
                 let evolution = Some(SchemaEvolution {
                     add_columns: settings.schema_update == config::SchemaUpdate::AddColumns,
@@ -296,6 +307,13 @@ async fn ensure_table(
             Err(e) => return Err(e.into()),
         }
     }
+    if route.format == config::InputFormat::Protobuf {
+        bail!(
+            "table {} (topic {topic}, {}) does not exist; protobuf routes do not create tables",
+            table.resource_name(),
+            route.path
+        );
+    }
     let Some(create) = route.create_table else {
         bail!(
             "table {} (topic {topic}, {}) does not exist and create_table is not set",
@@ -361,6 +379,19 @@ async fn ensure_table(
         // Another replica created it first.
         Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
         Err(e) => Err(e.into()),
+    }
+}
+
+fn message_indexes(config: &Config) -> MessageIndexEncoding {
+    match config
+        .schema_registry
+        .as_ref()
+        .map(|sr| sr.protobuf_message_indexes)
+        .unwrap_or_default()
+    {
+        config::ProtobufMessageIndexes::Zigzag => MessageIndexEncoding::Zigzag,
+        config::ProtobufMessageIndexes::Unsigned => MessageIndexEncoding::Unsigned,
+        config::ProtobufMessageIndexes::None => MessageIndexEncoding::None,
     }
 }
 

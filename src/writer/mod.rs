@@ -3,4 +3,5 @@
 pub mod append_session;
 pub mod partition_writer;
 pub mod plans;
+pub mod protobuf_plans;
 pub mod stream_quota;

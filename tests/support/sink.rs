@@ -209,6 +209,8 @@ pub struct Tweaks {
     pub topic: Option<String>,
     /// `kafka.topic_pattern` instead of a topic list.
     pub topic_pattern: Option<String>,
+    /// `schema_registry.format` with a registry (`protobuf`).
+    pub format: Option<&'static str>,
 }
 
 impl Default for Tweaks {
@@ -223,6 +225,7 @@ impl Default for Tweaks {
             delivery: None,
             topic: None,
             topic_pattern: None,
+            format: None,
         }
     }
 }
@@ -320,8 +323,12 @@ impl Fixture {
         let path = self.dir.path().join(format!("{name}.yaml"));
         let input = match &tweaks.registry_url {
             Some(url) => format!(
-                "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n",
-                tweaks.not_found_grace
+                "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n{}",
+                tweaks.not_found_grace,
+                tweaks
+                    .format
+                    .map(|f| format!("  format: {f}\n"))
+                    .unwrap_or_default()
             ),
             None => format!(
                 "avro:\n  schema_file: \"{}\"\n",

@@ -1,0 +1,244 @@
+//! Confluent Protobuf end to end: records written by Confluent's own `ProtobufSerializer`
+//! (`tests/python/protobuf_vectors.py`), with the schema and its reference served by a registry
+//! speaking the Confluent API exactly as the serializer registered them, consumed from the real
+//! broker by the daemon with `format: protobuf`, land exactly once and value by value in the
+//! emulator; the records that do not fit go to the dead-letter topic with a reason.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use serde_json::{Value as Json, json};
+use support::kafka::unique_name;
+use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
+
+fn python() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("KBQ_PYTHON") {
+        return Some(p.into());
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The registry as the serializer left it: `/schemas/ids/{id}` and
+/// `/subjects/{subject}/versions/{version}`.
+async fn serve_registry(dump: Json) -> SocketAddr {
+    async fn by_id(State(d): State<Arc<Json>>, Path(id): Path<u32>) -> Response {
+        match d["ids"].get(id.to_string()) {
+            Some(e) => axum::Json(e.clone()).into_response(),
+            None => (StatusCode::NOT_FOUND, r#"{"error_code":40403}"#).into_response(),
+        }
+    }
+    async fn by_version(
+        State(d): State<Arc<Json>>,
+        Path((subject, version)): Path<(String, String)>,
+    ) -> Response {
+        match d["subjects"].get(&subject).and_then(|s| s.get(&version)) {
+            Some(e) => axum::Json(e.clone()).into_response(),
+            None => (StatusCode::NOT_FOUND, r#"{"error_code":40401}"#).into_response(),
+        }
+    }
+    let app = Router::new()
+        .route("/schemas/ids/{id}", get(by_id))
+        .route("/subjects/{subject}/versions/{version}", get(by_version))
+        .with_state(Arc::new(dump));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
+    let Some(python) = python() else {
+        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vectors.jsonl");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/protobuf_vectors.py");
+    assert!(
+        Command::new(python)
+            .arg(&script)
+            .arg(&file)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let lines: Vec<Json> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let vectors: HashMap<&str, &Json> = lines[1..]
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v))
+        .collect();
+    let registry = serve_registry(lines[0]["registry"].clone()).await;
+
+    let f = Fixture::with(SinkOptions::partitions(1)).await;
+    let every = vectors["every_type"];
+    let mut columns = every["table"].as_array().unwrap().clone();
+    for (name, ty) in [
+        ("kafka_topic", "STRING"),
+        ("kafka_partition", "INTEGER"),
+        ("kafka_offset", "INTEGER"),
+    ] {
+        columns.push(json!({"name": name, "type": ty}));
+    }
+    let table: TableSchema = serde_json::from_value(json!({ "fields": columns })).unwrap();
+    f.create_table(table.clone());
+
+    let good = [
+        "every_type",
+        "nothing_set_gives_proto3_defaults",
+        "timestamp_before_the_epoch_and_a_zero_map_value",
+    ];
+    let bad = [
+        "an_unnamed_enum_number_is_a_record_error",
+        "a_fixed64_above_int64_is_a_record_error",
+        "an_impossible_date_is_a_record_error",
+    ];
+    let payload = |name: &str| hex(vectors[name]["payload_hex"].as_str().unwrap());
+    let mut payloads: Vec<Vec<u8>> = good.iter().map(|n| payload(n)).collect();
+    payloads.extend(bad.iter().map(|n| payload(n)));
+    // A record that is not Confluent-framed, and one whose message index names no message.
+    payloads.push(b"{\"json\": true}".to_vec());
+    let mut unknown_path = payload("every_type")[..5].to_vec();
+    unknown_path.extend([0x02, 0x0a]);
+    payloads.push(unknown_path);
+    let offsets = f.source.produce_raw(0, &payloads);
+    f.source
+        .expect(offsets[..good.len()].iter().map(|o| (0, *o)));
+
+    let config = f.config_with(
+        &unique_name("protobuf"),
+        &Tweaks {
+            registry_url: Some(format!("http://{registry}")),
+            format: Some("protobuf"),
+            ..Tweaks::default()
+        },
+    );
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+
+    let mut dead = f.dead_letters(bad.len() + 2);
+    dead.sort();
+    let classes: Vec<(i64, &str)> = dead.iter().map(|(_, o, c, _)| (*o, c.as_str())).collect();
+    let o = &offsets[good.len()..];
+    assert_eq!(
+        classes,
+        vec![
+            (o[0], "out_of_range"),
+            (o[1], "out_of_range"),
+            (o[2], "out_of_range"),
+            (o[3], "bad_magic"),
+            (o[4], "unknown_schema"),
+        ],
+        "{dead:?}"
+    );
+    assert!(dead[0].3.contains("enum number 7"), "{}", dead[0].3);
+    assert!(dead[1].3.contains("does not fit INT64"), "{}", dead[1].3);
+    assert!(dead[2].3.contains("2023-02-29"), "{}", dead[2].3);
+    assert!(dead[4].3.contains("[5]"), "{}", dead[4].3);
+
+    // Value by value, as tabledata.list shows them.
+    let stored = f.emulator.store.get_table(&f.table_ref()).unwrap();
+    let page = f
+        .emulator
+        .store
+        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
+        .unwrap();
+    let names: Vec<&str> = table.fields.iter().map(|c| c.name.as_str()).collect();
+    let rows: HashMap<i64, serde_json::Map<String, Json>> = page
+        .rows
+        .iter()
+        .map(|row| {
+            let r = row.codec.render(&row.data, &stored.schema);
+            let cells: serde_json::Map<String, Json> = names
+                .iter()
+                .map(|n| n.to_string())
+                .zip(r["f"].as_array().unwrap().iter().map(|c| c["v"].clone()))
+                .collect();
+            (
+                cells["kafka_offset"].as_str().unwrap().parse().unwrap(),
+                cells,
+            )
+        })
+        .collect();
+    let row = &rows[&offsets[0]];
+    let want = json!({
+        "id": "-9007199254740993",
+        "customer": "Zoë \"Q\"",
+        "status": "SHIPPED",
+        "quantities": [{"v": "1"}, {"v": "-2"}, {"v": "300000"}],
+        "tags": [{"v": "a"}, {"v": ""}, {"v": "ß"}],
+        "counters": [{"v": {"f": [{"v": "only"}, {"v": "42"}]}}],
+        "first_line": {"f": [{"v": "SKU-1"}, {"v": "3"}]},
+        "lines": [{"v": {"f": [{"v": "x"}, {"v": "0"}]}}, {"v": {"f": [{"v": ""}, {"v": "0"}]}}],
+        "maybe_count": "0",
+        "note": "wrapped",
+        "ship_date": "2024-02-29",
+        "amount": "-12.345",
+        "total": {"f": [{"v": "EUR"}, {"v": "12"}, {"v": "0"}]},
+        "priority": "0",
+        "email": null,
+        "phone": "+41 00",
+        "delta64": "-4611686018427387904",
+        "fx64": "9223372036854775807",
+        "sfx32": "-2147483648",
+        "sfx64": "-9223372036854775808",
+        "u32": "4294967295",
+        "u64": "18446744073709551615",
+        "flag": "true",
+        "blob": "AP8=",
+        "elapsed": "-3000500",
+        "maybe_flag": "false",
+        "price": "-0.0015",
+        "attributes": "{\"k\": [1, 2]}",
+        "far_field": "7",
+        "kafka_topic": f.topic,
+    });
+    for (name, value) in want.as_object().unwrap() {
+        assert_eq!(&row[name], value, "every_type column {name}");
+    }
+    let defaults = &rows[&offsets[1]];
+    for (name, value) in [
+        ("id", json!("0")),
+        ("customer", json!("")),
+        ("status", json!("STATUS_UNKNOWN")),
+        ("flag", json!("false")),
+        ("priority", Json::Null),
+        ("maybe_count", Json::Null),
+        ("placed_at", Json::Null),
+        ("quantities", json!([])),
+    ] {
+        assert_eq!(defaults[name], value, "defaults column {name}");
+    }
+    let before_epoch = &rows[&offsets[2]];
+    assert_eq!(before_epoch["email"], json!("a@b"));
+    assert_eq!(
+        before_epoch["counters"],
+        json!([{"v": {"f": [{"v": "zero"}, {"v": "0"}]}}])
+    );
+    assert!(d.errors().is_empty(), "{:?}", d.errors());
+    assert!(d.terminate().success());
+}
