@@ -1684,6 +1684,15 @@ fn is_http_url(url: &str) -> bool {
     rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
 }
 
+/// The input settings one route (or the top level) is read with, and the fields that set them.
+struct Scope {
+    format_path: String,
+    format: InputFormat,
+    raw_avro: bool,
+    create_table: Option<String>,
+    add_columns: Option<String>,
+}
+
 impl Validator {
     fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors.push(ConfigError::at(path, message));
@@ -2021,51 +2030,72 @@ impl Validator {
     }
 
     /// Protobuf is read through the registry only, into tables that exist: creating or evolving
-    /// a table from a Protobuf schema is not implemented yet.
+    /// a table from a Protobuf schema is not implemented yet. Each refusal names the field that
+    /// asks for it (the route's own, else the top-level one it inherits).
     fn formats(&mut self, c: &Config) {
         let sr_format = c.schema_registry.as_ref().map(|sr| sr.format);
-        let top = (
-            "schema_registry.format".to_string(),
-            sr_format.unwrap_or_default(),
-            c.avro.is_some(),
-            c.bigquery.create_table.is_some(),
-            c.bigquery.schema_update,
-        );
-        let routes = c.routes.iter().enumerate().map(|(i, r)| {
-            let path = match r.format {
-                Some(_) => format!("routes[{i}].format"),
-                None => "schema_registry.format".to_string(),
+        let b = &c.bigquery;
+        let mut scopes = vec![Scope {
+            format_path: "schema_registry.format".into(),
+            format: sr_format.unwrap_or_default(),
+            raw_avro: c.avro.is_some(),
+            create_table: b
+                .create_table
+                .is_some()
+                .then(|| "bigquery.create_table".into()),
+            add_columns: (b.schema_update == SchemaUpdate::AddColumns)
+                .then(|| "bigquery.schema_update".into()),
+        }];
+        for (i, r) in c.routes.iter().enumerate() {
+            let create_table = match (&r.create_table, &b.create_table) {
+                (Some(_), _) => Some(format!("routes[{i}].create_table")),
+                (None, Some(_)) => Some("bigquery.create_table".into()),
+                (None, None) => None,
             };
-            (
-                path,
-                r.format.or(sr_format).unwrap_or_default(),
-                r.avro.is_some() || (c.avro.is_some() && r.format.is_none()),
-                r.create_table.is_some() || c.bigquery.create_table.is_some(),
-                r.schema_update.unwrap_or(c.bigquery.schema_update),
-            )
-        });
-        for (path, format, raw_avro, create_table, schema_update) in
-            std::iter::once(top).chain(routes)
-        {
-            if format != InputFormat::Protobuf {
+            let add_columns = match r.schema_update {
+                Some(SchemaUpdate::AddColumns) => Some(format!("routes[{i}].schema_update")),
+                Some(_) => None,
+                None => (b.schema_update == SchemaUpdate::AddColumns)
+                    .then(|| "bigquery.schema_update".into()),
+            };
+            scopes.push(Scope {
+                format_path: match r.format {
+                    Some(_) => format!("routes[{i}].format"),
+                    None => "schema_registry.format".into(),
+                },
+                format: r.format.or(sr_format).unwrap_or_default(),
+                // A route reads the top-level schema file unless it has its own (`route_for`).
+                raw_avro: r.avro.is_some() || c.avro.is_some(),
+                create_table,
+                add_columns,
+            });
+        }
+        for s in scopes {
+            if s.format != InputFormat::Protobuf {
                 continue;
             }
-            if raw_avro {
+            if s.raw_avro {
                 self.err(
-                    &path,
+                    &s.format_path,
                     "protobuf records are read through schema_registry (raw input is avro only)",
                 );
             }
-            if create_table {
+            if let Some(path) = s.create_table {
                 self.err(
                     &path,
-                    "create_table is not supported for protobuf yet: create the table first",
+                    format!(
+                        "create_table is not supported for protobuf ({}): create the table first",
+                        s.format_path
+                    ),
                 );
             }
-            if schema_update == SchemaUpdate::AddColumns {
+            if let Some(path) = s.add_columns {
                 self.err(
                     &path,
-                    "schema_update: add_columns is not supported for protobuf yet",
+                    format!(
+                        "add_columns is not supported for protobuf ({}): the table is not evolved from a protobuf schema",
+                        s.format_path
+                    ),
                 );
             }
         }

@@ -738,3 +738,52 @@ fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_exc
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "config ok");
 }
+
+const REGISTRY: &str = "\
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  group_id: g
+  topics: [a, b]
+schema_registry:
+  url: http://127.0.0.1:8081
+bigquery:
+  project: p
+  dataset: d
+  table: t
+dead_letter:
+  topic: t-dlq
+";
+
+#[test]
+fn protobuf_routes_refuse_table_creation_and_evolution_naming_the_field_that_asks() {
+    let proto_everywhere = REGISTRY.replace(
+        "  url: http://127.0.0.1:8081\n",
+        "  url: http://127.0.0.1:8081\n  format: protobuf\n",
+    );
+    assert_eq!(
+        errors(&proto_everywhere, HashMap::new()),
+        Vec::<String>::new()
+    );
+    let yaml = REGISTRY.replace(
+        "  table: t\n",
+        "  table: t\n  create_table: {}\n  schema_update: add_columns\n",
+    ) + "routes:\n  - topics: [a]\n    format: protobuf\n    table: ta\n    schema_update: none\n  - topics: [b]\n    format: protobuf\n    table: tb\n    create_table: {}\n";
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "bigquery.create_table: create_table is not supported for protobuf (routes[0].format)",
+        "routes[1].create_table: create_table is not supported for protobuf (routes[1].format)",
+        "bigquery.schema_update: add_columns is not supported for protobuf (routes[1].format)",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+    // routes[0] sets schema_update itself; the top level stays avro and may create and evolve.
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert_one_error(
+        &with("routes:\n  - topics: [t]\n    format: protobuf\n"),
+        HashMap::new(),
+        "routes[0].format: protobuf records are read through schema_registry",
+    );
+}

@@ -213,7 +213,8 @@ async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
         "elapsed": "-3000500",
         "maybe_flag": "false",
         "price": "-0.0015",
-        "attributes": "{\"k\": [1, 2]}",
+        // The emulator stores JSON as BigQuery does, normalized (compact).
+        "attributes": "{\"k\":[1,2]}",
         "far_field": "7",
         "kafka_topic": f.topic,
     });
