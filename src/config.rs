@@ -1065,7 +1065,10 @@ pub struct RecoveryConfig {
     /// Where a group that never committed starts: `earliest` (default) or `latest`.
     pub start_from: StartFrom,
     /// A group that committed before but whose offsets are gone (expired, or below the log
-    /// start): `fail` (default), `earliest` or `latest`.
+    /// start), or a partition that never committed although its table is marked (a new topic
+    /// routed to an existing table): `fail` (default), `earliest`, `latest`, or `resolve` (ask
+    /// the table for the highest visible offset, exact; needs the metadata columns that
+    /// `lost_stream: resolve` needs).
     pub lost_offsets: LostOffsets,
     /// A partition added while running: `earliest` (default) or `latest`.
     pub new_partitions: StartFrom,
@@ -1224,6 +1227,7 @@ pub enum LostOffsets {
     Fail,
     Earliest,
     Latest,
+    Resolve,
 }
 
 /// The Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`).
@@ -2286,19 +2290,31 @@ impl Validator {
         if c.recovery.resolve_attempts == Some(0) {
             self.err("recovery.resolve_attempts", "must be at least 1");
         }
-        if c.recovery.lost_stream == Some(LostStream::Resolve) {
+        let resolving = [
+            (
+                c.recovery.lost_stream == Some(LostStream::Resolve),
+                "recovery.lost_stream",
+                "rewind or fail",
+            ),
+            (
+                c.recovery.lost_offsets == LostOffsets::Resolve,
+                "recovery.lost_offsets",
+                "fail, earliest or latest",
+            ),
+        ];
+        for (_, field, others) in resolving.into_iter().filter(|(on, ..)| *on) {
             for path in resolve_partition_filters(c) {
                 self.err(
-                    "recovery.lost_stream",
+                    field,
                     format!(
                         "resolve queries by partition and offset, which a table created with \
-                         {path} refuses: use rewind or fail, or drop that setting"
+                         {path} refuses: use {others}, or drop that setting"
                     ),
                 );
             }
             for (path, missing) in resolve_missing_columns(c) {
                 self.err(
-                    "recovery.lost_stream",
+                    field,
                     format!(
                         "resolve needs the metadata columns {}: set {path}.{}",
                         missing.join(", "),

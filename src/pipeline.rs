@@ -275,6 +275,7 @@ fn protocol_config(config: &Config) -> ProtocolConfig {
         config::LostOffsets::Fail => MissingCheckpointPolicy::Fail,
         config::LostOffsets::Earliest => MissingCheckpointPolicy::Earliest,
         config::LostOffsets::Latest => MissingCheckpointPolicy::Latest,
+        config::LostOffsets::Resolve => MissingCheckpointPolicy::Resolve,
     };
     p.on_out_of_range = OutOfRangePolicy::Fail;
     if let Some(n) = r.resolve_attempts {

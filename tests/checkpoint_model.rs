@@ -525,6 +525,12 @@ impl World {
             .unwrap_or_default()
             .to_owned();
         let kind = match &outcome {
+            Outcome::Started {
+                case: StartCase::MissingCheckpoint,
+                ..
+            } if self.config.on_missing_checkpoint == MissingCheckpointPolicy::Resolve => {
+                format!("{kind}:MissingCheckpoint:resolve")
+            }
             Outcome::Started { case, .. } => format!("{kind}:{case:?}"),
             Outcome::HandedOff { committed, .. } => format!("{kind}:{committed}"),
             _ => kind,
@@ -1347,9 +1353,13 @@ impl World {
                 .insert("duplicates in a counted rewind window".into());
         }
         if self.config.lost_stream == LostStreamPolicy::Resolve {
+            assert_eq!(
+                self.config.on_missing_checkpoint,
+                MissingCheckpointPolicy::Resolve
+            );
             assert!(
-                duplicates <= self.expired_redelivered,
-                "resolve is exact: only expired offsets re-deliver"
+                duplicates == 0 && self.expired_redelivered == 0,
+                "resolve is exact, for lost streams and expired offsets alike: {duplicates} duplicates"
             );
         }
     }
@@ -1364,7 +1374,13 @@ fn config(resolve: bool, cap_rows: u64) -> ProtocolConfig {
     };
     // Policies that keep a run going; their fail-closed defaults have unit tests.
     c.on_anomaly = AnomalyPolicy::Continue;
-    c.on_missing_checkpoint = MissingCheckpointPolicy::Earliest;
+    // Expired offsets: with resolve, the table says where to continue (exact); else the
+    // counted re-delivery of `earliest`.
+    c.on_missing_checkpoint = if resolve {
+        MissingCheckpointPolicy::Resolve
+    } else {
+        MissingCheckpointPolicy::Earliest
+    };
     c.on_out_of_range = OutOfRangePolicy::Earliest;
     c.isolate_after_commit_failures = 3;
     c.not_found_retries = 1;
@@ -1737,6 +1753,7 @@ fn the_fault_injection_reaches_every_recovery_path() {
         "Started:Checkpoint",
         "Started:FirstStart",
         "Started:MissingCheckpoint",
+        "Started:MissingCheckpoint:resolve",
         "duplicates after expired offsets",
         "Started:OperatorReset",
         "StreamRestarted",

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use kafka_bigquery_sink::config::{Config, Credentials, LostStream, validate, warnings};
+use kafka_bigquery_sink::config::{
+    Config, Credentials, LostOffsets, LostStream, validate, warnings,
+};
 
 /// The variables the example configs reference.
 fn example_env() -> HashMap<String, String> {
@@ -300,6 +302,32 @@ fn resolve_needs_the_partition_and_offset_columns() {
         &with("recovery:\n  lost_stream: resolve\n"),
         HashMap::new(),
         "recovery.lost_stream: resolve needs the metadata columns partition, offset",
+    );
+}
+
+#[test]
+fn lost_offsets_resolve_needs_the_same_columns_and_names_its_own_field() {
+    assert_one_error(
+        &with("recovery:\n  lost_offsets: resolve\n"),
+        HashMap::new(),
+        "recovery.lost_offsets: resolve needs the metadata columns partition, offset",
+    );
+    let yaml = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  metadata_columns:\n    partition: p\n    offset: o\n",
+    );
+    let config = Config::from_yaml(
+        &format!("{yaml}recovery:\n  lost_offsets: resolve\n"),
+        HashMap::new(),
+    )
+    .expect("parses");
+    assert_eq!(config.recovery.lost_offsets, LostOffsets::Resolve);
+    assert_eq!(
+        errors(
+            &format!("{yaml}recovery:\n  lost_offsets: resolve\n"),
+            HashMap::new()
+        ),
+        Vec::<String>::new()
     );
 }
 

@@ -424,6 +424,51 @@ async fn a_topic_created_after_start_gets_its_table_when_its_partitions_are_assi
     assert!(status.success(), "clean exit after SIGTERM: {status:?}");
 }
 
+/// Review finding #11: the group's marker is per table, so a topic that starts feeding a table
+/// the group already committed to has partitions without offsets in a marked table, which looks
+/// like expired offsets (a missing checkpoint, `fail` by default). With `lost_offsets: resolve`
+/// the table says where each partition's visible rows end (nowhere yet), and the new topic is
+/// written from its start, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_topic_routed_to_a_table_the_group_already_marked_is_written_from_its_start() {
+    let s = Setup::new().await;
+    let id = unique("m").replace('-', "_");
+    let first = format!("mark_{id}.first");
+    let later = format!("mark_{id}.later");
+    let dlq = format!("dlq_{id}");
+    let table = format!("shared_{id}");
+    create_topic_blocking(&s.bootstrap, &first, 2);
+    create_topic_blocking(&s.bootstrap, &dlq, 1);
+    let routes = format!(
+        "routes:\n  - topic_pattern: 'mark_{id}\\..*'\n    table: {table}\nrecovery:\n  lost_offsets: resolve\n"
+    );
+    let config = s.write_config(
+        "marked",
+        &config_text(
+            &s,
+            &unique("g"),
+            &format!(r#"topic_pattern: 'mark_{id}\..*'"#),
+            &dlq,
+            &routes,
+        ),
+    );
+    validate(&config);
+
+    s.produce(&first, 2, 300, &table);
+    let mut daemon = Daemon::start(&config);
+    // The first topic's commits mark the table.
+    s.wait_exactly_once(&[(&table, KAFKA_COLS)], Duration::from_secs(60));
+
+    create_topic_blocking(&s.bootstrap, &later, 2);
+    s.produce(&later, 2, 300, &table);
+    s.produce(&first, 2, 100, &table);
+    s.wait_exactly_once(&[(&table, KAFKA_COLS)], Duration::from_secs(90));
+    let failed = daemon.logged("no committed offset although");
+    assert!(failed.is_empty(), "{failed:?}");
+    let status = daemon.terminate();
+    assert!(status.success(), "clean exit after SIGTERM: {status:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject() {
     let s = Setup::new().await;

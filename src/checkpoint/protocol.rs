@@ -93,12 +93,26 @@ pub enum StartFrom {
 }
 
 /// What to do when a group that has committed before finds no committed offset for a partition
-/// (Kafka expired the group's offsets).
+/// (Kafka expired the group's offsets, or the partition never committed while its table was
+/// already marked: a new topic routed to a marked table, or a sibling partition that committed
+/// first; docs/operations.md, "Missing checkpoints").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MissingCheckpointPolicy {
     Fail,
     Earliest,
     Latest,
+    /// Ask the table for the partition's highest visible offset and continue after it (from the
+    /// log start when it has none): exact whatever the cause, as for a lost stream.
+    Resolve,
+}
+
+/// Why a partition asks the table where its visible rows end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Resolving {
+    /// The stream holding rows `[f, below)` of a committed checkpoint is gone.
+    LostStream { stream: StreamId, below: NextOffset },
+    /// No committed offset although the partition's table is marked.
+    MissingCheckpoint,
 }
 
 /// What to do when the start position is below the log start (retention deleted records).
@@ -586,12 +600,10 @@ enum Phase {
         checkpoint: Checkpoint,
         stream: StreamId,
     },
-    /// Asking the table where the partition's visible rows end (the `resolve` policy) for the
-    /// rows `[f, below)` of the lost `stream`.
+    /// Asking the table where the partition's visible rows end (the `resolve` policies).
     Resolving {
         attempt: u32,
-        stream: StreamId,
-        below: NextOffset,
+        why: Resolving,
     },
     Running,
     /// Superseded by another incarnation: silent until the group says what we own.
@@ -849,6 +861,18 @@ impl CheckpointProtocol {
                         MissingCheckpointPolicy::Fail => None,
                         MissingCheckpointPolicy::Earliest => Some(a.low),
                         MissingCheckpointPolicy::Latest => Some(a.high),
+                        MissingCheckpointPolicy::Resolve => {
+                            out.push(Action::ResolveVisible {
+                                tp: tp.clone(),
+                                attempt: 0,
+                            });
+                            state.phase = Phase::Resolving {
+                                attempt: 0,
+                                why: Resolving::MissingCheckpoint,
+                            };
+                            self.partitions.insert(tp, state);
+                            return;
+                        }
                     };
                     (StartCase::MissingCheckpoint, from)
                 }
@@ -1125,8 +1149,7 @@ impl CheckpointProtocol {
                 });
                 state.phase = Phase::Resolving {
                     attempt: 0,
-                    stream,
-                    below,
+                    why: Resolving::LostStream { stream, below },
                 };
                 self.partitions.insert(tp, state);
             }
@@ -1142,20 +1165,28 @@ impl CheckpointProtocol {
         let Some(mut state) = self.partitions.remove(&tp) else {
             return;
         };
-        let Phase::Resolving {
-            attempt,
-            stream,
-            below,
-        } = state.phase.clone()
-        else {
+        let Phase::Resolving { attempt, why } = state.phase.clone() else {
             self.partitions.insert(tp, state);
             return;
         };
         match outcome {
             Ok(highest) => {
-                let from = state
-                    .visible
-                    .max(highest.map(NextOffset::after).unwrap_or_default());
+                let from = match (&why, highest) {
+                    (Resolving::LostStream { .. }, h) => state
+                        .visible
+                        .max(h.map(NextOffset::after).unwrap_or_default()),
+                    (Resolving::MissingCheckpoint, Some(h)) => NextOffset::after(h),
+                    // No row of the partition is visible: everything Kafka still has is to be
+                    // written, as on a first start (a new topic of a marked table).
+                    (Resolving::MissingCheckpoint, None) => state.low,
+                };
+                if why == Resolving::MissingCheckpoint {
+                    out.push(Action::Count(Outcome::Started {
+                        tp: tp.clone(),
+                        case: StartCase::MissingCheckpoint,
+                        at: from,
+                    }));
+                }
                 out.push(Action::Count(Outcome::Resolved {
                     tp: tp.clone(),
                     at: from,
@@ -1180,18 +1211,18 @@ impl CheckpointProtocol {
                     });
                     state.phase = Phase::Resolving {
                         attempt: attempts,
-                        stream,
-                        below,
+                        why,
                     };
                     self.partitions.insert(tp, state);
                     return;
                 }
-                match self.config.resolve_fallback {
-                    ResolveFallback::Fail => {
+                match (self.config.resolve_fallback, why) {
+                    // Without a checkpoint there is no `f` to rewind to: only failing is safe.
+                    (ResolveFallback::Fail, _) | (_, Resolving::MissingCheckpoint) => {
                         let reason = FailReason::ResolveFailed { attempts, error };
                         self.fail(tp, state, reason, out);
                     }
-                    ResolveFallback::Rewind => {
+                    (ResolveFallback::Rewind, Resolving::LostStream { stream, below }) => {
                         out.push(Action::Count(Outcome::Rewound {
                             tp: tp.clone(),
                             stream,
@@ -2482,6 +2513,62 @@ mod tests {
             FlushOutcome::Fatal("permission denied".into()),
         ));
         assert!(matches!(failed(&a), Some(FailReason::FlushFatal(_))));
+        assert!(started_at(&a).is_none());
+    }
+
+    /// `lost_offsets: resolve` (review #11): a partition without a committed offset in a marked
+    /// table continues after its highest visible row, or at the log start when none is visible
+    /// (a new topic routed to the table), and fails when the query keeps failing, even with
+    /// `resolve_fallback: rewind` (there is no `f` to rewind to).
+    #[test]
+    fn a_missing_checkpoint_resolves_where_the_table_says() {
+        let mut config = ProtocolConfig::new();
+        config.on_missing_checkpoint = MissingCheckpointPolicy::Resolve;
+        config.resolve_attempts = 2;
+        config.resolve_fallback = ResolveFallback::Rewind;
+        let resolved = |outcome: Result<Option<KafkaOffset>, String>| Event::ResolveResult {
+            tp: tp0(),
+            outcome,
+        };
+
+        // Rows up to offset 14 are visible: continue at 15, counted as a missing checkpoint.
+        let mut p = CheckpointProtocol::new(config.clone());
+        let a = p.handle(assigned(None, 5, 30));
+        assert!(a.iter().any(|x| matches!(x, Action::ResolveVisible { .. })));
+        assert!(started_at(&a).is_none(), "nothing starts before the answer");
+        let a = p.handle(resolved(Ok(Some(KafkaOffset(14)))));
+        assert_eq!(started_at(&a).unwrap().1, 15);
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::Count(Outcome::Started {
+                case: StartCase::MissingCheckpoint,
+                at: NextOffset(15),
+                ..
+            })
+        )));
+
+        // Nothing visible: everything Kafka still has, from the log start.
+        let mut p = CheckpointProtocol::new(config.clone());
+        p.handle(assigned(None, 5, 30));
+        let a = p.handle(resolved(Ok(None)));
+        assert_eq!(started_at(&a).unwrap().1, 5);
+
+        // Visible rows end below the log start: records were lost, out_of_range decides.
+        let mut p = CheckpointProtocol::new(config.clone());
+        p.handle(assigned(None, 5, 30));
+        let a = p.handle(resolved(Ok(Some(KafkaOffset(2)))));
+        assert!(matches!(failed(&a), Some(FailReason::OutOfRange { .. })));
+
+        // The query keeps failing: fail, never a guess.
+        let mut p = CheckpointProtocol::new(config);
+        p.handle(assigned(None, 5, 30));
+        let a = p.handle(resolved(Err("query failed".into())));
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::ResolveVisible { attempt: 1, .. }))
+        );
+        let a = p.handle(resolved(Err("query failed".into())));
+        assert!(matches!(failed(&a), Some(FailReason::ResolveFailed { .. })));
         assert!(started_at(&a).is_none());
     }
 
