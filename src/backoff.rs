@@ -80,8 +80,28 @@ impl Backoff {
 
 /// ±25 %.
 pub fn jitter(d: Duration) -> Duration {
-    let factor = 0.75 + rand::random::<f64>() * 0.5;
+    let factor = 0.75 + unit_random() * 0.5;
     d.mul_f64(factor)
+}
+
+#[cfg(not(test))]
+fn unit_random() -> f64 {
+    rand::random::<f64>()
+}
+
+/// Under test, the deterministic simulation (docs/simulation.md) draws the jitter from its own
+/// seeded generator, so that a seed replays identically.
+#[cfg(test)]
+fn unit_random() -> f64 {
+    SEEDED_JITTER
+        .with(|j| j.borrow_mut().as_mut().map(rand::Rng::random::<f64>))
+        .unwrap_or_else(rand::random::<f64>)
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(crate) static SEEDED_JITTER: std::cell::RefCell<Option<rand::rngs::StdRng>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]

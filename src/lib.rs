@@ -16,5 +16,7 @@ pub mod quickstart;
 pub mod recover;
 pub mod registry;
 pub mod routing;
+#[cfg(test)]
+mod sim;
 pub mod transcode;
 pub mod writer;

@@ -124,6 +124,14 @@ impl Router {
         Ok(Some(registry))
     }
 
+    /// Installs `route` for `topic` as if it was resolved (the deterministic simulation has no
+    /// schema source or table read to resolve it from).
+    #[cfg(test)]
+    pub(crate) fn insert_resolved(&self, topic: &str, route: Arc<Route>) {
+        lock(&self.tables).insert(route.table.resource_name(), route.clone());
+        lock(&self.topics).insert(topic.to_string(), route);
+    }
+
     /// The route of `topic` if it was resolved.
     pub fn cached(&self, topic: &str) -> Option<Arc<Route>> {
         lock(&self.topics).get(topic).cloned()

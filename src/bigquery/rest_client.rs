@@ -3,6 +3,9 @@
 //! `resolve` recovery: the highest offset of a partition visible in the table).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -135,6 +138,18 @@ pub struct RestClient {
     /// e.g. `http://127.0.0.1:9060` (the emulator) or Google's endpoint; without `/bigquery/v2`.
     base: String,
     auth: Auth,
+    /// Answers every call instead of HTTP (the deterministic simulation); `None` in the daemon.
+    transport: Option<Arc<dyn RestTransport>>,
+}
+
+/// A boxed answer of the REST seam: the HTTP status and the JSON document.
+pub type RestFuture<'a> = Pin<Box<dyn Future<Output = (u16, Value)> + Send + 'a>>;
+
+/// The REST calls as a seam under [`RestClient`]: the daemon speaks HTTP, the deterministic
+/// simulation answers in process (docs/simulation.md). The answer is decoded by the client as
+/// an HTTP answer would be.
+pub trait RestTransport: Send + Sync + std::fmt::Debug {
+    fn call(&self, method: &'static str, path: String, body: Option<Value>) -> RestFuture<'_>;
 }
 
 impl RestClient {
@@ -147,7 +162,18 @@ impl RestClient {
             http,
             base: base.trim_end_matches('/').to_string(),
             auth,
+            transport: None,
         })
+    }
+
+    /// A client whose every call goes to `transport` instead of HTTP.
+    pub fn with_transport(transport: Arc<dyn RestTransport>) -> RestClient {
+        RestClient {
+            http: reqwest::Client::new(),
+            base: String::new(),
+            auth: Auth::None,
+            transport: Some(transport),
+        }
     }
 
     async fn call(
@@ -164,6 +190,10 @@ impl RestClient {
             reqwest::Method::DELETE => "DELETE",
             _ => "REQUEST",
         };
+        if let Some(t) = &self.transport {
+            let (status, doc) = t.call(name, path.clone(), body.cloned()).await;
+            return Self::answer(name, path, status, doc);
+        }
         let url = format!("{}/bigquery/v2/{}", self.base, path);
         let mut request = self
             .http
@@ -185,6 +215,16 @@ impl RestClient {
         } else {
             serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text }))
         };
+        Self::answer(name, path, status, doc)
+    }
+
+    /// The result of an answer with `status` and body `doc`.
+    fn answer(
+        name: &'static str,
+        path: String,
+        status: u16,
+        doc: Value,
+    ) -> Result<Value, RestError> {
         if (200..300).contains(&status) {
             return Ok(doc);
         }

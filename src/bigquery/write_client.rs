@@ -3,6 +3,9 @@
 //! connections. It only speaks the protocol; what to do about an error is decided by the writer
 //! and the checkpoint coordinator from [`WriteError::class`].
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
@@ -59,6 +62,35 @@ pub struct WriteClient {
     grpc: BigQueryWriteClient<Channel>,
     auth: Auth,
     rpc_timeout: Duration,
+    /// Replaces the gRPC channel for every call (the deterministic simulation); `None` in the
+    /// daemon.
+    transport: Option<Arc<dyn WriteTransport>>,
+}
+
+/// A boxed future of the transport seam.
+pub type TransportFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, WriteError>> + Send + 'a>>;
+
+/// The calls of the Storage Write API the sink makes, as a seam under [`WriteClient`]: the daemon
+/// speaks gRPC, the deterministic simulation answers in process (see `docs/simulation.md`).
+pub trait WriteTransport: Send + Sync + std::fmt::Debug {
+    fn create_write_stream(
+        &self,
+        table: String,
+        kind: StreamKind,
+    ) -> TransportFuture<'_, WriteStream>;
+    fn flush_rows(&self, stream: String, offset: i64) -> TransportFuture<'_, i64>;
+    fn finalize_write_stream(&self, stream: String) -> TransportFuture<'_, i64>;
+    /// Opens an AppendRows call with `first` already queued.
+    fn open_append(
+        &self,
+        first: AppendRowsRequest,
+    ) -> TransportFuture<'_, Box<dyn AppendTransport>>;
+}
+
+/// One AppendRows call of a [`WriteTransport`]: requests in, one reply per request, in order.
+pub trait AppendTransport: Send + Sync {
+    fn send(&self, request: AppendRowsRequest) -> TransportFuture<'_, ()>;
+    fn next_reply(&mut self) -> TransportFuture<'_, AppendReply>;
 }
 
 impl WriteClient {
@@ -90,7 +122,20 @@ impl WriteClient {
             grpc,
             auth,
             rpc_timeout: options.rpc_timeout,
+            transport: None,
         })
+    }
+
+    /// A client whose every call goes to `transport` instead of a gRPC channel.
+    pub fn with_transport(transport: Arc<dyn WriteTransport>) -> WriteClient {
+        // The channel is never used: a lazy one connects only on a first call.
+        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        WriteClient {
+            grpc: BigQueryWriteClient::new(channel),
+            auth: Auth::None,
+            rpc_timeout: Duration::from_secs(10),
+            transport: Some(transport),
+        }
     }
 
     /// Auth headers plus the routing header `x-goog-request-params: <key>=<value>` that Google's
@@ -128,6 +173,9 @@ impl WriteClient {
         table: &str,
         kind: StreamKind,
     ) -> Result<WriteStream, WriteError> {
+        if let Some(t) = &self.transport {
+            return t.create_write_stream(table.to_string(), kind).await;
+        }
         let message = CreateWriteStreamRequest {
             parent: table.to_string(),
             write_stream: Some(WriteStream {
@@ -149,6 +197,9 @@ impl WriteClient {
         stream: &str,
         full: bool,
     ) -> Result<WriteStream, WriteError> {
+        if self.transport.is_some() {
+            return Err(not_in_transport("GetWriteStream"));
+        }
         let view = if full {
             WriteStreamView::Full
         } else {
@@ -170,6 +221,9 @@ impl WriteClient {
     /// Makes the rows of a BUFFERED stream up to and including `offset` visible; returns the
     /// flushed offset.
     pub async fn flush_rows(&self, stream: &str, offset: i64) -> Result<i64, WriteError> {
+        if let Some(t) = &self.transport {
+            return t.flush_rows(stream.to_string(), offset).await;
+        }
         let message = FlushRowsRequest {
             write_stream: stream.to_string(),
             offset: Some(offset),
@@ -186,6 +240,9 @@ impl WriteClient {
 
     /// Returns the stream's row count.
     pub async fn finalize_write_stream(&self, stream: &str) -> Result<i64, WriteError> {
+        if let Some(t) = &self.transport {
+            return t.finalize_write_stream(stream.to_string()).await;
+        }
         let message = FinalizeWriteStreamRequest {
             name: stream.to_string(),
         };
@@ -204,6 +261,9 @@ impl WriteClient {
         table: &str,
         streams: Vec<String>,
     ) -> Result<BatchCommitWriteStreamsResponse, WriteError> {
+        if self.transport.is_some() {
+            return Err(not_in_transport("BatchCommitWriteStreams"));
+        }
         let message = BatchCommitWriteStreamsRequest {
             parent: table.to_string(),
             write_streams: streams,
@@ -227,6 +287,13 @@ impl WriteClient {
         window: usize,
     ) -> Result<AppendConnection, WriteError> {
         let stream = first.write_stream.clone();
+        if let Some(t) = &self.transport {
+            let call = t.open_append(first).await?;
+            return Ok(AppendConnection {
+                call: Call::Custom(call),
+                stream,
+            });
+        }
         let (tx, rx) = mpsc::channel(window.max(1));
         tx.try_send(first)
             .map_err(|_| WriteError::disconnected("cannot queue the first append request"))?;
@@ -234,18 +301,36 @@ impl WriteClient {
         *request.metadata_mut() = self.metadata("write_stream", &stream).await?;
         let responses = self.grpc.clone().append_rows(request).await?.into_inner();
         Ok(AppendConnection {
-            requests: tx,
-            responses,
+            call: Call::Grpc {
+                requests: tx,
+                responses,
+            },
             stream,
         })
     }
 }
 
+/// A call the [`WriteTransport`] seam does not carry (the sink's write path never makes it).
+fn not_in_transport(call: &str) -> WriteError {
+    WriteError::from_status(&tonic::Status::unimplemented(format!(
+        "{call} is not part of the write transport seam"
+    )))
+}
+
 /// One AppendRows bidi call. Responses come one per request, in request order.
 pub struct AppendConnection {
-    requests: mpsc::Sender<AppendRowsRequest>,
-    responses: tonic::Streaming<AppendRowsResponse>,
+    call: Call,
     stream: String,
+}
+
+// One per AppendRows connection: boxing the gRPC variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Call {
+    Grpc {
+        requests: mpsc::Sender<AppendRowsRequest>,
+        responses: tonic::Streaming<AppendRowsResponse>,
+    },
+    Custom(Box<dyn AppendTransport>),
 }
 
 /// The answer to one append request.
@@ -267,16 +352,23 @@ impl AppendConnection {
 
     /// Queues a request. An error means the call is gone: reconnect and resend.
     pub async fn send(&self, request: AppendRowsRequest) -> Result<(), WriteError> {
-        self.requests
-            .send(request)
-            .await
-            .map_err(|_| WriteError::disconnected("append connection closed"))
+        match &self.call {
+            Call::Grpc { requests, .. } => requests
+                .send(request)
+                .await
+                .map_err(|_| WriteError::disconnected("append connection closed")),
+            Call::Custom(call) => call.send(request).await,
+        }
     }
 
     /// The next response. `Err` means the whole call ended (with the server's status, or a
     /// broken transport): every unanswered request was lost and must be resent on a new call.
     pub async fn next_reply(&mut self) -> Result<AppendReply, WriteError> {
-        match self.responses.message().await {
+        let responses = match &mut self.call {
+            Call::Grpc { responses, .. } => responses,
+            Call::Custom(call) => return call.next_reply().await,
+        };
+        match responses.message().await {
             Ok(Some(response)) => Ok(reply(response)),
             Ok(None) => Err(WriteError::disconnected(
                 "append connection ended by the server",
@@ -286,7 +378,8 @@ impl AppendConnection {
     }
 }
 
-fn reply(response: AppendRowsResponse) -> AppendReply {
+/// The reply one AppendRows response stands for (shared with the simulation's transport).
+pub(crate) fn reply(response: AppendRowsResponse) -> AppendReply {
     match response.response {
         Some(append_rows_response::Response::Error(status)) => {
             AppendReply::Failed(WriteError::from_rpc_status(&status, response.row_errors))

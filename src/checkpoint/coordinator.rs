@@ -218,32 +218,15 @@ impl Coordinator {
             self.health.beat();
             tokio::select! {
                 _ = shutdown.cancelled(), if shutdown_deadline.is_none() => {
-                    tracing::info!("shutdown requested: final checkpoint");
-                    shutdown_deadline = Some(Instant::now() + self.settings.shutdown_deadline);
-                    self.shutdown_flushes = Some(HashMap::new());
-                    self.feed(Event::Shutdown);
+                    shutdown_deadline = Some(self.shutdown_requested());
                 }
                 _ = sleep_until(shutdown_deadline) => {
-                    tracing::warn!("shutdown deadline passed");
-                    shutdown_deadline = Some(Instant::now() + Duration::from_secs(3600));
-                    self.feed(Event::ShutdownDeadline);
+                    shutdown_deadline = Some(self.shutdown_deadline_passed());
                 }
-                _ = ticker.tick() => {
-                    self.update_readiness();
-                    if !self.protocol.cycle_in_flight() {
-                        self.cycle_started = Some(Instant::now());
-                        self.feed(Event::StartCycle);
-                    }
-                }
+                _ = ticker.tick() => self.tick(),
                 Some(event) = self.consumer_events.recv() => {
-                    match event {
-                        ConsumerEvent::Closed => break,
-                        ConsumerEvent::Fatal(reason) => {
-                            tracing::error!(reason = %reason, "kafka consumer failed");
-                            exit = Some(Exit::ConsumerFailed(reason));
-                            self.consumer.send(ConsumerCommand::Shutdown);
-                        }
-                        other => self.on_consumer(other),
+                    if self.consumer_event(event, &mut exit).is_break() {
+                        break;
                     }
                 }
                 Some(event) = self.writer_rx.recv() => self.on_writer(event),
@@ -256,33 +239,7 @@ impl Coordinator {
                     }
                 }
             }
-            if self.cycle_started.is_some() && !self.protocol.cycle_in_flight() {
-                let started = self.cycle_started.take().expect("checked");
-                let duration = started.elapsed();
-                self.metrics
-                    .checkpoint_duration
-                    .observe(duration.as_secs_f64());
-                let worked = std::mem::take(&mut self.cycle_worked);
-                let outcome = if std::mem::take(&mut self.cycle_abandoned) {
-                    "abandoned"
-                } else {
-                    // Nothing to commit or flush: every checkpoint is current, which is a
-                    // success for the age gauge and readiness.
-                    self.metrics.checkpoint_succeeded();
-                    let outcome = if worked { "committed" } else { "empty" };
-                    self.metrics
-                        .checkpoints
-                        .get_or_create(&OutcomeLabel { outcome })
-                        .inc();
-                    outcome
-                };
-                tracing::debug!(
-                    outcome,
-                    duration_ms = duration.as_millis() as u64,
-                    partitions = self.writers.len(),
-                    "checkpoint cycle"
-                );
-            }
+            self.after_event();
         }
         for (_, mut writer) in self.writers.drain() {
             writer.stop(Duration::ZERO);
@@ -290,6 +247,80 @@ impl Coordinator {
         let consumer = self.consumer;
         let _ = tokio::task::spawn_blocking(move || consumer.join()).await;
         exit.unwrap_or(Exit::Shutdown)
+    }
+
+    /// SIGTERM: the final checkpoint starts; returns when its deadline passes.
+    fn shutdown_requested(&mut self) -> Instant {
+        tracing::info!("shutdown requested: final checkpoint");
+        self.shutdown_flushes = Some(HashMap::new());
+        self.feed(Event::Shutdown);
+        Instant::now() + self.settings.shutdown_deadline
+    }
+
+    /// The final checkpoint's deadline passed; returns when to say so again.
+    fn shutdown_deadline_passed(&mut self) -> Instant {
+        tracing::warn!("shutdown deadline passed");
+        self.feed(Event::ShutdownDeadline);
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    /// The checkpoint ticker: readiness, and a cycle unless one is in flight.
+    fn tick(&mut self) {
+        self.update_readiness();
+        if !self.protocol.cycle_in_flight() {
+            self.cycle_started = Some(Instant::now());
+            self.feed(Event::StartCycle);
+        }
+    }
+
+    /// One event of the consumer thread; `Break` once the thread ended.
+    fn consumer_event(
+        &mut self,
+        event: ConsumerEvent,
+        exit: &mut Option<Exit>,
+    ) -> std::ops::ControlFlow<()> {
+        match event {
+            ConsumerEvent::Closed => return std::ops::ControlFlow::Break(()),
+            ConsumerEvent::Fatal(reason) => {
+                tracing::error!(reason = %reason, "kafka consumer failed");
+                *exit = Some(Exit::ConsumerFailed(reason));
+                self.consumer.send(ConsumerCommand::Shutdown);
+            }
+            other => self.on_consumer(other),
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// After each event of the run loop: a cycle that ended is measured and counted.
+    fn after_event(&mut self) {
+        if self.cycle_started.is_none() || self.protocol.cycle_in_flight() {
+            return;
+        }
+        let started = self.cycle_started.take().expect("checked");
+        let duration = started.elapsed();
+        self.metrics
+            .checkpoint_duration
+            .observe(duration.as_secs_f64());
+        let worked = std::mem::take(&mut self.cycle_worked);
+        let outcome = if std::mem::take(&mut self.cycle_abandoned) {
+            "abandoned"
+        } else {
+            // Nothing to commit or flush: every checkpoint is current, which is a
+            // success for the age gauge and readiness.
+            self.metrics.checkpoint_succeeded();
+            let outcome = if worked { "committed" } else { "empty" };
+            self.metrics
+                .checkpoints
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc();
+            outcome
+        };
+        tracing::debug!(
+            outcome,
+            duration_ms = duration.as_millis() as u64,
+            partitions = self.writers.len(),
+            "checkpoint cycle"
+        );
     }
 
     fn feed(&mut self, event: Event) {
@@ -1110,5 +1141,84 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// One event of the run loop's sources, taken without waiting.
+#[cfg(test)]
+pub(crate) enum Ready {
+    Consumer(ConsumerEvent),
+    Writer(WriterEvent),
+    Io(Event),
+}
+
+/// The run loop, played a step at a time by the deterministic simulation (docs/simulation.md):
+/// the same handlers `run`'s `select!` calls, the choice among ready sources left to the
+/// simulation's seeded schedule.
+#[cfg(test)]
+impl Coordinator {
+    /// Moves every event that is ready into its source's queue: consumer, writer, I/O.
+    pub(crate) fn take_ready(&mut self, queues: &mut [std::collections::VecDeque<Ready>; 3]) {
+        // Routes are resolved up front in the simulation: nothing waits in `routing`.
+        debug_assert!(self.routing.is_idle());
+        while let Ok(e) = self.consumer_events.try_recv() {
+            queues[0].push_back(Ready::Consumer(e));
+        }
+        while let Ok(e) = self.writer_rx.try_recv() {
+            queues[1].push_back(Ready::Writer(e));
+        }
+        while let Some(done) = self.io.try_join_next() {
+            if let Ok(e) = done {
+                queues[2].push_back(Ready::Io(e));
+            }
+        }
+    }
+
+    /// Handles one event as `run` does; `Break` once the consumer thread ended.
+    pub(crate) fn handle_ready(
+        &mut self,
+        ready: Ready,
+        exit: &mut Option<Exit>,
+    ) -> std::ops::ControlFlow<()> {
+        let flow = match ready {
+            Ready::Consumer(e) => self.consumer_event(e, exit),
+            Ready::Writer(e) => {
+                self.on_writer(e);
+                std::ops::ControlFlow::Continue(())
+            }
+            Ready::Io(e) => {
+                self.feed(e);
+                std::ops::ControlFlow::Continue(())
+            }
+        };
+        self.after_event();
+        flow
+    }
+
+    /// The ticker's arm of `run`.
+    pub(crate) fn step_tick(&mut self) {
+        self.tick();
+        self.after_event();
+    }
+
+    /// The shutdown arm of `run`; returns the deadline.
+    pub(crate) fn step_shutdown(&mut self) -> Instant {
+        let deadline = self.shutdown_requested();
+        self.after_event();
+        deadline
+    }
+
+    /// The shutdown deadline's arm of `run`; returns when it fires again.
+    pub(crate) fn step_shutdown_deadline(&mut self) -> Instant {
+        let again = self.shutdown_deadline_passed();
+        self.after_event();
+        again
+    }
+
+    /// A SIGKILL: every writer task stops where it waits, nothing more runs.
+    pub(crate) fn kill(&mut self) {
+        for w in self.writers.values() {
+            w.task.abort();
+        }
     }
 }

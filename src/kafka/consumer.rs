@@ -309,6 +309,16 @@ impl ConsumerHandle {
         self.commands.clone()
     }
 
+    /// A handle whose commands go to `commands` and that has no thread (the deterministic
+    /// simulation plays the consumer thread's part).
+    #[cfg(test)]
+    pub(crate) fn detached(commands: std_mpsc::Sender<ConsumerCommand>) -> ConsumerHandle {
+        ConsumerHandle {
+            commands,
+            thread: None,
+        }
+    }
+
     /// Waits for the thread to end (after `Shutdown`), on a blocking-friendly thread.
     pub fn join(mut self) {
         if let Some(thread) = self.thread.take() {

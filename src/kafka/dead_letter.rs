@@ -5,6 +5,9 @@
 //! at-least-once (a crash or rewind can repeat a record): the source headers let consumers dedupe.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
@@ -33,9 +36,32 @@ pub struct BadRecord {
 
 #[derive(Clone)]
 pub struct DeadLetterProducer {
-    producer: FutureProducer,
+    producer: Producer,
     topic: String,
     timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Producer {
+    Kafka(FutureProducer),
+    /// The deterministic simulation's dead-letter topic (see `docs/simulation.md`).
+    Custom(Arc<dyn DeadLetterSink>),
+}
+
+/// A boxed future of the dead-letter seam.
+pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = Result<(), KafkaError>> + Send + 'a>>;
+
+/// Where dead letters go instead of a Kafka producer: the seam the simulation answers.
+pub trait DeadLetterSink: Send + Sync {
+    /// Produces one dead letter for `record` of `source_topic`/`source_partition`; `Ok` once
+    /// it is durable.
+    fn send<'a>(
+        &'a self,
+        source_topic: &'a str,
+        source_partition: i32,
+        record: &'a Record,
+        bad: &'a BadRecord,
+    ) -> SinkFuture<'a>;
 }
 
 impl DeadLetterProducer {
@@ -54,10 +80,19 @@ impl DeadLetterProducer {
         config.set("enable.idempotence", "true");
         config.set("message.timeout.ms", timeout.as_millis().to_string());
         Ok(DeadLetterProducer {
-            producer: config.create()?,
+            producer: Producer::Kafka(config.create()?),
             topic: topic.to_string(),
             timeout,
         })
+    }
+
+    /// A producer whose every send goes to `sink`.
+    pub fn with_sink(sink: Arc<dyn DeadLetterSink>, topic: &str) -> Self {
+        DeadLetterProducer {
+            producer: Producer::Custom(sink),
+            topic: topic.to_string(),
+            timeout: Duration::from_secs(30),
+        }
     }
 
     pub fn topic(&self) -> &str {
@@ -72,6 +107,12 @@ impl DeadLetterProducer {
         record: &Record,
         bad: &BadRecord,
     ) -> Result<(), KafkaError> {
+        let producer = match &self.producer {
+            Producer::Kafka(producer) => producer,
+            Producer::Custom(sink) => {
+                return sink.send(source_topic, source_partition, record, bad).await;
+            }
+        };
         let partition = source_partition.to_string();
         let offset = record.offset.to_string();
         let timestamp = record.timestamp_ms.map(|t| t.to_string());
@@ -119,7 +160,7 @@ impl DeadLetterProducer {
         if let Some(ts) = record.timestamp_ms {
             out = out.timestamp(ts);
         }
-        self.producer
+        producer
             .send(out, self.timeout)
             .await
             .map(|_| ())

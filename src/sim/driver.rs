@@ -1,0 +1,241 @@
+//! The driver: builds the world and the processes, then moves virtual time one step at a time
+//! (tokio's paused clock on a current-thread runtime), each step running the fault schedule,
+//! the group, and each running process's consumer thread and coordinator in a seeded order;
+//! after the faults, the world must settle and pass the final checks.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{DefaultHasher, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use super::bigquery::field_number;
+use super::group::Group;
+use super::process::Process;
+use super::world::{DEAD, RUNNING, Shared, World, lock};
+use super::{AVRO, MAX_PAYLOAD, PARTITIONS, Params, REPLICAS, Report, STEP, TABLE};
+use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use crate::checkpoint::protocol::MissingCheckpointPolicy;
+use crate::config::Config;
+use crate::emulator::store::{Dataset, Store, StoreConfig, Table, TableRef};
+use crate::ops::metrics::Metrics;
+use crate::transcode::{AvroSchema, PlanOptions};
+use crate::writer::plans::FixedPlan;
+
+pub(super) struct Sim {
+    pub(super) world: Shared,
+    pub(super) group: Group,
+    pub(super) procs: Vec<Option<Process>>,
+    pub(super) restart_at: [Option<Instant>; REPLICAS],
+    /// Metrics of every process that ever ran (the rewinds they counted).
+    pub(super) all_metrics: Vec<Arc<Metrics>>,
+    pub(super) plan: Arc<FixedPlan>,
+    pub(super) config: Arc<Config>,
+    pub(super) processes: usize,
+    pub(super) missing_checkpoint: MissingCheckpointPolicy,
+}
+
+impl Sim {
+    pub(super) fn new(params: &Params) -> Sim {
+        let seed = params.seed;
+        let store = Store::new(StoreConfig::default());
+        let table_ref = TableRef::parse(TABLE).expect("table");
+        store
+            .insert_dataset(Dataset::new(&table_ref.project, &table_ref.dataset))
+            .expect("dataset");
+        let mut payload = TableFieldSchema::new("payload", FieldType::String, Mode::Nullable);
+        payload.max_length = Some(MAX_PAYLOAD.to_string());
+        let schema = TableSchema {
+            fields: vec![
+                TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+                TableFieldSchema::new("part", FieldType::Int64, Mode::Required),
+                payload,
+            ],
+        };
+        store
+            .insert_table(Table::new(table_ref, schema.clone()))
+            .expect("table");
+        let avro = AvroSchema::parse(AVRO).expect("avro");
+        let plan = Arc::new(FixedPlan::new(&avro, &schema, &PlanOptions::default()).expect("plan"));
+        let yaml = "kafka:\n  bootstrap_servers: 127.0.0.1:9\n  group_id: sim\n  topics: [events]\n\
+                    avro:\n  schema_file: s.avsc\nbigquery:\n  project: p\n  dataset: d\n  table: events\n\
+                    dead_letter:\n  topic: events-dlq\n";
+        let config = Arc::new(
+            Config::from_yaml(yaml, std::collections::HashMap::new()).expect("simulation config"),
+        );
+        let now = Instant::now();
+        let world = World {
+            rng: StdRng::seed_from_u64(seed),
+            faults: true,
+            started: now,
+            trace_hash: DefaultHasher::new(),
+            trace_tail: VecDeque::new(),
+            print_trace: std::env::var_os("KBQ_SIM_TRACE").is_some(),
+            violation: None,
+            stats: BTreeMap::new(),
+            store,
+            names: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            committed_rows: BTreeMap::new(),
+            injected_loss: BTreeSet::new(),
+            logs: vec![Vec::new(); PARTITIONS],
+            committed: vec![None; PARTITIONS],
+            dead_letters: BTreeMap::new(),
+            fields: (field_number(&plan, "id"), field_number(&plan, "part")),
+        };
+        crate::backoff::SEEDED_JITTER
+            .with(|j| *j.borrow_mut() = Some(StdRng::seed_from_u64(seed ^ 0x5eed)));
+        let mut sim = Sim {
+            world: Arc::new(Mutex::new(world)),
+            group: Group {
+                generation: 0,
+                members: BTreeSet::new(),
+                next_member: 0,
+                owner: [None; PARTITIONS],
+                last_heartbeat: BTreeMap::new(),
+                pending: None,
+            },
+            procs: (0..REPLICAS).map(|_| None).collect(),
+            restart_at: [None; REPLICAS],
+            all_metrics: Vec::new(),
+            plan,
+            config,
+            processes: 0,
+            missing_checkpoint: params.missing_checkpoint,
+        };
+        for r in 0..REPLICAS {
+            sim.start(r);
+        }
+        sim
+    }
+
+    pub(super) fn w(&self) -> std::sync::MutexGuard<'_, World> {
+        lock(&self.world)
+    }
+
+    pub(super) fn trace(&self, line: String) {
+        self.w().trace(line);
+    }
+
+    pub(super) async fn step(&mut self) {
+        tokio::time::sleep(STEP).await;
+        self.faults_step();
+        self.produce();
+        self.group_step();
+        let mut order: Vec<usize> = (0..REPLICAS).collect();
+        {
+            let mut w = self.w();
+            if w.rng.random_bool(0.5) {
+                order.reverse();
+            }
+        }
+        for r in order {
+            let running = self.procs[r]
+                .as_ref()
+                .is_some_and(|p| p.gate.get() == RUNNING);
+            if running {
+                self.consumer_step(r);
+                self.coordinator_step(r);
+            }
+        }
+    }
+}
+
+/// Runs one seed: faults for `params.faulty`, then everything heals and must settle.
+pub(crate) fn run(params: &Params) -> Report {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let report = runtime.block_on(async {
+        let mut sim = Sim::new(params);
+        let started = Instant::now();
+        while Instant::now() - started < params.faulty {
+            sim.step().await;
+            if sim.w().violation.is_some() {
+                break;
+            }
+        }
+        let mut violation = sim.w().violation.clone();
+        if violation.is_none() {
+            {
+                let mut w = sim.w();
+                w.faults = false;
+                w.trace("== faults off".into());
+            }
+            for r in 0..REPLICAS {
+                if let Some(proc) = sim.procs[r].as_mut()
+                    && proc.frozen_until.is_some()
+                {
+                    proc.frozen_until = Some(Instant::now());
+                }
+                if sim.procs[r].is_none() {
+                    sim.restart_at[r] = Some(Instant::now());
+                }
+            }
+            let settle_from = Instant::now();
+            let mut rested_for = 0;
+            while Instant::now() - settle_from < Duration::from_secs(300) {
+                sim.step().await;
+                if sim.w().violation.is_some() {
+                    break;
+                }
+                // Rested for a few cycles in a row: nothing is in flight any more.
+                rested_for = if sim.rested() { rested_for + 1 } else { 0 };
+                if rested_for > 300 {
+                    break;
+                }
+            }
+            violation = sim.w().violation.clone();
+            if violation.is_none() && rested_for == 0 {
+                let w = sim.w();
+                violation = Some(format!(
+                    "stuck: partitions do not rest within 300 s of the faults ending: committed {:?}, log ends {:?}",
+                    w.committed,
+                    w.logs.iter().map(Vec::len).collect::<Vec<_>>()
+                ));
+            }
+            if violation.is_none() {
+                violation = sim.check_exactly_once();
+            }
+        }
+        let simulated = Instant::now() - started;
+        for r in 0..REPLICAS {
+            if let Some(proc) = sim.procs[r].as_mut() {
+                proc.gate.set(DEAD);
+                if let Some(mut c) = proc.coordinator.take() {
+                    c.kill();
+                }
+            }
+        }
+        let mut w = sim.w();
+        if let Some(v) = &violation {
+            w.trace(format!("FAILED {v}"));
+        }
+        let records: u64 = w.logs.iter().map(|l| l.len() as u64).sum();
+        w.stats.insert("records", records);
+        w.stats.insert("processes", sim.processes as u64);
+        let (streams, dead) = (w.streams.len() as u64, w.dead_letters.len() as u64);
+        w.stats.insert("streams", streams);
+        w.stats.insert("dead_letters", dead);
+        if violation.is_some() {
+            eprintln!(
+                "--- simulation seed {} failed; last steps:\n{}",
+                params.seed,
+                w.trace_tail.iter().cloned().collect::<Vec<_>>().join("\n")
+            );
+        }
+        Report {
+            trace_hash: w.trace_hash.finish(),
+            simulated,
+            violation,
+            stats: w.stats.clone(),
+        }
+    });
+    runtime.shutdown_background();
+    report
+}

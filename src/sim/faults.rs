@@ -1,0 +1,115 @@
+//! The seeded fault schedule, per step of the driver: processes killed (SIGKILL), frozen past
+//! their session timeout (SIGSTOP) and resumed, stopped (SIGTERM) and restarted from the
+//! durable state; streams expiring; and the records produced (some too long for their column,
+//! some tombstones: row errors in the middle of a request and bad records).
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::bigquery::short;
+use super::driver::Sim;
+use super::world::{FROZEN, RUNNING, lock};
+use super::{MAX_PAYLOAD, PARTITIONS, REPLICAS, SESSION_TIMEOUT};
+
+impl Sim {
+    pub(super) fn faults_step(&mut self) {
+        let now = Instant::now();
+        for r in 0..REPLICAS {
+            if self.procs[r].is_none() && self.restart_at[r].is_some_and(|t| now >= t) {
+                self.restart_at[r] = None;
+                self.start(r);
+            }
+            if let Some(proc) = self.procs[r].as_mut()
+                && proc.frozen_until.is_some_and(|t| now >= t)
+            {
+                proc.frozen_until = None;
+                proc.gate.set(RUNNING);
+                if proc.consumer.expelled.is_some() {
+                    let heartbeat =
+                        Duration::from_millis(lock(&self.world).rng.random_range(100..3_000));
+                    proc.consumer.expelled = Some(Some(now + heartbeat));
+                }
+                self.trace(format!("process r{r} resumes (SIGCONT)"));
+            }
+        }
+        let (faults, roll, r) = {
+            let mut w = self.w();
+            (
+                w.faults,
+                w.rng.random::<f64>(),
+                w.rng.random_range(0..REPLICAS),
+            )
+        };
+        if !faults {
+            return;
+        }
+        // Per 10 ms step: a crash every ~25 s, a freeze every ~25 s, a SIGTERM every ~50 s, a
+        // stream expiry every ~50 s, a produced record every ~30 ms.
+        if roll < 0.0004 {
+            if self.procs[r].is_some() {
+                self.w().count("sigkills");
+            }
+            self.crash(r);
+        } else if roll < 0.0008 {
+            if let Some(proc) = self.procs[r].as_mut()
+                && proc.frozen_until.is_none()
+            {
+                let secs = self
+                    .world
+                    .lock()
+                    .expect("world")
+                    .rng
+                    .random_range(1..(3 * SESSION_TIMEOUT.as_secs()));
+                let proc = self.procs[r].as_mut().expect("checked");
+                proc.frozen_until = Some(now + Duration::from_secs(secs));
+                proc.gate.set(FROZEN);
+                lock(&self.world).count("sigstops");
+                self.trace(format!("process r{r} frozen for {secs} s (SIGSTOP)"));
+            }
+        } else if roll < 0.001 {
+            if let Some(proc) = self.procs[r].as_mut()
+                && proc.shutdown_at.is_none()
+                && proc.frozen_until.is_none()
+            {
+                if let Some(c) = proc.coordinator.as_mut() {
+                    proc.shutdown_at = Some(c.step_shutdown());
+                }
+                self.w().count("sigterms");
+                self.trace(format!("process r{r} gets SIGTERM"));
+            }
+        } else if roll < 0.0012 {
+            let mut w = self.w();
+            let live: Vec<String> = w
+                .streams
+                .iter()
+                .filter(|(n, s)| !s.finalized_by_sink && !w.injected_loss.contains(*n))
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !live.is_empty() {
+                let pick = live[w.rng.random_range(0..live.len())].clone();
+                let name = w.store_name(&pick);
+                let _ = w.store.expire_now(&name);
+                w.injected_loss.insert(pick.clone());
+                w.count("expiries");
+                w.trace(format!("bq {} expires (injected)", short(&pick)));
+            }
+        }
+    }
+
+    pub(super) fn produce(&mut self) {
+        let mut w = self.w();
+        if !w.faults || !w.rng.random_bool(0.3) {
+            return;
+        }
+        let p = w.rng.random_range(0..PARTITIONS);
+        let kind = w.rng.random_range(0..100);
+        let record = match kind {
+            0..3 => Some("x".repeat(MAX_PAYLOAD + 4)),
+            3..4 => None,
+            _ => Some(format!("v{}", w.logs[p].len() % 1000)),
+        };
+        w.logs[p].push(record);
+    }
+}

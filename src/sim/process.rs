@@ -1,0 +1,255 @@
+//! A process of the sink, built as the daemon builds it (the real coordinator, writers, append
+//! sessions and clients, over the simulated services); its start, SIGKILL, exit, and one turn
+//! of its coordinator's run loop.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::bigquery::SimWrite;
+use super::consumer::Consumer;
+use super::dead_letter::SimDlq;
+use super::driver::Sim;
+use super::rest::SimRest;
+use super::world::{DEAD, Gate, RUNNING, SharedDebug, lock};
+use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC};
+use crate::bigquery::rest_client::{RestClient, TableReference};
+use crate::bigquery::write_client::WriteClient;
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, Ready};
+use crate::checkpoint::metadata::TableFingerprint;
+use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
+use crate::emulator::store::TableRef;
+use crate::kafka::consumer::ConsumerHandle;
+use crate::kafka::dead_letter::DeadLetterProducer;
+use crate::ops::http::Health;
+use crate::ops::metrics::Metrics;
+use crate::routing::{Route, Router};
+use crate::writer::append_session::SessionLimits;
+use crate::writer::partition_writer::{BadRecordPolicy, WriterRoute, WriterSettings, WriterShared};
+use crate::writer::stream_quota::StreamCreationLimiter;
+
+pub(super) struct Process {
+    pub(super) gate: Arc<Gate>,
+    pub(super) coordinator: Option<Coordinator>,
+    pub(super) consumer: Consumer,
+    pub(super) next_tick: Instant,
+    pub(super) shutdown_at: Option<Instant>,
+    /// Frozen until then.
+    pub(super) frozen_until: Option<Instant>,
+    pub(super) inbox: [VecDeque<Ready>; 3],
+}
+
+impl Sim {
+    pub(super) fn start(&mut self, r: usize) {
+        self.processes += 1;
+        let gate = Arc::new(Gate(AtomicU8::new(RUNNING)));
+        let metrics = Arc::new(Metrics::new());
+        self.all_metrics.push(metrics.clone());
+        let client = WriteClient::with_transport(Arc::new(SimWrite {
+            world: SharedDebug(self.world.clone()),
+            gate: gate.clone(),
+            process: r,
+        }));
+        let (max_rows, linger) = {
+            let mut w = self.w();
+            (
+                w.rng.random_range(2..8usize),
+                Duration::from_millis(w.rng.random_range(5..200)),
+            )
+        };
+        let writer_shared = Arc::new(WriterShared {
+            client: client.clone(),
+            dead_letter: Some(DeadLetterProducer::with_sink(
+                Arc::new(SimDlq {
+                    world: self.world.clone(),
+                    gate: gate.clone(),
+                }),
+                "events-dlq",
+            )),
+            metrics: metrics.clone(),
+            stream_creation: Arc::new(StreamCreationLimiter::new(50, 50.0)),
+            settings: WriterSettings {
+                max_request_bytes: 1 << 20,
+                max_rows_per_request: max_rows,
+                linger,
+                session: SessionLimits {
+                    max_inflight_requests: 3,
+                    max_inflight_bytes: 1 << 20,
+                    response_timeout: Duration::from_secs(5),
+                    reconnect_backoff_min: Duration::from_millis(100),
+                    reconnect_backoff_max: Duration::from_secs(2),
+                    max_reconnect_attempts: 5,
+                },
+                on_bad_record: BadRecordPolicy::DeadLetter,
+                lookup_backoff: Duration::from_secs(1),
+                default_stream: false,
+            },
+        });
+        let rest = RestClient::with_transport(Arc::new(SimRest {
+            world: SharedDebug(self.world.clone()),
+            gate: gate.clone(),
+            process: r,
+        }));
+        let router = Arc::new(Router::new(
+            self.config.clone(),
+            rest.clone(),
+            client,
+            metrics.clone(),
+            "kbq-sim".into(),
+        ));
+        // What the route's resolution reads: whether the group's marker is on the table.
+        let marked = {
+            let table = TableRef::parse(TABLE).expect("table");
+            let w = self.w();
+            let table = w.store.get_table(&table).expect("table");
+            table.labels.contains_key(router.group_label())
+        };
+        router.insert_resolved(
+            TOPIC,
+            Arc::new(Route {
+                index: None,
+                table: TableReference::new("p", "d", "events"),
+                fingerprint: TableFingerprint::of_table_path(TABLE),
+                marked,
+                writer: Arc::new(WriterRoute {
+                    table: TABLE.into(),
+                    table_label: "events".into(),
+                    plans: self.plan.clone(),
+                }),
+                resolve: None,
+            }),
+        );
+        let settings = CoordinatorSettings {
+            router,
+            checkpoint_interval: CHECKPOINT_INTERVAL,
+            writer_drain: HANDOFF_DEADLINE / 2,
+            shutdown_deadline: Duration::from_secs(10),
+            writer_channel: 64,
+            zombie_confirm_after: SESSION_TIMEOUT,
+            stall_after: Duration::from_secs(60),
+        };
+        let mut config = ProtocolConfig::new();
+        config.on_missing_checkpoint = self.missing_checkpoint;
+        let (command_tx, command_rx) = std_mpsc::channel();
+        let (event_tx, event_rx) = mpsc::unbounded_channel();
+        let coordinator = Coordinator::new(
+            CheckpointProtocol::new(config),
+            settings,
+            ConsumerHandle::detached(command_tx),
+            event_rx,
+            writer_shared,
+            rest,
+            metrics.clone(),
+            Arc::new(Health::new(Duration::from_secs(3600))),
+        );
+        let member = self.join();
+        self.procs[r] = Some(Process {
+            gate,
+            coordinator: Some(coordinator),
+            consumer: Consumer {
+                member,
+                commands: command_rx,
+                events: event_tx,
+                generation: 0,
+                owned: BTreeSet::new(),
+                callbacks: VecDeque::new(),
+                handoff: None,
+                routes: BTreeMap::new(),
+                paused: BTreeSet::new(),
+                arena: BytesMut::new(),
+                closed: false,
+                expelled: None,
+            },
+            next_tick: Instant::now() + CHECKPOINT_INTERVAL,
+            shutdown_at: None,
+            frozen_until: None,
+            inbox: Default::default(),
+        });
+        self.trace(format!(
+            "process r{r} starts (#{}) as member m{member}",
+            self.processes
+        ));
+        self.rebalance();
+    }
+
+    /// SIGKILL: nothing of the process runs again; the group notices at the session timeout.
+    pub(super) fn crash(&mut self, r: usize) {
+        let Some(mut proc) = self.procs[r].take() else {
+            return;
+        };
+        proc.gate.set(DEAD);
+        if let Some(mut c) = proc.coordinator.take() {
+            c.kill();
+        }
+        self.trace(format!("process r{r} crashes"));
+        let delay = Duration::from_millis(self.w().rng.random_range(100..15_000));
+        self.restart_at[r] = Some(Instant::now() + delay);
+    }
+
+    /// The process ended by itself (a clean shutdown, or a fatal consumer error).
+    pub(super) fn exited(&mut self, r: usize, why: &str) {
+        self.trace(format!("process r{r} exits: {why}"));
+        if let Some(mut proc) = self.procs[r].take() {
+            proc.gate.set(DEAD);
+            if let Some(mut c) = proc.coordinator.take() {
+                c.kill();
+            }
+            let member = proc.consumer.member;
+            if self.group.members.remove(&member) {
+                self.expel_partitions(member);
+            }
+        }
+        let delay = Duration::from_millis(self.w().rng.random_range(100..5_000));
+        self.restart_at[r] = Some(Instant::now() + delay);
+    }
+
+    /// One turn of process `r`'s coordinator: its `run` loop's arms, the choice among the
+    /// ready sources (consumer, writers, finished I/O) made by the seeded generator.
+    pub(super) fn coordinator_step(&mut self, r: usize) {
+        let now = Instant::now();
+        let mut exit = None;
+        let mut ended = false;
+        {
+            let world = self.world.clone();
+            let Some(proc) = self.procs[r].as_mut() else {
+                return;
+            };
+            let Some(c) = proc.coordinator.as_mut() else {
+                return;
+            };
+            if now >= proc.next_tick {
+                proc.next_tick += CHECKPOINT_INTERVAL;
+                c.step_tick();
+            }
+            if proc.shutdown_at.is_some_and(|d| now >= d) {
+                proc.shutdown_at = Some(c.step_shutdown_deadline());
+            }
+            for _ in 0..10_000 {
+                c.take_ready(&mut proc.inbox);
+                let ready: Vec<usize> = (0..3).filter(|&i| !proc.inbox[i].is_empty()).collect();
+                if ready.is_empty() {
+                    break;
+                }
+                let pick = ready[lock(&world).rng.random_range(0..ready.len())];
+                let event = proc.inbox[pick].pop_front().expect("ready");
+                if c.handle_ready(event, &mut exit).is_break() {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if let Some(Exit::ConsumerFailed(reason)) = &exit {
+            self.trace(format!("r{r} consumer fatal: {reason}"));
+        }
+        if ended {
+            self.exited(r, "left the group");
+        }
+    }
+}

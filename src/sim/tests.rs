@@ -1,0 +1,173 @@
+//! The simulation in the test command (fixed seeds: it cannot pass or fail by chance), the
+//! regression seeds, the replay check, and the long run with fresh seeds behind
+//! `scripts/simulate.sh` (docs/simulation.md).
+
+#![cfg(test)]
+
+use std::time::Duration;
+
+use super::{Params, Report, run};
+use crate::checkpoint::protocol::MissingCheckpointPolicy;
+
+/// The seeds the test command runs: fixed and committed.
+const FIXED_SEEDS: std::ops::RangeInclusive<u64> = 1..=100;
+
+/// Every counterexample the simulation ever found, kept as a named regression case: the seed and
+/// what it found (with the code it found it on).
+const REGRESSIONS: &[(u64, &str)] = &[];
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// The line that replays `seed`.
+fn replay(seed: u64) -> String {
+    format!("replay: scripts/simulate.sh --seed {seed}   (add KBQ_SIM_TRACE=1 for every step)")
+}
+
+fn check(params: &Params) -> Report {
+    let report = run(params);
+    if let Some(v) = &report.violation {
+        panic!(
+            "simulation seed {} failed: {v}\n{}",
+            params.seed,
+            replay(params.seed)
+        );
+    }
+    report
+}
+
+#[test]
+fn the_shells_hold_every_invariant_on_the_fixed_seeds() {
+    let wall = std::time::Instant::now();
+    let mut simulated = Duration::ZERO;
+    for seed in FIXED_SEEDS {
+        simulated += check(&Params::seed(seed)).simulated;
+    }
+    eprintln!(
+        "simulation: seeds {FIXED_SEEDS:?} passed, {:.2} simulated hours in {:.0} s",
+        simulated.as_secs_f64() / 3600.0,
+        wall.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn every_counterexample_found_stays_fixed() {
+    for (seed, found) in REGRESSIONS {
+        eprintln!("regression seed {seed}: {found}");
+        check(&Params::seed(*seed));
+    }
+}
+
+/// Review #11, still open: under the default `recovery.on_missing_checkpoint: fail`, a partition
+/// whose owner died before its first commit landed, while its sibling's commit marked the table,
+/// reads as a missing checkpoint and stops for good (the seed's p0). Un-ignore it with the fix.
+#[test]
+#[ignore = "review #11 is open (docs/simulation.md)"]
+fn a_partition_whose_first_commit_never_landed_does_not_stop() {
+    check(&Params {
+        missing_checkpoint: MissingCheckpointPolicy::Fail,
+        ..Params::seed(1005)
+    });
+}
+
+#[test]
+fn a_seed_replays_identically() {
+    let params = Params {
+        faulty: Duration::from_secs(60),
+        ..Params::seed(7)
+    };
+    let first = run(&params);
+    let second = run(&params);
+    assert_eq!(
+        first.trace_hash, second.trace_hash,
+        "same seed, different histories"
+    );
+    assert_eq!(first.stats, second.stats);
+    assert_eq!(first.simulated, second.simulated);
+    let other = run(&Params {
+        seed: 8,
+        ..params.clone()
+    });
+    assert_ne!(
+        first.trace_hash, other.trace_hash,
+        "the seed drives the schedule"
+    );
+}
+
+/// `scripts/simulate.sh`: fresh seeds for as long as asked (`KBQ_SIM_SEEDS`, `KBQ_SIM_MINUTES`
+/// of wall time), or one seed replayed (`KBQ_SIM_SEED`). Every seed runs; the failures are
+/// listed at the end.
+#[test]
+#[ignore = "long-running; scripts/simulate.sh runs it"]
+fn simulate() {
+    let faulty = env_u64("KBQ_SIM_FAULTY_SECONDS").map(Duration::from_secs);
+    let params = |seed| {
+        let mut p = Params::seed(seed);
+        if let Some(f) = faulty {
+            p.faulty = f;
+        }
+        if std::env::var("KBQ_SIM_MISSING_CHECKPOINT").as_deref() == Ok("fail") {
+            p.missing_checkpoint = MissingCheckpointPolicy::Fail;
+        }
+        p
+    };
+    if let Some(seed) = env_u64("KBQ_SIM_SEED") {
+        let report = run(&params(seed));
+        eprintln!(
+            "seed {seed}: trace {:016x}, {:.0} simulated s, {:?}",
+            report.trace_hash,
+            report.simulated.as_secs_f64(),
+            report.stats
+        );
+        assert!(
+            report.violation.is_none(),
+            "seed {seed}: {:?}",
+            report.violation
+        );
+        return;
+    }
+    let seeds = env_u64("KBQ_SIM_SEEDS").unwrap_or(u64::MAX);
+    let wall = std::time::Instant::now();
+    let minutes = env_u64("KBQ_SIM_MINUTES").map(|m| Duration::from_secs(m * 60));
+    assert!(
+        seeds < u64::MAX || minutes.is_some(),
+        "give KBQ_SIM_SEEDS or KBQ_SIM_MINUTES"
+    );
+    // Fresh seeds: from the clock unless a first seed is given.
+    let first = env_u64("KBQ_SIM_FIRST_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+            << 16
+    });
+    let mut simulated = Duration::ZERO;
+    let mut failures = Vec::new();
+    let mut n = 0;
+    while n < seeds && minutes.is_none_or(|m| wall.elapsed() < m) {
+        let seed = first + n;
+        let report = run(&params(seed));
+        simulated += report.simulated;
+        n += 1;
+        if let Some(v) = report.violation {
+            eprintln!("FAILED seed {seed}: {v}\n{}", replay(seed));
+            failures.push(seed);
+        }
+        if n % 25 == 0 {
+            eprintln!(
+                "{n} seeds run ({first}..={seed}), {:.2} simulated hours, {} failed, {:.0} s wall",
+                simulated.as_secs_f64() / 3600.0,
+                failures.len(),
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    }
+    eprintln!(
+        "done: {n} seeds run ({first}..{}), {:.2} simulated hours, {} failed {failures:?}, {:.0} s wall",
+        first + n,
+        simulated.as_secs_f64() / 3600.0,
+        failures.len(),
+        wall.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+}

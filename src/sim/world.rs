@@ -1,0 +1,152 @@
+//! The simulation's shared world: the seeded generator, the trace, what Kafka and BigQuery
+//! hold, and each process's gate (running, frozen, dead). The driver and the simulated
+//! services inside the writers' tasks all touch it, one at a time (one thread).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{DefaultHasher, Hash};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+use super::STEP;
+use crate::checkpoint::metadata::CommitMetadata;
+use crate::emulator::store::Store;
+
+pub(super) struct World {
+    pub(super) rng: StdRng,
+    pub(super) faults: bool,
+    pub(super) started: Instant,
+    pub(super) trace_hash: DefaultHasher,
+    pub(super) trace_tail: VecDeque<String>,
+    /// `KBQ_SIM_TRACE=1`: every trace line goes to stderr as it happens.
+    pub(super) print_trace: bool,
+    pub(super) violation: Option<String>,
+    pub(super) stats: BTreeMap<&'static str, u64>,
+    // BigQuery
+    pub(super) store: Arc<Store>,
+    /// The sink sees `…/streams/sN` (numbered in creation order, so a seed replays), the store
+    /// its own random ids.
+    pub(super) names: BTreeMap<String, String>,
+    pub(super) streams: BTreeMap<String, SimStream>,
+    /// Highest row of each stream a landed commit names (invariant 1).
+    pub(super) committed_rows: BTreeMap<String, i64>,
+    /// Streams a fault removed (expiry): a rewind is excused only for them.
+    pub(super) injected_loss: BTreeSet<String>,
+    // Kafka
+    /// Per partition: `Some(payload)`, `None` for a tombstone.
+    pub(super) logs: Vec<Vec<Option<String>>>,
+    pub(super) committed: Vec<Option<(i64, String)>>,
+    /// Dead letters: (partition, offset) -> reasons.
+    pub(super) dead_letters: BTreeMap<(usize, i64), Vec<String>>,
+    /// Proto field numbers of the `id` and `part` columns in the rows the plan encodes.
+    pub(super) fields: (u64, u64),
+}
+
+pub(super) struct SimStream {
+    pub(super) partition: Option<usize>,
+    /// The Kafka offset of each appended row, in stream order.
+    pub(super) rows: Vec<i64>,
+    pub(super) finalized_by_sink: bool,
+}
+
+pub(super) type Shared = Arc<Mutex<World>>;
+
+impl World {
+    pub(super) fn now(&self) -> Duration {
+        Instant::now() - self.started
+    }
+
+    pub(super) fn trace(&mut self, line: String) {
+        let mut line = format!("{:>9.3} {line}", self.now().as_secs_f64());
+        // The store names its streams at random: the trace says the sink's names, so that a
+        // seed's trace (and its hash) is the same every run.
+        if line.contains("/streams/") {
+            for (sim, store) in &self.names {
+                line = line.replace(store.as_str(), sim);
+            }
+        }
+        line.hash(&mut self.trace_hash);
+        if self.print_trace {
+            eprintln!("{line}");
+        }
+        if self.trace_tail.len() == 400 {
+            self.trace_tail.pop_front();
+        }
+        self.trace_tail.push_back(line);
+    }
+
+    pub(super) fn violate(&mut self, why: String) {
+        self.trace(format!("VIOLATION {why}"));
+        if self.violation.is_none() {
+            self.violation = Some(why);
+        }
+    }
+
+    pub(super) fn count(&mut self, what: &'static str) {
+        *self.stats.entry(what).or_default() += 1;
+    }
+
+    /// A fault with probability `p` per chance, only while faults are on.
+    pub(super) fn chance(&mut self, p: f64) -> bool {
+        self.faults && self.rng.random_bool(p)
+    }
+
+    pub(super) fn durable(&self, p: usize) -> Option<(i64, CommitMetadata)> {
+        let (k, m) = self.committed[p].as_ref()?;
+        Some((*k, CommitMetadata::parse(m.as_bytes()).ok()?))
+    }
+
+    pub(super) fn store_name(&self, sim: &str) -> String {
+        self.names
+            .get(sim)
+            .cloned()
+            .unwrap_or_else(|| sim.to_string())
+    }
+}
+
+pub(super) fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, World> {
+    shared.lock().expect("world")
+}
+
+/// A process's life: running, frozen (SIGSTOP), dead. Every I/O of the process passes its gate.
+
+#[derive(Debug)]
+pub(super) struct Gate(pub(super) AtomicU8);
+
+pub(super) const RUNNING: u8 = 0;
+pub(super) const FROZEN: u8 = 1;
+pub(super) const DEAD: u8 = 2;
+
+impl Gate {
+    pub(super) async fn pass(&self) {
+        loop {
+            match self.0.load(Ordering::SeqCst) {
+                RUNNING => return,
+                FROZEN => tokio::time::sleep(STEP).await,
+                _ => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    pub(super) fn set(&self, state: u8) {
+        self.0.store(state, Ordering::SeqCst);
+    }
+
+    pub(super) fn get(&self) -> u8 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// `Shared` with a Debug the transport trait wants.
+#[derive(Clone)]
+pub(super) struct SharedDebug(pub(super) Shared);
+
+impl std::fmt::Debug for SharedDebug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("world")
+    }
+}
