@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use super::bigquery::short;
 use super::driver::Sim;
+use super::rest::visible_rows;
 use super::world::World;
 use super::{MAX_PAYLOAD, PARTITIONS, TABLE, TOPIC};
 use crate::checkpoint::metadata::CommitMetadata;
 use crate::checkpoint::protocol::CommitEntry;
-use crate::emulator::store::TableRef;
 use crate::ops::metrics::TopicLabel;
 
 impl World {
@@ -117,22 +117,9 @@ impl Sim {
 
     pub(super) fn check_exactly_once(&self) -> Option<String> {
         let w = self.w();
-        let table_ref = TableRef::parse(TABLE).expect("table");
-        let table = w.store.get_table(&table_ref).expect("table");
-        let page = w
-            .store
-            .read_visible_rows(&table_ref, 0, 10_000_000)
-            .expect("rows");
         let mut seen: BTreeMap<(usize, i64), u64> = BTreeMap::new();
-        for row in &page.rows {
-            let v = row.codec.render(&row.data, &table.schema);
-            let field = |i: usize| -> i64 {
-                v["f"][i]["v"]
-                    .as_str()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(-1)
-            };
-            *seen.entry((field(1) as usize, field(0))).or_default() += 1;
+        for row in visible_rows(&w) {
+            *seen.entry(row).or_default() += 1;
         }
         let rewound: u64 = self
             .all_metrics

@@ -58,10 +58,10 @@ pub(crate) struct Params {
     pub seed: u64,
     /// Virtual time with faults on; then the world settles without faults.
     pub faulty: Duration,
-    /// `recovery.on_missing_checkpoint` of every process. The simulation never expires
-    /// offsets, so a partition without a committed offset has nothing visible and `earliest`
-    /// is exactly once; the default `fail` stops a partition whose sibling marked the table
-    /// before its own first commit landed (review #11, open).
+    /// `recovery.lost_offsets` of every process: `resolve`, the exact one. With the default
+    /// `fail`, a partition whose owner died before its first commit landed while a sibling's
+    /// commit marked the table stops for good, as docs/operations.md ("Missing checkpoints")
+    /// says it does.
     pub missing_checkpoint: MissingCheckpointPolicy,
 }
 
@@ -70,7 +70,7 @@ impl Params {
         Params {
             seed,
             faulty: FAULTY,
-            missing_checkpoint: MissingCheckpointPolicy::Earliest,
+            missing_checkpoint: MissingCheckpointPolicy::Resolve,
         }
     }
 }

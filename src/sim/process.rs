@@ -22,7 +22,9 @@ use super::world::{DEAD, Gate, RUNNING, SharedDebug, lock};
 use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC};
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, Ready};
+use crate::checkpoint::coordinator::{
+    Coordinator, CoordinatorSettings, Exit, Ready, ResolveColumns,
+};
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
 use crate::emulator::store::TableRef;
@@ -123,7 +125,12 @@ impl Sim {
                     table_label: "events".into(),
                     plans: self.plan.clone(),
                 }),
-                resolve: None,
+                // The `resolve` query's columns: the record's offset and partition.
+                resolve: Some(ResolveColumns {
+                    topic: None,
+                    partition: "part".into(),
+                    offset: "id".into(),
+                }),
             }),
         );
         let settings = CoordinatorSettings {

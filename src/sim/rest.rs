@@ -1,12 +1,13 @@
 //! Simulated BigQuery REST API behind the `RestTransport` seam of the real `RestClient`: the
-//! one call the shells make while running, the group's marker on the table (a label patch),
-//! kept in the emulator's store, with seeded faults (refused, applied with the answer lost).
+//! calls the shells make while running, the group's marker on the table (a label patch, kept in
+//! the emulator's store) and the `resolve` query (the highest offset of a partition visible in
+//! the table), with seeded faults (refused, applied with the answer lost, delayed).
 
 use std::sync::Arc;
 
 use super::TABLE;
 use super::bigquery::before;
-use super::world::{Gate, SharedDebug, lock};
+use super::world::{Gate, SharedDebug, World, lock};
 use crate::bigquery::rest_client::{RestFuture, RestTransport};
 use crate::emulator::store::TableRef;
 
@@ -31,12 +32,15 @@ impl RestTransport for SimRest {
                     "message": "simulated: unavailable"}});
                 (503, error)
             };
-            if before(world, &self.gate, "tables.patch").await.is_err() {
+            if before(world, &self.gate, method).await.is_err() {
                 return unavailable();
             }
             let answer = {
                 let mut w = lock(world);
                 let labels = body.as_ref().and_then(|b| b["labels"].as_object().cloned());
+                let query = body
+                    .as_ref()
+                    .and_then(|b| b["query"].as_str().map(String::from));
                 match labels {
                     Some(labels) if method == "PATCH" && path == TABLE => {
                         let table = TableRef::parse(TABLE).expect("table");
@@ -50,6 +54,20 @@ impl RestTransport for SimRest {
                         assert!(matches!(r, Ok(Ok(_))), "the table exists");
                         w.trace(format!("bq label {labels:?} by r{}", self.process));
                         (200, serde_json::json!({}))
+                    }
+                    None if method == "POST" && path == "projects/p/queries" && query.is_some() => {
+                        let query = query.expect("checked");
+                        let highest = highest_visible(&w, &query);
+                        w.trace(format!(
+                            "bq query {query} by r{}: {highest:?}",
+                            self.process
+                        ));
+                        let v = highest.map(|h| h.to_string());
+                        let rows = serde_json::json!([{ "f": [{ "v": v }] }]);
+                        (
+                            200,
+                            serde_json::json!({ "jobComplete": true, "rows": rows }),
+                        )
                     }
                     _ => (
                         501,
@@ -66,4 +84,48 @@ impl RestTransport for SimRest {
             answer
         })
     }
+}
+
+/// The answer to the `resolve` query (`SELECT MAX(`id`) FROM … WHERE `part` = N`, the
+/// simulation's offset and partition columns): the highest offset of partition N visible in the
+/// table.
+fn highest_visible(w: &World, query: &str) -> Option<i64> {
+    let partition: i64 = query
+        .split("`part` = ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the resolve query filters by the partition column");
+    assert!(
+        query.starts_with("SELECT MAX(`id`)"),
+        "the resolve query asks for the offset column: {query}"
+    );
+    visible_rows(w)
+        .into_iter()
+        .filter(|&(p, _)| p as i64 == partition)
+        .map(|(_, offset)| offset)
+        .max()
+}
+
+/// Every visible row of the table as (partition, offset).
+pub(super) fn visible_rows(w: &World) -> Vec<(usize, i64)> {
+    let table_ref = TableRef::parse(TABLE).expect("table");
+    let table = w.store.get_table(&table_ref).expect("table");
+    let page = w
+        .store
+        .read_visible_rows(&table_ref, 0, 10_000_000)
+        .expect("rows");
+    page.rows
+        .iter()
+        .map(|row| {
+            let v = row.codec.render(&row.data, &table.schema);
+            let field = |i: usize| -> i64 {
+                v["f"][i]["v"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(-1)
+            };
+            (field(1) as usize, field(0))
+        })
+        .collect()
 }
