@@ -20,9 +20,16 @@ use crate::kafka::topic_pattern::TopicPattern;
 
 /// Every default of the config, in one place. The doc comment of each field says which one
 /// applies.
+mod cdc;
+
+pub use cdc::{CdcConfig, CdcFormat, CdcMode, SequenceConfig};
+
 pub mod defaults {
     use super::ByteSize;
     use std::time::Duration;
+
+    /// The first section of CDC sequence numbers until an operator raises it.
+    pub const CDC_SEQUENCE_EPOCH: u64 = 0;
 
     pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
     /// librdkafka properties the sink sets unless `kafka.properties` does.
@@ -628,6 +635,9 @@ pub struct RouteConfig {
     /// `schema_registry.format`.
     #[serde(default)]
     pub format: Option<InputFormat>,
+    /// Change data capture: the records are upserts and deletes by primary key (docs/cdc.md).
+    #[serde(default)]
+    pub cdc: Option<CdcConfig>,
 }
 
 /// The table settings in force for one topic: its route's, or the top-level `bigquery` ones.
@@ -648,6 +658,8 @@ pub struct TopicRoute<'a> {
     pub schema_file: Option<&'a Path>,
     /// The encoding of records read through the registry.
     pub format: InputFormat,
+    /// Change data capture, when the route has it.
+    pub cdc: Option<&'a CdcConfig>,
     /// The field path of the route, for messages: `routes[1]` or `bigquery`.
     pub path: String,
 }
@@ -761,6 +773,7 @@ impl Config {
                         .map(|a| a.schema_file.as_path())
                         .or(top_schema),
                     format: r.format.unwrap_or(top_format),
+                    cdc: r.cdc.as_ref(),
                     path: format!("routes[{i}]"),
                 }
             }
@@ -775,6 +788,7 @@ impl Config {
                 map_mode: b.map_mode,
                 schema_file: top_schema,
                 format: top_format,
+                cdc: None,
                 path: "bigquery".into(),
             },
         }
@@ -1621,6 +1635,7 @@ pub fn warnings(config: &Config) -> Vec<ConfigError> {
             }
         }
     }
+    cdc::warnings(config, &mut out);
     out
 }
 
@@ -1637,6 +1652,7 @@ pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
     v.dead_letter(config);
     v.recovery(config);
     v.ops(config);
+    cdc::validate(config, &mut v.errors);
     if v.errors.is_empty() {
         Ok(())
     } else {

@@ -33,6 +33,8 @@ use crate::writer::partition_writer::{PlanSource, WriterRoute};
 use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
 use crate::writer::protobuf_plans::ProtobufPlans;
 
+mod cdc;
+
 /// The destination of one topic.
 pub struct Route {
     /// `routes[i]`, or `None` for the top-level `bigquery` settings.
@@ -185,6 +187,9 @@ impl Router {
         };
         self.metrics
             .preregister(route.label(), std::slice::from_ref(&topic.to_string()));
+        if route.writer.cdc.is_some() {
+            self.metrics.preregister_cdc(route.label());
+        }
         lock(&self.topics).insert(topic.to_string(), route.clone());
         tracing::info!(topic, table = %route.table.resource_name(), route = %settings.path, "topic routed");
         Ok(route)
@@ -214,6 +219,9 @@ impl Router {
             registry.as_deref(),
         )
         .await?;
+        if let Some(c) = settings.cdc {
+            cdc::check_table(&table, c, &table_ref, settings)?;
+        }
         let plan_options = PlanOptions {
             unknown_fields: match settings.unknown_fields {
                 config::UnknownFields::Ignore => UnknownFields::Ignore,
@@ -221,7 +229,21 @@ impl Router {
             },
             metadata: metadata_columns(settings.metadata_columns),
         };
+        let change_plans = match settings.cdc {
+            Some(c) => Some(Arc::new(
+                cdc::plans(
+                    c,
+                    registry.clone(),
+                    fixed_schema.as_ref(),
+                    &table.schema,
+                    plan_options.clone(),
+                )
+                .map_err(|e| anyhow!("{}.cdc: table {}: {e}", settings.path, table_ref.table_id))?,
+            )),
+            None => None,
+        };
         let plans: Arc<dyn PlanSource> = match (registry, &fixed_schema) {
+            _ if change_plans.is_some() => change_plans.clone().expect("checked"),
             (_, Some(schema)) => Arc::new(
                 FixedPlan::new(schema, &table.schema, &plan_options).map_err(|e| {
                     anyhow!(
@@ -280,6 +302,7 @@ impl Router {
                 table: table_ref.resource_name(),
                 table_label: table_ref.table_id.clone(),
                 plans,
+                cdc: change_plans,
             }),
             table: table_ref,
             resolve,
@@ -348,6 +371,14 @@ async fn ensure_table(
         }
         (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
     };
+    let row;
+    let schema = match route.cdc {
+        Some(c) => {
+            row = cdc::row_schema(schema, c)?;
+            &row
+        }
+        None => schema,
+    };
     let derived = table_schema_from_avro(
         schema,
         &DeriveOptions {
@@ -356,6 +387,11 @@ async fn ensure_table(
         },
     )
     .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))?;
+    let derived = cdc::without_pseudo_columns(derived);
+    let (table_constraints, max_staleness) = match route.cdc {
+        Some(c) => cdc::creation_options(c),
+        None => (None, None),
+    };
     rest.ensure_dataset(
         &table.project_id,
         &table.dataset_id,
@@ -377,6 +413,8 @@ async fn ensure_table(
         require_partition_filter: create.require_partition_filter.then_some(true),
         description: create.description.clone(),
         labels: create.labels.clone(),
+        table_constraints,
+        max_staleness,
         etag: None,
     };
     match rest.insert_table(&resource).await {

@@ -490,6 +490,7 @@ async fn order_writer(
         table: table.into(),
         table_label: "orders".into(),
         plans: Arc::new(plan),
+        cdc: None,
     });
     let (records_tx, records_rx) = tokio::sync::mpsc::channel(1024);
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();

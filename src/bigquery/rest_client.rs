@@ -77,8 +77,37 @@ pub struct Table {
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The primary key of a CDC table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_constraints: Option<TableConstraints>,
+    /// An SQL interval (`0-0 0 0:10:0`): how stale a query of a CDC table may read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_staleness: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+}
+
+/// `tableConstraints` of the REST API (foreign keys are not read).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableConstraints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_key: Option<PrimaryKey>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrimaryKey {
+    pub columns: Vec<String>,
+}
+
+impl Table {
+    /// The primary-key columns; empty without a primary key.
+    pub fn primary_key(&self) -> &[String] {
+        self.table_constraints
+            .as_ref()
+            .and_then(|c| c.primary_key.as_ref())
+            .map_or(&[], |k| k.columns.as_slice())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

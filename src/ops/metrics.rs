@@ -55,7 +55,7 @@ pub struct ResultLabel {
 }
 
 /// The `reason` label values of `kbq_dead_letter_records_total` (the classes of bad records).
-pub const DEAD_LETTER_REASONS: [&str; 7] = [
+pub const DEAD_LETTER_REASONS: [&str; 8] = [
     "bad_magic",
     "unknown_schema",
     "malformed_avro",
@@ -63,7 +63,36 @@ pub const DEAD_LETTER_REASONS: [&str; 7] = [
     "out_of_range",
     "row_rejected",
     "incompatible_schema",
+    "cdc_change",
 ];
+
+/// The `change` label values of `kbq_cdc_changes_total`.
+pub const CDC_CHANGES: [&str; 3] = ["upsert", "delete", "ignored"];
+
+/// The `reason` label values of `kbq_cdc_bad_records_total`.
+pub const CDC_BAD_REASONS: [&str; 6] = [
+    "cdc_operation",
+    "cdc_no_row",
+    "cdc_change_type",
+    "cdc_no_sequence_source",
+    "cdc_no_key",
+    "malformed_avro",
+];
+
+/// Labels of `kbq_cdc_changes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub table: String,
+    /// `upsert`, `delete` or `ignored`.
+    pub change: &'static str,
+}
+
+/// Labels of `kbq_cdc_bad_records_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeBadLabels {
+    pub table: String,
+    pub reason: &'static str,
+}
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -96,6 +125,8 @@ pub struct Metrics {
     pub streams_finalized: Family<TableLabel, Counter>,
     pub bigquery_errors: Family<ErrorLabels, Counter>,
     pub dead_letter_records: Family<ReasonLabel, Counter>,
+    pub cdc_changes: Family<ChangeLabels, Counter>,
+    pub cdc_bad_records: Family<ChangeBadLabels, Counter>,
     pub recovery_actions: Family<OutcomeLabel, Counter>,
     pub rewound_records: Family<TopicLabel, Counter>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
@@ -151,6 +182,8 @@ impl Metrics {
             streams_finalized: Family::default(),
             bigquery_errors: Family::default(),
             dead_letter_records: Family::default(),
+            cdc_changes: Family::default(),
+            cdc_bad_records: Family::default(),
             recovery_actions: Family::default(),
             rewound_records: Family::default(),
             consumer_lag: Family::default(),
@@ -256,6 +289,16 @@ impl Metrics {
             "kbq_dead_letter_records",
             "Records sent to the dead-letter topic",
             m.dead_letter_records.clone(),
+        );
+        r.register(
+            "kbq_cdc_changes",
+            "CDC records taken into requests by change (a replay counts again)",
+            m.cdc_changes.clone(),
+        );
+        r.register(
+            "kbq_cdc_bad_records",
+            "CDC records that are not a row change, by reason",
+            m.cdc_bad_records.clone(),
         );
         r.register(
             "kbq_recovery_actions",
@@ -371,6 +414,22 @@ impl Metrics {
             let _ = self
                 .schema_registry_requests
                 .get_or_create(&ResultLabel { result });
+        }
+    }
+
+    /// The series of a CDC table (docs/cdc.md), at 0.
+    pub fn preregister_cdc(&self, table: &str) {
+        for change in CDC_CHANGES {
+            let _ = self.cdc_changes.get_or_create(&ChangeLabels {
+                table: table.to_string(),
+                change,
+            });
+        }
+        for reason in CDC_BAD_REASONS {
+            let _ = self.cdc_bad_records.get_or_create(&ChangeBadLabels {
+                table: table.to_string(),
+                reason,
+            });
         }
     }
 

@@ -6,6 +6,7 @@
 //! [`Plan::descriptor`], which goes into AppendRows' `writer_schema`. The mapping is in
 //! `docs/mapping.md`.
 
+pub mod change;
 mod compile;
 mod convert;
 mod derive;

@@ -1,6 +1,7 @@
 //! Per-partition writer actors: decode, transcode, batch, AppendRows with explicit offsets.
 
 pub mod append_session;
+pub mod cdc_plans;
 pub mod partition_writer;
 pub mod plans;
 pub mod protobuf_plans;

@@ -32,7 +32,10 @@ use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
+use super::cdc_plans::ChangePlans;
 use super::stream_quota::StreamCreationLimiter;
+
+mod change;
 
 /// Why a schema lookup failed.
 #[derive(Debug, Clone)]
@@ -88,6 +91,8 @@ pub struct WriterRoute {
     /// Short table name for metric labels.
     pub table_label: String,
     pub plans: Arc<dyn PlanSource>,
+    /// A CDC route: records are changes by primary key (docs/cdc.md).
+    pub cdc: Option<Arc<ChangePlans>>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,6 +220,16 @@ pub fn spawn(
         stop: Some(stop_tx),
         task,
     }
+}
+
+/// Where a row comes from.
+enum RowBody {
+    /// The record's value, its Avro body starting at this byte.
+    Value(usize),
+    /// Avro the writer built (a CDC row with its pseudo-columns).
+    Avro(Vec<u8>),
+    /// A finished row in the plan's descriptor (a renumbered DELETE by key).
+    Proto(Vec<u8>),
 }
 
 /// Rows being collected for the next request.
@@ -394,7 +409,7 @@ impl PartitionWriter {
         }
     }
 
-    async fn take(&mut self, mut record: Record) -> Result<(), End> {
+    async fn take(&mut self, record: Record) -> Result<(), End> {
         if record.offset < self.pending_next.0 {
             // The consumer is behind the position this incarnation starts from or has reached
             // (a seek that did not happen, review #4): taking the record would append rows the
@@ -410,6 +425,9 @@ impl PartitionWriter {
             self.account = record.charge.account().cloned();
         }
         let next = NextOffset(record.offset + 1);
+        if let Some(cdc) = self.route.cdc.clone() {
+            return self.take_change(record, &cdc, next).await;
+        }
         let Some(value) = record.value() else {
             return self
                 .bad(
@@ -451,27 +469,44 @@ impl PartitionWriter {
                 Ok(found) => found,
                 Err(bad) => return self.bad(record, bad).await,
             };
-            // Plans are cached and shared: the same Arc is the same descriptor, which spares the
-            // deep comparison and the descriptor's size computation on every record.
-            if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
-                if self
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.descriptor() != plan.descriptor())
-                {
-                    // A new writer schema: the rows of a request share one descriptor, and an
-                    // explicit stream changes schema by reconnecting (same stream, same offsets).
-                    self.seal().await?;
-                    self.settle_all().await?;
-                    if let Some(session) = &mut self.session {
-                        session.change_writer_schema(plan.descriptor().clone());
-                    }
-                }
-                self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
-                self.plan = Some(plan.clone());
-            }
+            self.use_plan(plan).await?;
             body_at
         };
+        self.append_row(record, RowBody::Value(body_at), next).await
+    }
+
+    /// Makes `plan` the writer's plan; a new writer schema first sends what is open.
+    async fn use_plan(&mut self, plan: Arc<Plan>) -> Result<(), End> {
+        // Plans are cached and shared: the same Arc is the same descriptor, which spares the
+        // deep comparison and the descriptor's size computation on every record.
+        if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
+            if self
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.descriptor() != plan.descriptor())
+            {
+                // A new writer schema: the rows of a request share one descriptor, and an
+                // explicit stream changes schema by reconnecting (same stream, same offsets).
+                self.seal().await?;
+                self.settle_all().await?;
+                if let Some(session) = &mut self.session {
+                    session.change_writer_schema(plan.descriptor().clone());
+                }
+            }
+            self.plan_schema_len = prost::Message::encoded_len(plan.descriptor());
+            self.plan = Some(plan);
+        }
+        Ok(())
+    }
+
+    /// Transcodes one record's row with the writer's plan into the open batch, sending the batch
+    /// first when the row would overflow it.
+    async fn append_row(
+        &mut self,
+        mut record: Record,
+        body: RowBody,
+        next: NextOffset,
+    ) -> Result<(), End> {
         if self.open.buffer.capacity() == 0 {
             self.reserve_batch();
         }
@@ -492,9 +527,19 @@ impl PartitionWriter {
                 key: record.key(),
                 headers: &header_values,
             };
-            let value = record.value().unwrap_or_default();
             let plan = self.plan.as_ref().expect("a plan was just chosen");
-            plan.transcode(&value[body_at..], Some(&meta), &mut self.open.buffer)
+            match &body {
+                RowBody::Value(at) => {
+                    let value = record.value().unwrap_or_default();
+                    plan.transcode(&value[*at..], Some(&meta), &mut self.open.buffer)
+                }
+                RowBody::Avro(avro) => plan.transcode(avro, Some(&meta), &mut self.open.buffer),
+                RowBody::Proto(row) => {
+                    let start = self.open.buffer.len();
+                    self.open.buffer.extend_from_slice(row);
+                    Ok(start..self.open.buffer.len())
+                }
+            }
         };
         let range = match transcoded {
             Ok(range) => range,

@@ -152,7 +152,7 @@ impl Daemon {
     }
 
     /// Every log line so far (of the file: of every daemon writing to it).
-    fn lines(&self) -> Vec<String> {
+    pub fn lines(&self) -> Vec<String> {
         match &self.logs {
             Logs::Memory(lines) => lines.lock().expect("log lines").clone(),
             Logs::File(path) => std::fs::read_to_string(path)

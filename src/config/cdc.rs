@@ -1,0 +1,189 @@
+//! `routes[].cdc`: change data capture into a table with a primary key (docs/cdc.md).
+
+use serde::Deserialize;
+
+use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
+
+/// A route's change data capture: records are upserts and deletes of the table's rows by primary
+/// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
+/// `_CHANGE_SEQUENCE_NUMBER` pseudo-columns.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdcConfig {
+    /// `upsert` (changes insert or replace rows; deletes and tombstones are counted and
+    /// ignored) or `upsert_delete` (deletes and tombstones remove rows).
+    pub mode: CdcMode,
+    /// `debezium` (default: the envelope with `before`, `after`, `op`), `unwrapped` (Debezium's
+    /// `ExtractNewRecordState` output, with `__deleted` and `__op`) or `plain` (records with a
+    /// change-type field, `change_type_field`).
+    #[serde(default)]
+    pub format: CdcFormat,
+    /// `plain` only: the field whose value (`upsert`/`insert`/`update`/`c`/`u`/`r` or
+    /// `delete`/`d`, any case) says what the record does.
+    #[serde(default)]
+    pub change_type_field: Option<String>,
+    /// The table's primary key (1 to 16 top-level columns of the row), declared by
+    /// `create_table` and checked against an existing table at start.
+    pub primary_key: Vec<String>,
+    /// `max_staleness` of a table `create_table` makes (e.g. `10m`); unset: none (every query
+    /// merges pending changes at run time).
+    #[serde(default)]
+    pub max_staleness: Option<HumanDuration>,
+    /// How `_CHANGE_SEQUENCE_NUMBER` is made: `epoch/source/offset` in hex.
+    #[serde(default)]
+    pub sequence: SequenceConfig,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CdcMode {
+    Upsert,
+    UpsertDelete,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CdcFormat {
+    #[default]
+    Debezium,
+    Unwrapped,
+    Plain,
+}
+
+/// The sequence number of a change: three hex sections compared left to right.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SequenceConfig {
+    /// The first section (default 0). Raise it when offsets start again or keys change
+    /// partition (a recreated topic, more partitions): every later change then wins over every
+    /// earlier one.
+    pub epoch: u64,
+    /// A dotted path to a long field of the record that orders changes at the source (e.g.
+    /// `source.lsn` for PostgreSQL, `__lsn` unwrapped): the second section. Unset: 0.
+    pub source_field: Option<String>,
+}
+
+impl Default for SequenceConfig {
+    fn default() -> Self {
+        SequenceConfig {
+            epoch: defaults::CDC_SEQUENCE_EPOCH,
+            source_field: None,
+        }
+    }
+}
+
+/// BigQuery's limit on primary-key columns.
+const MAX_KEY_COLUMNS: usize = 16;
+
+/// The `cdc` sections of the config: `(field path, section, topics or pattern it takes)`.
+fn sections(config: &Config) -> Vec<(usize, String, &CdcConfig, usize)> {
+    config
+        .routes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let topics = if r.topic_pattern.is_some() {
+                usize::MAX
+            } else {
+                r.topics.len()
+            };
+            r.cdc
+                .as_ref()
+                .map(|c| (i, format!("routes[{i}].cdc"), c, topics))
+        })
+        .collect()
+}
+
+/// Errors of the `cdc` sections.
+pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
+    let mut err = |path: String, message: String| errors.push(ConfigError::at(path, message));
+    for (i, path, c, _) in sections(config) {
+        let route = &config.routes[i];
+        if config.delivery != Delivery::AtLeastOnce {
+            err(
+                path.clone(),
+                "needs `delivery: at_least_once`: BigQuery applies upserts and deletes only on the _default stream, and exactly_once writes BUFFERED streams. Replays stay harmless: a replayed change carries its old sequence number and loses to what is there".into(),
+            );
+        }
+        if c.primary_key.is_empty() || c.primary_key.len() > MAX_KEY_COLUMNS {
+            err(
+                format!("{path}.primary_key"),
+                format!(
+                    "needs 1 to {MAX_KEY_COLUMNS} columns, got {}",
+                    c.primary_key.len()
+                ),
+            );
+        }
+        for (k, column) in c.primary_key.iter().enumerate() {
+            if !super::is_column_name(column) {
+                err(
+                    format!("{path}.primary_key[{k}]"),
+                    format!("`{column}` is not a top-level column name"),
+                );
+            } else if c.primary_key[..k]
+                .iter()
+                .any(|other| other.eq_ignore_ascii_case(column))
+            {
+                err(
+                    format!("{path}.primary_key[{k}]"),
+                    format!("`{column}` is listed twice"),
+                );
+            }
+        }
+        match (c.format, &c.change_type_field) {
+            (CdcFormat::Plain, None) => err(
+                format!("{path}.change_type_field"),
+                "is required with `format: plain`".into(),
+            ),
+            (CdcFormat::Plain, Some(f)) if f.trim().is_empty() => err(
+                format!("{path}.change_type_field"),
+                "must not be empty".into(),
+            ),
+            (CdcFormat::Debezium | CdcFormat::Unwrapped, Some(_)) => err(
+                format!("{path}.change_type_field"),
+                "only applies to `format: plain` (debezium records carry `op`, unwrapped ones `__deleted`/`__op`)".into(),
+            ),
+            _ => {}
+        }
+        if let Some(source) = &c.sequence.source_field
+            && (source.is_empty() || source.split('.').any(str::is_empty))
+        {
+            err(
+                format!("{path}.sequence.source_field"),
+                format!("`{source}` is not a dotted field path such as source.lsn"),
+            );
+        }
+        if route.schema_update == Some(SchemaUpdate::AddColumns)
+            || (route.schema_update.is_none()
+                && config.bigquery.schema_update == SchemaUpdate::AddColumns)
+        {
+            err(
+                path.clone(),
+                "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)".into(),
+            );
+        }
+        let format = route
+            .format
+            .or(config.schema_registry.as_ref().map(|sr| sr.format))
+            .unwrap_or_default();
+        if route.avro.is_none() && config.avro.is_none() && format != InputFormat::Avro {
+            err(
+                path.clone(),
+                "reads avro records only (debezium's avro converter); this route reads protobuf"
+                    .into(),
+            );
+        }
+    }
+}
+
+/// Configurations that cannot guarantee monotone sequence numbers per key.
+pub(super) fn warnings(config: &Config, out: &mut Vec<ConfigError>) {
+    for (_, path, c, topics) in sections(config) {
+        if c.sequence.source_field.is_none() && topics > 1 {
+            out.push(ConfigError::at(
+                format!("{path}.sequence"),
+                "several topics feed this cdc table and the sequence numbers come from Kafka offsets, which are not comparable across topics: a key written through two topics may go back to an older row. Set sequence.source_field to a source position (e.g. source.lsn), or give each topic its own table",
+            ));
+        }
+    }
+}

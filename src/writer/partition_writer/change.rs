@@ -1,0 +1,181 @@
+//! A CDC route's records (docs/cdc.md): each becomes an UPSERT or DELETE row on the `_default`
+//! stream with a sequence number from its offset, or is counted and ignored, or is a bad record.
+//!
+//! Why a replay is harmless: every row carries `epoch/source/offset`, distinct per record, so
+//! the rows of one request never tie for a key, and a change re-sent after a crash carries the
+//! number it had, which loses to any later change of its key already applied.
+
+use std::sync::Arc;
+
+use crate::kafka::consumer::Record;
+use crate::kafka::dead_letter::BadRecord;
+use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
+use crate::transcode::Plan;
+use crate::transcode::change::{ChangeKind, NotAChange, append_change, renumber, sequence_number};
+use crate::writer::cdc_plans::ChangePlans;
+
+use super::{End, NextOffset, PartitionWriter, PlanLookupError, RowBody, unless_stopped};
+
+/// The class of every CDC bad record on the dead-letter topic; the reason is in the metric.
+const DEAD_LETTER_CLASS: &str = "cdc_change";
+
+impl PartitionWriter {
+    pub(super) async fn take_change(
+        &mut self,
+        record: Record,
+        cdc: &ChangePlans,
+        next: NextOffset,
+    ) -> Result<(), End> {
+        let Some(value) = record.value() else {
+            // A tombstone: the key's row goes (Debezium sends one after each delete event).
+            let sequence = sequence_number(cdc.rules.epoch, 0, record.offset);
+            return self.delete_by_key(record, cdc, next, sequence).await;
+        };
+        let found = loop {
+            match unless_stopped(&mut self.stop, cdc.value_plan(value)).await? {
+                Ok(found) => break Ok(found),
+                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
+                Err(PlanLookupError::Unavailable(why)) => self.wait_for_schema(&why).await?,
+            }
+        };
+        let (plan, at) = match found {
+            Ok(found) => found,
+            Err(bad) => return self.bad(record, bad).await,
+        };
+        let body = &value[at..];
+        let located = match plan.shape.locate(body) {
+            Ok(located) => located,
+            Err(e) => return self.not_a_change(record, e).await,
+        };
+        if located.kind == ChangeKind::Delete && !cdc.rules.deletes {
+            return self.ignored(next, "delete");
+        }
+        let sequence = sequence_number(cdc.rules.epoch, located.source.unwrap_or(0), record.offset);
+        let Some(row) = located.row else {
+            return self.delete_by_key(record, cdc, next, sequence).await;
+        };
+        let mut avro = Vec::with_capacity(row.len() + sequence.len() + 16);
+        avro.extend_from_slice(&body[row]);
+        append_change(&mut avro, located.kind, &sequence);
+        self.use_plan(plan.plan.clone()).await?;
+        self.count_change(located.kind);
+        self.append_row(record, RowBody::Avro(avro), next).await
+    }
+
+    /// A DELETE of the key in the record's Kafka key (Avro through the registry). The row is
+    /// written in the writer's current descriptor when its key columns are in it, so that a
+    /// tombstone does not switch the connection's writer schema.
+    async fn delete_by_key(
+        &mut self,
+        record: Record,
+        cdc: &ChangePlans,
+        next: NextOffset,
+        sequence: String,
+    ) -> Result<(), End> {
+        if !cdc.rules.deletes {
+            return self.ignored(next, "tombstone");
+        }
+        let Some(key) = record.key() else {
+            let bad = BadRecord {
+                class: DEAD_LETTER_CLASS,
+                reason: "a delete with neither a row nor a kafka key".into(),
+            };
+            return self.cdc_bad(record, "cdc_no_key", bad).await;
+        };
+        let found = loop {
+            match unless_stopped(&mut self.stop, cdc.key_plan(key)).await? {
+                Ok(found) => break Ok(found),
+                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
+                Err(PlanLookupError::Unavailable(why)) => self.wait_for_schema(&why).await?,
+            }
+        };
+        let (key_plan, at) = match found {
+            Ok(found) => found,
+            Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
+        };
+        let mut avro = key[at..].to_vec();
+        append_change(&mut avro, ChangeKind::Delete, &sequence);
+        let mut row = Vec::new();
+        if let Err(e) = key_plan.transcode(&avro, None, &mut row) {
+            let bad = BadRecord {
+                class: DEAD_LETTER_CLASS,
+                reason: format!("the kafka key: {e}"),
+            };
+            return self.cdc_bad(record, "cdc_no_key", bad).await;
+        }
+        let current: Option<Arc<Plan>> = self.plan.clone();
+        let mut renumbered = Vec::with_capacity(row.len());
+        let fits = current.is_some_and(|p| {
+            renumber(&row, key_plan.descriptor(), p.descriptor(), &mut renumbered).is_some()
+        });
+        if fits {
+            row = renumbered;
+        } else {
+            self.use_plan(key_plan).await?;
+        }
+        self.count_change(ChangeKind::Delete);
+        self.append_row(record, RowBody::Proto(row), next).await
+    }
+
+    async fn wait_for_schema(&mut self, why: &str) -> Result<(), End> {
+        tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+        let pause = tokio::time::sleep(self.shared.settings.lookup_backoff);
+        unless_stopped(&mut self.stop, pause).await
+    }
+
+    async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), End> {
+        let class = match &e {
+            NotAChange::Avro(_) => "malformed_avro",
+            _ => DEAD_LETTER_CLASS,
+        };
+        let reason = e.class();
+        let bad = BadRecord {
+            class,
+            reason: e.to_string(),
+        };
+        self.cdc_bad(record, reason, bad).await
+    }
+
+    async fn cdc_bad(
+        &mut self,
+        record: Record,
+        reason: &'static str,
+        bad: BadRecord,
+    ) -> Result<(), End> {
+        self.shared
+            .metrics
+            .cdc_bad_records
+            .get_or_create(&ChangeBadLabels {
+                table: self.route.table_label.clone(),
+                reason,
+            })
+            .inc();
+        self.bad(record, bad).await
+    }
+
+    /// A change the route's mode does not apply (a delete under `upsert`): counted, no row.
+    fn ignored(&mut self, next: NextOffset, what: &'static str) -> Result<(), End> {
+        tracing::debug!(partition = %self.tp, offset = next.0 - 1, what, "change ignored by the upsert mode");
+        self.count("ignored");
+        self.record_handled_out_of_band(next);
+        Ok(())
+    }
+
+    fn count_change(&self, kind: ChangeKind) {
+        self.count(match kind {
+            ChangeKind::Upsert => "upsert",
+            ChangeKind::Delete => "delete",
+        });
+    }
+
+    fn count(&self, change: &'static str) {
+        self.shared
+            .metrics
+            .cdc_changes
+            .get_or_create(&ChangeLabels {
+                table: self.route.table_label.clone(),
+                change,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,157 @@
+//! `routes[].cdc` in the config (docs/cdc.md): what validate refuses, naming the field, and the
+//! configurations it warns about because their sequence numbers may go back in time per key.
+
+use std::collections::HashMap;
+
+use kafka_bigquery_sink::config::{CdcFormat, CdcMode, Config, validate, warnings};
+
+fn config(delivery: &str, route: &str) -> String {
+    format!(
+        "\
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  group_id: g
+  topics: [customers, orders]
+schema_registry:
+  url: http://127.0.0.1:8081
+bigquery:
+  project: p
+  dataset: d
+  table: t
+dead_letter:
+  topic: dlq
+delivery: {delivery}
+routes:
+{route}"
+    )
+}
+
+fn errors(yaml: &str) -> Vec<String> {
+    match Config::from_yaml(yaml, HashMap::new()) {
+        Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        Ok(config) => match validate(&config) {
+            Ok(()) => Vec::new(),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        },
+    }
+}
+
+const DEBEZIUM: &str = "  - topics: [customers]
+    table: customers
+    create_table: {}
+    cdc:
+      mode: upsert_delete
+      primary_key: [id]
+      max_staleness: 10m
+      sequence: {epoch: 2, source_field: source.lsn}
+";
+
+#[test]
+fn a_debezium_route_validates_and_reads_as_written() {
+    let yaml = config("at_least_once", DEBEZIUM);
+    assert_eq!(errors(&yaml), Vec::<String>::new());
+    let c = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    let cdc = c.route_for("customers").cdc.expect("the route's cdc");
+    assert_eq!(cdc.mode, CdcMode::UpsertDelete);
+    assert_eq!(cdc.format, CdcFormat::Debezium);
+    assert_eq!(cdc.primary_key, ["id"]);
+    assert_eq!(cdc.sequence.epoch, 2);
+    assert_eq!(cdc.sequence.source_field.as_deref(), Some("source.lsn"));
+    assert!(
+        c.route_for("orders").cdc.is_none(),
+        "an append-only table beside it"
+    );
+    assert!(warnings(&c).is_empty());
+}
+
+#[test]
+fn cdc_needs_at_least_once_delivery() {
+    let errs = errors(&config("exactly_once", DEBEZIUM));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].starts_with("routes[0].cdc:"), "{errs:?}");
+    assert!(errs[0].contains("delivery: at_least_once"), "{errs:?}");
+    assert!(errs[0].contains("_default stream"), "{errs:?}");
+}
+
+#[test]
+fn bad_cdc_fields_are_named() {
+    let cases = [
+        (
+            "      mode: upsert\n      primary_key: []\n",
+            "routes[0].cdc.primary_key: needs 1 to 16 columns, got 0",
+        ),
+        (
+            "      mode: upsert\n      primary_key: [id, ID]\n",
+            "routes[0].cdc.primary_key[1]: `ID` is listed twice",
+        ),
+        (
+            "      mode: upsert\n      primary_key: [a.b]\n",
+            "routes[0].cdc.primary_key[0]: `a.b` is not a top-level column name",
+        ),
+        (
+            "      mode: upsert\n      format: plain\n      primary_key: [id]\n",
+            "routes[0].cdc.change_type_field: is required with `format: plain`",
+        ),
+        (
+            "      mode: upsert\n      change_type_field: op\n      primary_key: [id]\n",
+            "routes[0].cdc.change_type_field: only applies to `format: plain`",
+        ),
+        (
+            "      mode: upsert\n      primary_key: [id]\n      sequence: {source_field: source..lsn}\n",
+            "routes[0].cdc.sequence.source_field: `source..lsn` is not a dotted field path",
+        ),
+    ];
+    for (body, expected) in cases {
+        let route = format!("  - topics: [customers]\n    cdc:\n{body}");
+        let errs = errors(&config("at_least_once", &route));
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:?}"
+        );
+    }
+    let too_many: Vec<String> = (0..17).map(|i| format!("c{i}")).collect();
+    let route = format!(
+        "  - topics: [customers]\n    cdc:\n      mode: upsert\n      primary_key: [{}]\n",
+        too_many.join(", ")
+    );
+    assert!(
+        errors(&config("at_least_once", &route))
+            .iter()
+            .any(|e| e.starts_with("routes[0].cdc.primary_key: needs 1 to 16 columns, got 17"))
+    );
+    let route = "  - topics: [customers]\n    schema_update: add_columns\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
+    assert!(
+        errors(&config("at_least_once", route))
+            .iter()
+            .any(|e| e.contains("schema_update: add_columns"))
+    );
+    let route = "  - topics: [customers]\n    format: protobuf\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
+    assert!(
+        errors(&config("at_least_once", route))
+            .iter()
+            .any(|e| e.starts_with("routes[0].cdc: reads avro records only")),
+        "{:?}",
+        errors(&config("at_least_once", route))
+    );
+    let route = "  - topics: [customers]\n    cdc:\n      mode: replace\n      primary_key: [id]\n";
+    let errs = errors(&config("at_least_once", route));
+    assert!(
+        errs.iter().any(|e| e.contains("routes[0].cdc.mode")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn several_topics_into_one_cdc_table_without_a_source_position_is_explained() {
+    let route =
+        "  - topics: [customers, orders]\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
+    let c = Config::from_yaml(&config("at_least_once", route), HashMap::new()).unwrap();
+    validate(&c).unwrap();
+    let w: Vec<String> = warnings(&c).iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].starts_with("routes[0].cdc.sequence:"), "{w:?}");
+    assert!(w[0].contains("not comparable across topics"), "{w:?}");
+    let route = "  - topics: [customers, orders]\n    cdc:\n      mode: upsert\n      primary_key: [id]\n      sequence: {source_field: source.lsn}\n";
+    let c = Config::from_yaml(&config("at_least_once", route), HashMap::new()).unwrap();
+    assert!(warnings(&c).is_empty());
+}

@@ -1,0 +1,430 @@
+//! Change data capture end to end (docs/cdc.md): Debezium-shaped Avro through a real broker and
+//! the real daemon into the emulator, whose table must end equal to the source's state per key.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use support::daemon::{Daemon, Registry};
+use support::kafka::{producer, unique_name};
+use support::sink::{Fixture, SinkOptions, confluent};
+
+pub const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"db.inventory.customers","fields":[
+  {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+    {"name":"id","type":"long"},
+    {"name":"name","type":"string"},
+    {"name":"version","type":"long"}]}],"default":null},
+  {"name":"after","type":["null","Value"],"default":null},
+  {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql","fields":[
+    {"name":"connector","type":"string"},
+    {"name":"lsn","type":["null","long"],"default":null}]}},
+  {"name":"op","type":"string"},
+  {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
+
+pub const KEY: &str = r#"{"type":"record","name":"Key","namespace":"db.inventory.customers","fields":[
+  {"name":"id","type":"long"}]}"#;
+
+const VALUE_ID: u32 = 11;
+const KEY_ID: u32 = 12;
+
+/// The source table's state: id → (name, version).
+type State = BTreeMap<i64, (String, i64)>;
+
+/// One Kafka record of the change stream: partition, key, value (`None`: a tombstone).
+struct Change {
+    partition: i32,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+}
+
+/// Writes Debezium change events for a source table and keeps its state.
+struct Source {
+    envelope: Schema,
+    key: Schema,
+    partitions: i32,
+    state: State,
+    versions: HashMap<i64, i64>,
+    out: Vec<Change>,
+}
+
+impl Source {
+    fn new(partitions: i32) -> Source {
+        Source {
+            envelope: Schema::parse_str(ENVELOPE).unwrap(),
+            key: Schema::parse_str(KEY).unwrap(),
+            partitions,
+            state: State::new(),
+            versions: HashMap::new(),
+            out: Vec::new(),
+        }
+    }
+
+    fn row(id: i64, version: i64) -> Value {
+        Value::Record(vec![
+            ("id".into(), Value::Long(id)),
+            (
+                "name".into(),
+                Value::String(format!("customer-{id}-v{version}")),
+            ),
+            ("version".into(), Value::Long(version)),
+        ])
+    }
+
+    fn event(&self, op: &str, before: Option<Value>, after: Option<Value>) -> Vec<u8> {
+        let opt = |v: Option<Value>| match v {
+            Some(v) => Value::Union(1, Box::new(v)),
+            None => Value::Union(0, Box::new(Value::Null)),
+        };
+        let value = Value::Record(vec![
+            ("before".into(), opt(before)),
+            ("after".into(), opt(after)),
+            (
+                "source".into(),
+                Value::Record(vec![
+                    ("connector".into(), Value::String("postgresql".into())),
+                    ("lsn".into(), Value::Union(0, Box::new(Value::Null))),
+                ]),
+            ),
+            ("op".into(), Value::String(op.into())),
+            ("ts_ms".into(), Value::Union(0, Box::new(Value::Null))),
+        ]);
+        confluent(VALUE_ID, &datum(&self.envelope, value))
+    }
+
+    fn key_of(&self, id: i64) -> Vec<u8> {
+        confluent(
+            KEY_ID,
+            &datum(
+                &self.key,
+                Value::Record(vec![("id".into(), Value::Long(id))]),
+            ),
+        )
+    }
+
+    fn push(&mut self, id: i64, value: Option<Vec<u8>>) {
+        self.out.push(Change {
+            partition: (id % self.partitions as i64) as i32,
+            key: Some(self.key_of(id)),
+            value,
+        });
+    }
+
+    /// A create (`c`), update (`u`) or snapshot read (`r`) of `id` at its next version.
+    fn upsert(&mut self, id: i64, op: &str) {
+        let version = self.versions.entry(id).or_insert(0);
+        *version += 1;
+        let version = *version;
+        let before = self.state.get(&id).map(|_| Source::row(id, version - 1));
+        let event = self.event(op, before, Some(Source::row(id, version)));
+        self.push(id, Some(event));
+        self.state
+            .insert(id, (format!("customer-{id}-v{version}"), version));
+    }
+
+    /// A delete event and its tombstone, as Debezium writes them.
+    fn delete(&mut self, id: i64) {
+        let version = self.versions.get(&id).copied().unwrap_or(0);
+        let event = self.event("d", Some(Source::row(id, version)), None);
+        self.push(id, Some(event));
+        self.push(id, None);
+        self.state.remove(&id);
+    }
+
+    /// A truncate event: no row-level equivalent, so a bad record.
+    fn truncate(&mut self) {
+        let event = self.event("t", None, None);
+        self.out.push(Change {
+            partition: 0,
+            key: None,
+            value: Some(event),
+        });
+    }
+
+    fn produce(&mut self, producer: &FutureProducer, topic: &str) {
+        let pending: Vec<_> = self
+            .out
+            .drain(..)
+            .map(|c| {
+                let mut record: FutureRecord<'_, [u8], [u8]> =
+                    FutureRecord::to(topic).partition(c.partition);
+                if let Some(k) = &c.key {
+                    record = record.key(k.as_slice());
+                }
+                if let Some(v) = &c.value {
+                    record = record.payload(v.as_slice());
+                }
+                producer
+                    .send_result(record)
+                    .map_err(|(e, _)| e)
+                    .expect("enqueue")
+            })
+            .collect();
+        for f in pending {
+            futures::executor::block_on(f)
+                .expect("delivery")
+                .map_err(|(e, _)| e)
+                .expect("acknowledged");
+        }
+    }
+}
+
+fn datum(schema: &Schema, value: Value) -> Vec<u8> {
+    apache_avro::writer::datum::GenericDatumWriter::builder(schema)
+        .build()
+        .unwrap()
+        .write_value_to_vec(value)
+        .unwrap()
+}
+
+/// The fixture's topic and emulator with a registry serving the envelope and key schemas.
+async fn setup(partitions: i32) -> (Fixture, String) {
+    let f = Fixture::with(SinkOptions::partitions(partitions)).await;
+    let (addr, registry) = Registry::serve(
+        HashMap::from([(VALUE_ID, ENVELOPE.to_string()), (KEY_ID, KEY.to_string())]),
+        None,
+    )
+    .await;
+    registry.subject(&format!("{}-value", f.topic), VALUE_ID);
+    // The registry lives as long as the test's runtime.
+    std::mem::forget(registry);
+    (f, format!("http://{addr}"))
+}
+
+fn config(f: &Fixture, registry: &str, group: &str) -> PathBuf {
+    let path = f.dir.path().join(format!("{group}.yaml"));
+    let text = format!(
+        r#"
+kafka:
+  bootstrap_servers: "{bootstrap}"
+  group_id: "{group}"
+  topics: ["{topic}"]
+  properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+schema_registry:
+  url: "{registry}"
+  retries: 2
+bigquery:
+  project: p
+  dataset: d
+  table: unused
+  endpoint: "http://{emulator}"
+  credentials: none
+routes:
+  - topics: ["{topic}"]
+    table: "{table}"
+    create_table: {{}}
+    cdc:
+      mode: upsert_delete
+      primary_key: [id]
+      max_staleness: 10m
+dead_letter:
+  topic: "{dlq}"
+delivery: at_least_once
+checkpoint:
+  interval: 200ms
+writer:
+  linger: 20ms
+metrics:
+  listen: "127.0.0.1:0"
+log:
+  format: json
+shutdown_deadline: 20s
+"#,
+        bootstrap = f.bootstrap,
+        topic = f.topic,
+        table = f.table,
+        emulator = f.emulator.addr,
+        dlq = f.dlq,
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn table_schema(f: &Fixture) -> Option<TableSchema> {
+    f.emulator.store.get_table(&f.table_ref()).map(|t| t.schema)
+}
+
+/// The table as a query reads it: id → (name, version).
+fn table_state(f: &Fixture) -> State {
+    let Some(schema) = table_schema(f) else {
+        return State::new();
+    };
+    let Ok(page) = f
+        .emulator
+        .store
+        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
+    else {
+        return State::new();
+    };
+    let column = |name: &str| {
+        schema
+            .fields
+            .iter()
+            .position(|c| c.name == name)
+            .expect("column")
+    };
+    let (id, name, version) = (column("id"), column("name"), column("version"));
+    page.rows
+        .iter()
+        .map(|r| {
+            let cells = r.codec.render(&r.data, &schema);
+            let cell = |i: usize| cells["f"][i]["v"].as_str().unwrap_or_default().to_string();
+            (
+                cell(id).parse().unwrap(),
+                (cell(name), cell(version).parse().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the table equals `want`; on timeout, names the keys that differ.
+fn wait_converged(f: &Fixture, want: &State, timeout: Duration) {
+    let started = Instant::now();
+    loop {
+        let got = table_state(f);
+        if &got == want {
+            return;
+        }
+        if started.elapsed() > timeout {
+            let missing: Vec<_> = want
+                .keys()
+                .filter(|k| !got.contains_key(k))
+                .take(5)
+                .collect();
+            let extra: Vec<_> = got
+                .keys()
+                .filter(|k| !want.contains_key(k))
+                .take(5)
+                .collect();
+            let wrong: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(k).is_some_and(|g| g != *v))
+                .take(5)
+                .collect();
+            panic!(
+                "table != source after {timeout:?}: {} rows, {} keys expected; missing {missing:?}, extra {extra:?}, wrong {wrong:?}",
+                got.len(),
+                want.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The daemon with its logs in memory (shown if the test fails while it runs).
+fn start(config: &Path, name: &str) -> Daemon {
+    Daemon::start_named(config, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_changes_converge_to_the_source_state_across_a_kill() {
+    const PARTITIONS: i32 = 3;
+    let (f, registry) = setup(PARTITIONS).await;
+    let config = config(&f, &registry, &unique_name("cdc"));
+    let producer = producer(&f.bootstrap);
+    let mut source = Source::new(PARTITIONS);
+    // A snapshot, then several updates per key (many land in one request), deletes with their
+    // tombstones, re-inserts of deleted keys, and a truncate.
+    for id in 0..40 {
+        source.upsert(id, "r");
+    }
+    for round in 0..5 {
+        for id in 0..40 {
+            if (id + round) % 3 != 0 {
+                source.upsert(id, "u");
+            }
+        }
+    }
+    for id in (0..40).filter(|id| id % 5 == 0) {
+        source.delete(id);
+    }
+    source.truncate();
+    for id in (0..40).filter(|id| id % 10 == 0) {
+        source.upsert(id, "c");
+    }
+    source.produce(&producer, &f.topic);
+
+    let mut daemon = start(&config, "first");
+    wait_converged(&f, &source.state, Duration::from_secs(60));
+    let table = f.emulator.store.get_table(&f.table_ref()).expect("created");
+    assert_eq!(table.primary_key(), ["id"]);
+    assert_eq!(table.max_staleness.as_deref(), Some("0-0 0 0:10:0"));
+    let schema: Vec<&str> = table
+        .schema
+        .fields
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        schema,
+        ["id", "name", "version"],
+        "the after row's columns only"
+    );
+    let letters = f.dead_letters(1);
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].2, "cdc_change");
+    assert!(letters[0].3.contains("\"t\""), "{letters:?}");
+    let dlq = f.dead_letter_count();
+
+    // A crash: what was appended after the last commit is sent again on restart, with the
+    // same sequence numbers, behind newer changes of the same keys.
+    daemon.kill();
+    for id in 0..40 {
+        if id % 4 == 1 {
+            source.delete(id);
+        } else if id % 4 == 2 {
+            source.upsert(id, "u");
+        }
+    }
+    source.produce(&producer, &f.topic);
+    let daemon = start(&config, "after-the-kill");
+    wait_converged(&f, &source.state, Duration::from_secs(60));
+    assert!(daemon.metric_with("kbq_cdc_changes_total", &["change=\"upsert\""]) > 0.0);
+    assert!(daemon.metric_with("kbq_cdc_changes_total", &["change=\"delete\""]) > 0.0);
+    assert_eq!(f.dead_letter_count(), dlq, "no new bad records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_table_without_a_primary_key_is_refused_at_start() {
+    let (f, registry) = setup(1).await;
+    let schema: TableSchema = serde_json::from_str(
+        r#"{"fields":[{"name":"id","type":"INTEGER"},{"name":"name","type":"STRING"},{"name":"version","type":"INTEGER"}]}"#,
+    )
+    .unwrap();
+    let store = &f.emulator.store;
+    store.insert_dataset(Dataset::new("p", "d")).unwrap();
+    let reference = TableRef::new("p", "d", f.table.clone());
+    store.insert_table(Table::new(reference, schema)).unwrap();
+    let config = config(&f, &registry, &unique_name("cdc-no-key"));
+    let mut daemon = start(&config, "no-key");
+    let started = Instant::now();
+    loop {
+        let text = daemon.lines().join("\n");
+        if text.contains("has no primary key") {
+            assert!(
+                text.contains(&format!("tables/{}", f.table)),
+                "names the table"
+            );
+            assert!(
+                text.contains("ADD PRIMARY KEY (id) NOT ENFORCED"),
+                "says how"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no refusal in {text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(table_state(&f).is_empty());
+    daemon.kill();
+}
