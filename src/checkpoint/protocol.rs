@@ -1877,14 +1877,36 @@ impl CheckpointProtocol {
         }
         state.pending = None;
         state.flush_in_flight = false;
-        // Rows appended to the lost stream and not flushed are gone; records below f are
-        // visible. The restart keeps f as this process knows it (it may be ahead of the
-        // committed f), which avoids re-delivering a window we saw flushed.
-        let doubt = state.committed.as_ref().filter(|c| {
-            c.stream.as_ref() == Some(&stream) && c.needs_flush() && state.visible < c.next
-        });
-        match doubt.map(|c| c.next) {
-            Some(below) => self.lost_stream(tp, state, stream, below, out),
+        // Records below f are visible. If the committed checkpoint names this stream with rows
+        // in doubt, the writer's word "lost" is not final: a stream whose offsets merely
+        // disagree with ours (an offset conflict, review #9) is alive, and flushing the
+        // committed (s, r) makes [f, K) visible exactly. So the partition recovers from its
+        // checkpoint as a new owner would: re-flush, then start at K; only a re-flush that finds
+        // the stream gone (and a re-read that confirms the checkpoint) reaches the lost-stream
+        // policy. Without doubt, the restart keeps f as this process knows it (it may be ahead
+        // of the committed f), which avoids re-delivering a window we saw flushed.
+        let doubt = state
+            .committed
+            .clone()
+            .filter(|c| c.stream.as_ref() == Some(&stream) && c.needs_flush())
+            .filter(|c| state.visible < c.next);
+        match doubt {
+            Some(checkpoint) => {
+                let through = checkpoint.flush_to.expect("a checkpoint in doubt has r");
+                out.push(Action::FlushRows {
+                    tp: tp.clone(),
+                    stream,
+                    through,
+                    purpose: FlushPurpose::Recovery,
+                    attempt: 0,
+                });
+                state.phase = Phase::Flushing {
+                    checkpoint,
+                    attempt: 0,
+                    not_found: 0,
+                };
+                self.partitions.insert(tp, state);
+            }
             None => {
                 let from = state.visible;
                 self.start_incarnation(tp, state, from, out);
@@ -2928,6 +2950,71 @@ mod tests {
         p.handle(ack(inc, "s1", 6, 16));
         let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
         assert_eq!(entries[0].offset, NextOffset(13));
+    }
+
+    /// Review #9: a writer that gives its stream up on an offset conflict reports it lost, but
+    /// the stream is alive. The committed rows in doubt are re-flushed and the partition goes on
+    /// at K, exactly; only a re-flush that finds the stream gone, confirmed by a re-read, reaches
+    /// the lost-stream policy (a rewind, counted).
+    #[test]
+    fn a_stream_given_up_with_rows_in_doubt_is_re_flushed_before_anything_is_rewound() {
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        // The cycle's flush of (s1, 2) has not come back when the writer gives up on s1.
+        let a = p.handle(Event::StreamLost {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        assert!(
+            started_at(&a).is_none(),
+            "nothing restarts before the re-flush"
+        );
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::FlushRows {
+                purpose: FlushPurpose::Recovery,
+                through: RowOffset(2),
+                ..
+            }
+        )));
+        let a = p.handle(recovery_result("s1", 2, FlushOutcome::Flushed));
+        let (inc2, from) = started_at(&a).expect("restarted");
+        assert_ne!(inc2, inc);
+        assert_eq!(from, 13, "the committed K: [10, 13) is visible now");
+        assert!(
+            !a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
+
+        // Gone for real: the re-flush finds it finalized, the re-read confirms the checkpoint,
+        // and the policy (rewind by default) re-delivers from f, counted.
+        let mut p = protocol();
+        let inc = running(&mut p);
+        committed(&mut p, inc, 3);
+        p.handle(Event::StreamLost {
+            tp: tp0(),
+            stream: sid("s1"),
+        });
+        let a = p.handle(recovery_result("s1", 2, FlushOutcome::StreamFinalized));
+        assert!(a.contains(&Action::ReadCommitted { tp: tp0() }));
+        let a = p.handle(Event::CheckpointReread {
+            tp: tp0(),
+            assignment: Assignment {
+                committed: Some(CommittedRead {
+                    offset: NextOffset(13),
+                    metadata: metadata(Some("s1"), Some(2), 10),
+                }),
+                low: NextOffset(0),
+                high: NextOffset(100),
+                origin: PartitionOrigin::Existing,
+            },
+        });
+        assert_eq!(started_at(&a).expect("rewound").1, 10);
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Count(Outcome::Rewound { .. })))
+        );
     }
 
     #[test]
