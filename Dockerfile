@@ -8,14 +8,20 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake pkg-confi
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY benches ./benches
-RUN cargo build --release --locked --bin kafka-bigquery-sink \
-    && strip target/release/kafka-bigquery-sink
+# Cache mounts (BuildKit and buildah): the downloaded crates and the target folder outlive the
+# build, so a rebuild compiles only what changed. The target folder is then not part of the
+# stage's filesystem: the binary is copied out of it.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin kafka-bigquery-sink \
+    && strip target/release/kafka-bigquery-sink \
+    && cp target/release/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin sink
-COPY --from=build /src/target/release/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
+COPY --from=build /usr/local/bin/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
 USER 65532:65532
 EXPOSE 9090
 ENTRYPOINT ["/usr/local/bin/kafka-bigquery-sink"]
