@@ -124,6 +124,7 @@ impl Sim {
                     table: TABLE.into(),
                     table_label: "events".into(),
                     plans: self.plan.clone(),
+                    cdc: None,
                 }),
                 // The `resolve` query's columns: the record's offset and partition.
                 resolve: Some(ResolveColumns {
