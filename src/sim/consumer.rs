@@ -52,6 +52,9 @@ pub(super) struct Consumer {
     /// The group expelled this member while it was frozen; it learns it at its first
     /// heartbeat after it resumes (at this time).
     pub(super) expelled: Option<Option<Instant>>,
+    /// Expelled and told so: it rejoins (as a new member) once its lost partitions' callback
+    /// ran, as librdkafka rejoins only after the rebalance callback returned.
+    pub(super) rejoin: bool,
 }
 
 pub(super) enum Callback {
@@ -98,6 +101,16 @@ impl Sim {
         })
     }
 
+    /// Process `r`'s consumer joins the group again, as a new member.
+    pub(super) fn rejoin(&mut self, r: usize) {
+        let member = self.join();
+        let c = &mut self.procs[r].as_mut().expect("running").consumer;
+        c.member = member;
+        c.rejoin = false;
+        self.trace(format!("r{r} rejoins as m{member}"));
+        self.rebalance();
+    }
+
     pub(super) fn consumer_step(&mut self, r: usize) {
         let now = Instant::now();
         let Some(proc) = self.procs[r].as_mut() else {
@@ -119,15 +132,17 @@ impl Sim {
             proc.consumer.expelled = None;
             let owned: Vec<usize> = proc.consumer.owned.iter().copied().collect();
             proc.consumer.callbacks.clear();
-            if !owned.is_empty() {
+            if owned.is_empty() {
+                self.rejoin(r);
+            } else {
                 proc.consumer
                     .callbacks
                     .push_back(Callback::Revoke(owned, true));
+                proc.consumer.rejoin = true;
+                self.trace(format!(
+                    "r{r} learns it was expelled: its partitions are lost"
+                ));
             }
-            let member = self.join();
-            self.procs[r].as_mut().expect("checked").consumer.member = member;
-            self.trace(format!("r{r} learns it was expelled: rejoins as m{member}"));
-            self.rebalance();
         }
         // Commands, as the thread (or its revoke callback) serves them.
         loop {
@@ -168,6 +183,9 @@ impl Sim {
                 && !more
             {
                 revoking.remove(&member);
+            }
+            if self.procs[r].as_ref().expect("checked").consumer.rejoin {
+                self.rejoin(r);
             }
         }
         let proc = self.procs[r].as_mut().expect("checked");

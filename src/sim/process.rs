@@ -174,6 +174,7 @@ impl Sim {
                 arena: BytesMut::new(),
                 closed: false,
                 expelled: None,
+                rejoin: false,
             },
             next_tick: Instant::now() + CHECKPOINT_INTERVAL,
             shutdown_at: None,
