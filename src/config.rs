@@ -2132,6 +2132,16 @@ impl Validator {
                 create_table,
                 add_columns,
             });
+            let format = r.format.unwrap_or(c.top_format());
+            if r.cdc.is_some() && format != InputFormat::Avro {
+                self.err(
+                    format!("routes[{i}].cdc"),
+                    format!(
+                        "change data capture reads avro records only, not {}",
+                        format.as_str()
+                    ),
+                );
+            }
         }
         for s in scopes {
             let name = s.format.as_str();
