@@ -1214,6 +1214,41 @@ async fn denied_stream_creation_and_appends_are_retried_while_not_ready() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
+/// Review #14, the flush: a FlushRows that BigQuery denies (an IAM change) stays pending and is
+/// retried every cycle, and while it is denied the partition counts in `kbq_partitions_retrying`
+/// and readiness is false: committed rows that cannot become visible are not a healthy sink.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_denied_flush_is_retried_while_not_ready() {
+    let f = Fixture::new(1).await;
+    let ids = f
+        .emulator
+        .faults
+        .install(rules(
+            r#"[{"rpc":"FlushRows","action":{"fail":{"code":"PERMISSION_DENIED"}}}]"#,
+        ))
+        .expect("install");
+    let mut d = Daemon::start(&f.config(&unique_name("denied-flush")));
+    f.produce(50);
+    wait_until(
+        Duration::from_secs(30),
+        "readiness false while the flush is denied",
+        || {
+            let (status, body) = d.http_get("/readyz");
+            status == 503 && body.contains("permission, credential or precondition")
+        },
+    );
+    assert_eq!(d.metric("kbq_partitions_retrying"), 1.0);
+    assert!(f.visible().is_empty(), "nothing visible while denied");
+    assert!(f.emulator.faults.remove(ids[0]));
+    f.wait_exactly_once(Duration::from_secs(60));
+    wait_until(Duration::from_secs(30), "readiness again", || {
+        d.http_get("/readyz").0 == 200
+    });
+    assert_eq!(d.metric("kbq_partitions_retrying"), 0.0);
+    assert!(d.terminate().success());
+    assert_exactly_once(&f.visible(), &f.expected());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 7. A replica dies inside its handoff.
 

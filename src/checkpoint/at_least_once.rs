@@ -35,6 +35,7 @@ use super::coordinator::{
     CoordinatorSettings, Exit, Routing, sleep_until, spawn_flush, spawn_label,
     spawn_partition_writer, spawn_resolve,
 };
+use super::denied::DeniedFlushes;
 use super::metadata::{CommitMetadata, TableFingerprint};
 use super::offsets::{Incarnation, NextOffset, StreamId};
 use super::protocol::{
@@ -124,6 +125,8 @@ pub struct AtLeastOnceCoordinator {
     routing: Routing,
     /// Owned partitions whose committed offset or watermarks could not be read yet.
     unknown: HashSet<TopicPartition>,
+    /// Recovering partitions whose re-flush BigQuery keeps denying.
+    denied: DeniedFlushes,
 }
 
 impl AtLeastOnceCoordinator {
@@ -144,6 +147,7 @@ impl AtLeastOnceCoordinator {
             recovery,
             labelled: HashSet::new(),
             labelling: HashMap::new(),
+            denied: DeniedFlushes::new(metrics.partitions_retrying.clone()),
             routing: Routing::new(),
             unknown: HashSet::new(),
             settings,
@@ -372,6 +376,7 @@ impl AtLeastOnceCoordinator {
 
     /// Feeds a recovery answer to the protocol of its partition, if it is still recovering.
     fn feed_recovery(&mut self, event: Event) {
+        self.denied.observe(&event);
         let tp = match &event {
             Event::RecoveryFlushResult { tp, .. }
             | Event::CheckpointReread { tp, .. }
@@ -532,6 +537,7 @@ impl AtLeastOnceCoordinator {
         let Some(Partition::Recovering { read, .. }) = self.partitions.remove(&tp) else {
             return;
         };
+        self.denied.forget(&tp);
         let committed = read.committed.as_ref();
         let metadata = committed.and_then(|r| CommitMetadata::parse(&r.metadata).ok());
         let superseded = match &metadata {
@@ -743,6 +749,7 @@ impl AtLeastOnceCoordinator {
 
     /// Drops everything known of `tp`, stopping its writer without a drain.
     fn forget(&mut self, tp: &TopicPartition) {
+        self.denied.forget(tp);
         if let Some(partition) = self.partitions.remove(tp) {
             if matches!(partition, Partition::Failed(_) | Partition::FailedClosed(_)) {
                 self.metrics.partitions_failed.dec();

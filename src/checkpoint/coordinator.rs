@@ -25,6 +25,7 @@ use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLab
 use crate::routing::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
+use super::denied::DeniedFlushes;
 use super::metadata::TableFingerprint;
 use super::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
 use super::protocol::{
@@ -90,6 +91,7 @@ pub struct Coordinator {
     /// Owned partitions whose committed offset or watermarks could not be read yet.
     unknown: HashSet<TopicPartition>,
     stalls: StallWatch,
+    denied: DeniedFlushes,
     /// Cycle flushes sent per partition since shutdown began: the final cycles run back to back,
     /// so a flush that keeps failing transiently is retried with the recovery backoff by this
     /// count instead of in a tight loop until the deadline (review #15).
@@ -179,6 +181,7 @@ impl Coordinator {
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let client = writer_shared.client.clone();
         let settings_stall_after = settings.stall_after;
+        let denied = DeniedFlushes::new(metrics.partitions_retrying.clone());
         Coordinator {
             protocol,
             settings,
@@ -202,6 +205,7 @@ impl Coordinator {
             routing: Routing::new(),
             unknown: HashSet::new(),
             stalls: StallWatch::new(settings_stall_after),
+            denied,
             shutdown_flushes: None,
         }
     }
@@ -324,6 +328,7 @@ impl Coordinator {
     }
 
     fn feed(&mut self, event: Event) {
+        self.denied.observe(&event);
         let actions = self.protocol.handle(event);
         for action in actions {
             self.execute(action);
@@ -778,6 +783,7 @@ impl Coordinator {
                 }
                 self.visible.remove(&tp);
                 self.stalls.forget(&tp);
+                self.denied.forget(&tp);
                 self.consumer.send(ConsumerCommand::Release { tp });
             }
             Action::FailPartition { tp, reason } => {
@@ -1049,10 +1055,11 @@ pub(crate) async fn flush(
                 }
                 // An IAM change or a credential being rotated passes: the flush stays pending
                 // and is retried (every cycle, or with the recovery backoff), never a permanent
-                // stop of the partition (review #14).
+                // stop of the partition (review #14); readiness is false meanwhile
+                // (`DeniedFlushes`).
                 ErrorClass::Denied => {
                     tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
-                    FlushOutcome::Transient(e.to_string())
+                    FlushOutcome::Denied(e.to_string())
                 }
                 _ => FlushOutcome::Fatal(e.to_string()),
             }

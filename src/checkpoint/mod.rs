@@ -18,6 +18,7 @@
 
 pub mod at_least_once;
 pub mod coordinator;
+pub mod denied;
 pub mod metadata;
 pub mod offsets;
 pub mod protocol;

@@ -218,7 +218,11 @@ pub enum FlushOutcome {
     NotFound,
     /// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, or no response.
     Transient(String),
-    /// OUT_OF_RANGE, PERMISSION_DENIED, UNAUTHENTICATED, other INVALID_ARGUMENT: never rewind.
+    /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change or a credential
+    /// being rotated passes, so it is retried as a transient error (review #14); the shell keeps
+    /// readiness false meanwhile.
+    Denied(String),
+    /// OUT_OF_RANGE, other INVALID_ARGUMENT: never rewind.
     Fatal(String),
 }
 
@@ -1075,7 +1079,7 @@ impl CheckpointProtocol {
                 state.phase = Phase::Confirming { checkpoint, stream };
                 self.partitions.insert(tp, state);
             }
-            FlushOutcome::Transient(_) => {
+            FlushOutcome::Transient(_) | FlushOutcome::Denied(_) => {
                 retry(&mut state, not_found, out);
                 self.partitions.insert(tp, state);
             }
@@ -1768,7 +1772,7 @@ impl CheckpointProtocol {
                         p.pending.as_mut().expect("matched").not_found += 1;
                         out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
                     }
-                    FlushOutcome::Transient(_) => {
+                    FlushOutcome::Transient(_) | FlushOutcome::Denied(_) => {
                         // Stays pending: retried next cycle, whether or not new rows arrive.
                         out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
                     }

@@ -4,5 +4,4 @@
 
 pub mod daemon;
 pub mod kafka;
-pub mod registry;
 pub mod sink;
