@@ -330,6 +330,9 @@ pub struct Config {
     /// Raw Avro records with one fixed writer schema.
     #[serde(default)]
     pub avro: Option<AvroConfig>,
+    /// Schemaless JSON records, typed by the table (`json: {}`).
+    #[serde(default)]
+    pub json: Option<JsonConfig>,
     /// Where to write to. Its table settings apply to every topic that no entry of `routes`
     /// matches.
     pub bigquery: BigQueryConfig,
@@ -512,9 +515,14 @@ pub struct SchemaRegistryConfig {
     /// is replaced by the topic (default `{topic}-value`, the TopicNameStrategy).
     #[serde(default = "default_sr_table_subject")]
     pub table_subject: String,
-    /// The encoding of the records: `avro` (default) or `protobuf`; a route may override it.
+    /// The encoding of the records: `avro` (default), `protobuf` or `json_schema`; a route may
+    /// override it.
     #[serde(default)]
     pub format: InputFormat,
+    /// Check every JSON Schema record against its registered schema before writing it; a record
+    /// that does not match goes to the dead-letter topic (`schema_violation`).
+    #[serde(default)]
+    pub json_validate: bool,
     /// How Protobuf records encode the message-index array after the schema id: `zigzag`
     /// (default; every current Confluent serializer), `unsigned` (older non-Java clients'
     /// `use.deprecated.format`) or `none` (clients that write no array: the first message).
@@ -529,6 +537,21 @@ pub enum InputFormat {
     #[default]
     Avro,
     Protobuf,
+    /// Confluent JSON Schema: the registry's framing, then JSON text.
+    JsonSchema,
+    /// Schemaless JSON: the whole record is JSON text, typed by the table.
+    Json,
+}
+
+impl InputFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputFormat::Avro => "avro",
+            InputFormat::Protobuf => "protobuf",
+            InputFormat::JsonSchema => "json_schema",
+            InputFormat::Json => "json",
+        }
+    }
 }
 
 /// See `schema_registry.protobuf_message_indexes`.
@@ -561,6 +584,11 @@ pub struct AvroConfig {
     /// The `.avsc` file with the writer schema of every record.
     pub schema_file: PathBuf,
 }
+
+/// Schemaless JSON input: each record is one JSON object, written into the table by column name.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonConfig {}
 
 /// The destination.
 #[derive(Clone, Debug, Deserialize)]
@@ -746,14 +774,22 @@ impl Config {
         props
     }
 
+    /// The input format of topics without a route that sets one: `json` with a top-level `json`
+    /// section, else `schema_registry.format`, else Avro (raw, `avro.schema_file`).
+    pub fn top_format(&self) -> InputFormat {
+        if self.json.is_some() {
+            return InputFormat::Json;
+        }
+        self.schema_registry
+            .as_ref()
+            .map_or(InputFormat::Avro, |sr| sr.format)
+    }
+
     /// The table settings for `topic`: the first route that matches it, else `bigquery`.
     pub fn route_for(&self, topic: &str) -> TopicRoute<'_> {
         let b = &self.bigquery;
         let top_schema = self.avro.as_ref().map(|a| a.schema_file.as_path());
-        let top_format = self
-            .schema_registry
-            .as_ref()
-            .map_or(InputFormat::Avro, |sr| sr.format);
+        let top_format = self.top_format();
         match self.routes.iter().position(|r| r.matches(topic)) {
             Some(i) => {
                 let r = &self.routes[i];
@@ -1819,14 +1855,17 @@ impl Validator {
 
     fn input(&mut self, c: &Config) {
         match (&c.schema_registry, &c.avro) {
-            (None, None) => self.err(
+            (None, None) if c.json.is_none() => self.err(
                 "schema_registry",
-                "set schema_registry (Confluent wire format) or avro.schema_file (raw Avro)",
+                "set schema_registry (Confluent wire format), avro.schema_file (raw Avro) or json (schemaless JSON)",
             ),
             (Some(_), Some(_)) => self.err(
                 "avro",
                 "set either schema_registry or avro.schema_file, not both",
             ),
+            (_, Some(_)) if c.json.is_some() => {
+                self.err("json", "set either json or avro.schema_file, not both")
+            }
             _ => {}
         }
         if let Some(sr) = &c.schema_registry {
@@ -2049,15 +2088,19 @@ impl Validator {
         self.table_collisions(c);
     }
 
-    /// Protobuf is read through the registry only, into tables that exist: creating or evolving
-    /// a table from a Protobuf schema is not implemented yet. Each refusal names the field that
-    /// asks for it (the route's own, else the top-level one it inherits).
+    /// Protobuf and JSON Schema are read through the registry, raw Avro from its schema file,
+    /// schemaless JSON needs neither; none but Avro creates or evolves tables yet. Each refusal
+    /// names the field that asks for it (the route's own, else the top-level one it inherits).
     fn formats(&mut self, c: &Config) {
-        let sr_format = c.schema_registry.as_ref().map(|sr| sr.format);
+        let top_path = if c.json.is_some() {
+            "json"
+        } else {
+            "schema_registry.format"
+        };
         let b = &c.bigquery;
         let mut scopes = vec![Scope {
-            format_path: "schema_registry.format".into(),
-            format: sr_format.unwrap_or_default(),
+            format_path: top_path.into(),
+            format: c.top_format(),
             raw_avro: c.avro.is_some(),
             create_table: b
                 .create_table
@@ -2081,30 +2124,63 @@ impl Validator {
             scopes.push(Scope {
                 format_path: match r.format {
                     Some(_) => format!("routes[{i}].format"),
-                    None => "schema_registry.format".into(),
+                    None => top_path.into(),
                 },
-                format: r.format.or(sr_format).unwrap_or_default(),
+                format: r.format.unwrap_or(c.top_format()),
                 // A route reads the top-level schema file unless it has its own (`route_for`).
                 raw_avro: r.avro.is_some() || c.avro.is_some(),
                 create_table,
                 add_columns,
             });
+            let format = r.format.unwrap_or(c.top_format());
+            if r.cdc.is_some() && format != InputFormat::Avro {
+                self.err(
+                    format!("routes[{i}].cdc"),
+                    format!(
+                        "change data capture reads avro records only, not {}",
+                        format.as_str()
+                    ),
+                );
+            }
         }
         for s in scopes {
-            if s.format != InputFormat::Protobuf {
-                continue;
-            }
-            if s.raw_avro {
-                self.err(
-                    &s.format_path,
-                    "protobuf records are read through schema_registry (raw input is avro only)",
-                );
+            let name = s.format.as_str();
+            match s.format {
+                InputFormat::Avro => {
+                    if !s.raw_avro && c.schema_registry.is_none() && c.json.is_some() {
+                        self.err(
+                            &s.format_path,
+                            "avro needs schema_registry or avro.schema_file",
+                        );
+                    }
+                    continue;
+                }
+                InputFormat::Protobuf | InputFormat::JsonSchema => {
+                    if s.raw_avro {
+                        self.err(
+                            &s.format_path,
+                            format!(
+                                "{name} records are read through schema_registry (raw input is avro only)"
+                            ),
+                        );
+                    } else if c.schema_registry.is_none() {
+                        self.err(&s.format_path, format!("{name} needs schema_registry"));
+                    }
+                }
+                InputFormat::Json => {
+                    if s.raw_avro {
+                        self.err(
+                            &s.format_path,
+                            "json is not read beside avro.schema_file (its schema would be ignored)",
+                        );
+                    }
+                }
             }
             if let Some(path) = s.create_table {
                 self.err(
                     &path,
                     format!(
-                        "create_table is not supported for protobuf ({}): create the table first",
+                        "create_table is not supported for {name} ({}): create the table first",
                         s.format_path
                     ),
                 );
@@ -2113,7 +2189,7 @@ impl Validator {
                 self.err(
                     &path,
                     format!(
-                        "add_columns is not supported for protobuf ({}): the table is not evolved from a protobuf schema",
+                        "add_columns is not supported for {name} ({}): the table is not evolved from a {name} schema",
                         s.format_path
                     ),
                 );

@@ -26,9 +26,10 @@ use crate::ops::metrics::Metrics;
 use crate::registry::SchemaRegistry;
 use crate::transcode::protobuf::MessageIndexEncoding;
 use crate::transcode::{
-    AvroSchema, DeriveOptions, MapMode, MetadataColumns, PlanOptions, UnknownFields,
+    AvroSchema, DeriveOptions, MapMode, MetadataColumns, Plan, PlanOptions, UnknownFields,
     table_schema_from_avro,
 };
+use crate::writer::json_plans::JsonSchemaPlans;
 use crate::writer::partition_writer::{PlanSource, WriterRoute};
 use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
 use crate::writer::protobuf_plans::ProtobufPlans;
@@ -253,6 +254,29 @@ impl Router {
                     )
                 })?,
             ),
+            (_, None) if settings.format == config::InputFormat::Json => {
+                Arc::new(FixedPlan::from_plan(
+                    Plan::compile_json(None, false, &table.schema, &plan_options).map_err(|e| {
+                        anyhow!(
+                            "schemaless json of {} cannot be written to table {}: {e}",
+                            settings.path,
+                            table_ref.table_id
+                        )
+                    })?,
+                ))
+            }
+            (Some(registry), None) if settings.format == config::InputFormat::JsonSchema => {
+                Arc::new(JsonSchemaPlans::new(
+                    registry,
+                    table.schema.clone(),
+                    plan_options,
+                    self.config
+                        .schema_registry
+                        .as_ref()
+                        .is_some_and(|sr| sr.json_validate),
+                    self.metrics.clone(),
+                ))
+            }
             (Some(registry), None) if settings.format == config::InputFormat::Protobuf => {
                 Arc::new(ProtobufPlans::new(
                     registry,
@@ -283,7 +307,11 @@ impl Router {
                     evolution,
                 ))
             }
-            (None, None) => bail!("neither schema_registry nor avro.schema_file is configured"),
+            (None, None) => bail!(
+                "{}: {} needs schema_registry",
+                settings.path,
+                settings.format.as_str()
+            ),
         };
         let cols = settings.metadata_columns;
         let resolve = match (&cols.partition, &cols.offset) {
@@ -338,11 +366,12 @@ async fn ensure_table(
             Err(e) => return Err(e.into()),
         }
     }
-    if route.format == config::InputFormat::Protobuf {
+    if route.format != config::InputFormat::Avro {
         bail!(
-            "table {} (topic {topic}, {}) does not exist; protobuf routes do not create tables",
+            "table {} (topic {topic}, {}) does not exist; {} routes do not create tables",
             table.resource_name(),
-            route.path
+            route.path,
+            route.format.as_str()
         );
     }
     let Some(create) = route.create_table else {

@@ -815,3 +815,44 @@ fn protobuf_routes_refuse_table_creation_and_evolution_naming_the_field_that_ask
         "routes[0].format: protobuf records are read through schema_registry",
     );
 }
+
+#[test]
+fn json_inputs_name_the_registry_and_table_fields_they_need_or_refuse() {
+    let schemaless = REGISTRY.replace(
+        "schema_registry:\n  url: http://127.0.0.1:8081\n",
+        "json: {}\n",
+    );
+    assert_eq!(errors(&schemaless, HashMap::new()), Vec::<String>::new());
+    let json_schema = REGISTRY.replace(
+        "  url: http://127.0.0.1:8081\n",
+        "  url: http://127.0.0.1:8081\n  format: json_schema\n  json_validate: true\n",
+    );
+    assert_eq!(errors(&json_schema, HashMap::new()), Vec::<String>::new());
+    let yaml = schemaless.replace("  table: t\n", "  table: t\n  create_table: {}\n")
+        + "routes:\n  - topics: [a]\n    format: json_schema\n    table: ta\n";
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "bigquery.create_table: create_table is not supported for json (json)",
+        "routes[0].format: json_schema needs schema_registry",
+        "bigquery.create_table: create_table is not supported for json_schema (routes[0].format)",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {errs:#?}"
+        );
+    }
+    assert_one_error(
+        &with("json: {}\n"),
+        HashMap::new(),
+        "json: set either json or avro.schema_file, not both",
+    );
+    // A CDC route would read its records as Avro whatever the format said.
+    let cdc = schemaless.replace("  table: t\n", "  table: t\n  create_table: {}\n")
+        + "delivery: at_least_once\nroutes:\n  - topics: [a]\n    table: ta\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
+    let errs = errors(&cdc, HashMap::new());
+    assert!(
+        errs.iter().any(|e| e
+            .starts_with("routes[0].cdc: change data capture reads avro records only, not json")),
+        "{errs:#?}"
+    );
+}

@@ -7,64 +7,13 @@
 mod support;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use serde_json::{Value as Json, json};
 use support::kafka::unique_name;
+use support::registry::{hex, python, serve_registry, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
-
-fn python() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KBQ_PYTHON") {
-        return Some(p.into());
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    venv.exists().then_some(venv)
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// The registry as the serializer left it: `/schemas/ids/{id}` and
-/// `/subjects/{subject}/versions/{version}`.
-async fn serve_registry(dump: Json) -> SocketAddr {
-    async fn by_id(State(d): State<Arc<Json>>, Path(id): Path<u32>) -> Response {
-        match d["ids"].get(id.to_string()) {
-            Some(e) => axum::Json(e.clone()).into_response(),
-            None => (StatusCode::NOT_FOUND, r#"{"error_code":40403}"#).into_response(),
-        }
-    }
-    async fn by_version(
-        State(d): State<Arc<Json>>,
-        Path((subject, version)): Path<(String, String)>,
-    ) -> Response {
-        match d["subjects"].get(&subject).and_then(|s| s.get(&version)) {
-            Some(e) => axum::Json(e.clone()).into_response(),
-            None => (StatusCode::NOT_FOUND, r#"{"error_code":40401}"#).into_response(),
-        }
-    }
-    let app = Router::new()
-        .route("/schemas/ids/{id}", get(by_id))
-        .route("/subjects/{subject}/versions/{version}", get(by_version))
-        .with_state(Arc::new(dump));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
@@ -72,22 +21,7 @@ async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
         eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("vectors.jsonl");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/protobuf_vectors.py");
-    assert!(
-        Command::new(python)
-            .arg(&script)
-            .arg(&file)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let lines: Vec<Json> = std::fs::read_to_string(&file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = vectors(&python, "protobuf_vectors.py");
     let vectors: HashMap<&str, &Json> = lines[1..]
         .iter()
         .map(|v| (v["name"].as_str().unwrap(), v))

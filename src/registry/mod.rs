@@ -22,6 +22,7 @@ use tokio::sync::OnceCell;
 
 use crate::transcode::AvroSchema;
 
+mod json;
 mod protobuf;
 
 pub use protobuf::RegisteredProtobuf;
@@ -174,6 +175,8 @@ pub struct SchemaRegistry {
     cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<RegisteredSchema>>>>>,
     /// Protobuf schemas by id, compiled with their references (`protobuf.rs`).
     protobuf_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<protobuf::RegisteredProtobuf>>>>>,
+    /// JSON Schemas by id, with the documents they reference (`json.rs`).
+    json_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<crate::transcode::json::JsonSchema>>>>>,
     /// When each id still unknown was first answered 404 (by this process), for the grace.
     unknown_since: Mutex<HashMap<u32, Instant>>,
     requests: AtomicU64,
@@ -251,6 +254,7 @@ impl SchemaRegistry {
             config,
             cache: Mutex::new(HashMap::new()),
             protobuf_cache: Mutex::new(HashMap::new()),
+            json_cache: Mutex::new(HashMap::new()),
             unknown_since: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),

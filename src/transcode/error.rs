@@ -38,6 +38,14 @@ pub enum PlanError {
     },
     #[error("protobuf field {field} has no column in the table (unknown_fields: error)")]
     UnknownProtoField { field: String },
+    #[error("column {column}: json {json} cannot be written to a {column_type} column")]
+    JsonIncompatible {
+        column: String,
+        json: String,
+        column_type: String,
+    },
+    #[error("json schema property {field} has no column in the table (unknown_fields: error)")]
+    UnknownJsonProperty { field: String },
 }
 
 /// Deriving a table schema from an Avro schema failed.
@@ -123,6 +131,20 @@ pub enum RecordError {
     },
     #[error("protobuf groups nest deeper than {max} levels at byte {offset}")]
     ProtoTooDeep { offset: usize, max: usize },
+    #[error("json at byte {offset}: expected {what}")]
+    MalformedJson { offset: usize, what: &'static str },
+    #[error("column {column}: json {found} cannot be written to a {column_type} column")]
+    JsonType {
+        column: Arc<str>,
+        found: &'static str,
+        column_type: &'static str,
+    },
+    #[error("key {key} occurs twice in one json object")]
+    JsonDuplicateKey { key: Arc<str> },
+    #[error("key {key} has no column in the table (unknown_fields: error)")]
+    JsonUnknownKey { key: String },
+    #[error("the record does not match its json schema: {reason}")]
+    JsonSchemaViolation { reason: String },
 }
 
 impl RecordError {
@@ -141,6 +163,13 @@ impl RecordError {
             | RecordError::ProtoUnknownField { .. }
             | RecordError::ProtoRepeatedField { .. }
             | RecordError::ProtoTooDeep { .. } => "malformed_protobuf",
+            RecordError::MalformedJson { .. } | RecordError::JsonDuplicateKey { .. } => {
+                "malformed_json"
+            }
+            RecordError::JsonType { .. } | RecordError::JsonUnknownKey { .. } => {
+                "incompatible_schema"
+            }
+            RecordError::JsonSchemaViolation { .. } => "schema_violation",
             _ => "malformed_avro",
         }
     }

@@ -1,4 +1,4 @@
-//! Avro and Protobuf → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC
+//! Avro, Protobuf and JSON → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC
 //! client.
 //!
 //! A [`Plan`] is compiled once per (writer schema, table schema) pair and then turns each
@@ -13,6 +13,7 @@ mod derive;
 mod descriptor;
 mod error;
 mod exec;
+pub mod json;
 mod ops;
 mod proto;
 pub mod protobuf;
@@ -46,6 +47,11 @@ pub struct Plan {
 enum Body {
     Avro(ops::RecordOp),
     Protobuf(protobuf::MessageOp),
+    Json {
+        root: json::ObjectOp,
+        /// The registered schema each record is validated against first, when asked.
+        validate: Option<std::sync::Arc<json::JsonSchema>>,
+    },
 }
 
 impl Plan {
@@ -64,6 +70,18 @@ impl Plan {
         options: &PlanOptions,
     ) -> Result<Plan, PlanError> {
         protobuf::compile(message, table, options)
+    }
+
+    /// The plan of JSON records for the table: typed by the registered JSON Schema when there is
+    /// one, by the table alone for schemaless JSON.
+    /// With `validate`, every record is first checked against the schema.
+    pub fn compile_json(
+        schema: Option<&std::sync::Arc<json::JsonSchema>>,
+        validate: bool,
+        table: &crate::bigquery::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        json::compile(schema, validate, table, options)
     }
 
     /// The self-contained proto2 descriptor the rows are encoded with.
@@ -86,6 +104,12 @@ impl Plan {
             Body::Protobuf(root) => {
                 out.reserve(body.len() + body.len() / 4 + 64);
                 protobuf::run_message(root, body, 0, out)
+                    .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
+            }
+            Body::Json { root, validate } => {
+                out.reserve(body.len() + 64);
+                json::check_record(validate.as_deref(), body)
+                    .and_then(|()| json::run_row(root, body, out))
                     .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
             }
         };

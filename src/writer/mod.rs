@@ -2,6 +2,7 @@
 
 pub mod append_session;
 pub mod cdc_plans;
+pub mod json_plans;
 pub mod partition_writer;
 pub mod plans;
 pub mod protobuf_plans;

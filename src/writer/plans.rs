@@ -485,7 +485,8 @@ fn unknown_schema(reason: String) -> BadRecord {
     }
 }
 
-/// Raw Avro binary written with one fixed schema (an `.avsc` named in the config).
+/// Raw Avro binary written with one fixed schema (an `.avsc` named in the config), or schemaless
+/// JSON typed by the table.
 pub struct FixedPlan {
     plan: Arc<Plan>,
 }
@@ -499,6 +500,12 @@ impl FixedPlan {
         Ok(FixedPlan {
             plan: Arc::new(Plan::compile(schema, table, options)?),
         })
+    }
+
+    pub fn from_plan(plan: Plan) -> Self {
+        FixedPlan {
+            plan: Arc::new(plan),
+        }
     }
 }
 

@@ -4,4 +4,5 @@
 
 pub mod daemon;
 pub mod kafka;
+pub mod registry;
 pub mod sink;

@@ -209,8 +209,12 @@ pub struct Tweaks {
     pub topic: Option<String>,
     /// `kafka.topic_pattern` instead of a topic list.
     pub topic_pattern: Option<String>,
-    /// `schema_registry.format` with a registry (`protobuf`).
+    /// `schema_registry.format` with a registry (`protobuf`, `json_schema`).
     pub format: Option<&'static str>,
+    /// `schema_registry.json_validate: true`.
+    pub json_validate: bool,
+    /// Schemaless JSON (`json: {}`) instead of the fixture's Avro, without a registry.
+    pub schemaless_json: bool,
 }
 
 impl Default for Tweaks {
@@ -226,6 +230,8 @@ impl Default for Tweaks {
             topic: None,
             topic_pattern: None,
             format: None,
+            json_validate: false,
+            schemaless_json: false,
         }
     }
 }
@@ -329,13 +335,19 @@ impl Fixture {
                     .format
                     .map(|f| format!("  format: {f}\n"))
                     .unwrap_or_default()
+                    + if tweaks.json_validate {
+                        "  json_validate: true\n"
+                    } else {
+                        ""
+                    }
             ),
+            None if tweaks.schemaless_json => "json: {}\n".to_string(),
             None => format!(
                 "avro:\n  schema_file: \"{}\"\n",
                 self.dir.path().join("order.avsc").display()
             ),
         };
-        let create_table = if tweaks.registry_url.is_some() {
+        let create_table = if tweaks.registry_url.is_some() || tweaks.schemaless_json {
             ""
         } else {
             "  create_table: {}\n"

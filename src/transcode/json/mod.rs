@@ -1,0 +1,21 @@
+//! JSON input: Confluent JSON Schema (magic byte, schema id, JSON text) and schemaless JSON.
+//! A plan compiled per (schema, table) — or per table for schemaless JSON — writes the record's
+//! JSON text into the row's proto bytes in one pass, without a value tree. The mapping is in
+//! `docs/mapping.md`.
+
+mod compile;
+mod exec;
+mod ops;
+mod scan;
+mod schema;
+mod text;
+mod validate;
+
+pub use schema::JsonSchema;
+pub use validate::validate;
+
+pub(super) use validate::check_record;
+
+pub(super) use compile::compile;
+pub(super) use exec::run_row;
+pub(super) use ops::ObjectOp;

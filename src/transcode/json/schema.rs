@@ -1,0 +1,213 @@
+//! A registered JSON Schema, read for what a plan needs: the type of each property (with
+//! `$ref`s followed, `oneOf`/`anyOf` of null and one type read as that type, `allOf` merged), its
+//! `format`, and the Connect logical type its `title` names. References to other registered
+//! schemas are looked up by their reference name.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// `$ref` chains longer than this are refused (a cycle).
+const MAX_REF_HOPS: usize = 64;
+
+#[derive(Debug)]
+pub struct JsonSchema {
+    root: Value,
+    /// Referenced documents by reference name.
+    references: HashMap<String, Value>,
+}
+
+/// What a plan reads from one schema node.
+#[derive(Debug, Clone, Default)]
+pub struct Shape<'s> {
+    /// JSON types the node allows besides null (`None` = any: no `type`, `{}` or a union).
+    pub kind: Option<Kind>,
+    pub format: Option<&'s str>,
+    /// The Connect logical type in `title` (`org.apache.kafka.connect.data.Timestamp`, ...).
+    pub title: Option<&'s str>,
+    /// `properties` of an object, merged over `allOf`.
+    pub properties: Vec<(&'s str, &'s Value)>,
+    /// `items` of an array.
+    pub items: Option<&'s Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Boolean,
+    Integer,
+    Number,
+    String,
+    Object,
+    Array,
+    Null,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Boolean => "boolean",
+            Kind::Integer => "integer",
+            Kind::Number => "number",
+            Kind::String => "string",
+            Kind::Object => "object",
+            Kind::Array => "array",
+            Kind::Null => "null",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "boolean" => Kind::Boolean,
+            "integer" => Kind::Integer,
+            "number" => Kind::Number,
+            "string" => Kind::String,
+            "object" => Kind::Object,
+            "array" => Kind::Array,
+            "null" => Kind::Null,
+            _ => return None,
+        })
+    }
+}
+
+impl JsonSchema {
+    /// The schema text and its references as `(reference name, schema text)`.
+    pub fn parse(text: &str, references: &[(String, String)]) -> Result<JsonSchema, String> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| format!("schema is not json: {e}"))?;
+        let mut refs = HashMap::new();
+        for (name, text) in references {
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| format!("referenced schema {name} is not json: {e}"))?;
+            refs.insert(name.clone(), v);
+        }
+        if !(root.is_object() || root.is_boolean()) {
+            return Err("a json schema is an object or a boolean".into());
+        }
+        Ok(JsonSchema {
+            root,
+            references: refs,
+        })
+    }
+
+    pub fn root(&self) -> &Value {
+        &self.root
+    }
+
+    /// Follows `$ref`s from `node` (found in `doc`) to the node that holds the definition.
+    pub fn resolve<'s>(
+        &'s self,
+        mut doc: &'s Value,
+        mut node: &'s Value,
+    ) -> Result<(&'s Value, &'s Value), String> {
+        for _ in 0..MAX_REF_HOPS {
+            let Some(r) = node.get("$ref").and_then(Value::as_str) else {
+                return Ok((doc, node));
+            };
+            let (name, pointer) = r.split_once('#').unwrap_or((r, ""));
+            if !name.is_empty() {
+                doc = self
+                    .references
+                    .get(name)
+                    .ok_or_else(|| format!("$ref {r:?}: no reference named {name:?}"))?;
+            }
+            node = if pointer.is_empty() {
+                doc
+            } else {
+                doc.pointer(&unescape_pointer(pointer))
+                    .ok_or_else(|| format!("$ref {r:?} points at nothing"))?
+            };
+        }
+        Err(format!("more than {MAX_REF_HOPS} $ref hops (a cycle?)"))
+    }
+
+    /// The shape of a node (references followed, unions of null and one type unwrapped).
+    pub fn shape<'s>(&'s self, doc: &'s Value, node: &'s Value) -> Result<Shape<'s>, String> {
+        let mut shape = Shape::default();
+        self.merge(doc, node, &mut shape, 0)?;
+        Ok(shape)
+    }
+
+    fn merge<'s>(
+        &'s self,
+        doc: &'s Value,
+        node: &'s Value,
+        shape: &mut Shape<'s>,
+        depth: usize,
+    ) -> Result<(), String> {
+        if depth > MAX_REF_HOPS {
+            return Err("allOf/oneOf nested too deep".into());
+        }
+        let (doc, node) = self.resolve(doc, node)?;
+        let Some(obj) = node.as_object() else {
+            return Ok(()); // `true`: anything
+        };
+        if let Some(t) = obj.get("type") {
+            let kinds: Vec<Kind> = match t {
+                Value::String(s) => Kind::parse(s).into_iter().collect(),
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(|s| s.as_str().and_then(Kind::parse))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let non_null: Vec<Kind> = kinds.into_iter().filter(|k| *k != Kind::Null).collect();
+            if let [k] = non_null[..] {
+                shape.kind = Some(k);
+            }
+        }
+        if let Some(f) = obj.get("format").and_then(Value::as_str) {
+            shape.format = Some(f);
+        }
+        if let Some(t) = obj.get("title").and_then(Value::as_str) {
+            shape.title = Some(t);
+        }
+        if let Some(Value::Object(props)) = obj.get("properties") {
+            for (name, v) in props {
+                shape.properties.push((name.as_str(), v));
+            }
+            shape.kind.get_or_insert(Kind::Object);
+        }
+        if let Some(items) = obj.get("items") {
+            shape.items = Some(items);
+            shape.kind.get_or_insert(Kind::Array);
+        }
+        if let Some(Value::Array(all)) = obj.get("allOf") {
+            for s in all {
+                self.merge(doc, s, shape, depth + 1)?;
+            }
+        }
+        for key in ["oneOf", "anyOf"] {
+            if let Some(Value::Array(branches)) = obj.get(key) {
+                let non_null: Vec<&Value> = branches
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Value::as_str) != Some("null"))
+                    .collect();
+                if let [only] = non_null[..] {
+                    self.merge(doc, only, shape, depth + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unescape_pointer(p: &str) -> String {
+    // A fragment is percent-encoded in a URI; `#/definitions/a%20b` → `/definitions/a b`.
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = p
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
