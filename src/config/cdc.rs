@@ -169,8 +169,9 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
         if route.avro.is_none() && config.avro.is_none() && format != InputFormat::Avro {
             err(
                 path.clone(),
-                "reads avro records only (debezium's avro converter); this route reads protobuf"
-                    .into(),
+                format!(
+                    "reads avro records only (debezium's avro converter); this route reads {format:?}"
+                ),
             );
         }
     }
