@@ -126,12 +126,15 @@ fn bad_cdc_fields_are_named() {
             .any(|e| e.contains("schema_update: add_columns"))
     );
     let route = "  - topics: [customers]\n    format: protobuf\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
-    assert!(
-        errors(&config("at_least_once", route))
-            .iter()
-            .any(|e| e.starts_with("routes[0].cdc: reads avro records only")),
-        "{:?}",
-        errors(&config("at_least_once", route))
+    let errs = errors(&config("at_least_once", route));
+    let refusals: Vec<&String> = errs
+        .iter()
+        .filter(|e| e.contains("avro records only"))
+        .collect();
+    assert_eq!(
+        refusals,
+        ["routes[0].cdc: change data capture reads avro records only, not protobuf"],
+        "one refusal, naming the format: {errs:?}"
     );
     let route = "  - topics: [customers]\n    cdc:\n      mode: replace\n      primary_key: [id]\n";
     let errs = errors(&config("at_least_once", route));

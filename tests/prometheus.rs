@@ -40,6 +40,9 @@ use support::kafka::{
 /// Metrics the rules and the dashboard may use before `docs/metrics.md` lists them (none now).
 const NOT_YET_SPECIFIED: &[&str] = &[];
 
+/// Families exported only for tables written by a CDC route; the end-to-end daemon here has none.
+const ONLY_ON_CDC_ROUTES: &[&str] = &["kbq_cdc_changes_total", "kbq_cdc_bad_records_total"];
+
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -605,6 +608,11 @@ shutdown_deadline: 20s
     let (queries, variables) = dashboard_queries();
     let mut empty = Vec::new();
     for (title, expr) in &queries {
+        // This daemon runs no CDC route: those families are exported for CDC tables only
+        // (docs/metrics.md) and are asserted by tests/sink_cdc.rs instead.
+        if ONLY_ON_CDC_ROUTES.iter().any(|m| expr.contains(m)) {
+            continue;
+        }
         if prometheus.query(expr).await.is_empty() {
             empty.push(format!("{title}: {expr}"));
         }

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
+use super::{Config, ConfigError, Delivery, HumanDuration, SchemaUpdate, defaults};
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
 /// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
@@ -162,18 +162,8 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
                 "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)".into(),
             );
         }
-        let format = route
-            .format
-            .or(config.schema_registry.as_ref().map(|sr| sr.format))
-            .unwrap_or_default();
-        if route.avro.is_none() && config.avro.is_none() && format != InputFormat::Avro {
-            err(
-                path.clone(),
-                format!(
-                    "reads avro records only (debezium's avro converter); this route reads {format:?}"
-                ),
-            );
-        }
+        // The input format (Avro only) is checked with the other formats' rules in
+        // `Validator::formats`, once.
     }
 }
 
