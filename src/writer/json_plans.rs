@@ -11,10 +11,11 @@ use prometheus_client::metrics::counter::Counter;
 use crate::bigquery::table_schema::TableSchema;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{Metrics, ResultLabel};
-use crate::registry::{RegistryError, SchemaRegistry};
+use crate::registry::SchemaRegistry;
 use crate::transcode::{Plan, PlanOptions, split_confluent};
 
 use super::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use super::plans::fetched_schema;
 
 /// Where the JSON text starts: after the magic byte and the 4-byte id.
 const BODY_AT: usize = 5;
@@ -75,26 +76,9 @@ impl JsonSchemaPlans {
 
     /// The plan of `id`, from the registry. `Err` means "unavailable, try again".
     async fn compile(&self, id: u32) -> Result<Result<Arc<Plan>, BadRecord>, String> {
-        let schema = match self.registry.json_schema(id).await {
-            Ok(s) => {
-                self.count("fetched");
-                s
-            }
-            Err(e) if e.is_retryable() => {
-                self.count("error");
-                return Err(e.to_string());
-            }
-            Err(e) => {
-                self.count(if matches!(e, RegistryError::NotFound { .. }) {
-                    "not_found"
-                } else {
-                    "error"
-                });
-                return Ok(Err(BadRecord {
-                    class: "unknown_schema",
-                    reason: e.to_string(),
-                }));
-            }
+        let schema = match fetched_schema(self.registry.json_schema(id).await, |r| self.count(r))? {
+            Ok(found) => found,
+            Err(bad) => return Ok(Err(bad)),
         };
         Ok(
             Plan::compile_json(Some(&schema), self.validate, &self.table, &self.options)

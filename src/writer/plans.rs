@@ -485,6 +485,33 @@ fn unknown_schema(reason: String) -> BadRecord {
     }
 }
 
+/// A schema fetched for a Protobuf or JSON plan source, counted in the registry lookups
+/// (`fetched`, `error`, `not_found`): `Err` means "unavailable, try again"; `Ok(Err)` is a bad
+/// record (the id is unknown or the schema unusable).
+pub(super) fn fetched_schema<T>(
+    result: Result<T, RegistryError>,
+    count: impl Fn(&'static str),
+) -> Result<Result<T, BadRecord>, String> {
+    match result {
+        Ok(schema) => {
+            count("fetched");
+            Ok(Ok(schema))
+        }
+        Err(e) if e.is_retryable() => {
+            count("error");
+            Err(e.to_string())
+        }
+        Err(e) => {
+            count(if matches!(e, RegistryError::NotFound { .. }) {
+                "not_found"
+            } else {
+                "error"
+            });
+            Ok(Err(unknown_schema(e.to_string())))
+        }
+    }
+}
+
 /// Raw Avro binary written with one fixed schema (an `.avsc` named in the config), or schemaless
 /// JSON typed by the table.
 pub struct FixedPlan {

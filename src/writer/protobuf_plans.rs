@@ -12,11 +12,12 @@ use prometheus_client::metrics::counter::Counter;
 use crate::bigquery::table_schema::TableSchema;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{Metrics, ResultLabel};
-use crate::registry::{RegistryError, SchemaRegistry};
+use crate::registry::SchemaRegistry;
 use crate::transcode::protobuf::{MessageIndexEncoding, MessagePath, split_message_indexes};
 use crate::transcode::{Plan, PlanOptions, split_confluent};
 
 use super::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use super::plans::fetched_schema;
 
 type Key = (u32, MessagePath);
 
@@ -80,27 +81,11 @@ impl ProtobufPlans {
 
     /// The plan of `key`, from the registry. `Err` means "unavailable, try again".
     async fn compile(&self, (id, path): Key) -> Result<Result<Arc<Plan>, BadRecord>, String> {
-        let registered = match self.registry.protobuf_schema(id).await {
-            Ok(r) => {
-                self.count("fetched");
-                r
-            }
-            Err(e) if e.is_retryable() => {
-                self.count("error");
-                return Err(e.to_string());
-            }
-            Err(e) => {
-                self.count(if matches!(e, RegistryError::NotFound { .. }) {
-                    "not_found"
-                } else {
-                    "error"
-                });
-                return Ok(Err(BadRecord {
-                    class: "unknown_schema",
-                    reason: e.to_string(),
-                }));
-            }
-        };
+        let registered =
+            match fetched_schema(self.registry.protobuf_schema(id).await, |r| self.count(r))? {
+                Ok(found) => found,
+                Err(bad) => return Ok(Err(bad)),
+            };
         let Some(message) = registered.schema.message(&path) else {
             return Ok(Err(BadRecord {
                 class: "unknown_schema",
