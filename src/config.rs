@@ -515,10 +515,10 @@ pub struct SchemaRegistryConfig {
     /// is replaced by the topic (default `{topic}-value`, the TopicNameStrategy).
     #[serde(default = "default_sr_table_subject")]
     pub table_subject: String,
-    /// The encoding of the records: `avro` (default), `protobuf` or `json_schema`; a route may
-    /// override it.
+    /// The encoding of the records: `avro`, `protobuf` or `json_schema`; a route may override
+    /// it. Unset (the default), each schema id's registered type (`schemaType`) decides.
     #[serde(default)]
-    pub format: InputFormat,
+    pub format: Option<InputFormat>,
     /// Check every JSON Schema record against its registered schema before writing it; a record
     /// that does not match goes to the dead-letter topic (`schema_violation`).
     #[serde(default)]
@@ -684,8 +684,9 @@ pub struct TopicRoute<'a> {
     pub map_mode: MapMode,
     /// The fixed writer schema, if the topic's records are raw Avro.
     pub schema_file: Option<&'a Path>,
-    /// The encoding of records read through the registry.
-    pub format: InputFormat,
+    /// The encoding of the records; `None`: read through the registry, each schema id's
+    /// registered type decides.
+    pub format: Option<InputFormat>,
     /// Change data capture, when the route has it.
     pub cdc: Option<&'a CdcConfig>,
     /// The field path of the route, for messages: `routes[1]` or `bigquery`.
@@ -775,14 +776,16 @@ impl Config {
     }
 
     /// The input format of topics without a route that sets one: `json` with a top-level `json`
-    /// section, else `schema_registry.format`, else Avro (raw, `avro.schema_file`).
-    pub fn top_format(&self) -> InputFormat {
+    /// section, else `schema_registry.format` (`None` when unset: each schema id's registered
+    /// type decides), else Avro (raw, `avro.schema_file`).
+    pub fn top_format(&self) -> Option<InputFormat> {
         if self.json.is_some() {
-            return InputFormat::Json;
+            return Some(InputFormat::Json);
         }
-        self.schema_registry
-            .as_ref()
-            .map_or(InputFormat::Avro, |sr| sr.format)
+        match &self.schema_registry {
+            Some(sr) => sr.format,
+            None => Some(InputFormat::Avro),
+        }
     }
 
     /// The table settings for `topic`: the first route that matches it, else `bigquery`.
@@ -808,7 +811,7 @@ impl Config {
                         .as_ref()
                         .map(|a| a.schema_file.as_path())
                         .or(top_schema),
-                    format: r.format.unwrap_or(top_format),
+                    format: r.format.or(top_format),
                     cdc: r.cdc.as_ref(),
                     path: format!("routes[{i}]"),
                 }
@@ -1743,7 +1746,8 @@ fn is_http_url(url: &str) -> bool {
 /// The input settings one route (or the top level) is read with, and the fields that set them.
 struct Scope {
     format_path: String,
-    format: InputFormat,
+    /// `None`: read through the registry, each schema id as its registered type.
+    format: Option<InputFormat>,
     raw_avro: bool,
     create_table: Option<String>,
     add_columns: Option<String>,
@@ -2089,8 +2093,10 @@ impl Validator {
     }
 
     /// Protobuf and JSON Schema are read through the registry, raw Avro from its schema file,
-    /// schemaless JSON needs neither; none but Avro creates or evolves tables yet. Each refusal
-    /// names the field that asks for it (the route's own, else the top-level one it inherits).
+    /// schemaless JSON needs neither and has no schema to create or evolve a table from. A
+    /// registry route without a format reads each schema id as its registered type. Each
+    /// refusal names the field that asks for it (the route's own, else the top-level one it
+    /// inherits).
     fn formats(&mut self, c: &Config) {
         let top_path = if c.json.is_some() {
             "json"
@@ -2121,19 +2127,20 @@ impl Validator {
                 None => (b.schema_update == SchemaUpdate::AddColumns)
                     .then(|| "bigquery.schema_update".into()),
             };
+            let format = r.format.or(c.top_format());
             scopes.push(Scope {
                 format_path: match r.format {
                     Some(_) => format!("routes[{i}].format"),
                     None => top_path.into(),
                 },
-                format: r.format.unwrap_or(c.top_format()),
+                format,
                 // A route reads the top-level schema file unless it has its own (`route_for`).
                 raw_avro: r.avro.is_some() || c.avro.is_some(),
                 create_table,
                 add_columns,
             });
-            let format = r.format.unwrap_or(c.top_format());
-            if r.cdc.is_some() && format != InputFormat::Avro {
+            // Without a format, a CDC route reads Avro ids; others are bad records.
+            if let Some(format) = format.filter(|f| r.cdc.is_some() && *f != InputFormat::Avro) {
                 self.err(
                     format!("routes[{i}].cdc"),
                     format!(
@@ -2144,8 +2151,12 @@ impl Validator {
             }
         }
         for s in scopes {
-            let name = s.format.as_str();
-            match s.format {
+            let Some(format) = s.format else {
+                // Each schema id's registered type: `top_format` is `None` only with a registry.
+                continue;
+            };
+            let name = format.as_str();
+            match format {
                 InputFormat::Avro => {
                     if !s.raw_avro && c.schema_registry.is_none() && c.json.is_some() {
                         self.err(
@@ -2153,7 +2164,6 @@ impl Validator {
                             "avro needs schema_registry or avro.schema_file",
                         );
                     }
-                    continue;
                 }
                 InputFormat::Protobuf | InputFormat::JsonSchema => {
                     if s.raw_avro {
@@ -2174,25 +2184,25 @@ impl Validator {
                             "json is not read beside avro.schema_file (its schema would be ignored)",
                         );
                     }
+                    if let Some(path) = s.create_table {
+                        self.err(
+                            &path,
+                            format!(
+                                "create_table is not supported for schemaless json ({}): there is no schema to create the table from; create the table first",
+                                s.format_path
+                            ),
+                        );
+                    }
+                    if let Some(path) = s.add_columns {
+                        self.err(
+                            &path,
+                            format!(
+                                "add_columns is not supported for schemaless json ({}): there is no schema to add columns from",
+                                s.format_path
+                            ),
+                        );
+                    }
                 }
-            }
-            if let Some(path) = s.create_table {
-                self.err(
-                    &path,
-                    format!(
-                        "create_table is not supported for {name} ({}): create the table first",
-                        s.format_path
-                    ),
-                );
-            }
-            if let Some(path) = s.add_columns {
-                self.err(
-                    &path,
-                    format!(
-                        "add_columns is not supported for {name} ({}): the table is not evolved from a {name} schema",
-                        s.format_path
-                    ),
-                );
             }
         }
     }

@@ -23,16 +23,16 @@ use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::RoutedTable;
 use crate::config::{self, Config, TopicRoute};
 use crate::ops::metrics::Metrics;
-use crate::registry::SchemaRegistry;
-use crate::transcode::protobuf::MessageIndexEncoding;
+use crate::registry::{AnySchema, SchemaKind, SchemaRegistry};
+use crate::transcode::protobuf::{MessageIndexEncoding, MessagePath};
 use crate::transcode::{
     AvroSchema, DeriveOptions, MapMode, MetadataColumns, Plan, PlanOptions, UnknownFields,
     table_schema_from_avro,
 };
-use crate::writer::json_plans::JsonSchemaPlans;
 use crate::writer::partition_writer::{PlanSource, WriterRoute};
-use crate::writer::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
-use crate::writer::protobuf_plans::ProtobufPlans;
+use crate::writer::plans::{
+    FixedPlan, RegistryInput, RegistryPlans, SchemaEvolution, writer_schema,
+};
 
 mod cdc;
 
@@ -254,7 +254,7 @@ impl Router {
                     )
                 })?,
             ),
-            (_, None) if settings.format == config::InputFormat::Json => {
+            (_, None) if settings.format == Some(config::InputFormat::Json) => {
                 Arc::new(FixedPlan::from_plan(
                     Plan::compile_json(None, false, &table.schema, &plan_options).map_err(|e| {
                         anyhow!(
@@ -263,27 +263,6 @@ impl Router {
                             table_ref.table_id
                         )
                     })?,
-                ))
-            }
-            (Some(registry), None) if settings.format == config::InputFormat::JsonSchema => {
-                Arc::new(JsonSchemaPlans::new(
-                    registry,
-                    table.schema.clone(),
-                    plan_options,
-                    self.config
-                        .schema_registry
-                        .as_ref()
-                        .is_some_and(|sr| sr.json_validate),
-                    self.metrics.clone(),
-                ))
-            }
-            (Some(registry), None) if settings.format == config::InputFormat::Protobuf => {
-                Arc::new(ProtobufPlans::new(
-                    registry,
-                    table.schema.clone(),
-                    plan_options,
-                    message_indexes(&self.config),
-                    self.metrics.clone(),
                 ))
             }
             (Some(registry), None) => {
@@ -301,6 +280,7 @@ impl Router {
                 });
                 Arc::new(RegistryPlans::new(
                     registry,
+                    registry_input(&self.config, settings.format),
                     table.schema.clone(),
                     plan_options,
                     self.metrics.clone(),
@@ -310,7 +290,9 @@ impl Router {
             (None, None) => bail!(
                 "{}: {} needs schema_registry",
                 settings.path,
-                settings.format.as_str()
+                settings
+                    .format
+                    .map_or("the registry's format", |f| f.as_str())
             ),
         };
         let cols = settings.metadata_columns;
@@ -366,12 +348,11 @@ async fn ensure_table(
             Err(e) => return Err(e.into()),
         }
     }
-    if route.format != config::InputFormat::Avro {
+    if route.format == Some(config::InputFormat::Json) {
         bail!(
-            "table {} (topic {topic}, {}) does not exist; {} routes do not create tables",
+            "table {} (topic {topic}, {}) does not exist; schemaless json routes do not create tables",
             table.resource_name(),
             route.path,
-            route.format.as_str()
         );
     }
     let Some(create) = route.create_table else {
@@ -381,41 +362,63 @@ async fn ensure_table(
             route.path
         );
     };
-    let latest;
-    let schema = match (schema, registry, &config.schema_registry) {
-        (Some(schema), _, _) => schema,
+    let options = DeriveOptions {
+        map_mode: map_mode(route.map_mode),
+        metadata: metadata_columns(route.metadata_columns),
+    };
+    let derived = match (schema, registry, &config.schema_registry) {
+        (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,
         // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
         // producers write now; older records still fit (the registry's compatibility rules),
         // and later ones add columns through schema_update.
         (None, Some(registry), Some(sr)) => {
             let subject = sr.table_subject.replace("{topic}", topic);
-            latest = registry.latest(&subject).await.with_context(|| {
+            let context = || {
                 format!(
                     "cannot create table {} from the registry",
                     table.resource_name()
                 )
-            })?;
-            tracing::info!(topic, subject = %subject, schema_id = latest.id, "creating the table from the subject's latest schema");
-            &latest.schema
+            };
+            let (id, kind) = registry.latest_id(&subject).await.with_context(context)?;
+            let pinned = registry_input(config, route.format).kind;
+            if let Some(pinned) = pinned.filter(|p| *p != kind) {
+                bail!(
+                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but {} reads {}",
+                    table.resource_name(),
+                    kind.as_str(),
+                    route.path,
+                    pinned.as_str()
+                );
+            }
+            if route.cdc.is_some() && kind != SchemaKind::Avro {
+                bail!(
+                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but change data capture ({}.cdc) reads avro only",
+                    table.resource_name(),
+                    kind.as_str(),
+                    route.path
+                );
+            }
+            let registered = registry
+                .any_schema(id, Some(kind))
+                .await
+                .with_context(context)?;
+            tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
+            match &registered {
+                AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, &options)?,
+                // The file's first message: what Confluent's serializers frame as `[0]`.
+                other => writer_schema(other, id, &MessagePath::FIRST)
+                    .map_err(|bad| anyhow!("{}", bad.reason))?
+                    .derive(&options)
+                    .map_err(|e| {
+                        anyhow!(
+                            "cannot derive a table schema from the {} schema {id}: {e}",
+                            kind.as_str()
+                        )
+                    })?,
+            }
         }
         (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
     };
-    let row;
-    let schema = match route.cdc {
-        Some(c) => {
-            row = cdc::row_schema(schema, c)?;
-            &row
-        }
-        None => schema,
-    };
-    let derived = table_schema_from_avro(
-        schema,
-        &DeriveOptions {
-            map_mode: map_mode(route.map_mode),
-            metadata: metadata_columns(route.metadata_columns),
-        },
-    )
-    .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))?;
     let derived = cdc::without_pseudo_columns(derived);
     let (table_constraints, max_staleness) = match route.cdc {
         Some(c) => cdc::creation_options(c),
@@ -457,16 +460,42 @@ async fn ensure_table(
     }
 }
 
-fn message_indexes(config: &Config) -> MessageIndexEncoding {
-    match config
-        .schema_registry
-        .as_ref()
-        .map(|sr| sr.protobuf_message_indexes)
-        .unwrap_or_default()
-    {
-        config::ProtobufMessageIndexes::Zigzag => MessageIndexEncoding::Zigzag,
-        config::ProtobufMessageIndexes::Unsigned => MessageIndexEncoding::Unsigned,
-        config::ProtobufMessageIndexes::None => MessageIndexEncoding::None,
+/// The columns of an Avro writer schema (of the rows inside it, for a CDC route).
+fn derive_avro(
+    schema: &AvroSchema,
+    cdc: Option<&config::CdcConfig>,
+    options: &DeriveOptions,
+) -> anyhow::Result<crate::bigquery::table_schema::TableSchema> {
+    let row;
+    let schema = match cdc {
+        Some(c) => {
+            row = cdc::row_schema(schema, c)?;
+            &row
+        }
+        None => schema,
+    };
+    table_schema_from_avro(schema, options)
+        .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))
+}
+
+/// What a registry route reads: its pinned format (`None`: each schema id's registered type)
+/// and the registry settings of the other formats.
+fn registry_input(config: &Config, format: Option<config::InputFormat>) -> RegistryInput {
+    let sr = config.schema_registry.as_ref();
+    RegistryInput {
+        kind: match format {
+            None => None,
+            Some(config::InputFormat::Protobuf) => Some(SchemaKind::Protobuf),
+            Some(config::InputFormat::JsonSchema) => Some(SchemaKind::Json),
+            // Schemaless JSON is not read through the registry; Avro is.
+            Some(config::InputFormat::Avro | config::InputFormat::Json) => Some(SchemaKind::Avro),
+        },
+        message_indexes: match sr.map(|sr| sr.protobuf_message_indexes).unwrap_or_default() {
+            config::ProtobufMessageIndexes::Zigzag => MessageIndexEncoding::Zigzag,
+            config::ProtobufMessageIndexes::Unsigned => MessageIndexEncoding::Unsigned,
+            config::ProtobufMessageIndexes::None => MessageIndexEncoding::None,
+        },
+        json_validate: sr.is_some_and(|sr| sr.json_validate),
     }
 }
 

@@ -783,32 +783,31 @@ dead_letter:
 ";
 
 #[test]
-fn protobuf_routes_refuse_table_creation_and_evolution_naming_the_field_that_asks() {
-    let proto_everywhere = REGISTRY.replace(
-        "  url: http://127.0.0.1:8081\n",
-        "  url: http://127.0.0.1:8081\n  format: protobuf\n",
-    );
-    assert_eq!(
-        errors(&proto_everywhere, HashMap::new()),
-        Vec::<String>::new()
-    );
-    let yaml = REGISTRY.replace(
-        "  table: t\n",
-        "  table: t\n  create_table: {}\n  schema_update: add_columns\n",
-    ) + "routes:\n  - topics: [a]\n    format: protobuf\n    table: ta\n    schema_update: none\n  - topics: [b]\n    format: protobuf\n    table: tb\n    create_table: {}\n";
-    let errs = errors(&yaml, HashMap::new());
-    for expected in [
-        "bigquery.create_table: create_table is not supported for protobuf (routes[0].format)",
-        "routes[1].create_table: create_table is not supported for protobuf (routes[1].format)",
-        "bigquery.schema_update: add_columns is not supported for protobuf (routes[1].format)",
+fn registry_formats_create_and_evolve_tables_and_protobuf_needs_the_registry() {
+    // Avro, Protobuf, JSON Schema, or (no format) each schema id's registered type: all of them
+    // create and evolve tables from the registered schema.
+    for format in [
+        "",
+        "  format: avro\n",
+        "  format: protobuf\n",
+        "  format: json_schema\n",
     ] {
-        assert!(
-            errs.iter().any(|e| e.starts_with(expected)),
-            "{expected}: {errs:#?}"
+        let yaml = REGISTRY
+            .replace(
+                "  url: http://127.0.0.1:8081\n",
+                &format!("  url: http://127.0.0.1:8081\n{format}"),
+            )
+            .replace(
+                "  table: t\n",
+                "  table: t\n  create_table: {}\n  schema_update: add_columns\n",
+            )
+            + "routes:\n  - topics: [a]\n    format: protobuf\n    table: ta\n  - topics: [b]\n    table: tb\n    create_table: {}\n";
+        assert_eq!(
+            errors(&yaml, HashMap::new()),
+            Vec::<String>::new(),
+            "{format}"
         );
     }
-    // routes[0] sets schema_update itself; the top level stays avro and may create and evolve.
-    assert_eq!(errs.len(), 3, "{errs:#?}");
     assert_one_error(
         &with("routes:\n  - topics: [t]\n    format: protobuf\n"),
         HashMap::new(),
@@ -828,13 +827,15 @@ fn json_inputs_name_the_registry_and_table_fields_they_need_or_refuse() {
         "  url: http://127.0.0.1:8081\n  format: json_schema\n  json_validate: true\n",
     );
     assert_eq!(errors(&json_schema, HashMap::new()), Vec::<String>::new());
-    let yaml = schemaless.replace("  table: t\n", "  table: t\n  create_table: {}\n")
-        + "routes:\n  - topics: [a]\n    format: json_schema\n    table: ta\n";
+    let yaml = schemaless.replace(
+        "  table: t\n",
+        "  table: t\n  create_table: {}\n  schema_update: add_columns\n",
+    ) + "routes:\n  - topics: [a]\n    format: json_schema\n    table: ta\n";
     let errs = errors(&yaml, HashMap::new());
     for expected in [
-        "bigquery.create_table: create_table is not supported for json (json)",
+        "bigquery.create_table: create_table is not supported for schemaless json (json)",
+        "bigquery.schema_update: add_columns is not supported for schemaless json (json)",
         "routes[0].format: json_schema needs schema_registry",
-        "bigquery.create_table: create_table is not supported for json_schema (routes[0].format)",
     ] {
         assert!(
             errs.iter().any(|e| e.starts_with(expected)),

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{RegistryError, SchemaRegistry};
+use super::{RegistryError, SchemaRegistry, SchemaResponse};
 use crate::transcode::json::JsonSchema;
 
 /// Reference graphs larger than this are refused (a cycle, or a registry answering nonsense).
@@ -30,6 +30,15 @@ impl SchemaRegistry {
 
     async fn fetch_json(&self, id: u32) -> Result<Arc<JsonSchema>, RegistryError> {
         let raw = self.fetch_raw(id).await?;
+        self.parse_json(id, raw).await
+    }
+
+    /// The schema of a `GET /schemas/ids/{id}` answer, with the documents it references.
+    pub(super) async fn parse_json(
+        &self,
+        id: u32,
+        raw: SchemaResponse,
+    ) -> Result<Arc<JsonSchema>, RegistryError> {
         let unusable = |reason: String| RegistryError::Unusable { id, reason };
         match raw.schema_type.as_deref() {
             Some(t) if t.eq_ignore_ascii_case("JSON") => {}

@@ -152,6 +152,42 @@ pub enum SubjectError {
     },
 }
 
+/// The three schema types of the registry (`schemaType`: absent or `AVRO`, `PROTOBUF`, `JSON`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SchemaKind {
+    Avro,
+    Protobuf,
+    Json,
+}
+
+impl SchemaKind {
+    pub fn of(schema_type: Option<&str>) -> Result<SchemaKind, String> {
+        match schema_type {
+            None => Ok(SchemaKind::Avro),
+            Some(t) if t.eq_ignore_ascii_case("AVRO") => Ok(SchemaKind::Avro),
+            Some(t) if t.eq_ignore_ascii_case("PROTOBUF") => Ok(SchemaKind::Protobuf),
+            Some(t) if t.eq_ignore_ascii_case("JSON") => Ok(SchemaKind::Json),
+            Some(t) => Err(format!("schema type {t} is not one the sink reads")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "avro",
+            SchemaKind::Protobuf => "protobuf",
+            SchemaKind::Json => "json_schema",
+        }
+    }
+}
+
+/// A registered schema of any type, as cached.
+#[derive(Debug, Clone)]
+pub enum AnySchema {
+    Avro(Arc<RegisteredSchema>),
+    Protobuf(Arc<RegisteredProtobuf>),
+    Json(Arc<crate::transcode::json::JsonSchema>),
+}
+
 /// A writer schema as registered.
 #[derive(Debug)]
 pub struct RegisteredSchema {
@@ -318,6 +354,29 @@ impl SchemaRegistry {
     /// The latest registered schema of `subject` (e.g. `orders-value` under the
     /// TopicNameStrategy), retried like a lookup by id. Not cached.
     pub async fn latest(&self, subject: &str) -> Result<RegisteredSchema, SubjectError> {
+        let parsed = self.latest_response(subject).await?;
+        let unusable = |reason: String| SubjectError::Unusable {
+            subject: subject.to_string(),
+            reason,
+        };
+        if let Some(t) = parsed.schema.schema_type.as_deref()
+            && !t.eq_ignore_ascii_case("AVRO")
+        {
+            return Err(unusable(format!("schema type {t} is not AVRO")));
+        }
+        if !parsed.schema.references.is_empty() {
+            return Err(unusable("schema references are not supported".into()));
+        }
+        let schema =
+            AvroSchema::parse(&parsed.schema.schema).map_err(|e| unusable(e.to_string()))?;
+        Ok(RegisteredSchema {
+            id: parsed.id,
+            text: parsed.schema.schema,
+            schema,
+        })
+    }
+
+    async fn latest_response(&self, subject: &str) -> Result<LatestResponse, SubjectError> {
         let backoff = self.backoff();
         let mut attempts = 0usize;
         let result = (|| {
@@ -346,7 +405,7 @@ impl SchemaRegistry {
     async fn attempt_latest(
         &self,
         subject: &str,
-    ) -> Result<RegisteredSchema, Result<(), SubjectError>> {
+    ) -> Result<LatestResponse, Result<(), SubjectError>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let retry = |reason: String| {
             tracing::debug!(subject, %reason, "schema registry subject attempt failed");
@@ -391,23 +450,8 @@ impl SchemaRegistry {
             Ok(b) => b,
             Err(e) => return retry(describe_reqwest(&e)),
         };
-        let parsed: LatestResponse = serde_json::from_slice(&body)
-            .map_err(|e| Err(unusable(format!("response is not a schema version: {e}"))))?;
-        if let Some(t) = parsed.schema.schema_type.as_deref()
-            && !t.eq_ignore_ascii_case("AVRO")
-        {
-            return final_err(unusable(format!("schema type {t} is not AVRO")));
-        }
-        if !parsed.schema.references.is_empty() {
-            return final_err(unusable("schema references are not supported".into()));
-        }
-        let schema =
-            AvroSchema::parse(&parsed.schema.schema).map_err(|e| Err(unusable(e.to_string())))?;
-        Ok(RegisteredSchema {
-            id: parsed.id,
-            text: parsed.schema.schema,
-            schema,
-        })
+        serde_json::from_slice(&body)
+            .map_err(|e| Err(unusable(format!("response is not a schema version: {e}"))))
     }
 
     /// The retry schedule of one lookup: `max_attempts` in all, jittered exponential delays.
@@ -421,21 +465,80 @@ impl SchemaRegistry {
 
     async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let raw = self.fetch_raw(id).await?;
-        let unusable = |reason: String| RegistryError::Unusable { id, reason };
-        if let Some(t) = raw.schema_type.as_deref()
-            && !t.eq_ignore_ascii_case("AVRO")
-        {
-            return Err(unusable(format!("schema type {t} is not AVRO")));
+        parse_avro(id, raw)
+    }
+
+    /// The schema with this id whatever its type (`kind`, or the registry's `schemaType` when
+    /// `None`), from the cache of its type or the registry; one request for an id not cached.
+    pub async fn any_schema(
+        &self,
+        id: u32,
+        kind: Option<SchemaKind>,
+    ) -> Result<AnySchema, RegistryError> {
+        match kind {
+            Some(SchemaKind::Avro) => return self.schema(id).await.map(AnySchema::Avro),
+            Some(SchemaKind::Protobuf) => {
+                return self.protobuf_schema(id).await.map(AnySchema::Protobuf);
+            }
+            Some(SchemaKind::Json) => return self.json_schema(id).await.map(AnySchema::Json),
+            None => {}
         }
-        if !raw.references.is_empty() {
-            return Err(unusable("schema references are not supported".into()));
+        fn cached<T>(cache: &Mutex<HashMap<u32, Arc<OnceCell<T>>>>, id: u32) -> bool {
+            let cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.get(&id).is_some_and(|c| c.initialized())
         }
-        let schema = AvroSchema::parse(&raw.schema).map_err(|e| unusable(e.to_string()))?;
-        Ok(Arc::new(RegisteredSchema {
-            id,
-            text: raw.schema,
-            schema,
-        }))
+        let kind = if cached(&self.cache, id) {
+            SchemaKind::Avro
+        } else if cached(&self.protobuf_cache, id) {
+            SchemaKind::Protobuf
+        } else if cached(&self.json_cache, id) {
+            SchemaKind::Json
+        } else {
+            let raw = self.with_grace(id, self.fetch_raw(id).await)?;
+            let kind = SchemaKind::of(raw.schema_type.as_deref())
+                .map_err(|reason| RegistryError::Unusable { id, reason })?;
+            // Parse into the cache of its type, so the lookups by type find it.
+            let parsed = match kind {
+                SchemaKind::Avro => self
+                    .cell(&self.cache, id)
+                    .get_or_try_init(|| async { parse_avro(id, raw) })
+                    .await
+                    .cloned()
+                    .map(AnySchema::Avro),
+                SchemaKind::Protobuf => self
+                    .cell(&self.protobuf_cache, id)
+                    .get_or_try_init(|| self.parse_protobuf(id, raw))
+                    .await
+                    .cloned()
+                    .map(AnySchema::Protobuf),
+                SchemaKind::Json => self
+                    .cell(&self.json_cache, id)
+                    .get_or_try_init(|| self.parse_json(id, raw))
+                    .await
+                    .cloned()
+                    .map(AnySchema::Json),
+            };
+            return self.with_grace(id, parsed);
+        };
+        Box::pin(self.any_schema(id, Some(kind))).await
+    }
+
+    fn cell<T>(&self, cache: &Mutex<HashMap<u32, Arc<OnceCell<T>>>>, id: u32) -> Arc<OnceCell<T>> {
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.entry(id).or_default().clone()
+    }
+
+    /// The id and type of the latest registered schema of `subject`, retried like
+    /// [`SchemaRegistry::latest`]; the schema itself is then read by id ([`Self::any_schema`]).
+    pub async fn latest_id(&self, subject: &str) -> Result<(u32, SchemaKind), SubjectError> {
+        let latest = self.latest_response(subject).await?;
+        let kind = SchemaKind::of(latest.schema.schema_type.as_deref()).map_err(|reason| {
+            SubjectError::Unusable {
+                subject: subject.to_string(),
+                reason,
+            }
+        })?;
+        Ok((latest.id, kind))
     }
 
     /// `GET /schemas/ids/{id}` with retries, whatever the schema type.
@@ -559,6 +662,25 @@ impl SchemaRegistry {
             })
         })
     }
+}
+
+/// An Avro schema as registered (no references: Avro references are not supported yet).
+fn parse_avro(id: u32, raw: SchemaResponse) -> Result<Arc<RegisteredSchema>, RegistryError> {
+    let unusable = |reason: String| RegistryError::Unusable { id, reason };
+    if let Some(t) = raw.schema_type.as_deref()
+        && !t.eq_ignore_ascii_case("AVRO")
+    {
+        return Err(unusable(format!("schema type {t} is not AVRO")));
+    }
+    if !raw.references.is_empty() {
+        return Err(unusable("schema references are not supported".into()));
+    }
+    let schema = AvroSchema::parse(&raw.schema).map_err(|e| unusable(e.to_string()))?;
+    Ok(Arc::new(RegisteredSchema {
+        id,
+        text: raw.schema,
+        schema,
+    }))
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters (subject names may hold `/`,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{RegistryError, SchemaRegistry};
+use super::{RegistryError, SchemaRegistry, SchemaResponse};
 use crate::transcode::protobuf::ProtoSchema;
 
 /// Reference chains longer than this are refused (a cycle, or a registry answering nonsense).
@@ -45,6 +45,15 @@ impl SchemaRegistry {
 
     async fn fetch_protobuf(&self, id: u32) -> Result<Arc<RegisteredProtobuf>, RegistryError> {
         let raw = self.fetch_raw(id).await?;
+        self.parse_protobuf(id, raw).await
+    }
+
+    /// The schema of a `GET /schemas/ids/{id}` answer, its references fetched and compiled.
+    pub(super) async fn parse_protobuf(
+        &self,
+        id: u32,
+        raw: SchemaResponse,
+    ) -> Result<Arc<RegisteredProtobuf>, RegistryError> {
         let unusable = |reason: String| RegistryError::Unusable { id, reason };
         match raw.schema_type.as_deref() {
             Some(t) if t.eq_ignore_ascii_case("PROTOBUF") => {}

@@ -1,5 +1,7 @@
-//! Derives a BigQuery table schema from an Avro writer schema, for `create_table`. The result is
-//! what the plan compiler maps back onto without loss.
+//! Derives a BigQuery table schema from an Avro writer schema, for `create_table` and
+//! `schema_update: add_columns`. The result is what the plan compiler maps back onto without
+//! loss. The Protobuf and JSON Schema derivations (`protobuf/derive.rs`, `json/derive.rs`) share
+//! the metadata columns, the decimal rule and the depth limit kept here.
 
 use serde::Deserialize;
 
@@ -26,7 +28,7 @@ pub struct DeriveOptions {
 }
 
 /// BigQuery allows 15 levels of nested RECORDs.
-const MAX_RECORD_DEPTH: usize = 15;
+pub(crate) const MAX_RECORD_DEPTH: usize = 15;
 
 pub fn table_schema_from_avro(
     schema: &AvroSchema,
@@ -40,7 +42,12 @@ pub fn table_schema_from_avro(
         col.description = f.doc.clone().or(col.description);
         fields.push(col);
     }
-    let m = &options.metadata;
+    append_metadata(&mut fields, &options.metadata);
+    Ok(TableSchema { fields })
+}
+
+/// The Kafka metadata columns a derived table gets after its data columns.
+pub(crate) fn append_metadata(fields: &mut Vec<TableFieldSchema>, m: &MetadataColumns) {
     let mut meta = |name: &Option<String>, ty: FieldType, mode: Mode| {
         if let Some(n) = name {
             fields.push(TableFieldSchema::new(n.clone(), ty, mode));
@@ -59,7 +66,34 @@ pub fn table_schema_from_avro(
         ];
         fields.push(h);
     }
-    Ok(TableSchema { fields })
+}
+
+/// The column of a `decimal(precision, scale)`: NUMERIC holds 29 integer and 9 fractional
+/// digits, BIGNUMERIC 38 and 38; precision and scale are set on the column.
+pub(crate) fn decimal_column(
+    name: &str,
+    precision: u32,
+    scale: u32,
+    mode: Mode,
+) -> Result<TableFieldSchema, String> {
+    let mut col = TableFieldSchema::new(name, decimal_type(precision, scale)?, mode);
+    col.precision = Some(precision.to_string());
+    col.scale = Some(scale.to_string());
+    Ok(col)
+}
+
+fn decimal_type(precision: u32, scale: u32) -> Result<FieldType, String> {
+    // NUMERIC holds 29 integer and 9 fractional digits; BIGNUMERIC 38 and 38.
+    let integer_digits = precision.saturating_sub(scale);
+    if scale <= 9 && integer_digits <= 29 {
+        Ok(FieldType::Numeric)
+    } else if scale <= 38 && integer_digits <= 38 {
+        Ok(FieldType::BigNumeric)
+    } else {
+        Err(format!(
+            "decimal({precision},{scale}) exceeds BIGNUMERIC's 38 integer and 38 fractional digits"
+        ))
+    }
 }
 
 struct Deriver<'a> {
@@ -170,17 +204,7 @@ fn scalar_type(kind: &Kind, logical: Logical) -> Result<Scalar, String> {
             | Logical::DateTimeString,
         ) => (FieldType::DateTime, None),
         (_, Logical::Decimal { precision, scale }) => {
-            // NUMERIC holds 29 integer and 9 fractional digits; BIGNUMERIC 38 and 38.
-            let integer_digits = precision - scale;
-            if scale <= 9 && integer_digits <= 29 {
-                (FieldType::Numeric, Some((precision, scale)))
-            } else if scale <= 38 && integer_digits <= 38 {
-                (FieldType::BigNumeric, Some((precision, scale)))
-            } else {
-                return Err(format!(
-                    "decimal({precision},{scale}) exceeds BIGNUMERIC's 38 integer and 38 fractional digits"
-                ));
-            }
+            (decimal_type(precision, scale)?, Some((precision, scale)))
         }
         (_, Logical::Uuid) => (FieldType::String, None),
         (_, Logical::Json) => (FieldType::Json, None),

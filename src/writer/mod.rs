@@ -2,8 +2,6 @@
 
 pub mod append_session;
 pub mod cdc_plans;
-pub mod json_plans;
 pub mod partition_writer;
 pub mod plans;
-pub mod protobuf_plans;
 pub mod stream_quota;

@@ -1,9 +1,13 @@
 //! Plan sources: where a writer gets the compiled transcoding plan for a record. Plans are
 //! compiled once per writer schema against the table schema and shared by all partitions.
 //!
+//! One plan source serves every registry format (Avro, Protobuf, JSON Schema): a schema id's
+//! registered type (or the route's pinned format) picks the schema reader, the framing after the
+//! header and the plan compiler.
+//!
 //! Schema evolution (`bigquery.schema_update: add_columns`, DESIGN §6) lives here because this is
-//! where a new writer schema is first seen: before compiling its plan, the Avro fields without a
-//! column become NULLABLE columns (`tables.patch`), and the plan is compiled only once the Storage
+//! where a new writer schema is first seen: before compiling its plan, the writer schema's fields
+//! (Avro, Protobuf or JSON Schema) without a column become NULLABLE columns (`tables.patch`), and the plan is compiled only once the Storage
 //! Write API reports them (GetWriteStream FULL), so the first append carrying them cannot fail with
 //! an unknown-field error. The writer then sees a new descriptor and reconnects its stream with it.
 //! Plans of older schemas stay valid: a column they do not write is NULL.
@@ -17,6 +21,7 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
     TableFieldSchema as ProtoField, TableSchema as ProtoTableSchema,
 };
 use prometheus_client::metrics::counter::Counter;
+use prost_reflect::MessageDescriptor;
 use tokio::time::Instant;
 
 use crate::bigquery::rest_client::{RestClient, RestError, TableReference};
@@ -24,9 +29,13 @@ use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSche
 use crate::bigquery::write_client::WriteClient;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{Metrics, ResultLabel};
-use crate::registry::{RegistryError, SchemaRegistry};
+use crate::registry::{AnySchema, RegistryError, SchemaKind, SchemaRegistry};
+use crate::transcode::json::{JsonSchema, table_schema_from_json};
+use crate::transcode::protobuf::{
+    MessageIndexEncoding, MessagePath, split_message_indexes, table_schema_from_protobuf,
+};
 use crate::transcode::{
-    AvroSchema, DeriveOptions, Plan, PlanOptions, RecordError, split_confluent,
+    AvroSchema, DeriveError, DeriveOptions, Plan, PlanOptions, RecordError, split_confluent,
     table_schema_from_avro,
 };
 
@@ -74,16 +83,95 @@ impl TableState {
     }
 }
 
-struct Cached {
-    /// `None` when the schema itself could not be fetched (the error is final for this id).
-    schema: Option<AvroSchema>,
+/// What a registry route reads: the schema type it expects (`None`: each id's registered
+/// `schemaType` decides), how Protobuf records frame their message path, and whether JSON
+/// records are checked against their schema first.
+#[derive(Debug, Clone, Copy)]
+pub struct RegistryInput {
+    pub kind: Option<SchemaKind>,
+    pub message_indexes: MessageIndexEncoding,
+    pub json_validate: bool,
+}
+
+/// The writer schema one plan is compiled from: an Avro record, one message of a registered
+/// Protobuf file, or a JSON Schema.
+#[derive(Clone)]
+pub enum WriterSchema {
+    Avro(AvroSchema),
+    Protobuf(MessageDescriptor),
+    Json(Arc<JsonSchema>),
+}
+
+impl WriterSchema {
+    /// The columns this schema's records need (`create_table`, `add_columns`).
+    pub fn derive(&self, options: &DeriveOptions) -> Result<TableSchema, DeriveError> {
+        match self {
+            WriterSchema::Avro(s) => table_schema_from_avro(s, options),
+            WriterSchema::Protobuf(m) => table_schema_from_protobuf(m, options),
+            WriterSchema::Json(s) => table_schema_from_json(s, options),
+        }
+    }
+
+    fn compile(
+        &self,
+        table: &TableSchema,
+        options: &PlanOptions,
+        json_validate: bool,
+    ) -> Result<Plan, crate::transcode::PlanError> {
+        match self {
+            WriterSchema::Avro(s) => Plan::compile(s, table, options),
+            WriterSchema::Protobuf(m) => Plan::compile_protobuf(m, table, options),
+            WriterSchema::Json(s) => Plan::compile_json(Some(s), json_validate, table, options),
+        }
+    }
+
+    /// How messages name the schema: `writer schema 3`, `message shop.Order of schema id 3`.
+    fn describe(&self, id: u32) -> String {
+        match self {
+            WriterSchema::Avro(_) => format!("writer schema {id}"),
+            WriterSchema::Protobuf(m) => format!("message {} of schema id {id}", m.full_name()),
+            WriterSchema::Json(_) => format!("json schema id {id}"),
+        }
+    }
+}
+
+/// The writer schema a registered schema and a record's message path name; `Err` when the path
+/// names no message of the Protobuf file.
+pub fn writer_schema(
+    schema: &AnySchema,
+    id: u32,
+    path: &MessagePath,
+) -> Result<WriterSchema, BadRecord> {
+    match schema {
+        AnySchema::Avro(r) => Ok(WriterSchema::Avro(r.schema.clone())),
+        AnySchema::Json(s) => Ok(WriterSchema::Json(s.clone())),
+        AnySchema::Protobuf(r) => match r.schema.message(path) {
+            Some(m) => Ok(WriterSchema::Protobuf(m)),
+            None => Err(unknown_schema(format!(
+                "message index path {path} names no message of schema id {id} (top-level messages: {:?})",
+                r.schema.message_names()
+            ))),
+        },
+    }
+}
+
+/// One schema id: the registered schema (or why it cannot be used: final for the id) and the
+/// plans compiled from it, one per message path (Avro and JSON have only the first).
+struct IdEntry {
+    schema: Result<AnySchema, BadRecord>,
+    plans: Vec<(MessagePath, Compiled)>,
+}
+
+struct Compiled {
     table_version: u64,
     plan: Result<Arc<Plan>, BadRecord>,
 }
 
-/// Confluent-framed records: the writer schema comes from the Schema Registry by id.
+/// Confluent-framed records (Avro, Protobuf, JSON Schema): the writer schema comes from the
+/// Schema Registry by id.
 pub struct RegistryPlans {
     registry: Arc<SchemaRegistry>,
+    input: RegistryInput,
     table: Arc<TableState>,
     options: PlanOptions,
     metrics: Arc<Metrics>,
@@ -92,15 +180,24 @@ pub struct RegistryPlans {
     evolution: Option<SchemaEvolution>,
     /// Schema ids are immutable, so a compiled plan (or the reason a schema cannot be used)
     /// is cached for the life of the process, per table schema version.
-    cache: Mutex<HashMap<u32, Cached>>,
+    cache: Mutex<HashMap<u32, IdEntry>>,
     /// One table change at a time in this process: partitions that meet the same new schema
     /// together patch once.
     evolving: tokio::sync::Mutex<()>,
 }
 
+/// A cache lookup: the plan, or what `plan_for` must do.
+enum Lookup {
+    Plan(Result<Arc<Plan>, BadRecord>),
+    /// The schema is known; the plan of this path is missing or older than the table.
+    Compile(AnySchema),
+    Unknown,
+}
+
 impl RegistryPlans {
     pub fn new(
         registry: Arc<SchemaRegistry>,
+        input: RegistryInput,
         table: TableSchema,
         options: PlanOptions,
         metrics: Arc<Metrics>,
@@ -112,6 +209,7 @@ impl RegistryPlans {
             .clone();
         RegistryPlans {
             registry,
+            input,
             table: Arc::new(TableState {
                 schema: RwLock::new(Arc::new(table)),
                 version: AtomicU64::new(0),
@@ -137,46 +235,87 @@ impl RegistryPlans {
             .inc();
     }
 
-    /// The cached plan, or the schema to recompile when the table changed since.
-    fn cached(&self, id: u32) -> Option<Result<Result<Arc<Plan>, BadRecord>, AvroSchema>> {
-        let cache = self.cache.lock().expect("plan cache");
-        let entry = cache.get(&id)?;
-        let version = self.table.version.load(Ordering::Acquire);
-        match &entry.schema {
-            Some(schema) if entry.table_version != version => Some(Err(schema.clone())),
-            _ => Some(Ok(entry.plan.clone())),
+    /// The message path of a record and where its message starts: Protobuf records carry the
+    /// message-index array after the header; Avro and JSON bodies start right after it.
+    fn locate(
+        &self,
+        protobuf: bool,
+        id: u32,
+        payload: &[u8],
+        body: &[u8],
+    ) -> Result<(MessagePath, usize), BadRecord> {
+        match protobuf {
+            true => {
+                let (path, message) = split_message_indexes(body, self.input.message_indexes)
+                    .map_err(|e| BadRecord {
+                        class: e.class(),
+                        reason: format!("schema id {id}: {e}"),
+                    })?;
+                Ok((path, payload.len() - message.len()))
+            }
+            false => Ok((MessagePath::FIRST, payload.len() - body.len())),
         }
     }
 
-    /// Compiles the plan of schema `id`, adding its new columns to the table first when
+    /// What the cache holds for a record of schema `id`.
+    fn lookup(&self, id: u32, payload: &[u8], body: &[u8]) -> (Lookup, usize) {
+        let cache = self.cache.lock().expect("plan cache");
+        let Some(entry) = cache.get(&id) else {
+            return (Lookup::Unknown, 0);
+        };
+        let protobuf = matches!(entry.schema, Ok(AnySchema::Protobuf(_)));
+        let (path, body_at) = match self.locate(protobuf, id, payload, body) {
+            Ok(found) => found,
+            Err(bad) => return (Lookup::Plan(Err(bad)), 0),
+        };
+        let schema = match &entry.schema {
+            Ok(schema) => schema,
+            Err(bad) => return (Lookup::Plan(Err(bad.clone())), body_at),
+        };
+        let version = self.table.version.load(Ordering::Acquire);
+        match entry.plans.iter().find(|(p, _)| *p == path) {
+            Some((_, c)) if c.table_version == version || c.plan.is_err() => {
+                (Lookup::Plan(c.plan.clone()), body_at)
+            }
+            _ => (Lookup::Compile(schema.clone()), body_at),
+        }
+    }
+
+    /// Compiles the plan of a writer schema, adding its new columns to the table first when
     /// configured. `Err` means "unavailable, try again" (nothing is cached).
     async fn compile(
         &self,
         id: u32,
-        schema: &AvroSchema,
+        writer: &WriterSchema,
     ) -> Result<(Result<Arc<Plan>, BadRecord>, u64), PlanLookupError> {
         if let Some(evolution) = self.evolution.as_ref().filter(|e| e.add_columns) {
             let (table, version) = self.table.current();
-            if let Err(bad) = self.evolve(evolution, id, schema, &table).await? {
+            if let Err(bad) = self.evolve(evolution, id, writer, &table).await? {
                 return Ok((Err(bad), version));
             }
         }
         let (table, version) = self.table.current();
-        let plan = Plan::compile(schema, &table, &self.options)
+        let plan = writer
+            .compile(&table, &self.options, self.input.json_validate)
             .map(Arc::new)
-            .map_err(|e| incompatible(format!("writer schema {id} does not fit the table: {e}")));
+            .map_err(|e| {
+                incompatible(format!(
+                    "{} does not fit the table: {e}",
+                    writer.describe(id)
+                ))
+            });
         Ok((plan, version))
     }
 
-    /// Makes the table hold a column for every field of `schema` (nullable ones only).
+    /// Makes the table hold a column for every field of `writer` (nullable ones only).
     async fn evolve(
         &self,
         evolution: &SchemaEvolution,
         id: u32,
-        schema: &AvroSchema,
+        writer: &WriterSchema,
         known: &TableSchema,
     ) -> Result<Result<(), BadRecord>, PlanLookupError> {
-        let wanted = match table_schema_from_avro(schema, &evolution.derive) {
+        let wanted = match writer.derive(&evolution.derive) {
             Ok(w) => w,
             // A schema without a table shape of its own adds nothing: the plan compiler decides
             // whether it fits the table as it is.
@@ -189,10 +328,11 @@ impl RegistryPlans {
             return Ok(Ok(()));
         }
         let _one_at_a_time = self.evolving.lock().await;
+        let what = writer.describe(id);
         // Another replica (or partition) may have added the columns already: decide on the
         // table as it is now, and patch with its etag so a concurrent change is not overwritten.
         let unavailable = |e: &dyn std::fmt::Display| {
-            PlanLookupError::Unavailable(format!("schema evolution of writer schema {id}: {e}"))
+            PlanLookupError::Unavailable(format!("schema evolution of {what}: {e}"))
         };
         let table = evolution
             .rest
@@ -203,7 +343,7 @@ impl RegistryPlans {
             Ok(m) => m,
             Err(reason) => {
                 return Ok(Err(incompatible(format!(
-                    "writer schema {id} cannot evolve the table: {reason}"
+                    "{what} cannot evolve the table: {reason}"
                 ))));
             }
         };
@@ -212,9 +352,9 @@ impl RegistryPlans {
         };
         // A type change elsewhere in the schema would make the records unusable anyway: check
         // before changing the table for them.
-        if let Err(e) = Plan::compile(schema, &target, &self.options) {
+        if let Err(e) = writer.compile(&target, &self.options, self.input.json_validate) {
             return Ok(Err(incompatible(format!(
-                "writer schema {id} does not fit the table: {e}"
+                "{what} does not fit the table: {e}"
             ))));
         }
         if !merged.added.is_empty() {
@@ -232,7 +372,7 @@ impl RegistryPlans {
                 }
                 Err(e) => {
                     return Ok(Err(incompatible(format!(
-                        "writer schema {id}: the table refused the new columns {:?}: {e}",
+                        "{what}: the table refused the new columns {:?}: {e}",
                         merged.added
                     ))));
                 }
@@ -291,67 +431,79 @@ impl PlanSource for RegistryPlans {
                 };
             }
         };
-        let body_at = payload.len() - body.len();
-        match self.cached(id)? {
-            Ok(plan) => {
+        match self.lookup(id, payload, body) {
+            (Lookup::Plan(plan), body_at) => {
                 self.hits.inc();
                 Some(plan.map(|plan| (plan, body_at)))
             }
-            // The table changed since: recompiling is plan_for's work.
-            Err(_stale) => None,
+            // Not compiled yet, or the table changed since: plan_for's work.
+            (Lookup::Compile(_) | Lookup::Unknown, _) => None,
         }
     }
 
     fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a> {
         Box::pin(async move {
             let (id, body) = split_confluent(payload).map_err(|e| bad_framing(&e))?;
-            let body_at = payload.len() - body.len();
-            let schema = match self.cached(id) {
-                Some(Ok(plan)) => {
+            let schema = match self.lookup(id, payload, body) {
+                (Lookup::Plan(plan), body_at) => {
                     self.count("hit");
                     return plan
                         .map(|plan| (plan, body_at))
                         .map_err(PlanLookupError::BadRecord);
                 }
-                Some(Err(stale)) => {
+                (Lookup::Compile(schema), _) => {
                     self.count("hit");
-                    Some(stale)
+                    schema
                 }
-                None => None,
-            };
-            let (schema, plan, table_version) = match schema {
-                Some(schema) => {
-                    let (plan, version) = self.compile(id, &schema).await?;
-                    (Some(schema), plan, version)
-                }
-                None => match self.registry.schema(id).await {
-                    Ok(registered) => {
+                (Lookup::Unknown, _) => match self.registry.any_schema(id, self.input.kind).await {
+                    Ok(schema) => {
                         self.count("fetched");
-                        let (plan, version) = self.compile(id, &registered.schema).await?;
-                        (Some(registered.schema.clone()), plan, version)
+                        schema
                     }
                     Err(e) if e.is_retryable() => {
                         self.count("error");
                         return Err(PlanLookupError::Unavailable(e.to_string()));
                     }
-                    Err(e @ RegistryError::NotFound { .. }) => {
-                        self.count("not_found");
-                        (None, Err(unknown_schema(e.to_string())), 0)
-                    }
                     Err(e) => {
-                        self.count("error");
-                        (None, Err(unknown_schema(e.to_string())), 0)
+                        self.count(if matches!(e, RegistryError::NotFound { .. }) {
+                            "not_found"
+                        } else {
+                            "error"
+                        });
+                        let bad = unknown_schema(e.to_string());
+                        self.cache.lock().expect("plan cache").insert(
+                            id,
+                            IdEntry {
+                                schema: Err(bad.clone()),
+                                plans: Vec::new(),
+                            },
+                        );
+                        return Err(PlanLookupError::BadRecord(bad));
                     }
                 },
             };
-            self.cache.lock().expect("plan cache").insert(
-                id,
-                Cached {
-                    schema,
-                    table_version,
-                    plan: plan.clone(),
-                },
-            );
+            let protobuf = matches!(schema, AnySchema::Protobuf(_));
+            let (path, body_at) = self
+                .locate(protobuf, id, payload, body)
+                .map_err(PlanLookupError::BadRecord)?;
+            let (plan, table_version) = match writer_schema(&schema, id, &path) {
+                Ok(writer) => self.compile(id, &writer).await?,
+                Err(bad) => (Err(bad), self.table.version.load(Ordering::Acquire)),
+            };
+            let mut cache = self.cache.lock().expect("plan cache");
+            let entry = cache.entry(id).or_insert_with(|| IdEntry {
+                schema: Ok(schema),
+                plans: Vec::new(),
+            });
+            let compiled = Compiled {
+                table_version,
+                plan: plan.clone(),
+            };
+            match entry.plans.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, c)) => *c = compiled,
+                None => entry.plans.push((path, compiled)),
+            }
+            drop(cache);
             plan.map(|plan| (plan, body_at))
                 .map_err(PlanLookupError::BadRecord)
         })
@@ -482,33 +634,6 @@ fn unknown_schema(reason: String) -> BadRecord {
     BadRecord {
         class: "unknown_schema",
         reason,
-    }
-}
-
-/// A schema fetched for a Protobuf or JSON plan source, counted in the registry lookups
-/// (`fetched`, `error`, `not_found`): `Err` means "unavailable, try again"; `Ok(Err)` is a bad
-/// record (the id is unknown or the schema unusable).
-pub(super) fn fetched_schema<T>(
-    result: Result<T, RegistryError>,
-    count: impl Fn(&'static str),
-) -> Result<Result<T, BadRecord>, String> {
-    match result {
-        Ok(schema) => {
-            count("fetched");
-            Ok(Ok(schema))
-        }
-        Err(e) if e.is_retryable() => {
-            count("error");
-            Err(e.to_string())
-        }
-        Err(e) => {
-            count(if matches!(e, RegistryError::NotFound { .. }) {
-                "not_found"
-            } else {
-                "error"
-            });
-            Ok(Err(unknown_schema(e.to_string())))
-        }
     }
 }
 

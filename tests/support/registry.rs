@@ -62,7 +62,17 @@ pub async fn serve_registry(dump: Json) -> SocketAddr {
         State(d): State<Arc<Json>>,
         Path((subject, version)): Path<(String, String)>,
     ) -> Response {
-        match d["subjects"].get(&subject).and_then(|s| s.get(&version)) {
+        let versions = d["subjects"].get(&subject);
+        // `latest`: the highest version registered.
+        let version = match (version.as_str(), versions.and_then(Json::as_object)) {
+            ("latest", Some(all)) => all
+                .keys()
+                .filter_map(|v| v.parse::<u32>().ok())
+                .max()
+                .map_or(version, |v| v.to_string()),
+            _ => version,
+        };
+        match versions.and_then(|s| s.get(&version)) {
             Some(e) => axum::Json(e.clone()).into_response(),
             None => (StatusCode::NOT_FOUND, r#"{"error_code":40401}"#).into_response(),
         }

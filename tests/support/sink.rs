@@ -215,6 +215,8 @@ pub struct Tweaks {
     pub json_validate: bool,
     /// Schemaless JSON (`json: {}`) instead of the fixture's Avro, without a registry.
     pub schemaless_json: bool,
+    /// With a registry: `create_table: {}` and `schema_update: add_columns`.
+    pub registry_tables: bool,
 }
 
 impl Default for Tweaks {
@@ -232,6 +234,7 @@ impl Default for Tweaks {
             format: None,
             json_validate: false,
             schemaless_json: false,
+            registry_tables: false,
         }
     }
 }
@@ -347,7 +350,9 @@ impl Fixture {
                 self.dir.path().join("order.avsc").display()
             ),
         };
-        let create_table = if tweaks.registry_url.is_some() || tweaks.schemaless_json {
+        let create_table = if tweaks.registry_tables {
+            "  create_table: {}\n  schema_update: add_columns\n"
+        } else if tweaks.registry_url.is_some() || tweaks.schemaless_json {
             ""
         } else {
             "  create_table: {}\n"

@@ -4,6 +4,7 @@
 //! `docs/mapping.md`.
 
 mod compile;
+mod derive;
 mod exec;
 mod ops;
 mod scan;
@@ -11,6 +12,7 @@ mod schema;
 mod text;
 mod validate;
 
+pub use derive::table_schema_from_json;
 pub use schema::JsonSchema;
 pub use validate::validate;
 

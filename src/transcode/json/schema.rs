@@ -29,6 +29,13 @@ pub struct Shape<'s> {
     pub properties: Vec<(&'s str, &'s Value)>,
     /// `items` of an array.
     pub items: Option<&'s Value>,
+    /// `required` of an object, merged over `allOf`.
+    pub required: Vec<&'s str>,
+    /// `null` is one of the allowed types (`type: [T, "null"]`, a `null` branch of `oneOf`).
+    pub nullable: bool,
+    pub description: Option<&'s str>,
+    /// `contentEncoding` (`base64` for bytes) or Connect's `connect.type` (`bytes`).
+    pub encoding: Option<&'s str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +157,7 @@ impl JsonSchema {
                     .collect(),
                 _ => Vec::new(),
             };
+            shape.nullable |= kinds.contains(&Kind::Null);
             let non_null: Vec<Kind> = kinds.into_iter().filter(|k| *k != Kind::Null).collect();
             if let [k] = non_null[..] {
                 shape.kind = Some(k);
@@ -160,6 +168,38 @@ impl JsonSchema {
         }
         if let Some(t) = obj.get("title").and_then(Value::as_str) {
             shape.title = Some(t);
+        }
+        if let Some(d) = obj.get("description").and_then(Value::as_str) {
+            shape.description = Some(d);
+        }
+        if let Some(e) = obj
+            .get("contentEncoding")
+            .or_else(|| obj.get("connect.type"))
+            .and_then(Value::as_str)
+        {
+            shape.encoding = Some(e);
+        }
+        if let Some(Value::Array(required)) = obj.get("required") {
+            shape
+                .required
+                .extend(required.iter().filter_map(Value::as_str));
+        }
+        let values = match (obj.get("enum"), obj.get("const")) {
+            (Some(Value::Array(values)), _) => Some(values.iter().collect::<Vec<_>>()),
+            (_, Some(value)) => Some(vec![value]),
+            _ => None,
+        };
+        if let Some(values) = values {
+            // Without `type`, an `enum`/`const` whose values are all of one JSON type is that
+            // type (Confluent's converter reads a string enum as STRING).
+            shape.nullable |= values.iter().any(|v| v.is_null());
+            let mut kinds = values.iter().filter(|v| !v.is_null()).map(|v| kind_of(v));
+            if let Some(first) = kinds.next()
+                && kinds.all(|k| k == first)
+                && !obj.contains_key("type")
+            {
+                shape.kind.get_or_insert(first);
+            }
         }
         if let Some(Value::Object(props)) = obj.get("properties") {
             for (name, v) in props {
@@ -182,12 +222,26 @@ impl JsonSchema {
                     .iter()
                     .filter(|b| b.get("type").and_then(Value::as_str) != Some("null"))
                     .collect();
+                shape.nullable |= non_null.len() < branches.len();
                 if let [only] = non_null[..] {
                     self.merge(doc, only, shape, depth + 1)?;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The JSON type of a value (an integral number is `integer`).
+fn kind_of(v: &Value) -> Kind {
+    match v {
+        Value::Null => Kind::Null,
+        Value::Bool(_) => Kind::Boolean,
+        Value::Number(n) if n.is_i64() || n.is_u64() => Kind::Integer,
+        Value::Number(_) => Kind::Number,
+        Value::String(_) => Kind::String,
+        Value::Array(_) => Kind::Array,
+        Value::Object(_) => Kind::Object,
     }
 }
 

@@ -4,11 +4,13 @@
 //! is in `docs/mapping.md`.
 
 mod compile;
+mod derive;
 mod exec;
 mod framing;
 mod ops;
 mod schema;
 
+pub use derive::table_schema_from_protobuf;
 pub use framing::{MessageIndexEncoding, MessagePath, frame_protobuf, split_message_indexes};
 pub use schema::ProtoSchema;
 
