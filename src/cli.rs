@@ -88,6 +88,29 @@ pub struct EmulatorArgs {
     /// otherwise holds every row's bytes in memory for its lifetime.
     #[arg(long, value_delimiter = ',', conflicts_with = "data_dir")]
     pub keep_columns: Option<Vec<String>>,
+    /// Quota mode: enforce BigQuery's per-project limits of a multi-region (`US`, `EU`) or of a
+    /// single region, answering RESOURCE_EXHAUSTED as BigQuery does. Off by default.
+    #[arg(long, value_enum)]
+    pub quota: Option<QuotaLocation>,
+    /// Quota mode: concurrent AppendRows connections (instead of the location's figure).
+    #[arg(long, requires = "quota")]
+    pub quota_connections: Option<u64>,
+    /// Quota mode: CreateWriteStream calls per hour.
+    #[arg(long, requires = "quota")]
+    pub quota_create_streams_per_hour: Option<u64>,
+    /// Quota mode: AppendRows request bytes per second.
+    #[arg(long, requires = "quota")]
+    pub quota_append_bytes_per_second: Option<u64>,
+    /// Quota mode: concurrent calls per HTTP/2 connection (Google's front end: 100).
+    #[arg(long, requires = "quota")]
+    pub quota_streams_per_connection: Option<u32>,
+}
+
+/// Whose limits `--quota` enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuotaLocation {
+    MultiRegion,
+    Regional,
 }
 
 impl EmulatorArgs {
@@ -100,6 +123,7 @@ impl EmulatorArgs {
                 idle_timeout: Duration::from_secs(self.idle_timeout_secs),
                 max_request_bytes: self.max_request_bytes,
                 keep_columns: self.keep_columns.clone().map(Into::into),
+                quota: self.quota_settings(),
             },
             store: crate::emulator::store::StoreConfig {
                 committed_ttl: Duration::from_secs(self.committed_stream_ttl_secs),
@@ -108,6 +132,27 @@ impl EmulatorArgs {
             },
             faults_file: self.faults.clone(),
         }
+    }
+}
+
+impl EmulatorArgs {
+    fn quota_settings(&self) -> Option<crate::emulator::quota::QuotaSettings> {
+        use crate::emulator::quota::QuotaSettings;
+        let mut q = match self.quota? {
+            QuotaLocation::MultiRegion => QuotaSettings::multi_region(),
+            QuotaLocation::Regional => QuotaSettings::regional(),
+        };
+        q.connections = self.quota_connections.unwrap_or(q.connections);
+        q.create_streams_per_hour = self
+            .quota_create_streams_per_hour
+            .unwrap_or(q.create_streams_per_hour);
+        q.append_bytes_per_second = self
+            .quota_append_bytes_per_second
+            .unwrap_or(q.append_bytes_per_second);
+        q.streams_per_connection = self
+            .quota_streams_per_connection
+            .unwrap_or(q.streams_per_connection);
+        Some(q)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -21,6 +21,7 @@ use tonic::{Code, Request, Response, Status};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::emulator::cdc::ConnectionMode;
 use crate::emulator::faults::{FaultAction, Faults, Rpc};
+use crate::emulator::quota::{QuotaSettings, Quotas};
 use crate::emulator::rows::RowCodec;
 use crate::emulator::status::{BqError, DROP_MARKER};
 use crate::emulator::store::{
@@ -47,6 +48,8 @@ pub struct WriteSettings {
     /// validated; the others read as unset. Benchmarks use it so that the emulator, which keeps
     /// every row in memory for its lifetime, does not spend the shared cores on fresh pages.
     pub keep_columns: Option<Arc<[String]>>,
+    /// Quota mode: BigQuery's per-project limits (`quota.rs`); `None` enforces none.
+    pub quota: Option<QuotaSettings>,
 }
 
 impl Default for WriteSettings {
@@ -55,6 +58,7 @@ impl Default for WriteSettings {
             idle_timeout: Duration::from_secs(600),
             max_request_bytes: 20 * 1024 * 1024,
             keep_columns: None,
+            quota: None,
         }
     }
 }
@@ -64,14 +68,21 @@ impl Default for WriteSettings {
 pub struct WriteService {
     store: Arc<Store>,
     faults: Arc<Faults>,
+    quotas: Arc<Quotas>,
     settings: Arc<WriteSettings>,
 }
 
 impl WriteService {
-    pub fn new(store: Arc<Store>, faults: Arc<Faults>, settings: WriteSettings) -> WriteService {
+    pub fn new(
+        store: Arc<Store>,
+        faults: Arc<Faults>,
+        quotas: Arc<Quotas>,
+        settings: WriteSettings,
+    ) -> WriteService {
         WriteService {
             store,
             faults,
+            quotas,
             settings: Arc::new(settings),
         }
     }
@@ -481,6 +492,9 @@ impl BigQueryWrite for WriteService {
         let drop_after = self
             .faults_before(Rpc::CreateWriteStream, &req.parent)
             .await?;
+        self.quotas
+            .create_write_stream(&req.parent, Instant::now())
+            .map_err(|e| e.to_status())?;
         use bq::write_stream::Type;
         let requested = req.write_stream.map(|w| w.r#type).unwrap_or(0);
         let kind = match Type::try_from(requested) {
@@ -509,11 +523,26 @@ impl BigQueryWrite for WriteService {
         &self,
         request: Request<tonic::Streaming<bq::AppendRowsRequest>>,
     ) -> Result<Response<Self::AppendRowsStream>, Status> {
-        // `x-goog-request-params` is accepted and ignored: routing is by `write_stream`.
+        // `x-goog-request-params` is not needed for routing (that is by `write_stream`); it
+        // names the stream in a refusal before the first request is read.
+        let routed = request
+            .metadata()
+            .get_all("x-goog-request-params")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix("write_stream="))
+            .unwrap_or_default()
+            .to_string();
+        let permit = self
+            .quotas
+            .open_connection(&routed)
+            .map_err(|e| e.to_status())?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(64);
         let service = self.clone();
         tokio::spawn(async move {
+            // The connection counts against the quota until this task ends.
+            let _permit = permit;
             let mut session =
                 AppendSession::new(service.store.clone(), service.settings.max_request_bytes)
                     .keep_columns(service.settings.keep_columns.clone());
@@ -582,6 +611,22 @@ impl BigQueryWrite for WriteService {
                     break;
                 }
                 if let Some(e) = in_stream_fault {
+                    let response = bq::AppendRowsResponse {
+                        write_stream: target,
+                        response: Some(bq::append_rows_response::Response::Error(
+                            e.to_rpc_status(),
+                        )),
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(response)).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                let size = req.encoded_len();
+                if size <= service.settings.max_request_bytes
+                    && let Err(e) = service.quotas.append(size, &target, Instant::now())
+                {
                     let response = bq::AppendRowsResponse {
                         write_stream: target,
                         response: Some(bq::append_rows_response::Response::Error(
@@ -693,6 +738,7 @@ impl BigQueryWrite for WriteService {
         let drop_after = self
             .faults_before(Rpc::FlushRows, &req.write_stream)
             .await?;
+        self.quotas.flush_rows();
         let offset = self
             .store
             .flush_rows(&req.write_stream, req.offset)

@@ -6,6 +6,7 @@ pub mod cdc;
 pub mod faults;
 pub mod grpc;
 pub mod persist;
+pub mod quota;
 pub mod rest;
 pub mod rows;
 pub mod server;

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::emulator::faults::{FaultRule, Faults};
 use crate::emulator::grpc::{BigQueryWriteServer, WriteService, WriteSettings};
 use crate::emulator::persist::{self, PersistError};
+use crate::emulator::quota::Quotas;
 use crate::emulator::status::{BqError, DROP_MARKER};
 use crate::emulator::store::{Store, StoreConfig};
 
@@ -69,6 +70,8 @@ pub struct Emulator {
     pub addr: SocketAddr,
     pub store: Arc<Store>,
     pub faults: Arc<Faults>,
+    /// Quota mode's limits and the usage counters (also `GET /emulator/v1/quota`).
+    pub quotas: Arc<Quotas>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -95,13 +98,25 @@ impl Emulator {
             addr: config.listen,
             source,
         })?;
-        let app = router(store.clone(), faults.clone(), config.write.clone());
+        let quotas = Arc::new(Quotas::new(config.write.quota.clone()));
+        let app = router(
+            store.clone(),
+            faults.clone(),
+            quotas.clone(),
+            config.write.clone(),
+        );
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, app, stopped));
+        let max_streams = config
+            .write
+            .quota
+            .as_ref()
+            .map(|q| q.streams_per_connection);
+        let task = tokio::spawn(serve(listener, app, max_streams, stopped));
         Ok(Emulator {
             addr,
             store,
             faults,
+            quotas,
             stop: Some(stop),
             task,
         })
@@ -137,7 +152,13 @@ const H2_CONNECTION_WINDOW: u32 = 64 << 20;
 
 /// Accepts connections until `stopped` fires (or this task is dropped), then asks every open
 /// connection to shut down gracefully, as `axum::serve` with graceful shutdown does.
-async fn serve(listener: TcpListener, app: axum::Router, mut stopped: oneshot::Receiver<()>) {
+/// `max_streams` overrides hyper's limit of concurrent calls per connection (quota mode).
+async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    max_streams: Option<u32>,
+    mut stopped: oneshot::Receiver<()>,
+) {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use hyper_util::server::conn::auto::Builder;
     use hyper_util::service::TowerToHyperService;
@@ -147,6 +168,9 @@ async fn serve(listener: TcpListener, app: axum::Router, mut stopped: oneshot::R
         .http2()
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW);
+    if let Some(n) = max_streams {
+        builder.http2().max_concurrent_streams(n);
+    }
     let builder = Arc::new(builder);
     // Dropped with this task: every connection task then starts its graceful shutdown.
     let (_closing, closing) = tokio::sync::watch::channel(());
@@ -194,16 +218,21 @@ async fn serve(listener: TcpListener, app: axum::Router, mut stopped: oneshot::R
 }
 
 /// The whole HTTP surface: gRPC, the BigQuery REST API and the admin routes.
-pub fn router(store: Arc<Store>, faults: Arc<Faults>, write: WriteSettings) -> axum::Router {
+pub fn router(
+    store: Arc<Store>,
+    faults: Arc<Faults>,
+    quotas: Arc<Quotas>,
+    write: WriteSettings,
+) -> axum::Router {
     use tonic::server::NamedService;
     // Routed by hand rather than through `tonic::service::Routes`, whose catch-all fallback
     // cannot be merged with the REST router's own.
     let grpc = axum::Router::new().route_service(
         &format!("/{}/{{*method}}", BigQueryWriteServer::<WriteService>::NAME),
-        WriteService::new(store.clone(), faults.clone(), write).into_server(),
+        WriteService::new(store.clone(), faults.clone(), quotas.clone(), write).into_server(),
     );
     grpc.merge(crate::emulator::rest::router(store.clone()))
-        .merge(admin_router(store, faults))
+        .merge(admin_router(store, faults, quotas))
         .layer(axum::middleware::map_response(reset_marked))
 }
 
@@ -211,10 +240,11 @@ pub fn router(store: Arc<Store>, faults: Arc<Faults>, write: WriteSettings) -> a
 struct AdminState {
     store: Arc<Store>,
     faults: Arc<Faults>,
+    quotas: Arc<Quotas>,
 }
 
 /// The fault-injection control (see `faults.rs` for the rules).
-pub fn admin_router(store: Arc<Store>, faults: Arc<Faults>) -> axum::Router {
+pub fn admin_router(store: Arc<Store>, faults: Arc<Faults>, quotas: Arc<Quotas>) -> axum::Router {
     axum::Router::new()
         .route("/emulator/v1/health", get(|| async { "ok" }))
         .route(
@@ -222,13 +252,22 @@ pub fn admin_router(store: Arc<Store>, faults: Arc<Faults>) -> axum::Router {
             get(list_faults).post(add_faults).delete(clear_faults),
         )
         .route("/emulator/v1/faults/{id}", delete(remove_fault))
+        .route("/emulator/v1/quota", get(quota_usage))
         .route("/emulator/v1/streams/finalize", post(finalize_stream))
         .route("/emulator/v1/streams/expire", post(expire_stream))
-        .with_state(AdminState { store, faults })
+        .with_state(AdminState {
+            store,
+            faults,
+            quotas,
+        })
 }
 
 fn json_error(status: StatusCode, message: String) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn quota_usage(State(s): State<AdminState>) -> Response {
+    Json(s.quotas.usage()).into_response()
 }
 
 async fn list_faults(State(s): State<AdminState>) -> Response {
