@@ -588,3 +588,64 @@ async fn a_writer_refuses_a_first_record_below_its_start_offset() {
         other => panic!("expected a failed writer, got {other:?}"),
     }
 }
+
+/// Google's front end allows 100 concurrent calls per HTTP/2 connection and holds back the
+/// others. One AppendRows call per partition on one connection left every partition beyond the
+/// hundredth waiting for ever (found by tests/sink_scale.rs): the client spreads its calls over
+/// several connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_append_calls_than_one_connection_carries_are_all_answered() {
+    use kafka_bigquery_sink::emulator::quota::QuotaSettings;
+    use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+    const SESSIONS: usize = 150;
+    let mut config = EmulatorConfig::local();
+    config.write.quota = Some(QuotaSettings::multi_region());
+    let emulator = emulator_support::start_with(config).await;
+    create_table(
+        &emulator.store,
+        &table_ref(),
+        TableSchema {
+            fields: vec![TableFieldSchema::new(
+                "id",
+                FieldType::Int64,
+                Mode::Required,
+            )],
+        },
+    );
+    let options = WriteClientOptions {
+        endpoint: format!("http://{}", emulator.addr),
+        rpc_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(5),
+    };
+    let client = WriteClient::new(&options, Auth::None).expect("client");
+    let mut sessions = Vec::new();
+    let all = async {
+        for i in 0..SESSIONS as u64 {
+            let stream = client
+                .create_write_stream(TABLE, StreamKind::Buffered)
+                .await
+                .expect("create stream")
+                .name;
+            let mut session = AppendSession::new(client.clone(), stream, descriptor(), 0, limits());
+            session.submit(batch(i..i + 1)).await.expect("submit");
+            let (appended, _) = settle(&mut session).await.expect("appended");
+            assert_eq!(appended, vec![(0, vec![i])]);
+            // Kept open, as a partition's writer keeps its call.
+            sessions.push(session);
+        }
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(60), all).await;
+    assert!(
+        outcome.is_ok(),
+        "only {} of {SESSIONS} calls were answered; open calls per connection: {:?}",
+        sessions.len(),
+        client.append_calls_per_connection()
+    );
+    let per_connection = client.append_calls_per_connection();
+    assert_eq!(per_connection.iter().sum::<usize>(), SESSIONS);
+    assert!(
+        per_connection.iter().all(|&n| n <= 100),
+        "{per_connection:?}"
+    );
+    assert_eq!(emulator.quotas.usage().connections_open, SESSIONS as u64);
+}

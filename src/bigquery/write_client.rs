@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
@@ -27,6 +28,12 @@ use super::error::WriteError;
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// Requests up to BigQuery's current 20 MB limit can be sent.
 const MAX_REQUEST_BYTES: usize = 20 << 20;
+/// AppendRows calls per HTTP/2 connection. Google's front end allows 100 concurrent streams on a
+/// connection and holds back any call beyond them until another ends; an AppendRows call lasts
+/// as long as its partition writes, so a replica with more partitions than that on one
+/// connection left the rest waiting for ever (docs/operations.md, "Capacity planning"). 64 leaves
+/// the first connection room for the short unary calls (FlushRows, CreateWriteStream) it carries.
+const APPEND_CALLS_PER_CONNECTION: usize = 64;
 
 /// The type of an explicitly created write stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,10 +63,13 @@ pub struct WriteClientOptions {
     pub connect_timeout: Duration,
 }
 
-/// A cheap-to-clone handle on one HTTP/2 channel; many AppendRows calls share it.
+/// A cheap-to-clone handle on the HTTP/2 connections to the service: the unary calls share the
+/// first; AppendRows calls spread over as many as it takes to keep each under
+/// [`APPEND_CALLS_PER_CONNECTION`].
 #[derive(Clone, Debug)]
 pub struct WriteClient {
     grpc: BigQueryWriteClient<Channel>,
+    appends: Arc<AppendPool>,
     auth: Auth,
     rpc_timeout: Duration,
     /// Replaces the gRPC channel for every call (the deterministic simulation); `None` in the
@@ -115,10 +125,9 @@ impl WriteClient {
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| invalid(&e))?;
         }
-        let grpc = BigQueryWriteClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .max_encoding_message_size(MAX_REQUEST_BYTES);
+        let grpc = grpc_client(endpoint.connect_lazy());
         Ok(WriteClient {
+            appends: Arc::new(AppendPool::new(endpoint, grpc.clone())),
             grpc,
             auth,
             rpc_timeout: options.rpc_timeout,
@@ -129,13 +138,20 @@ impl WriteClient {
     /// A client whose every call goes to `transport` instead of a gRPC channel.
     pub fn with_transport(transport: Arc<dyn WriteTransport>) -> WriteClient {
         // The channel is never used: a lazy one connects only on a first call.
-        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        let endpoint = Endpoint::from_static("http://127.0.0.1:1");
+        let grpc = grpc_client(endpoint.connect_lazy());
         WriteClient {
-            grpc: BigQueryWriteClient::new(channel),
+            appends: Arc::new(AppendPool::new(endpoint, grpc.clone())),
+            grpc,
             auth: Auth::None,
             rpc_timeout: Duration::from_secs(10),
             transport: Some(transport),
         }
+    }
+
+    /// Open AppendRows calls on each HTTP/2 connection of the client.
+    pub fn append_calls_per_connection(&self) -> Vec<usize> {
+        self.appends.calls()
     }
 
     /// Auth headers plus the routing header `x-goog-request-params: <key>=<value>` that Google's
@@ -299,14 +315,89 @@ impl WriteClient {
             .map_err(|_| WriteError::disconnected("cannot queue the first append request"))?;
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
         *request.metadata_mut() = self.metadata("write_stream", &stream).await?;
-        let responses = self.grpc.clone().append_rows(request).await?.into_inner();
+        let (mut grpc, slot) = self.appends.checkout();
+        let responses = grpc.append_rows(request).await?.into_inner();
         Ok(AppendConnection {
             call: Call::Grpc {
                 requests: tx,
                 responses,
+                _slot: slot,
             },
             stream,
         })
+    }
+}
+
+fn grpc_client(channel: Channel) -> BigQueryWriteClient<Channel> {
+    BigQueryWriteClient::new(channel)
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+        .max_encoding_message_size(MAX_REQUEST_BYTES)
+}
+
+/// The HTTP/2 connections that carry AppendRows calls, each with its count of open calls. Only
+/// grows: an idle connection costs a keep-alive ping.
+#[derive(Debug)]
+struct AppendPool {
+    endpoint: Endpoint,
+    connections: std::sync::Mutex<Vec<PooledConnection>>,
+}
+
+#[derive(Debug, Clone)]
+struct PooledConnection {
+    grpc: BigQueryWriteClient<Channel>,
+    calls: Arc<AtomicUsize>,
+}
+
+/// One open call's place on its connection, given back when the call is dropped.
+#[derive(Debug)]
+struct CallSlot(Arc<AtomicUsize>);
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl AppendPool {
+    /// `first` is the connection of the unary calls; it takes appends too.
+    fn new(endpoint: Endpoint, first: BigQueryWriteClient<Channel>) -> AppendPool {
+        AppendPool {
+            endpoint,
+            connections: std::sync::Mutex::new(vec![PooledConnection {
+                grpc: first,
+                calls: Arc::new(AtomicUsize::new(0)),
+            }]),
+        }
+    }
+
+    /// The first connection with room for one more call, a new one when none has.
+    fn checkout(&self) -> (BigQueryWriteClient<Channel>, CallSlot) {
+        let mut connections = self.connections.lock().expect("append pool lock");
+        let index = match connections
+            .iter()
+            .position(|c| c.calls.load(Ordering::SeqCst) < APPEND_CALLS_PER_CONNECTION)
+        {
+            Some(i) => i,
+            None => {
+                connections.push(PooledConnection {
+                    grpc: grpc_client(self.endpoint.connect_lazy()),
+                    calls: Arc::new(AtomicUsize::new(0)),
+                });
+                connections.len() - 1
+            }
+        };
+        let c = &connections[index];
+        c.calls.fetch_add(1, Ordering::SeqCst);
+        (c.grpc.clone(), CallSlot(c.calls.clone()))
+    }
+
+    /// Open calls per connection.
+    fn calls(&self) -> Vec<usize> {
+        let connections = self.connections.lock().expect("append pool lock");
+        connections
+            .iter()
+            .map(|c| c.calls.load(Ordering::SeqCst))
+            .collect()
     }
 }
 
@@ -329,6 +420,7 @@ enum Call {
     Grpc {
         requests: mpsc::Sender<AppendRowsRequest>,
         responses: tonic::Streaming<AppendRowsResponse>,
+        _slot: CallSlot,
     },
     Custom(Box<dyn AppendTransport>),
 }
