@@ -491,6 +491,12 @@ impl AtLeastOnceCoordinator {
                     tracing::info!(table = %table, "group marker written on the table");
                 }
                 self.marker_landed(table);
+                // The commits the marker held back go now, not a whole interval later: until
+                // they land, a crash leaves a marked table without offsets, which the next
+                // start reads as a missing checkpoint (docs/operations.md).
+                if !self.shutting_down && !self.cycle_in_flight {
+                    self.commit_cycle();
+                }
             }
             Err(error) => {
                 if failures == 0 {
