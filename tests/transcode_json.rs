@@ -402,6 +402,40 @@ fn schema_types_a_column_cannot_hold_refuse_the_plan_naming_both() {
 }
 
 #[test]
+fn kafka_connect_decimals_and_typeless_enums() {
+    let nine = BigInt::from(10).pow(9);
+    // Connect's Decimal at `connect.parameters.scale`: a number as written, or the base64 of
+    // the unscaled big-endian two's complement (`decimal.format: BASE64`): 0x04d2 = 1234.
+    let number = json!({"type": "number", "title": "org.apache.kafka.connect.data.Decimal",
+                        "connect.parameters": {"scale": "2"}});
+    assert_eq!(
+        typed(number, "NUMERIC", "12.34"),
+        Ok(numeric(BigInt::from(1234) * &nine / 100))
+    );
+    let bytes = json!({"title": "org.apache.kafka.connect.data.Decimal", "connect.type": "bytes",
+                       "connect.parameters": {"scale": "2"}});
+    assert_eq!(
+        typed(bytes.clone(), "NUMERIC", "\"BNI=\""),
+        Ok(numeric(BigInt::from(1234) * &nine / 100))
+    );
+    // 0xfb2e = -1234, into BIGNUMERIC (scale 38).
+    assert_eq!(
+        typed(bytes.clone(), "BIGNUMERIC", "\"+y4=\""),
+        Ok(numeric(BigInt::from(-1234) * BigInt::from(10).pow(36)))
+    );
+    assert_eq!(
+        class(typed(bytes, "NUMERIC", "\"not base64\"")),
+        "out_of_range"
+    );
+    // An enum without `type` is the type its values share: a string enum fits STRING only.
+    let status = json!({"enum": ["NEW", "SHIPPED"]});
+    assert_eq!(typed(status.clone(), "STRING", "\"NEW\""), Ok(json!("NEW")));
+    let schema = json!({"type": "object", "properties": {"c": status}});
+    let err = compile(Some(schema), col("INT64"), &PlanOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("json string"), "{err}");
+}
+
+#[test]
 fn malformed_json_is_a_record_error_never_a_panic() {
     let plan = compile(None, col("STRING"), &PlanOptions::default()).unwrap();
     for bad in [

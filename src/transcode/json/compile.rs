@@ -24,6 +24,7 @@ const ROOT_MESSAGE: &str = "Row";
 const CONNECT_TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
 const CONNECT_DATE: &str = "org.apache.kafka.connect.data.Date";
 const CONNECT_TIME: &str = "org.apache.kafka.connect.data.Time";
+pub(super) const CONNECT_DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 
 pub fn compile(
     schema: Option<&Arc<JsonSchema>>,
@@ -244,11 +245,20 @@ impl<'a> Compiler<'a> {
         match &column.field_type {
             F::Int64 if fits(&[Kind::Integer]) => scalar(Conv::Int, Type::Int64),
             F::Float64 if fits(&[Kind::Integer, Kind::Number]) => scalar(Conv::Float, Type::Double),
-            F::Numeric if fits(&[Kind::Integer, Kind::Number, Kind::String]) => {
-                scalar(Conv::Decimal(DecimalTarget::Numeric), Type::Bytes)
-            }
-            F::BigNumeric if fits(&[Kind::Integer, Kind::Number, Kind::String]) => {
-                scalar(Conv::Decimal(DecimalTarget::BigNumeric), Type::Bytes)
+            F::Numeric | F::BigNumeric if fits(&[Kind::Integer, Kind::Number, Kind::String]) => {
+                let target = if column.field_type == F::Numeric {
+                    DecimalTarget::Numeric
+                } else {
+                    DecimalTarget::BigNumeric
+                };
+                let conv = match title {
+                    Some(CONNECT_DECIMAL) => Conv::ConnectDecimal {
+                        target,
+                        scale: shape.and_then(|s| s.connect_scale).unwrap_or(0),
+                    },
+                    _ => Conv::Decimal(target),
+                };
+                scalar(conv, Type::Bytes)
             }
             F::Bool if fits(&[Kind::Boolean]) => scalar(Conv::Bool, Type::Bool),
             F::String | F::Geography if fits(&[Kind::String]) => scalar(Conv::Str, Type::String),

@@ -10,9 +10,10 @@
 
 use serde_json::Value;
 
+use super::compile::CONNECT_DECIMAL;
 use super::schema::{JsonSchema, Kind, Shape};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use crate::transcode::derive::{MAX_RECORD_DEPTH, append_metadata};
+use crate::transcode::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
 use crate::transcode::{DeriveError, DeriveOptions};
 
 const CONNECT_TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
@@ -101,6 +102,16 @@ impl<'s> Deriver<'s> {
     ) -> Result<TableFieldSchema, DeriveError> {
         use FieldType as F;
         let scalar = |ty: F| Ok(TableFieldSchema::new(name, ty, Mode::Nullable));
+        if shape.title == Some(CONNECT_DECIMAL) {
+            // Kafka Connect's Decimal (a number, or base64 bytes): NUMERIC or BIGNUMERIC by its
+            // precision and scale, as an Avro decimal; BIGNUMERIC without a precision.
+            return match (shape.connect_precision, shape.connect_scale) {
+                (Some(p), Some(s)) => {
+                    decimal_column(name, p, s, Mode::Nullable).map_err(|r| unsupported(path, r))
+                }
+                _ => scalar(F::BigNumeric),
+            };
+        }
         match shape.kind {
             Some(Kind::Boolean) => scalar(F::Bool),
             Some(Kind::Integer) => scalar(match shape.title {
@@ -245,6 +256,22 @@ mod tests {
             summary(&t.fields[19].fields),
             vec![("units".into(), F::Int64, N)]
         );
+    }
+
+    #[test]
+    fn connect_decimals_become_numeric_or_bignumeric() {
+        let t = derive(
+            r#"{"type": "object", "properties": {
+              "a": {"type": "number", "title": "org.apache.kafka.connect.data.Decimal",
+                    "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+              "b": {"type": "number", "title": "org.apache.kafka.connect.data.Decimal",
+                    "connect.parameters": {"scale": "2"}}}}"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(t.fields[0].field_type, FieldType::Numeric);
+        assert_eq!(t.fields[0].scale.as_deref(), Some("2"));
+        assert_eq!(t.fields[1].field_type, FieldType::BigNumeric);
     }
 
     #[test]

@@ -179,7 +179,7 @@ fn column_type(conv: &Conv) -> &'static str {
         Conv::Skip => "skipped",
         Conv::Int => "INT64",
         Conv::Float => "FLOAT64",
-        Conv::Decimal(_) => "NUMERIC/BIGNUMERIC",
+        Conv::Decimal(_) | Conv::ConnectDecimal { .. } => "NUMERIC/BIGNUMERIC",
         Conv::Bool => "BOOL",
         Conv::Str => "STRING",
         Conv::Bytes => "BYTES",
@@ -270,7 +270,16 @@ fn value(
             };
             put_f64(out, tag, v);
         }
-        (Conv::Decimal(target), Token::Number | Token::String) => {
+        (Conv::ConnectDecimal { target, scale }, Token::String) => {
+            let s = sc.string()?;
+            let bytes = STANDARD
+                .decode(s.as_bytes())
+                .map_err(|_| value_error(column, "connect decimal is not base64".into()))?;
+            let w = checked(column, Wide::from_be_twos(&bytes))?;
+            put_decimal(out, tag, w, *scale, *target, column)?;
+        }
+        (Conv::ConnectDecimal { target, .. }, Token::Number)
+        | (Conv::Decimal(target), Token::Number | Token::String) => {
             let text = if token == Token::Number {
                 std::borrow::Cow::Borrowed(sc.number()?.text)
             } else {

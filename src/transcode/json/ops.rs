@@ -52,6 +52,13 @@ pub enum Conv {
     Float,
     /// NUMERIC/BIGNUMERIC ← a number's exact text, or a decimal string.
     Decimal(DecimalTarget),
+    /// NUMERIC/BIGNUMERIC ← Kafka Connect's Decimal: a number's exact text, or (its default
+    /// `decimal.format: BASE64`) the base64 of the unscaled big-endian two's complement at
+    /// `scale` (`connect.parameters.scale`).
+    ConnectDecimal {
+        target: DecimalTarget,
+        scale: u32,
+    },
     Bool,
     /// STRING, GEOGRAPHY ← a string.
     Str,

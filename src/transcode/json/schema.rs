@@ -36,6 +36,9 @@ pub struct Shape<'s> {
     pub description: Option<&'s str>,
     /// `contentEncoding` (`base64` for bytes) or Connect's `connect.type` (`bytes`).
     pub encoding: Option<&'s str>,
+    /// Connect's `connect.parameters`: a Decimal's `scale` and `connect.decimal.precision`.
+    pub connect_scale: Option<u32>,
+    pub connect_precision: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +181,18 @@ impl JsonSchema {
             .and_then(Value::as_str)
         {
             shape.encoding = Some(e);
+        }
+        if let Some(Value::Object(params)) = obj.get("connect.parameters") {
+            let number = |key: &str| {
+                params.get(key).and_then(|v| {
+                    v.as_str()
+                        .and_then(|s| s.parse().ok())
+                        .or(v.as_u64().map(|n| n as u32))
+                })
+            };
+            shape.connect_scale = number("scale").or(shape.connect_scale);
+            shape.connect_precision =
+                number("connect.decimal.precision").or(shape.connect_precision);
         }
         if let Some(Value::Array(required)) = obj.get("required") {
             shape
