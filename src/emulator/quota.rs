@@ -256,6 +256,16 @@ impl Quotas {
         Ok(())
     }
 
+    /// Changes the throughput quota from now on (a test's burst phase); nothing without quota
+    /// mode.
+    pub fn set_append_bytes_per_second(&self, per_second: u64) {
+        if self.settings.is_some() {
+            let per_second = per_second as f64;
+            *self.throughput.lock().expect("quota lock") =
+                TokenBucket::new(per_second, per_second, Instant::now());
+        }
+    }
+
     /// One FlushRows call (counted only).
     pub fn flush_rows(&self) {
         self.flush_calls.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,309 @@
+//! Scale: several replicas of the real daemon on many partitions at low volume, through the real
+//! broker, against the emulator in quota mode (BigQuery's per-project limits, scaled to the test).
+//!
+//! 1. The replicas join and settle before any record exists (streams are created at a
+//!    partition's first row, so the settling costs no CreateWriteStream call).
+//! 2. Low volume: one record per partition per round. No quota may be exceeded, and every
+//!    partition must make progress.
+//! 3. A burst above the throughput quota, by design: the emulator refuses part of it with
+//!    `RESOURCE_EXHAUSTED`, the daemon must back off and deliver all of it.
+//!
+//! Then every record is exactly one row holding its own values; the Kafka commits stay under the
+//! broker's limits (`offset.metadata.max.bytes` per partition and `message.max.bytes` per commit,
+//! measured from the committed metadata); and the memory per partition is measured (RSS before
+//! the first record and after the run). The figures are printed as `scale:` lines.
+//!
+//! The normal test command runs a small size. The full one (docs/operations.md, "Capacity
+//! planning"):
+//!
+//!   scripts/scale.sh        # KBQ_SCALE_PARTITIONS=1200 KBQ_SCALE_REPLICAS=3
+//!
+//! Sizes: `KBQ_SCALE_PARTITIONS`, `KBQ_SCALE_REPLICAS`, `KBQ_SCALE_ROUNDS` (low-volume rounds),
+//! `KBQ_SCALE_BURST` (records per partition in the burst).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use kafka_bigquery_sink::emulator::quota::QuotaSettings;
+use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use support::daemon::Daemon;
+use support::kafka::{consumer_config, unique_name};
+use support::sink::{Fixture, SinkOptions, Tweaks, assert_exactly_once};
+
+/// Kafka's per-partition cap on commit metadata (`offset.metadata.max.bytes`, default).
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+/// Kafka's cap on one record batch, which one group's commit is written as
+/// (`message.max.bytes`, default).
+const MESSAGE_MAX_BYTES: usize = 1_048_588;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or_else(|_| panic!("{name} is a number")))
+        .unwrap_or(default)
+}
+
+/// (VmRSS, VmHWM) of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Raw commit metadata per partition (the byte size is what the broker limits).
+fn committed_metadata(f: &Fixture, group: &str) -> BTreeMap<i32, (i64, String)> {
+    let consumer: BaseConsumer = consumer_config(&f.bootstrap, group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..f.partitions {
+        tpl.add_partition(&f.topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| {
+            let offset = e.offset().to_raw()?;
+            (offset >= 0).then(|| (e.partition(), (offset, e.metadata().to_string())))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn replicas_on_many_partitions_progress_everywhere_within_the_quotas() {
+    let partitions = env("KBQ_SCALE_PARTITIONS", 150) as i32;
+    let replicas = env("KBQ_SCALE_REPLICAS", 3);
+    let rounds = env("KBQ_SCALE_ROUNDS", 3);
+    let burst = env("KBQ_SCALE_BURST", 20) as i64;
+    let started = Instant::now();
+
+    // BigQuery's regional quotas, scaled to the test: room for every partition's connection
+    // (plus a tenth), CreateWriteStream for two full assignments an hour, and a throughput that
+    // the low-volume rounds stay under (512 B/s per partition, a round of one ~170-byte request per
+    // partition every 2 s) but the burst exceeds.
+    let quota = QuotaSettings {
+        connections: partitions as u64 + partitions as u64 / 10,
+        create_streams_per_hour: 2 * partitions as u64,
+        append_bytes_per_second: 512 * partitions as u64,
+        streams_per_connection: 100,
+        location: "europe-west1".into(),
+    };
+    let mut emulator = EmulatorConfig::local();
+    emulator.write.quota = Some(quota.clone());
+    let f = Fixture::with(SinkOptions {
+        emulator,
+        ..SinkOptions::partitions(partitions)
+    })
+    .await;
+    let group = unique_name("scale");
+    let config = f.config_with(
+        &group,
+        &Tweaks {
+            checkpoint_interval: "1s",
+            ..Tweaks::default()
+        },
+    );
+    eprintln!(
+        "scale: {partitions} partitions, {replicas} replicas, quota {quota:?}, topic ready after {:?}",
+        started.elapsed()
+    );
+
+    // 1. Join and settle with no record in the topic.
+    let mut daemons: Vec<Daemon> = (0..replicas)
+        .map(|i| Daemon::start_named(&config, &format!("r{i}")))
+        .collect();
+    let settle = Instant::now();
+    let mut stable_since: Option<Instant> = None;
+    let mut last = Vec::new();
+    loop {
+        let assigned: Vec<usize> = daemons
+            .iter()
+            .map(|d| d.metric("kbq_partitions_assigned") as usize)
+            .collect();
+        let complete = assigned.iter().sum::<usize>() == partitions as usize
+            && assigned.iter().all(|&n| n > 0);
+        if complete && assigned == last {
+            if stable_since.is_some_and(|s| s.elapsed() > Duration::from_secs(3)) {
+                break;
+            }
+            stable_since.get_or_insert_with(Instant::now);
+        } else {
+            stable_since = None;
+        }
+        last = assigned;
+        assert!(
+            settle.elapsed() < Duration::from_secs(120),
+            "the group settles: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let rss_idle: Vec<(u64, u64)> = daemons.iter().map(|d| rss_kib(d.pid())).collect();
+    eprintln!(
+        "scale: group settled after {:?}: assigned {last:?}, rss before the first record {:?} KiB",
+        settle.elapsed(),
+        rss_idle
+    );
+
+    // 2. Low volume: every partition must progress with no quota exceeded.
+    let low = Instant::now();
+    for _ in 0..rounds {
+        f.produce(partitions as i64);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    f.wait_exactly_once(Duration::from_secs(600));
+    let every_partition: BTreeSet<i64> = f.visible().keys().map(|(p, _)| *p).collect();
+    assert_eq!(
+        every_partition.len(),
+        partitions as usize,
+        "every partition made progress"
+    );
+    let low_usage = f.emulator.quotas.usage();
+    eprintln!(
+        "scale: low volume: {} records visible after {:?}; emulator usage {low_usage:?}",
+        rounds * partitions as usize,
+        low.elapsed()
+    );
+    assert_eq!(
+        (
+            low_usage.refused_connections,
+            low_usage.refused_create_write_stream,
+            low_usage.refused_throughput
+        ),
+        (0, 0, 0),
+        "no quota exceeded at low volume"
+    );
+
+    // 3. A burst above the throughput quota, by design: the quota is lowered to a fortieth of
+    // the burst's bytes a second (measured bytes per record of the low rounds), so the burst
+    // arrives faster than that whatever the speed of this machine's producer, and its delivery
+    // takes several seconds of backing off (a one-record request, which sets the estimate, is
+    // larger per record than the burst's).
+    let bytes_per_record = (low_usage.append_bytes / low_usage.append_requests.max(1)).max(1);
+    let lowered = (burst * partitions as i64) as u64 * bytes_per_record / 40;
+    f.emulator.quotas.set_append_bytes_per_second(lowered);
+    let burst_started = Instant::now();
+    f.produce(burst * partitions as i64);
+    f.wait_exactly_once(Duration::from_secs(600));
+    let usage = f.emulator.quotas.usage();
+    let throttled: f64 = daemons
+        .iter()
+        .map(|d| d.metric_with("kbq_bigquery_errors_total", &["RESOURCE_EXHAUSTED"]))
+        .sum();
+    eprintln!(
+        "scale: burst of {} records at a quota of {lowered} B/s delivered after {:?}: {} requests refused by the throughput quota, {throttled} RESOURCE_EXHAUSTED counted by the replicas",
+        burst * partitions as i64,
+        burst_started.elapsed(),
+        usage.refused_throughput
+    );
+    assert!(
+        usage.refused_throughput > 0,
+        "the burst exceeds the throughput quota: {usage:?}"
+    );
+    assert!(
+        throttled >= 1.0,
+        "the replicas saw the refusals and backed off"
+    );
+    assert_eq!(
+        (usage.refused_connections, usage.refused_create_write_stream),
+        (0, 0),
+        "only the throughput quota is exceeded"
+    );
+    assert!(usage.connections_peak <= quota.connections);
+
+    // Exactly once, value by value, and every replica healthy.
+    let rows = f.assert_rows_hold_their_records();
+    for d in daemons.iter_mut() {
+        assert!(d.is_running(), "{} exited", d.name);
+        assert_eq!(d.metric("kbq_partitions_failed"), 0.0, "{}", d.name);
+    }
+
+    // Kafka commits: the metadata per partition and one replica's whole commit.
+    let committed = committed_metadata(&f, &group);
+    assert_eq!(
+        committed.len(),
+        partitions as usize,
+        "every partition committed"
+    );
+    let meta: Vec<usize> = committed.values().map(|(_, m)| m.len()).collect();
+    let max_meta = *meta.iter().max().expect("metadata");
+    let mean_meta = meta.iter().sum::<usize>() / meta.len();
+    let most = *last.iter().max().expect("replicas");
+    // An OffsetCommit carries per partition its index, offset, leader epoch and metadata; the
+    // coordinator writes one record per partition (key: group, topic, partition) in one batch.
+    let per_partition_record = 70 + group.len() + f.topic.len() + mean_meta;
+    let commit_batch = most * per_partition_record;
+    let commits: f64 = daemons
+        .iter()
+        .map(|d| d.metric_with("kbq_checkpoints_total", &["committed"]))
+        .sum();
+    eprintln!(
+        "scale: commits: {commits} committed cycles; metadata {mean_meta} B mean, {max_meta} B max per partition (limit {OFFSET_METADATA_MAX_BYTES}); the largest replica ({most} partitions) commits about {commit_batch} B at once (limit {MESSAGE_MAX_BYTES})"
+    );
+    assert!(max_meta < OFFSET_METADATA_MAX_BYTES);
+    assert!(commit_batch < MESSAGE_MAX_BYTES);
+
+    // What each replica went through (a replica starved of CPU can miss its session timeout
+    // and the group moves partitions: each move costs a stream).
+    for d in daemons.iter() {
+        eprintln!(
+            "scale: {}: {} streams opened, {} partitions assigned, {} revoked, {} stalled, {} starts of a writer",
+            d.name,
+            d.logged("opened write stream").len(),
+            d.logged("partition assigned").len(),
+            d.logged("partition revoked").len(),
+            d.logged("partition stalled").len(),
+            d.logged("writer started").len()
+        );
+    }
+
+    // Memory per partition.
+    for (i, d) in daemons.iter().enumerate() {
+        let (rss, hwm) = rss_kib(d.pid());
+        let n = last[i].max(1) as u64;
+        eprintln!(
+            "scale: {}: {} partitions, rss {} MiB (peak {} MiB; {} MiB before the first record): {} KiB per partition, {} KiB per partition above the idle process",
+            d.name,
+            n,
+            rss / 1024,
+            hwm / 1024,
+            rss_idle[i].0 / 1024,
+            rss / n,
+            rss.saturating_sub(rss_idle[i].0) / n
+        );
+    }
+    let usage = f.emulator.quotas.usage();
+    eprintln!(
+        "scale: emulator: {} connections at peak ({} opened), {} CreateWriteStream, {} FlushRows, {} AppendRows requests, {} bytes appended",
+        usage.connections_peak,
+        usage.connections_opened,
+        usage.create_write_stream_calls,
+        usage.flush_rows_calls,
+        usage.append_requests,
+        usage.append_bytes
+    );
+
+    for d in daemons.iter_mut() {
+        let status = d.terminate();
+        assert!(status.success(), "{} leaves cleanly: {status:?}", d.name);
+    }
+    assert_exactly_once(&f.visible(), &f.expected());
+    eprintln!(
+        "scale: {rows} records exactly once with their values over {partitions} partitions and {replicas} replicas in {:?}",
+        started.elapsed()
+    );
+}
