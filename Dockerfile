@@ -5,7 +5,8 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 RUN apt-get update && apt-get install -y --no-install-recommends cmake pkg-config libssl-dev \
     && rm -rf /var/lib/apt/lists/*
-COPY Cargo.toml Cargo.lock build.rs ./
+COPY Cargo.toml Cargo.lock ./
+COPY crates ./crates
 COPY src ./src
 COPY benches ./benches
 # Cache mounts (BuildKit and buildah): the downloaded crates and the target folder outlive the

@@ -56,13 +56,13 @@ if ((quick == 0)); then
 fi
 
 log "building"
-cargo build --all-targets --locked
+cargo build --workspace --all-targets --locked
 
 if ((quick == 0)); then
   log "cargo fmt --check"
   cargo fmt --all -- --check
   log "cargo clippy"
-  cargo clippy --all-targets --locked -- -D warnings
+  cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
 log "starting one Kafka broker for the whole run"
@@ -81,7 +81,7 @@ export KBQ_KAFKA_DIR="$kafka_dir"
 log "cargo test"
 # Test binaries run one after the other, each using the cores for its tests. No libtest flags
 # here: the criterion benches (run once each as a smoke test) do not accept them.
-cargo test --all-targets --locked
+cargo test --workspace --all-targets --locked
 
 if ((quick == 0)); then
   log "Google's Python clients against the emulator"

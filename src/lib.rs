@@ -7,7 +7,7 @@ pub mod bigquery;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod emulator;
+pub use kbq_emulator as emulator;
 pub mod inspect;
 pub mod kafka;
 pub mod ops;
@@ -18,5 +18,5 @@ pub mod registry;
 pub mod routing;
 #[cfg(test)]
 mod sim;
-pub mod transcode;
+pub use kbq_transcode as transcode;
 pub mod writer;

@@ -6,19 +6,10 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/bigquery/table_schema.rs"]
-pub mod table_schema;
-/// The transcoder names its table types `crate::bigquery::table_schema`.
-pub mod bigquery {
-    pub use super::table_schema;
-}
-#[path = "../../src/transcode/mod.rs"]
-mod transcode;
-
 use std::sync::OnceLock;
 
-use bigquery::table_schema::TableSchema;
-use transcode::{AvroSchema, KafkaHeader, KafkaMetadata, MetadataColumns, Plan, PlanOptions};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::{AvroSchema, KafkaHeader, KafkaMetadata, MetadataColumns, Plan, PlanOptions};
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
   {"name":"id","type":"long"},

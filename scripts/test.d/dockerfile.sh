@@ -4,7 +4,7 @@
 #
 # 1. its shape: a build stage and a runtime stage, the runtime stage runs as a numeric non-root
 #    user, installs CA certificates, and its ENTRYPOINT is the binary the build stage produced;
-# 2. the build context: only what the build stage COPYs (Cargo.toml, Cargo.lock, build.rs, src,
+# 2. the build context: only what the build stage COPYs (Cargo.toml, Cargo.lock, crates, src,
 #    benches, ...) is copied into an empty folder, and the binary is built there with
 #    `cargo build --locked --offline` (debug, reusing this run's target dir: the same sources and
 #    manifest as the image's release build, not the same optimisation);

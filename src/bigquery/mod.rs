@@ -4,5 +4,7 @@
 pub mod auth;
 pub mod error;
 pub mod rest_client;
-pub mod table_schema;
 pub mod write_client;
+
+/// The REST table schema types live in `kbq-core`: the transcoder and the emulator share them.
+pub use kbq_core::table_schema;

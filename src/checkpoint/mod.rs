@@ -1,7 +1,7 @@
 //! The two-phase checkpoint: the pure protocol state machine and the coordinator that drives it.
 //!
-//! `offsets`, `metadata` and `protocol` are pure (no I/O, no async, no Kafka or gRPC types): the
-//! async shells translate librdkafka and BigQuery results into [`protocol::Event`]s and execute the
+//! `offsets`, `metadata` and `protocol` live in the `kbq-core` crate, whose dependencies keep them
+//! pure (no I/O, no async, no Kafka or gRPC types); they are re-exported here. The async shells translate librdkafka and BigQuery results into [`protocol::Event`]s and execute the
 //! [`protocol::Action`]s. That is what lets `tests/checkpoint_model.rs` drive the protocol against
 //! a model of Kafka and BigQuery with a fault injected at every step.
 //!
@@ -19,7 +19,6 @@
 pub mod at_least_once;
 pub mod coordinator;
 pub mod denied;
-pub mod metadata;
-pub mod offsets;
-pub mod protocol;
 pub mod stall;
+
+pub use kbq_core::{metadata, offsets, protocol};

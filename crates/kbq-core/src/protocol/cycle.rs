@@ -1,0 +1,502 @@
+//! The cycle: acknowledged rows, the commit, the table marker, the flush and the finalize of
+//! superseded streams.
+
+use super::*;
+
+impl CheckpointProtocol {
+    // ---------------------------------------------------------------------------------------
+    // Writer progress and the bounded tail.
+
+    pub(super) fn on_ack(&mut self, tp: TopicPartition, ack: Acknowledged, out: &mut Vec<Action>) {
+        let cap = self.config.max_uncommitted_bytes;
+        let Some(state) = self.partitions.get_mut(&tp) else {
+            return;
+        };
+        let accepting = matches!(state.phase, Phase::Running | Phase::Draining { .. });
+        // An ack of an earlier incarnation describes a stream nobody will flush any more.
+        if !accepting
+            || ack.incarnation() != state.progress.incarnation()
+            || ack.next() < state.progress.next()
+            || ack.rows() < state.progress.rows()
+        {
+            return;
+        }
+        state.progress = ack;
+        if !state.paused && state.progress.bytes().saturating_sub(state.committed_bytes) >= cap {
+            state.paused = true;
+            out.push(Action::Pause { tp: tp.clone() });
+            out.push(Action::Count(Outcome::Paused { tp }));
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The cycle (DESIGN §2 steps 1–4).
+
+    pub(super) fn start_cycle(&mut self, out: &mut Vec<Action>) {
+        if self.cycle.is_some() {
+            return;
+        }
+        if self.shutting_down {
+            if self
+                .partitions
+                .values()
+                .any(|p| matches!(p.phase, Phase::Draining { handoff: false }))
+            {
+                return;
+            }
+            if self.shutdown_rested() {
+                return self.finish_shutdown(out);
+            }
+        }
+        // Step 1, barrier: each writer's acknowledged prefix is its answer. The writer reports
+        // acks as they come, so the coordinator never waits for a slow writer: a writer with
+        // nothing new keeps its previous checkpoint.
+        let mut cycle = Cycle::default();
+        let mut unmarked = BTreeSet::new();
+        for (tp, p) in &self.partitions {
+            if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+                continue;
+            }
+            let c = Committable::seal(&p.progress, p.visible);
+            // Idle means "no change to the checkpoint", not "offset unchanged": after a rewind
+            // K comes back to its old value on another stream, and a flush that succeeded
+            // changes f, which the next commit must carry.
+            if p.committed.as_ref() == Some(c.checkpoint()) {
+                continue;
+            }
+            if self.marked.contains(&p.table) {
+                cycle.entries.insert(tp.clone(), c);
+            } else {
+                // The table must say "this group may have committed here" before any commit
+                // can land: a commit whose answer is lost, followed by crashes and expired
+                // offsets, would otherwise pass for a first start and lose or repeat its rows.
+                // The partition commits once the marker landed.
+                unmarked.insert(p.table);
+            }
+        }
+        for table in unmarked {
+            self.mark(table, out);
+        }
+        if cycle.entries.is_empty() {
+            self.cycle = Some(cycle);
+            return self.flush_phase(out);
+        }
+        // Step 2, prepare: one commit of offsets + metadata, handed to librdkafka under the lock
+        // the revoke callback takes. Nothing is flushed before its result.
+        self.next_commit += 1;
+        let commit = CommitId(self.next_commit);
+        let entries = cycle
+            .entries
+            .iter()
+            .map(|(tp, c)| self.entry(tp, c))
+            .collect();
+        cycle.commit = Some(commit);
+        cycle.worked = true;
+        self.cycle = Some(cycle);
+        out.push(Action::CommitOffsets { commit, entries });
+    }
+
+    pub(super) fn entry(&self, tp: &TopicPartition, c: &Committable) -> CommitEntry {
+        let table = self.partitions[tp].table;
+        let metadata = CommitMetadata::for_checkpoint(table, c.checkpoint());
+        CommitEntry {
+            tp: tp.clone(),
+            offset: c.checkpoint().next,
+            metadata: metadata.encode(self.config.write_version),
+        }
+    }
+
+    /// Writes the group's marker on `table` unless it is there or being written.
+    pub(super) fn mark(&mut self, table: TableFingerprint, out: &mut Vec<Action>) {
+        if self.marked.contains(&table) || self.labelling.contains_key(&table) {
+            return;
+        }
+        self.labelling.insert(table, 0);
+        out.push(Action::LabelTable { table, attempt: 0 });
+    }
+
+    pub(super) fn on_label_result(
+        &mut self,
+        table: TableFingerprint,
+        outcome: Result<(), String>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(failures) = self.labelling.remove(&table) else {
+            return;
+        };
+        if let Err(error) = outcome {
+            // Retried until it lands (with the shell's backoff): meanwhile nothing of the
+            // table becomes visible, which readiness and the count make visible instead.
+            let attempts = failures + 1;
+            self.labelling.insert(table, attempts);
+            out.push(Action::Count(Outcome::LabelFailed {
+                table,
+                attempts,
+                error,
+            }));
+            out.push(Action::LabelTable {
+                table,
+                attempt: attempts,
+            });
+            return;
+        }
+        self.marked.insert(table);
+        out.push(Action::Count(Outcome::Labelled { table }));
+        // The re-flushes that waited for the marker.
+        let waiting: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.table == table && matches!(p.phase, Phase::Marking { .. }))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in waiting {
+            let p = self.partitions.get_mut(&tp).expect("listed");
+            let Phase::Marking { checkpoint } = p.phase.clone() else {
+                unreachable!("listed as marking");
+            };
+            out.push(Action::FlushRows {
+                tp: tp.clone(),
+                stream: checkpoint.stream.clone().expect("a re-flush has a stream"),
+                through: checkpoint.flush_to.expect("a re-flush has a flush offset"),
+                purpose: FlushPurpose::Recovery,
+                attempt: 0,
+            });
+            p.phase = Phase::Flushing {
+                checkpoint,
+                attempt: 0,
+                not_found: 0,
+            };
+        }
+        // The commits that waited go with the next cycle; during shutdown the final cycles
+        // run back to back, so the next one starts now.
+        if self.shutting_down && self.cycle.is_none() {
+            self.start_cycle(out);
+        }
+    }
+
+    pub(super) fn on_commit_result(
+        &mut self,
+        commit: CommitId,
+        outcome: CommitOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some((tp, _)) = self
+            .partitions
+            .iter()
+            .find(|(_, p)| p.phase == Phase::HandoffCommitting { commit })
+        {
+            // The handoff commit: whatever its result, the next owner re-flushes and finalizes.
+            let tp = tp.clone();
+            let committed = matches!(&outcome, CommitOutcome::PerPartition(r)
+                if r.iter().any(|(t, res)| *t == tp && res.is_ok()));
+            out.push(Action::Count(Outcome::HandedOff {
+                tp: tp.clone(),
+                committed,
+            }));
+            return self.release(tp, out);
+        }
+        let Some(cycle) = self.cycle.as_mut().filter(|c| c.commit == Some(commit)) else {
+            return;
+        };
+        cycle.commit = None;
+        let entries = std::mem::take(&mut cycle.entries);
+        let results = match outcome {
+            CommitOutcome::Rejected(_) => {
+                // A whole-request error: we do not know what landed, and the group may be moving
+                // partitions away. No flush, no finalize in this cycle; the next cycle commits
+                // again (a commit that landed anyway names only our own streams). It says
+                // nothing about any one partition, so it does not count towards isolation.
+                out.push(Action::Count(Outcome::CycleAbandoned));
+                self.cycle = None;
+                return self.after_cycle(false, out);
+            }
+            CommitOutcome::PerPartition(results) => results,
+        };
+        let mut failed = false;
+        let mut abandoned = false;
+        for (tp, c) in entries {
+            let result = results.iter().find(|(t, _)| *t == tp).map_or_else(
+                || Err(CommitError::Request("no answer".into())),
+                |(_, r)| r.clone(),
+            );
+            let ok = result.is_ok();
+            let Some(p) = self.partitions.get_mut(&tp) else {
+                // Revoked meanwhile: the commit was handed over before the revoke and completed
+                // before it (librdkafka holds the rejoin for it); nothing follows it.
+                continue;
+            };
+            if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+                if ok {
+                    p.committed = Some(c.checkpoint().clone());
+                }
+                continue;
+            }
+            if let Err(error) = result {
+                failed = true;
+                // A whole-request error (the group coordinator moving, __consumer_offsets short
+                // of replicas) says nothing about this partition: isolating on it would stop
+                // every partition for good after a broker hiccup. The read-back told us what
+                // landed; the rest is committed again next cycle.
+                if matches!(error, CommitError::Partition(_)) {
+                    p.commit_failures += 1;
+                } else {
+                    abandoned = true;
+                }
+                out.push(Action::Count(Outcome::CommitFailed {
+                    tp: tp.clone(),
+                    error,
+                }));
+                continue;
+            }
+            p.commit_failures = 0;
+            p.own_commit_landed = true;
+            let old = p.committed.replace(c.checkpoint().clone());
+            if let Some(old_stream) = old.and_then(|o| o.stream)
+                && c.checkpoint().stream.as_ref() != Some(&old_stream)
+                && !p.superseded.contains(&old_stream)
+            {
+                p.superseded.push(old_stream);
+            }
+            if c.incarnation() != p.progress.incarnation() {
+                // Built from an incarnation that was restarted since (its stream was lost): the
+                // commit landed, but its stream will never be flushed by us.
+                continue;
+            }
+            p.committed_bytes = c.bytes();
+            if p.paused
+                && p.progress.bytes().saturating_sub(p.committed_bytes)
+                    < self.config.max_uncommitted_bytes
+            {
+                p.paused = false;
+                out.push(Action::Resume { tp: tp.clone() });
+            }
+            let cp = c.checkpoint();
+            // The newest committed checkpoint replaces an older pending flush: on the same
+            // stream its r covers the older one, and a new stream only ever starts above f.
+            p.pending = match (&cp.stream, cp.flush_to) {
+                (Some(stream), Some(through)) if cp.needs_flush() => Some(PendingFlush {
+                    stream: stream.clone(),
+                    through,
+                    covers: cp.next,
+                    not_found: 0,
+                }),
+                _ => None,
+            };
+        }
+        let tps: Vec<_> = self.partitions.keys().cloned().collect();
+        for tp in tps {
+            self.finalize_superseded(&tp, out);
+        }
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle.failed |= failed;
+        }
+        if abandoned {
+            out.push(Action::Count(Outcome::CycleAbandoned));
+        }
+        self.isolate_failing(out);
+        self.flush_phase(out);
+    }
+
+    /// A partition whose commit keeps failing (metadata too large, topic ACL, deleted topic) is
+    /// stopped so that it cannot stall the others (F8).
+    pub(super) fn isolate_failing(&mut self, out: &mut Vec<Action>) {
+        let limit = self.config.isolate_after_commit_failures;
+        let failing: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.phase == Phase::Running && p.commit_failures >= limit)
+            .map(|(tp, p)| (tp.clone(), p.commit_failures))
+            .collect();
+        for (tp, failures) in failing {
+            let state = self.partitions.remove(&tp).expect("listed above");
+            out.push(Action::StopWriter { tp: tp.clone() });
+            if let Some(cycle) = self.cycle.as_mut() {
+                cycle.flushing.remove(&tp);
+            }
+            self.fail(tp, state, FailReason::Isolated { failures }, out);
+        }
+    }
+
+    /// Step 3: FlushRows for every committed-but-not-visible checkpoint, the ones this cycle
+    /// committed and the pending ones of earlier cycles alike (also for idle partitions).
+    pub(super) fn flush_phase(&mut self, out: &mut Vec<Action>) {
+        let Some(cycle) = self.cycle.as_mut() else {
+            return;
+        };
+        for (tp, p) in self.partitions.iter_mut() {
+            // Failed with a pending flush: isolated after its last commit landed.
+            if !matches!(p.phase, Phase::Running | Phase::Stopped | Phase::Failed)
+                || p.flush_in_flight
+            {
+                continue;
+            }
+            if let Some(pending) = &p.pending {
+                p.flush_in_flight = true;
+                cycle.worked = true;
+                cycle.flushing.insert(tp.clone());
+                out.push(Action::FlushRows {
+                    tp: tp.clone(),
+                    stream: pending.stream.clone(),
+                    through: pending.through,
+                    purpose: FlushPurpose::Cycle,
+                    attempt: pending.not_found,
+                });
+            }
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    pub(super) fn on_flush_result(
+        &mut self,
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        outcome: FlushOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        let not_found_retries = self.config.not_found_retries;
+        let on_anomaly = self.config.on_anomaly;
+        let mut lost = None;
+        let mut zombie = false;
+        let mut fail = None;
+        if let Some(p) = self.partitions.get_mut(&tp) {
+            let matches = p
+                .pending
+                .as_ref()
+                .is_some_and(|f| f.stream == stream && f.through == through);
+            if matches && let Some(cycle) = self.cycle.as_mut() {
+                cycle.flushing.remove(&tp);
+            }
+            if matches && matches!(p.phase, Phase::Running | Phase::Stopped | Phase::Failed) {
+                p.flush_in_flight = false;
+                let pending = p.pending.clone().expect("matched above");
+                let isolated = p.phase == Phase::Failed;
+                match outcome {
+                    FlushOutcome::Flushed => {
+                        // Step 3 done: f := K. The next commit carries it, so an idle partition
+                        // gets one more commit and rests at f == K.
+                        p.visible = p.visible.max(pending.covers);
+                        p.pending = None;
+                        out.push(Action::Count(Outcome::Visible {
+                            tp: tp.clone(),
+                            through: p.visible,
+                        }));
+                    }
+                    FlushOutcome::AlreadyExists => {
+                        // Our own committed checkpoint is always the newest on its stream, so a
+                        // cursor past it means someone else flushed our stream.
+                        out.push(Action::Count(Outcome::Anomaly {
+                            tp: tp.clone(),
+                            stream: stream.clone(),
+                        }));
+                        match on_anomaly {
+                            AnomalyPolicy::Fail => {
+                                fail = Some(FailReason::Anomaly {
+                                    stream: stream.clone(),
+                                })
+                            }
+                            AnomalyPolicy::Continue => {
+                                p.visible = p.visible.max(pending.covers);
+                                p.pending = None;
+                            }
+                        }
+                    }
+                    // An isolated partition changes nothing but its pending flush: what else
+                    // happened to the stream is for the next owner's recovery.
+                    FlushOutcome::StreamFinalized | FlushOutcome::NotFound if isolated => {
+                        p.pending = None;
+                    }
+                    FlushOutcome::StreamFinalized => zombie = true,
+                    FlushOutcome::NotFound if pending.not_found >= not_found_retries => {
+                        lost = Some(pending.stream.clone())
+                    }
+                    FlushOutcome::NotFound => {
+                        p.pending.as_mut().expect("matched").not_found += 1;
+                        out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
+                    }
+                    FlushOutcome::Transient(_) | FlushOutcome::Denied(_) => {
+                        // Stays pending: retried next cycle, whether or not new rows arrive.
+                        out.push(Action::Count(Outcome::FlushRetried { tp: tp.clone() }));
+                    }
+                    FlushOutcome::Fatal(e) => fail = Some(FailReason::FlushFatal(e)),
+                }
+            } else if matches {
+                p.flush_in_flight = false;
+            }
+        }
+        if zombie {
+            self.become_zombie(tp.clone(), out);
+        } else if let Some(stream) = lost {
+            self.on_stream_lost(tp.clone(), stream, out);
+        } else if let Some(reason) = fail {
+            out.push(Action::StopWriter { tp: tp.clone() });
+            let state = self.partitions.remove(&tp).expect("present above");
+            self.fail(tp.clone(), state, reason, out);
+        } else {
+            // Step 4, supersede-then-finalize.
+            self.finalize_superseded(&tp, out);
+        }
+        self.finish_cycle_if_done(out);
+    }
+
+    /// Finalizes the streams of earlier incarnations once nothing durable needs them: the latest
+    /// commit references another stream whose flush succeeded, or it says f == K (invariant 3).
+    /// The latest commit must be one of ours that landed: a fenced process whose commits are
+    /// refused believes the live owner's checkpoint, and would finalize the stream the owner
+    /// is appending to.
+    pub(super) fn finalize_superseded(&mut self, tp: &TopicPartition, out: &mut Vec<Action>) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if !matches!(p.phase, Phase::Running | Phase::Stopped)
+            || p.pending.is_some()
+            || !p.own_commit_landed
+        {
+            return;
+        }
+        let Some(latest) = &p.committed else {
+            return;
+        };
+        let current = p.progress.stream().cloned();
+        let mut keep = Vec::new();
+        for s in std::mem::take(&mut p.superseded) {
+            let needed = latest.stream.as_ref() == Some(&s) && latest.needs_flush();
+            if needed || current.as_ref() == Some(&s) {
+                keep.push(s);
+                continue;
+            }
+            out.push(Action::FinalizeStream {
+                tp: tp.clone(),
+                stream: s.clone(),
+            });
+            out.push(Action::Count(Outcome::Finalized {
+                tp: tp.clone(),
+                stream: s,
+            }));
+        }
+        p.superseded = keep;
+    }
+
+    pub(super) fn finish_cycle_if_done(&mut self, out: &mut Vec<Action>) {
+        let done = self
+            .cycle
+            .as_ref()
+            .is_some_and(|c| c.commit.is_none() && c.flushing.is_empty());
+        if done {
+            let cycle = self.cycle.take().expect("checked");
+            self.after_cycle(cycle.worked && !cycle.failed, out);
+        }
+    }
+
+    pub(super) fn after_cycle(&mut self, clean: bool, out: &mut Vec<Action>) {
+        if !self.shutting_down {
+            return;
+        }
+        if self.shutdown_rested() {
+            self.finish_shutdown(out);
+        } else if clean {
+            // The final cycles run back to back: commit, flush, commit again with f == K.
+            self.start_cycle(out);
+        }
+    }
+}

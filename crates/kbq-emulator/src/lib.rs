@@ -1,0 +1,15 @@
+//! A local BigQuery: the Storage Write API over gRPC and the REST calls the daemon and users need.
+//! Reached only from `main` and `quickstart`; it shares nothing with the daemon but Google's wire
+//! types. See DESIGN §8 and `reference/storage-write-api.md`.
+
+pub mod cdc;
+pub mod cli;
+pub mod faults;
+pub mod grpc;
+pub mod persist;
+pub mod quota;
+pub mod rest;
+pub mod rows;
+pub mod server;
+pub mod status;
+pub mod store;

@@ -1,0 +1,815 @@
+//! Compiles a (writer schema, table schema) pair into a [`Plan`]: the table is authoritative,
+//! columns match Avro fields case-insensitively, and every decision that does not depend on a
+//! record's bytes is taken here, once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost_types::FieldDescriptorProto;
+use prost_types::field_descriptor_proto::{Label, Type};
+use serde::Deserialize;
+
+use super::convert::DecimalTarget;
+use super::descriptor::{self, DescriptorBuilder, ProtoType};
+use super::error::PlanError;
+use super::ops::{
+    Conv, HeadersColumn, JsonOp, MetaColumn, MetadataOps, OnNull, Op, RecordOp, Skip,
+};
+use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
+use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
+use super::{Body, Plan};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+
+/// What to do with an Avro field the table has no column for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownFields {
+    #[default]
+    Ignore,
+    Error,
+}
+
+/// Names of the table columns that receive Kafka metadata; unset ones are not written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataColumns {
+    /// STRING column for the topic name.
+    pub topic: Option<String>,
+    /// INT64 column for the partition.
+    pub partition: Option<String>,
+    /// INT64 column for the offset.
+    pub offset: Option<String>,
+    /// TIMESTAMP (or INT64 for raw milliseconds) column for the record timestamp.
+    pub timestamp: Option<String>,
+    /// BYTES (or STRING, UTF-8 checked) column for the record key.
+    pub key: Option<String>,
+    /// REPEATED RECORD column with `key` STRING and `value` BYTES/STRING subfields.
+    pub headers: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub unknown_fields: UnknownFields,
+    pub metadata: MetadataColumns,
+}
+
+/// Name of the root message in the descriptor.
+const ROOT_MESSAGE: &str = "Row";
+
+pub fn compile(
+    schema: &AvroSchema,
+    table: &TableSchema,
+    options: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let record = schema.root_record()?;
+    let mut c = Compiler {
+        schema,
+        options,
+        desc: DescriptorBuilder::new(all_column_names(table)),
+        visiting: Vec::new(),
+    };
+    let data_columns = data_columns(table, &options.metadata);
+    c.visiting.push(schema.root);
+    let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
+    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    let root = descriptor::message(ROOT_MESSAGE, protos);
+    Ok(Plan {
+        body: Body::Avro(RecordOp {
+            tag: None,
+            fields,
+            missing_required,
+        }),
+        metadata,
+        descriptor: c.desc.finish(root),
+    })
+}
+
+/// Every column name at every depth, which nested type names must not collide with.
+pub(super) fn all_column_names(table: &TableSchema) -> Vec<String> {
+    let mut names = Vec::new();
+    collect_names(&table.fields, &mut names);
+    names
+}
+
+/// The top-level columns that take record data: all but the Kafka metadata columns.
+pub(super) fn data_columns(table: &TableSchema, m: &MetadataColumns) -> Vec<TableFieldSchema> {
+    let meta_names: Vec<String> = [
+        &m.topic,
+        &m.partition,
+        &m.offset,
+        &m.timestamp,
+        &m.key,
+        &m.headers,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|n| n.to_ascii_lowercase())
+    .collect();
+    table
+        .fields
+        .iter()
+        .filter(|f| !meta_names.contains(&f.name.to_ascii_lowercase()))
+        .cloned()
+        .collect()
+}
+
+fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
+    for f in fields {
+        out.push(f.name.clone());
+        collect_names(&f.fields, out);
+    }
+}
+
+struct Compiler<'a> {
+    schema: &'a AvroSchema,
+    options: &'a PlanOptions,
+    desc: DescriptorBuilder,
+    /// Records being compiled, to refuse recursive schemas instead of looping.
+    visiting: Vec<NodeId>,
+}
+
+type Fields = (Box<[Op]>, Vec<FieldDescriptorProto>, Option<Arc<str>>);
+
+impl Compiler<'_> {
+    fn record_fields(
+        &mut self,
+        record: &Record,
+        columns: &[TableFieldSchema],
+        prefix: &str,
+    ) -> Result<Fields, PlanError> {
+        let by_name: HashMap<String, &TableFieldSchema> = columns
+            .iter()
+            .map(|c| (c.name.to_ascii_lowercase(), c))
+            .collect();
+        let mut ops = Vec::with_capacity(record.fields.len());
+        let mut protos = Vec::new();
+        let mut matched: Vec<String> = Vec::new();
+        for field in &record.fields {
+            let lower = field.name.to_ascii_lowercase();
+            let column = by_name.get(&lower).copied();
+            let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
+            else {
+                if column.is_none() && self.options.unknown_fields == UnknownFields::Error {
+                    return Err(PlanError::UnknownField {
+                        field: format!("{prefix}{}", field.name),
+                    });
+                }
+                // Columns of types we do not write (RANGE, INTERVAL) are left alone.
+                ops.push(Op::Skip(self.skip(field.schema)?));
+                continue;
+            };
+            if matched.contains(&lower) {
+                return Err(PlanError::Unsupported {
+                    column: format!("{prefix}{}", column.name),
+                    reason: "two avro fields differ only in case and match this column".into(),
+                });
+            }
+            matched.push(lower);
+            if !descriptor::is_proto_identifier(&column.name) {
+                return Err(PlanError::BadColumnName {
+                    column: column.name.clone(),
+                });
+            }
+            let path: Arc<str> = format!("{prefix}{}", column.name).into();
+            let number = protos.len() as i32 + 1;
+            match self.value(field.schema, column, &path, number, false)? {
+                Some((op, ty)) => {
+                    let label = if column.mode() == Mode::Repeated {
+                        Label::Repeated
+                    } else {
+                        Label::Optional
+                    };
+                    protos.push(descriptor::field(&column.name, number, label, &ty));
+                    ops.push(op);
+                }
+                // A field that is always null needs no proto field, but its bytes (a union
+                // index) must still be read.
+                None => ops.push(self.always_null(field.schema, column, &path)?),
+            }
+        }
+        let missing_required = columns
+            .iter()
+            .find(|c| {
+                c.mode() == Mode::Required
+                    && c.default_value_expression.is_none()
+                    && !matches!(c.field_type, FieldType::Other(_))
+                    && !matched.contains(&c.name.to_ascii_lowercase())
+            })
+            .map(|c| Arc::from(format!("{prefix}{}", c.name)));
+        Ok((ops.into_boxed_slice(), protos, missing_required))
+    }
+
+    fn always_null(
+        &mut self,
+        id: NodeId,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+    ) -> Result<Op, PlanError> {
+        Ok(match self.on_null(column, path, false) {
+            OnNull::Nothing => Op::Skip(self.skip(id)?),
+            required => Op::Null(required),
+        })
+    }
+
+    fn on_null(&self, column: &TableFieldSchema, path: &Arc<str>, element: bool) -> OnNull {
+        if element {
+            OnNull::ElementError(path.clone())
+        } else if column.mode() == Mode::Required {
+            OnNull::RequiredError(path.clone())
+        } else {
+            OnNull::Nothing
+        }
+    }
+
+    /// The op for one Avro value written to `column`, and the proto type of the field, or `None`
+    /// when the value can only ever be null.
+    fn value(
+        &mut self,
+        id: NodeId,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+        element: bool,
+    ) -> Result<Option<(Op, ProtoType)>, PlanError> {
+        let node = self.schema.node(id);
+        let incompatible = || PlanError::Incompatible {
+            column: path.to_string(),
+            avro: describe(self.schema, id),
+            column_type: column_type(column),
+        };
+        let repeated = column.mode() == Mode::Repeated;
+        match &node.kind {
+            Kind::Null => Ok(None),
+            Kind::Union(branches) => {
+                let mut ops = Vec::with_capacity(branches.len());
+                let mut ty: Option<ProtoType> = None;
+                for &b in branches {
+                    match self.value(b, column, path, number, element)? {
+                        None => ops.push(Op::Null(self.on_null(column, path, element))),
+                        Some((op, t)) => {
+                            if ty.as_ref().is_some_and(|prev| *prev != t) {
+                                return Err(PlanError::Unsupported {
+                                    column: path.to_string(),
+                                    reason: "union branches map to different proto types".into(),
+                                });
+                            }
+                            ty = Some(t);
+                            ops.push(op);
+                        }
+                    }
+                }
+                Ok(ty.map(|t| (Op::Union(ops.into_boxed_slice()), t)))
+            }
+            Kind::Array(items) if repeated && !element => {
+                let Some((item, ty)) = self.value(*items, column, path, number, true)? else {
+                    return Err(incompatible());
+                };
+                let min_item = self.min_size(*items);
+                Ok(Some((
+                    Op::Array {
+                        item: Box::new(item),
+                        min_item,
+                    },
+                    ty,
+                )))
+            }
+            Kind::Map(values) if repeated && !element && column.field_type == FieldType::Record => {
+                self.map_entries(*values, column, path, number).map(Some)
+            }
+            _ if repeated && !element => Err(incompatible()),
+            Kind::Array(_) | Kind::Map(_) | Kind::Record(_)
+                if matches!(column.field_type, FieldType::Json | FieldType::String) =>
+            {
+                let json = self.json(id)?;
+                Ok(Some((
+                    Op::Json {
+                        tag: Tag::new(number as u32, WIRE_LEN),
+                        json: Box::new(json),
+                        column: path.clone(),
+                    },
+                    ProtoType::scalar(Type::String),
+                )))
+            }
+            Kind::Record(record) if column.field_type == FieldType::Record => {
+                if self.visiting.contains(&id) {
+                    return Err(PlanError::Unsupported {
+                        column: path.to_string(),
+                        reason: "recursive avro records cannot be written to BigQuery".into(),
+                    });
+                }
+                self.visiting.push(id);
+                let name = self.desc.reserve_name(path);
+                let prefix = format!("{path}.");
+                let (fields, protos, missing_required) =
+                    self.record_fields(record, &column.fields, &prefix)?;
+                self.visiting.pop();
+                self.desc.add(descriptor::message(&name, protos));
+                Ok(Some((
+                    Op::Record(Box::new(RecordOp {
+                        tag: Some(Tag::new(number as u32, WIRE_LEN)),
+                        fields,
+                        missing_required,
+                    })),
+                    ProtoType {
+                        ty: Type::Message,
+                        message: Some(name),
+                    },
+                )))
+            }
+            Kind::Array(_) | Kind::Map(_) | Kind::Record(_) => Err(incompatible()),
+            _ if column.field_type == FieldType::Json && node.kind != Kind::String => {
+                let json = self.json(id)?;
+                Ok(Some((
+                    Op::Json {
+                        tag: Tag::new(number as u32, WIRE_LEN),
+                        json: Box::new(json),
+                        column: path.clone(),
+                    },
+                    ProtoType::scalar(Type::String),
+                )))
+            }
+            _ => {
+                let conv = scalar_conv(self.schema, id, column).ok_or_else(incompatible)?;
+                let (wire, ty) = proto_of(&conv);
+                Ok(Some((
+                    Op::Scalar {
+                        tag: Tag::new(number as u32, wire),
+                        conv,
+                        column: path.clone(),
+                    },
+                    ProtoType::scalar(ty),
+                )))
+            }
+        }
+    }
+
+    fn map_entries(
+        &mut self,
+        values: NodeId,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<(Op, ProtoType), PlanError> {
+        let sub = |n: &str| {
+            column
+                .fields
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(n))
+                .ok_or_else(|| PlanError::Unsupported {
+                    column: path.to_string(),
+                    reason: format!("a map needs a RECORD column with a {n:?} subfield"),
+                })
+        };
+        let key_col = sub("key")?;
+        let value_col = sub("value")?;
+        if !matches!(key_col.field_type, FieldType::String) || key_col.mode() == Mode::Repeated {
+            return Err(PlanError::Unsupported {
+                column: path.to_string(),
+                reason: "the key subfield of a map column must be a STRING".into(),
+            });
+        }
+        let value_path: Arc<str> = format!("{path}.{}", value_col.name).into();
+        let value = self.value(values, value_col, &value_path, 2, false)?;
+        let name = self.desc.reserve_name(path);
+        let mut protos = vec![descriptor::field(
+            &key_col.name,
+            1,
+            Label::Optional,
+            &ProtoType::scalar(Type::String),
+        )];
+        let value_op = match value {
+            Some((op, ty)) => {
+                let label = if value_col.mode() == Mode::Repeated {
+                    Label::Repeated
+                } else {
+                    Label::Optional
+                };
+                protos.push(descriptor::field(&value_col.name, 2, label, &ty));
+                op
+            }
+            None => self.always_null(values, value_col, &value_path)?,
+        };
+        self.desc.add(descriptor::message(&name, protos));
+        let min_item = 1 + self.min_size(values);
+        Ok((
+            Op::MapEntries {
+                entry: Tag::new(number as u32, WIRE_LEN),
+                key: Tag::new(1, WIRE_LEN),
+                value: Box::new(value_op),
+                min_item,
+            },
+            ProtoType {
+                ty: Type::Message,
+                message: Some(name),
+            },
+        ))
+    }
+
+    fn skip(&mut self, id: NodeId) -> Result<Skip, PlanError> {
+        let node = self.schema.node(id);
+        Ok(match &node.kind {
+            Kind::Null => Skip::Nothing,
+            Kind::Boolean => Skip::Bool,
+            Kind::Int => Skip::Int,
+            Kind::Long => Skip::Varint,
+            Kind::Float => Skip::Fixed(4),
+            Kind::Double => Skip::Fixed(8),
+            Kind::Bytes | Kind::String => Skip::Bytes,
+            Kind::Fixed { size, .. } => Skip::Fixed(*size),
+            Kind::Enum { symbols, .. } => Skip::Enum(symbols.len()),
+            Kind::Array(items) => Skip::Array(Box::new(self.skip(*items)?), self.min_size(*items)),
+            Kind::Map(values) => {
+                Skip::Map(Box::new(self.skip(*values)?), 1 + self.min_size(*values))
+            }
+            Kind::Union(b) => Skip::Union(
+                b.iter()
+                    .map(|b| self.skip(*b))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_boxed_slice(),
+            ),
+            Kind::Record(r) => {
+                self.enter(id, &r.name)?;
+                let fields = r
+                    .fields
+                    .iter()
+                    .map(|f| self.skip(f.schema))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.visiting.pop();
+                Skip::Record(fields.into_boxed_slice())
+            }
+        })
+    }
+
+    fn json(&mut self, id: NodeId) -> Result<JsonOp, PlanError> {
+        let node = self.schema.node(id);
+        Ok(match (&node.kind, node.logical) {
+            (Kind::Null, _) => JsonOp::Null,
+            (Kind::Boolean, _) => JsonOp::Bool,
+            (Kind::Int, _) => JsonOp::Int,
+            (Kind::Long, _) => JsonOp::Long,
+            (Kind::Float, _) => JsonOp::Float,
+            (Kind::Double, _) => JsonOp::Double,
+            (Kind::String, Logical::Json) => JsonOp::RawJson,
+            (Kind::String, _) => JsonOp::Str,
+            (Kind::Bytes, Logical::Decimal { scale, .. }) => JsonOp::Decimal { fixed: None, scale },
+            (Kind::Bytes, _) => JsonOp::Bytes,
+            (Kind::Fixed { size, .. }, Logical::Decimal { scale, .. }) => JsonOp::Decimal {
+                fixed: Some(*size),
+                scale,
+            },
+            (Kind::Fixed { .. }, Logical::Uuid) => JsonOp::UuidFixed,
+            (Kind::Fixed { size, .. }, _) => JsonOp::Fixed(*size),
+            (Kind::Enum { symbols, .. }, _) => JsonOp::Enum(boxed_symbols(symbols)),
+            (Kind::Array(items), _) => {
+                JsonOp::Array(Box::new(self.json(*items)?), self.min_size(*items))
+            }
+            (Kind::Map(values), _) => {
+                JsonOp::Map(Box::new(self.json(*values)?), 1 + self.min_size(*values))
+            }
+            (Kind::Union(b), _) => JsonOp::Union(
+                b.iter()
+                    .map(|b| self.json(*b))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_boxed_slice(),
+            ),
+            (Kind::Record(r), _) => {
+                self.enter(id, &r.name)?;
+                let fields = r
+                    .fields
+                    .iter()
+                    .map(|f| Ok((f.name.clone().into_boxed_str(), self.json(f.schema)?)))
+                    .collect::<Result<Vec<_>, PlanError>>()?;
+                self.visiting.pop();
+                JsonOp::Record(fields.into_boxed_slice())
+            }
+        })
+    }
+
+    fn enter(&mut self, id: NodeId, name: &str) -> Result<(), PlanError> {
+        if self.visiting.contains(&id) {
+            return Err(PlanError::Unsupported {
+                column: name.to_owned(),
+                reason: "recursive avro records are not supported".into(),
+            });
+        }
+        self.visiting.push(id);
+        Ok(())
+    }
+
+    /// The fewest bytes one value of this schema occupies; bounds array/map counts.
+    fn min_size(&self, id: NodeId) -> usize {
+        self.min_size_at(id, 0)
+    }
+
+    fn min_size_at(&self, id: NodeId, depth: usize) -> usize {
+        if depth > 64 {
+            return 0;
+        }
+        match &self.schema.node(id).kind {
+            Kind::Null => 0,
+            Kind::Boolean | Kind::Int | Kind::Long | Kind::Bytes | Kind::String => 1,
+            Kind::Enum { .. } | Kind::Array(_) | Kind::Map(_) => 1,
+            Kind::Float => 4,
+            Kind::Double => 8,
+            Kind::Fixed { size, .. } => *size,
+            Kind::Union(b) => {
+                1 + b
+                    .iter()
+                    .map(|b| self.min_size_at(*b, depth + 1))
+                    .min()
+                    .unwrap_or(0)
+            }
+            Kind::Record(r) => r
+                .fields
+                .iter()
+                .map(|f| self.min_size_at(f.schema, depth + 1))
+                .sum(),
+        }
+    }
+}
+
+/// The Kafka metadata columns' ops, their fields appended to the root message's `protos`.
+pub(super) fn metadata_ops(
+    desc: &mut DescriptorBuilder,
+    m: &MetadataColumns,
+    table: &TableSchema,
+    protos: &mut Vec<FieldDescriptorProto>,
+) -> Result<MetadataOps, PlanError> {
+    let mut ops = MetadataOps::default();
+    let find = |name: &str| {
+        table
+            .fields
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| PlanError::Metadata {
+                column: name.to_owned(),
+                reason: "the table has no such column".into(),
+            })
+    };
+    let add = |protos: &mut Vec<FieldDescriptorProto>,
+               col: &TableFieldSchema,
+               accepted: &[(FieldType, Type)],
+               wire: u32|
+     -> Result<(MetaColumn, usize), PlanError> {
+        let Some(pos) = accepted.iter().position(|(t, _)| *t == col.field_type) else {
+            return Err(PlanError::Metadata {
+                column: col.name.clone(),
+                reason: format!("a {} column cannot hold it", column_type(col)),
+            });
+        };
+        if col.mode() == Mode::Repeated {
+            return Err(PlanError::Metadata {
+                column: col.name.clone(),
+                reason: "the column must not be REPEATED".into(),
+            });
+        }
+        let number = protos.len() as i32 + 1;
+        let wire = if accepted[pos].1 == Type::String || accepted[pos].1 == Type::Bytes {
+            WIRE_LEN
+        } else {
+            wire
+        };
+        protos.push(descriptor::field(
+            &col.name,
+            number,
+            Label::Optional,
+            &ProtoType::scalar(accepted[pos].1),
+        ));
+        Ok((
+            MetaColumn {
+                tag: Tag::new(number as u32, wire),
+                column: col.name.as_str().into(),
+                required: col.mode() == Mode::Required,
+                alternate: pos > 0,
+            },
+            pos,
+        ))
+    };
+    if let Some(n) = &m.topic {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::String, Type::String)],
+            WIRE_LEN,
+        )?;
+        ops.topic = Some(c);
+    }
+    if let Some(n) = &m.partition {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::Int64, Type::Int64)],
+            WIRE_VARINT,
+        )?;
+        ops.partition = Some(c);
+    }
+    if let Some(n) = &m.offset {
+        let (c, _) = add(
+            protos,
+            find(n)?,
+            &[(FieldType::Int64, Type::Int64)],
+            WIRE_VARINT,
+        )?;
+        ops.offset = Some(c);
+    }
+    if let Some(n) = &m.timestamp {
+        let accepted = [
+            (FieldType::Timestamp, Type::Int64),
+            (FieldType::Int64, Type::Int64),
+        ];
+        let (c, _) = add(protos, find(n)?, &accepted, WIRE_VARINT)?;
+        ops.timestamp = Some(c);
+    }
+    if let Some(n) = &m.key {
+        let accepted = [
+            (FieldType::Bytes, Type::Bytes),
+            (FieldType::String, Type::String),
+        ];
+        let (c, _) = add(protos, find(n)?, &accepted, WIRE_LEN)?;
+        ops.key = Some(c);
+    }
+    if let Some(n) = &m.headers {
+        let col = find(n)?;
+        let bad = |reason: &str| PlanError::Metadata {
+            column: col.name.clone(),
+            reason: reason.into(),
+        };
+        if col.field_type != FieldType::Record || col.mode() != Mode::Repeated {
+            return Err(bad("headers need a REPEATED RECORD column"));
+        }
+        let sub = |name: &str| {
+            col.fields
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(name))
+        };
+        let key = sub("key").filter(|k| k.field_type == FieldType::String);
+        let value =
+            sub("value").filter(|v| matches!(v.field_type, FieldType::Bytes | FieldType::String));
+        let (Some(key), Some(value)) = (key, value) else {
+            return Err(bad(
+                "headers need a STRING `key` and a BYTES or STRING `value` subfield",
+            ));
+        };
+        let value_is_string = value.field_type == FieldType::String;
+        let name = desc.reserve_name(&col.name);
+        let value_type = if value_is_string {
+            Type::String
+        } else {
+            Type::Bytes
+        };
+        desc.add(descriptor::message(
+            &name,
+            vec![
+                descriptor::field(
+                    &key.name,
+                    1,
+                    Label::Optional,
+                    &ProtoType::scalar(Type::String),
+                ),
+                descriptor::field(
+                    &value.name,
+                    2,
+                    Label::Optional,
+                    &ProtoType::scalar(value_type),
+                ),
+            ],
+        ));
+        let number = protos.len() as i32 + 1;
+        protos.push(descriptor::field(
+            &col.name,
+            number,
+            Label::Repeated,
+            &ProtoType {
+                ty: Type::Message,
+                message: Some(name),
+            },
+        ));
+        ops.headers = Some(HeadersColumn {
+            tag: Tag::new(number as u32, WIRE_LEN),
+            key: Tag::new(1, WIRE_LEN),
+            value: Tag::new(2, WIRE_LEN),
+            value_is_string,
+            column: col.name.as_str().into(),
+        });
+    }
+    Ok(ops)
+}
+
+fn boxed_symbols(symbols: &[String]) -> Box<[Box<str>]> {
+    symbols
+        .iter()
+        .map(|s| s.clone().into_boxed_str())
+        .collect::<Vec<_>>()
+        .into_boxed_slice()
+}
+
+/// The conversion of a scalar Avro value into a column of the given type, if BigQuery can take
+/// it. Integers with a time logical type may still go to an INT64 column as raw numbers.
+fn scalar_conv(schema: &AvroSchema, id: NodeId, column: &TableFieldSchema) -> Option<Conv> {
+    let node = schema.node(id);
+    let target = match column.field_type {
+        FieldType::Numeric => Some(DecimalTarget::Numeric),
+        FieldType::BigNumeric => Some(DecimalTarget::BigNumeric),
+        _ => None,
+    };
+    use FieldType as F;
+    use Kind as K;
+    use Logical as L;
+    Some(match (&column.field_type, &node.kind, node.logical) {
+        (F::Int64, K::Int, _) => Conv::Int,
+        (F::Int64, K::Long, _) => Conv::Long,
+        (F::Float64, K::Int, _) => Conv::IntToDouble,
+        (F::Float64, K::Long, _) => Conv::LongToDouble,
+        (F::Float64, K::Float, _) => Conv::Float,
+        (F::Float64, K::Double, _) => Conv::Double,
+        (F::Bool, K::Boolean, _) => Conv::Bool,
+        (F::String, K::String, _) => Conv::Str,
+        (F::String, K::Bytes, L::None) => Conv::BytesAsStr,
+        (F::String, K::Enum { symbols, .. }, _) => Conv::Enum(boxed_symbols(symbols)),
+        (F::String, K::Fixed { .. }, L::Uuid) => Conv::UuidFixed,
+        (F::Json, K::String, _) => Conv::JsonStr,
+        (F::Geography, K::String, _) => Conv::Str,
+        (F::Bytes, K::Bytes, _) => Conv::Bytes,
+        (F::Bytes, K::Fixed { size, .. }, _) => Conv::Fixed(*size),
+        (F::Bytes, K::String, _) => Conv::StrAsBytes,
+        (F::Numeric | F::BigNumeric, K::Bytes, L::Decimal { scale, .. }) => Conv::Decimal {
+            fixed: None,
+            scale,
+            target: target?,
+        },
+        (F::Numeric | F::BigNumeric, K::Fixed { size, .. }, L::Decimal { scale, .. }) => {
+            Conv::Decimal {
+                fixed: Some(*size),
+                scale,
+                target: target?,
+            }
+        }
+        (F::Numeric | F::BigNumeric, K::Int, L::None) => Conv::IntToNumeric(target?),
+        (F::Numeric | F::BigNumeric, K::Long, L::None) => Conv::LongToNumeric(target?),
+        (F::Numeric | F::BigNumeric, K::String, _) => Conv::Str,
+        (F::Timestamp, K::Long, L::TimestampMillis) => Conv::TimestampMillis,
+        (F::Timestamp, K::Long, L::TimestampMicros) => Conv::TimestampMicros,
+        (F::Timestamp, K::Long, L::TimestampNanos) => Conv::TimestampNanos,
+        (F::Date, K::Int, L::Date) => Conv::Date,
+        (F::Date, K::String, _) => Conv::Str,
+        (F::DateTime, K::Long, L::LocalTimestampMillis | L::TimestampMillis) => {
+            Conv::DateTimeMillis
+        }
+        (F::DateTime, K::Long, L::LocalTimestampMicros | L::TimestampMicros) => {
+            Conv::DateTimeMicros
+        }
+        (F::DateTime, K::Long, L::LocalTimestampNanos | L::TimestampNanos) => Conv::DateTimeNanos,
+        (F::DateTime, K::String, _) => Conv::Str,
+        (F::Time, K::Int, L::TimeMillis) => Conv::TimeMillis,
+        (F::Time, K::Long, L::TimeMicros) => Conv::TimeMicros,
+        (F::Time, K::String, _) => Conv::Str,
+        _ => return None,
+    })
+}
+
+fn proto_of(conv: &Conv) -> (u32, Type) {
+    match conv {
+        Conv::Int
+        | Conv::Long
+        | Conv::TimestampMillis
+        | Conv::TimestampMicros
+        | Conv::TimestampNanos
+        | Conv::DateTimeMillis
+        | Conv::DateTimeMicros
+        | Conv::DateTimeNanos
+        | Conv::TimeMillis
+        | Conv::TimeMicros => (WIRE_VARINT, Type::Int64),
+        Conv::Date => (WIRE_VARINT, Type::Int32),
+        Conv::Bool => (WIRE_VARINT, Type::Bool),
+        Conv::IntToDouble | Conv::LongToDouble | Conv::Float | Conv::Double => {
+            (WIRE_FIXED64, Type::Double)
+        }
+        Conv::Str | Conv::JsonStr | Conv::BytesAsStr | Conv::Enum(_) | Conv::UuidFixed => {
+            (WIRE_LEN, Type::String)
+        }
+        Conv::StrAsBytes
+        | Conv::Bytes
+        | Conv::Fixed(_)
+        | Conv::Decimal { .. }
+        | Conv::IntToNumeric(_)
+        | Conv::LongToNumeric(_) => (WIRE_LEN, Type::Bytes),
+    }
+}
+
+pub(super) fn column_type(c: &TableFieldSchema) -> String {
+    match c.mode() {
+        Mode::Repeated => format!("REPEATED {}", c.field_type.as_str()),
+        _ => c.field_type.as_str().to_owned(),
+    }
+}
+
+/// A short human description of an Avro type for error messages.
+fn describe(schema: &AvroSchema, id: NodeId) -> String {
+    let node = schema.node(id);
+    let base = kind_name(&node.kind);
+    match node.logical {
+        Logical::None => base.to_owned(),
+        Logical::Decimal { precision, scale } => format!("{base} decimal({precision},{scale})"),
+        other => format!("{base} {other:?}"),
+    }
+}

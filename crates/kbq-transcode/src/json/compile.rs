@@ -1,0 +1,312 @@
+//! Compiles a JSON plan for a table: every data column gets an op by its name and type; with a
+//! registered JSON Schema, each property that has a column is checked against it once, here
+//! (a `string` property into an INT64 column refuses the plan, an `integer` into TIMESTAMP needs
+//! Connect's `Timestamp` title to know its unit), and `unknown_fields: error` refuses properties
+//! without a column. Schemaless JSON is decided by the table alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost_types::FieldDescriptorProto;
+use prost_types::field_descriptor_proto::{Label, Type};
+use serde_json::Value;
+
+use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
+use super::schema::{JsonSchema, Kind, Shape};
+use crate::compile::{all_column_names, column_type, data_columns, metadata_ops};
+use crate::convert::DecimalTarget;
+use crate::descriptor::{self, DescriptorBuilder, ProtoType};
+use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
+use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+
+const ROOT_MESSAGE: &str = "Row";
+const CONNECT_TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
+const CONNECT_DATE: &str = "org.apache.kafka.connect.data.Date";
+const CONNECT_TIME: &str = "org.apache.kafka.connect.data.Time";
+pub(super) const CONNECT_DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
+
+pub fn compile(
+    schema: Option<&Arc<JsonSchema>>,
+    validate: bool,
+    table: &TableSchema,
+    options: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let mut c = Compiler {
+        schema: schema.map(|s| &**s),
+        options,
+        desc: DescriptorBuilder::new(all_column_names(table)),
+    };
+    let columns = data_columns(table, &options.metadata);
+    let shape = match schema {
+        Some(s) => Some(s.shape(s.root(), s.root()).map_err(|e| bad_schema("", e))?),
+        None => None,
+    };
+    let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None)?;
+    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    let root_desc = descriptor::message(ROOT_MESSAGE, protos);
+    Ok(Plan {
+        body: Body::Json {
+            root,
+            validate: schema.filter(|_| validate).cloned(),
+        },
+        metadata,
+        descriptor: c.desc.finish(root_desc),
+    })
+}
+
+fn bad_schema(path: &str, reason: String) -> PlanError {
+    PlanError::Unsupported {
+        column: if path.is_empty() {
+            "(root)".into()
+        } else {
+            path.into()
+        },
+        reason,
+    }
+}
+
+struct Compiler<'a> {
+    schema: Option<&'a JsonSchema>,
+    options: &'a PlanOptions,
+    desc: DescriptorBuilder,
+}
+
+impl<'a> Compiler<'a> {
+    fn object(
+        &mut self,
+        columns: &[TableFieldSchema],
+        shape: Option<&Shape<'a>>,
+        prefix: &str,
+        tag: Option<Tag>,
+    ) -> Result<(ObjectOp, Vec<FieldDescriptorProto>), PlanError> {
+        if let Some(k) = shape.and_then(|s| s.kind).filter(|k| *k != Kind::Object) {
+            return Err(PlanError::JsonIncompatible {
+                column: if prefix.is_empty() {
+                    "(root)".into()
+                } else {
+                    prefix.trim_end_matches('.').into()
+                },
+                json: k.name().into(),
+                column_type: "RECORD".into(),
+            });
+        }
+        let properties: HashMap<String, (&str, &Value)> = shape
+            .map(|s| {
+                s.properties
+                    .iter()
+                    .map(|(n, v)| (n.to_ascii_lowercase(), (*n, *v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if self.options.unknown_fields == UnknownFields::Error {
+            let names: Vec<String> = columns
+                .iter()
+                .map(|c| c.name.to_ascii_lowercase())
+                .collect();
+            let mut unknown: Vec<&str> = properties
+                .iter()
+                .filter(|(lower, _)| !names.contains(lower))
+                .map(|(_, (n, _))| *n)
+                .collect();
+            unknown.sort();
+            if let Some(n) = unknown.first() {
+                return Err(PlanError::UnknownJsonProperty {
+                    field: format!("{prefix}{n}"),
+                });
+            }
+        }
+        let mut fields = Vec::new();
+        let mut protos = Vec::new();
+        let mut by_lower = HashMap::new();
+        for column in columns {
+            let path: Arc<str> = format!("{prefix}{}", column.name).into();
+            let lower = column.name.to_ascii_lowercase();
+            if by_lower.contains_key(lower.as_str()) {
+                return Err(PlanError::Unsupported {
+                    column: path.to_string(),
+                    reason: "two columns differ only in case".into(),
+                });
+            }
+            by_lower.insert(lower.clone().into_boxed_str(), fields.len() as u16);
+            let property = match (self.schema, properties.get(&lower)) {
+                (Some(s), Some((_, node))) => {
+                    Some(s.shape(s.root(), node).map_err(|e| bad_schema(&path, e))?)
+                }
+                _ => None,
+            };
+            if matches!(column.field_type, FieldType::Other(_)) {
+                fields.push(FieldOp {
+                    key: column.name.clone().into_boxed_str(),
+                    column: path,
+                    tag: Tag::new(1, WIRE_VARINT),
+                    conv: Conv::Skip,
+                    repeated: false,
+                    required: false,
+                });
+                continue;
+            }
+            if !descriptor::is_proto_identifier(&column.name) {
+                return Err(PlanError::BadColumnName {
+                    column: column.name.clone(),
+                });
+            }
+            let number = protos.len() as i32 + 1;
+            let repeated = column.mode() == Mode::Repeated;
+            let element = match (&property, repeated) {
+                (Some(p), true) => {
+                    if p.kind.is_some_and(|k| k != Kind::Array) {
+                        return Err(incompatible(&path, p, column));
+                    }
+                    match (self.schema, p.items) {
+                        (Some(s), Some(items)) => {
+                            Some(s.shape(s.root(), items).map_err(|e| bad_schema(&path, e))?)
+                        }
+                        _ => None,
+                    }
+                }
+                (p, _) => p.clone(),
+            };
+            let (conv, ty) = self.column(column, element.as_ref(), &path, number)?;
+            let wire = match ty.ty {
+                Type::Double => WIRE_FIXED64,
+                Type::String | Type::Bytes | Type::Message => WIRE_LEN,
+                _ => WIRE_VARINT,
+            };
+            let label = if repeated {
+                Label::Repeated
+            } else {
+                Label::Optional
+            };
+            protos.push(descriptor::field(&column.name, number, label, &ty));
+            fields.push(FieldOp {
+                key: column.name.clone().into_boxed_str(),
+                column: path,
+                tag: Tag::new(number as u32, wire),
+                conv,
+                repeated,
+                required: column.mode() == Mode::Required
+                    && column.default_value_expression.is_none(),
+            });
+        }
+        Ok((
+            ObjectOp {
+                tag,
+                fields: fields.into_boxed_slice(),
+                by_lower,
+                unknown_is_error: self.options.unknown_fields == UnknownFields::Error,
+            },
+            protos,
+        ))
+    }
+
+    /// The conversion of one column (one element of a REPEATED column), checked against the
+    /// property's schema when there is one.
+    fn column(
+        &mut self,
+        column: &TableFieldSchema,
+        shape: Option<&Shape<'a>>,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<(Conv, ProtoType), PlanError> {
+        use FieldType as F;
+        let kind = shape.and_then(|s| s.kind);
+        let title = shape.and_then(|s| s.title);
+        let schemaless = self.schema.is_none();
+        let fits = |allowed: &[Kind]| kind.is_none_or(|k| allowed.contains(&k));
+        let refuse = || match shape {
+            Some(s) => incompatible(path, s, column),
+            None => PlanError::Unsupported {
+                column: path.to_string(),
+                reason: "no conversion".into(),
+            },
+        };
+        // The unit of an integer into a time column: Connect's logical type names it; without a
+        // schema the table decides (µs for TIMESTAMP, days for DATE), as BigQuery's own JSON
+        // loading does for TIMESTAMP.
+        let unit = |connect: &str, unit: IntUnit, schemaless_unit: IntUnit| {
+            if title == Some(connect) {
+                Ok(unit)
+            } else if kind == Some(Kind::Integer) {
+                Err(PlanError::Unsupported {
+                    column: path.to_string(),
+                    reason: format!(
+                        "an integer without the title {connect} has no unit for a {} column",
+                        column.field_type.as_str()
+                    ),
+                })
+            } else if schemaless {
+                Ok(schemaless_unit)
+            } else {
+                Ok(IntUnit::None)
+            }
+        };
+        let scalar = |conv: Conv, ty: Type| Ok((conv, ProtoType::scalar(ty)));
+        match &column.field_type {
+            F::Int64 if fits(&[Kind::Integer]) => scalar(Conv::Int, Type::Int64),
+            F::Float64 if fits(&[Kind::Integer, Kind::Number]) => scalar(Conv::Float, Type::Double),
+            F::Numeric | F::BigNumeric if fits(&[Kind::Integer, Kind::Number, Kind::String]) => {
+                let target = if column.field_type == F::Numeric {
+                    DecimalTarget::Numeric
+                } else {
+                    DecimalTarget::BigNumeric
+                };
+                let conv = match title {
+                    Some(CONNECT_DECIMAL) => Conv::ConnectDecimal {
+                        target,
+                        scale: shape.and_then(|s| s.connect_scale).unwrap_or(0),
+                    },
+                    _ => Conv::Decimal(target),
+                };
+                scalar(conv, Type::Bytes)
+            }
+            F::Bool if fits(&[Kind::Boolean]) => scalar(Conv::Bool, Type::Bool),
+            F::String | F::Geography if fits(&[Kind::String]) => scalar(Conv::Str, Type::String),
+            F::Bytes if fits(&[Kind::String]) => scalar(Conv::Bytes, Type::Bytes),
+            F::Json => scalar(Conv::Json, Type::String),
+            F::Timestamp if fits(&[Kind::String, Kind::Integer]) => scalar(
+                Conv::Timestamp(unit(CONNECT_TIMESTAMP, IntUnit::Millis, IntUnit::Micros)?),
+                Type::Int64,
+            ),
+            F::Date if fits(&[Kind::String, Kind::Integer]) => scalar(
+                Conv::Date(unit(CONNECT_DATE, IntUnit::Days, IntUnit::Days)?),
+                Type::Int32,
+            ),
+            F::Time if fits(&[Kind::String, Kind::Integer]) => scalar(
+                Conv::Time(unit(CONNECT_TIME, IntUnit::Millis, IntUnit::None)?),
+                Type::Int64,
+            ),
+            F::DateTime if fits(&[Kind::String]) => scalar(Conv::DateTime, Type::Int64),
+            F::Record if fits(&[Kind::Object]) => {
+                let name = self.desc.reserve_name(path);
+                let tag = Tag::new(number as u32, WIRE_LEN);
+                let (op, protos) =
+                    self.object(&column.fields, shape, &format!("{path}."), Some(tag))?;
+                self.desc.add(descriptor::message(&name, protos));
+                Ok((
+                    Conv::Record(Box::new(op)),
+                    ProtoType {
+                        ty: Type::Message,
+                        message: Some(name),
+                    },
+                ))
+            }
+            _ => Err(refuse()),
+        }
+    }
+}
+
+fn incompatible(path: &str, shape: &Shape<'_>, column: &TableFieldSchema) -> PlanError {
+    let mut json = shape.kind.map_or("any", Kind::name).to_string();
+    if let Some(f) = shape.format {
+        json.push_str(&format!(" (format {f})"));
+    }
+    if let Some(t) = shape.title {
+        json.push_str(&format!(" (title {t})"));
+    }
+    PlanError::JsonIncompatible {
+        column: path.to_string(),
+        json,
+        column_type: column_type(column),
+    }
+}

@@ -1,0 +1,346 @@
+//! Runs a JSON plan: one pass over the record's bytes with the tokenizer, each value written
+//! straight into the row's proto field — no value tree. Keys are matched exactly as the column
+//! spells them first (serializers write one spelling), then case-insensitively.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
+use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
+use super::scan::{MAX_DEPTH, Number, Scanner, Token, malformed};
+use super::text;
+use crate::RecordError;
+use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
+use crate::exec::{put_decimal, put_f64, put_i64, value_error};
+use crate::proto::{close_len, open_len, put_len_delimited};
+
+/// The whole record: one object, then nothing but whitespace.
+pub fn run_row(root: &ObjectOp, body: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+    let mut sc = Scanner::new(body)?;
+    if sc.peek()? != Token::Object {
+        return Err(malformed(sc.pos, "an object (a row)"));
+    }
+    object(root, &mut sc, 0, out)?;
+    sc.end()
+}
+
+/// Which fields an object has set, without allocating for up to 64 columns.
+enum Seen {
+    Small(u64),
+    Big(Vec<u64>),
+}
+
+impl Seen {
+    fn new(n: usize) -> Seen {
+        if n <= 64 {
+            Seen::Small(0)
+        } else {
+            Seen::Big(vec![0; n.div_ceil(64)])
+        }
+    }
+
+    /// Marks `i`; false if it was already marked.
+    #[inline]
+    fn mark(&mut self, i: usize) -> bool {
+        let (word, bit) = match self {
+            Seen::Small(w) => (w, i),
+            Seen::Big(v) => (&mut v[i / 64], i % 64),
+        };
+        let was = *word & (1 << bit) != 0;
+        *word |= 1 << bit;
+        !was
+    }
+
+    fn has(&self, i: usize) -> bool {
+        match self {
+            Seen::Small(w) => w & (1 << i) != 0,
+            Seen::Big(v) => v[i / 64] & (1 << (i % 64)) != 0,
+        }
+    }
+}
+
+fn object(
+    op: &ObjectOp,
+    sc: &mut Scanner<'_>,
+    depth: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    if depth >= MAX_DEPTH {
+        return Err(malformed(sc.pos, "objects nested at most 128 deep"));
+    }
+    let at = op.tag.map(|t| open_len(out, t));
+    sc.open(b'{');
+    let mut seen = Seen::new(op.fields.len());
+    let mut hint = 0usize;
+    let mut first = true;
+    while let Some(key) = sc.next_key(first)? {
+        first = false;
+        let Some(i) = find(op, &key, hint) else {
+            if op.unknown_is_error {
+                return Err(RecordError::JsonUnknownKey {
+                    key: key.into_owned(),
+                });
+            }
+            sc.skip(depth + 1)?;
+            continue;
+        };
+        hint = i + 1;
+        if !seen.mark(i) {
+            return Err(RecordError::JsonDuplicateKey {
+                key: op.fields[i].column.clone(),
+            });
+        }
+        field(&op.fields[i], sc, depth + 1, out)?;
+    }
+    for (i, f) in op.fields.iter().enumerate() {
+        if f.required && !seen.has(i) {
+            return Err(RecordError::MissingRequired {
+                column: f.column.clone(),
+            });
+        }
+    }
+    if let Some(at) = at {
+        close_len(out, at);
+    }
+    Ok(())
+}
+
+#[inline]
+fn find(op: &ObjectOp, key: &str, hint: usize) -> Option<usize> {
+    if let Some(f) = op.fields.get(hint)
+        && *f.key == *key
+    {
+        return Some(hint);
+    }
+    if let Some(i) = op.fields.iter().position(|f| *f.key == *key) {
+        return Some(i);
+    }
+    op.by_lower
+        .get(key.to_ascii_lowercase().as_str())
+        .map(|&i| i as usize)
+}
+
+fn field(
+    f: &FieldOp,
+    sc: &mut Scanner<'_>,
+    depth: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    let token = sc.peek()?;
+    if token == Token::Null {
+        sc.null()?;
+        return if f.required {
+            Err(RecordError::NullRequired {
+                column: f.column.clone(),
+            })
+        } else {
+            Ok(())
+        };
+    }
+    if matches!(f.conv, Conv::Skip) {
+        return sc.skip(depth).map(|_| ());
+    }
+    if !f.repeated {
+        return value(f, token, sc, depth, out);
+    }
+    if token != Token::Array {
+        return Err(type_error(f, token, sc, depth));
+    }
+    sc.open(b'[');
+    let mut first = true;
+    while sc.next_element(first)? {
+        first = false;
+        let token = sc.peek()?;
+        if token == Token::Null {
+            return Err(RecordError::NullElement {
+                column: f.column.clone(),
+            });
+        }
+        value(f, token, sc, depth + 1, out)?;
+    }
+    Ok(())
+}
+
+/// A value of the wrong JSON type; malformed JSON in it is reported first.
+fn type_error(f: &FieldOp, token: Token, sc: &mut Scanner<'_>, depth: usize) -> RecordError {
+    if let Err(e) = sc.skip(depth) {
+        return e;
+    }
+    RecordError::JsonType {
+        column: f.column.clone(),
+        found: token.name(),
+        column_type: column_type(&f.conv),
+    }
+}
+
+fn column_type(conv: &Conv) -> &'static str {
+    match conv {
+        Conv::Skip => "skipped",
+        Conv::Int => "INT64",
+        Conv::Float => "FLOAT64",
+        Conv::Decimal(_) | Conv::ConnectDecimal { .. } => "NUMERIC/BIGNUMERIC",
+        Conv::Bool => "BOOL",
+        Conv::Str => "STRING",
+        Conv::Bytes => "BYTES",
+        Conv::Json => "JSON",
+        Conv::Timestamp(_) => "TIMESTAMP",
+        Conv::Date(_) => "DATE",
+        Conv::Time(_) => "TIME",
+        Conv::DateTime => "DATETIME",
+        Conv::Record(_) => "RECORD",
+    }
+}
+
+fn checked<T>(column: &Arc<str>, r: Result<T, String>) -> Result<T, RecordError> {
+    r.map_err(|e| value_error(column, e))
+}
+
+/// A JSON integer (or an integral number such as `1e3`) as i64.
+fn integer(n: Number<'_>, column: &Arc<str>) -> Result<i64, RecordError> {
+    if n.integer {
+        return n
+            .text
+            .parse::<i64>()
+            .map_err(|_| value_error(column, format!("{} does not fit INT64", n.text)));
+    }
+    let v: f64 = n.text.parse().unwrap_or(f64::NAN);
+    // Integral and exactly representable: |v| ≤ 2^53.
+    if v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
+        Ok(v as i64)
+    } else {
+        Err(value_error(
+            column,
+            format!("{} is not an integer (or not exactly)", n.text),
+        ))
+    }
+}
+
+fn int_in_unit(v: i64, unit: IntUnit, column: &Arc<str>) -> Result<i64, RecordError> {
+    let micros = match unit {
+        IntUnit::Micros => Some(v),
+        IntUnit::Millis => v.checked_mul(1000),
+        IntUnit::Days | IntUnit::None => Some(v),
+    };
+    checked(column, timestamp_micros(micros))
+}
+
+#[inline]
+fn value(
+    f: &FieldOp,
+    token: Token,
+    sc: &mut Scanner<'_>,
+    depth: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    let column = &f.column;
+    let tag = f.tag;
+    match (&f.conv, token) {
+        (Conv::Str, Token::String) => {
+            let s = sc.string()?;
+            put_len_delimited(out, tag, s.as_bytes());
+        }
+        (Conv::Int, Token::Number) => {
+            let v = integer(sc.number()?, column)?;
+            put_i64(out, tag, v);
+        }
+        (Conv::Int, Token::String) => {
+            let s = sc.string()?;
+            let v = s
+                .parse::<i64>()
+                .map_err(|_| value_error(column, format!("{s:?} is not an INT64")))?;
+            put_i64(out, tag, v);
+        }
+        (Conv::Float, Token::Number) => {
+            let n = sc.number()?;
+            put_f64(out, tag, n.text.parse().expect("json number grammar"));
+        }
+        (Conv::Float, Token::String) => {
+            let s = sc.string()?;
+            let v = match &*s {
+                "NaN" => f64::NAN,
+                "Infinity" => f64::INFINITY,
+                "-Infinity" => f64::NEG_INFINITY,
+                _ => {
+                    return Err(value_error(
+                        column,
+                        format!("{s:?} is not NaN, Infinity or -Infinity"),
+                    ));
+                }
+            };
+            put_f64(out, tag, v);
+        }
+        (Conv::ConnectDecimal { target, scale }, Token::String) => {
+            let s = sc.string()?;
+            let bytes = STANDARD
+                .decode(s.as_bytes())
+                .map_err(|_| value_error(column, "connect decimal is not base64".into()))?;
+            let w = checked(column, Wide::from_be_twos(&bytes))?;
+            put_decimal(out, tag, w, *scale, *target, column)?;
+        }
+        (Conv::ConnectDecimal { target, .. }, Token::Number)
+        | (Conv::Decimal(target), Token::Number | Token::String) => {
+            let text = if token == Token::Number {
+                std::borrow::Cow::Borrowed(sc.number()?.text)
+            } else {
+                sc.string()?
+            };
+            let (w, scale) = checked(column, Wide::parse_decimal(&text))?;
+            put_decimal(out, tag, w, scale, *target, column)?;
+        }
+        (Conv::Bool, Token::True | Token::False) => {
+            let b = sc.boolean()?;
+            put_i64(out, tag, b as i64);
+        }
+        (Conv::Bytes, Token::String) => {
+            let s = sc.string()?;
+            let bytes = STANDARD
+                .decode(s.as_bytes())
+                .or_else(|_| URL_SAFE.decode(s.as_bytes()))
+                .map_err(|_| value_error(column, "string is not base64".into()))?;
+            put_len_delimited(out, tag, &bytes);
+        }
+        (Conv::Json, _) => {
+            let text = sc.skip(depth)?;
+            put_len_delimited(out, tag, text.as_bytes());
+        }
+        (Conv::Timestamp(_), Token::String) => {
+            let s = sc.string()?;
+            let v = checked(column, text::timestamp(&s))?;
+            put_i64(out, tag, checked(column, timestamp_micros(Some(v)))?);
+        }
+        (Conv::Timestamp(unit @ (IntUnit::Micros | IntUnit::Millis)), Token::Number) => {
+            let v = integer(sc.number()?, column)?;
+            put_i64(out, tag, int_in_unit(v, *unit, column)?);
+        }
+        (Conv::Date(_), Token::String) => {
+            let s = sc.string()?;
+            let days = checked(column, text::date(&s))?;
+            put_i64(out, tag, days);
+        }
+        (Conv::Date(IntUnit::Days), Token::Number) => {
+            let v = integer(sc.number()?, column)?;
+            let days = i32::try_from(v)
+                .map_err(|_| value_error(column, format!("{v} days is out of range")))?;
+            put_i64(out, tag, checked(column, date_days(days))? as i64);
+        }
+        (Conv::Time(_), Token::String) => {
+            let s = sc.string()?;
+            let micros = checked(column, text::time(&s))?;
+            put_i64(out, tag, checked(column, time_packed(micros))?);
+        }
+        (Conv::Time(IntUnit::Millis), Token::Number) => {
+            let v = integer(sc.number()?, column)?;
+            let micros = v.checked_mul(1000).unwrap_or(i64::MAX);
+            put_i64(out, tag, checked(column, time_packed(micros))?);
+        }
+        (Conv::DateTime, Token::String) => {
+            let s = sc.string()?;
+            let local = checked(column, text::datetime(&s))?;
+            put_i64(out, tag, checked(column, datetime_packed(Some(local)))?);
+        }
+        (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
+        _ => return Err(type_error(f, token, sc, depth)),
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! The compiled form of a JSON plan: per object, its columns by key, each with the conversion
+//! its column type (and the schema, when there is one) decided. Built by `compile`, run by
+//! `exec`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::convert::DecimalTarget;
+use crate::proto::Tag;
+
+#[derive(Debug, Clone)]
+pub struct ObjectOp {
+    /// `None` for the row itself, which is not length-prefixed.
+    pub tag: Option<Tag>,
+    pub fields: Box<[FieldOp]>,
+    /// Lower-cased key → index into `fields`, for keys not spelled as the column is.
+    pub by_lower: HashMap<Box<str>, u16>,
+    /// A key without a column is a per-record error (`unknown_fields: error`, schemaless).
+    pub unknown_is_error: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct FieldOp {
+    /// The key as the column spells it (tried first, exactly).
+    pub key: Box<str>,
+    pub column: Arc<str>,
+    pub tag: Tag,
+    pub conv: Conv,
+    pub repeated: bool,
+    /// REQUIRED without a default value expression: absent or null is an error.
+    pub required: bool,
+}
+
+/// The unit of an integer written into a time column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntUnit {
+    /// Integers are refused (the unit would be a guess).
+    None,
+    Micros,
+    Millis,
+    /// Days since the epoch (DATE).
+    Days,
+}
+
+#[derive(Debug, Clone)]
+pub enum Conv {
+    /// A column of a type the sink does not write (RANGE, ...): the key is skipped.
+    Skip,
+    /// INT64 ← an integer, or a string holding one (protojson writes 64-bit integers so).
+    Int,
+    /// FLOAT64 ← a number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
+    Float,
+    /// NUMERIC/BIGNUMERIC ← a number's exact text, or a decimal string.
+    Decimal(DecimalTarget),
+    /// NUMERIC/BIGNUMERIC ← Kafka Connect's Decimal: a number's exact text, or (its default
+    /// `decimal.format: BASE64`) the base64 of the unscaled big-endian two's complement at
+    /// `scale` (`connect.parameters.scale`).
+    ConnectDecimal {
+        target: DecimalTarget,
+        scale: u32,
+    },
+    Bool,
+    /// STRING, GEOGRAPHY ← a string.
+    Str,
+    /// BYTES ← a base64 string.
+    Bytes,
+    /// JSON ← any value, as its text.
+    Json,
+    /// TIMESTAMP ← an RFC 3339 string, or an integer in `IntUnit`.
+    Timestamp(IntUnit),
+    /// DATE ← `YYYY-MM-DD`, or days.
+    Date(IntUnit),
+    /// TIME ← `HH:MM:SS[.f]`, or milliseconds of the day (Connect's Time).
+    Time(IntUnit),
+    /// DATETIME ← `YYYY-MM-DD[T ]HH:MM:SS[.f]`.
+    DateTime,
+    /// RECORD ← an object.
+    Record(Box<ObjectOp>),
+}

@@ -1,0 +1,231 @@
+//! Optional validation of a record against its registered JSON Schema
+//! (`schema_registry.json_validate`), before the plan writes it. It checks the keywords listed
+//! in `docs/mapping.md` — the ones that decide the shape and range of values — and ignores the
+//! rest; `format` is an annotation here, as in Confluent's serializers (a date that is not a date
+//! is the plan's per-record error). It runs on a parsed value, so it costs a second pass and is
+//! off by default.
+
+use serde_json::Value;
+
+use super::schema::JsonSchema;
+use crate::RecordError;
+
+/// Parses and validates a record when the plan asks for it (a schema to validate against).
+pub fn check_record(schema: Option<&JsonSchema>, body: &[u8]) -> Result<(), RecordError> {
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    // A record that is not JSON is reported by the plan's own pass, with its byte offset.
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return Ok(());
+    };
+    validate(schema, &value).map_err(|reason| RecordError::JsonSchemaViolation { reason })
+}
+
+/// Why `value` does not match the schema's root, or `Ok`.
+pub fn validate(schema: &JsonSchema, value: &Value) -> Result<(), String> {
+    check(schema, schema.root(), schema.root(), value, "", 0)
+}
+
+const MAX_DEPTH: usize = 128;
+
+fn check(
+    s: &JsonSchema,
+    doc: &Value,
+    node: &Value,
+    v: &Value,
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("{at}: schema nested too deep"));
+    }
+    let (doc, node) = s.resolve(doc, node).map_err(|e| format!("{at}: {e}"))?;
+    let obj = match node {
+        Value::Bool(true) => return Ok(()),
+        Value::Bool(false) => return Err(format!("{}: no value is allowed", here(at))),
+        Value::Object(o) => o,
+        _ => return Ok(()),
+    };
+    let fail = |what: String| Err(format!("{}: {what}", here(at)));
+    if let Some(t) = obj.get("type") {
+        let allowed: Vec<&str> = match t {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        if !allowed.is_empty() && !allowed.iter().any(|t| is_type(v, t)) {
+            return fail(format!(
+                "{} is not of type {}",
+                kind(v),
+                allowed.join(" or ")
+            ));
+        }
+    }
+    if let Some(Value::Array(options)) = obj.get("enum")
+        && !options.iter().any(|o| same(o, v))
+    {
+        return fail(format!("{v} is not one of the enum values"));
+    }
+    if let Some(c) = obj.get("const")
+        && !same(c, v)
+    {
+        return fail(format!("{v} is not the constant {c}"));
+    }
+    if let Some(n) = v.as_f64().filter(|_| v.is_number()) {
+        let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
+        let excl = |k: &str| obj.get(k).and_then(Value::as_bool).unwrap_or(false);
+        if let Some(m) = bound("minimum")
+            && (n < m || (n == m && excl("exclusiveMinimum")))
+        {
+            return fail(format!("{v} is below the minimum {m}"));
+        }
+        if let Some(m) = bound("maximum")
+            && (n > m || (n == m && excl("exclusiveMaximum")))
+        {
+            return fail(format!("{v} is above the maximum {m}"));
+        }
+        if let Some(m) = bound("exclusiveMinimum")
+            && n <= m
+        {
+            return fail(format!("{v} is not above {m}"));
+        }
+        if let Some(m) = bound("exclusiveMaximum")
+            && n >= m
+        {
+            return fail(format!("{v} is not below {m}"));
+        }
+    }
+    if let Value::String(text) = v {
+        let len = text.chars().count() as u64;
+        if let Some(m) = obj.get("minLength").and_then(Value::as_u64)
+            && len < m
+        {
+            return fail(format!("string is shorter than {m} characters"));
+        }
+        if let Some(m) = obj.get("maxLength").and_then(Value::as_u64)
+            && len > m
+        {
+            return fail(format!("string is longer than {m} characters"));
+        }
+        if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
+            let re =
+                regex::Regex::new(p).map_err(|e| format!("{}: pattern {p:?}: {e}", here(at)))?;
+            if !re.is_match(text) {
+                return fail(format!("{text:?} does not match the pattern {p:?}"));
+            }
+        }
+    }
+    if let Value::Array(items) = v {
+        if let Some(m) = obj.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < m
+        {
+            return fail(format!("fewer than {m} items"));
+        }
+        if let Some(m) = obj.get("maxItems").and_then(Value::as_u64)
+            && (items.len() as u64) > m
+        {
+            return fail(format!("more than {m} items"));
+        }
+        if let Some(item) = obj.get("items").filter(|i| i.is_object() || i.is_boolean()) {
+            for (i, x) in items.iter().enumerate() {
+                check(s, doc, item, x, &format!("{at}[{i}]"), depth + 1)?;
+            }
+        }
+    }
+    if let Value::Object(fields) = v {
+        let props = obj.get("properties").and_then(Value::as_object);
+        if let Some(Value::Array(required)) = obj.get("required") {
+            for r in required.iter().filter_map(Value::as_str) {
+                if !fields.contains_key(r) {
+                    return fail(format!("required property {r} is missing"));
+                }
+            }
+        }
+        for (k, x) in fields {
+            let path = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            match (
+                props.and_then(|p| p.get(k)),
+                obj.get("additionalProperties"),
+            ) {
+                (Some(p), _) => check(s, doc, p, x, &path, depth + 1)?,
+                (None, Some(extra)) => check(s, doc, extra, x, &path, depth + 1)?,
+                (None, None) => {}
+            }
+        }
+    }
+    if let Some(Value::Array(all)) = obj.get("allOf") {
+        for b in all {
+            check(s, doc, b, v, at, depth + 1)?;
+        }
+    }
+    if let Some(Value::Array(any)) = obj.get("anyOf")
+        && !any
+            .iter()
+            .any(|b| check(s, doc, b, v, at, depth + 1).is_ok())
+    {
+        return fail("matches none of anyOf".into());
+    }
+    if let Some(Value::Array(one)) = obj.get("oneOf") {
+        let n = one
+            .iter()
+            .filter(|b| check(s, doc, b, v, at, depth + 1).is_ok())
+            .count();
+        if n != 1 {
+            return fail(format!("matches {n} branches of oneOf, not exactly one"));
+        }
+    }
+    if let Some(not) = obj.get("not")
+        && check(s, doc, not, v, at, depth + 1).is_ok()
+    {
+        return fail("matches the schema under not".into());
+    }
+    Ok(())
+}
+
+fn here(at: &str) -> &str {
+    if at.is_empty() { "(root)" } else { at }
+}
+
+fn is_type(v: &Value, t: &str) -> bool {
+    match t {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "number" => v.is_number(),
+        // 1.0 is an integer for JSON Schema (draft 6 and later).
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        _ => true,
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// JSON equality, numbers by value (1 and 1.0 are the same).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, a)| y.get(k).is_some_and(|b| same(a, b)))
+        }
+        _ => a == b,
+    }
+}

@@ -1,0 +1,124 @@
+//! Avro, Protobuf and JSON → proto2 transcoding: bytes in, bytes out. Knows neither Kafka nor the gRPC
+//! client.
+//!
+//! A [`Plan`] is compiled once per (writer schema, table schema) pair and then turns each
+//! record's Avro binary (or Protobuf message) straight into the proto2 bytes of the plan's own
+//! [`Plan::descriptor`], which goes into AppendRows' `writer_schema`. The mapping is in
+//! `docs/mapping.md`.
+
+pub mod change;
+mod compile;
+mod convert;
+mod derive;
+mod descriptor;
+mod error;
+mod exec;
+pub mod json;
+mod ops;
+mod proto;
+pub mod protobuf;
+mod reader;
+mod schema;
+mod wire;
+
+use std::ops::Range;
+
+use prost_types::DescriptorProto;
+
+pub use compile::{MetadataColumns, PlanOptions, UnknownFields};
+pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
+pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};
+pub use descriptor::file_for;
+pub use error::{DeriveError, PlanError, RecordError, SchemaError};
+pub use exec::{KafkaHeader, KafkaMetadata};
+pub use schema::{AvroSchema, Field, Kind, Logical, Node, NodeId, Record};
+pub use wire::{WireFormat, frame_confluent, split_confluent};
+
+/// A compiled transcoding plan for one (writer schema, table schema) pair.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    body: Body,
+    metadata: ops::MetadataOps,
+    descriptor: DescriptorProto,
+}
+
+/// What a plan reads.
+#[derive(Debug, Clone)]
+enum Body {
+    Avro(ops::RecordOp),
+    Protobuf(protobuf::MessageOp),
+    Json {
+        root: json::ObjectOp,
+        /// The registered schema each record is validated against first, when asked.
+        validate: Option<std::sync::Arc<json::JsonSchema>>,
+    },
+}
+
+impl Plan {
+    pub fn compile(
+        writer: &AvroSchema,
+        table: &kbq_core::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        compile::compile(writer, table, options)
+    }
+
+    /// The plan of a Protobuf writer message (`ProtoSchema::message`) for the table.
+    pub fn compile_protobuf(
+        message: &prost_reflect::MessageDescriptor,
+        table: &kbq_core::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        protobuf::compile(message, table, options)
+    }
+
+    /// The plan of JSON records for the table: typed by the registered JSON Schema when there is
+    /// one, by the table alone for schemaless JSON.
+    /// With `validate`, every record is first checked against the schema.
+    pub fn compile_json(
+        schema: Option<&std::sync::Arc<json::JsonSchema>>,
+        validate: bool,
+        table: &kbq_core::table_schema::TableSchema,
+        options: &PlanOptions,
+    ) -> Result<Plan, PlanError> {
+        json::compile(schema, validate, table, options)
+    }
+
+    /// The self-contained proto2 descriptor the rows are encoded with.
+    pub fn descriptor(&self) -> &DescriptorProto {
+        &self.descriptor
+    }
+
+    /// Appends one row, encoded from `body` (the Avro binary or the Protobuf message, without
+    /// framing), to `out` and returns its byte range. On error `out` is left as it was, so a
+    /// batch can be built in one buffer and a bad record simply skipped.
+    pub fn transcode(
+        &self,
+        body: &[u8],
+        meta: Option<&KafkaMetadata<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Range<usize>, RecordError> {
+        let start = out.len();
+        let result = match &self.body {
+            Body::Avro(root) => exec::run_row(root, &self.metadata, body, meta, out),
+            Body::Protobuf(root) => {
+                out.reserve(body.len() + body.len() / 4 + 64);
+                protobuf::run_message(root, body, 0, out)
+                    .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
+            }
+            Body::Json { root, validate } => {
+                out.reserve(body.len() + 64);
+                json::check_record(validate.as_deref(), body)
+                    .and_then(|()| json::run_row(root, body, out))
+                    .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
+            }
+        };
+        match result {
+            Ok(()) => Ok(start..out.len()),
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Compiles a (writer message, table schema) pair into a Protobuf [`Plan`]: the table is
+//! authoritative, columns match the message's fields by name, case-insensitively (never by
+//! number), and every decision that does not depend on a record's bytes is taken here, once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost_reflect::{FieldDescriptor, Kind as PKind, MessageDescriptor};
+use prost_types::FieldDescriptorProto;
+use prost_types::field_descriptor_proto::{Label, Type};
+
+use super::exec::{Val, write_scalar};
+use super::ops::{Conv, FieldKind, FieldOp, Lookup, MessageOp, NOT_DECLARED, Special, Src};
+use crate::compile::{all_column_names, column_type, data_columns, metadata_ops};
+use crate::convert::DecimalTarget;
+use crate::descriptor::{self, DescriptorBuilder, ProtoType};
+use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
+use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+
+const ROOT_MESSAGE: &str = "Row";
+/// Field numbers up to this use a direct lookup table.
+const DENSE_LIMIT: u32 = 4096;
+
+pub fn compile(
+    message: &MessageDescriptor,
+    table: &TableSchema,
+    options: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let mut c = Compiler {
+        options,
+        desc: DescriptorBuilder::new(all_column_names(table)),
+    };
+    let columns = data_columns(table, &options.metadata);
+    let (root, mut protos) = c.message(message, &columns, "", None, false)?;
+    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    let root_desc = descriptor::message(ROOT_MESSAGE, protos);
+    Ok(Plan {
+        body: Body::Protobuf(root),
+        metadata,
+        descriptor: c.desc.finish(root_desc),
+    })
+}
+
+struct Compiler<'a> {
+    options: &'a PlanOptions,
+    desc: DescriptorBuilder,
+}
+
+impl Compiler<'_> {
+    /// The op of one message written to `columns`, and the proto fields it writes.
+    fn message(
+        &mut self,
+        message: &MessageDescriptor,
+        columns: &[TableFieldSchema],
+        prefix: &str,
+        tag: Option<Tag>,
+        map_entry: bool,
+    ) -> Result<(MessageOp, Vec<FieldDescriptorProto>), PlanError> {
+        let by_name: HashMap<String, &TableFieldSchema> = columns
+            .iter()
+            .map(|c| (c.name.to_ascii_lowercase(), c))
+            .collect();
+        let mut fields = Vec::new();
+        let mut numbers = Vec::new();
+        let mut protos = Vec::new();
+        let mut defaults = Vec::new();
+        let mut required = Vec::new();
+        let mut oneofs: HashMap<String, Vec<u16>> = HashMap::new();
+        let mut matched: Vec<String> = Vec::new();
+        for fd in message.fields() {
+            let index = fields.len() as u16;
+            numbers.push((fd.number(), index));
+            let lower = fd.name().to_ascii_lowercase();
+            let column = by_name.get(&lower).copied();
+            let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
+            else {
+                if column.is_none() && self.options.unknown_fields == UnknownFields::Error {
+                    return Err(PlanError::UnknownProtoField {
+                        field: format!("{prefix}{}", fd.name()),
+                    });
+                }
+                fields.push(FieldOp {
+                    kind: FieldKind::Skip,
+                    column: format!("{prefix}{}", fd.name()).into(),
+                });
+                continue;
+            };
+            if matched.contains(&lower) {
+                return Err(PlanError::Unsupported {
+                    column: format!("{prefix}{}", column.name),
+                    reason: "two protobuf fields differ only in case and match this column".into(),
+                });
+            }
+            matched.push(lower);
+            if !descriptor::is_proto_identifier(&column.name) {
+                return Err(PlanError::BadColumnName {
+                    column: column.name.clone(),
+                });
+            }
+            let path: Arc<str> = format!("{prefix}{}", column.name).into();
+            let number = protos.len() as i32 + 1;
+            let (kind, ty) = self.field(&fd, column, &path, number)?;
+            let label = if column.mode() == Mode::Repeated {
+                Label::Repeated
+            } else {
+                Label::Optional
+            };
+            protos.push(descriptor::field(&column.name, number, label, &ty));
+            let scalar = matches!(
+                kind,
+                FieldKind::Scalar {
+                    repeated: false,
+                    ..
+                }
+            );
+            // Implicit presence: a proto3 scalar outside a oneof, or a map entry's key or value.
+            // The wire omits its default value, which the column must still receive.
+            let implicit = scalar && (map_entry || (!fd.supports_presence() && !fd.is_list()));
+            if implicit {
+                if let FieldKind::Scalar { src, conv, tag, .. } = &kind {
+                    defaults.push((index, default_bytes(&fd, *src, conv, *tag, &path)));
+                }
+            } else if column.mode() == Mode::Required {
+                required.push(index);
+            }
+            if let Some(oneof) = fd.containing_oneof().filter(|o| !o.is_synthetic()) {
+                oneofs
+                    .entry(oneof.name().to_owned())
+                    .or_default()
+                    .push(index);
+            }
+            fields.push(FieldOp { kind, column: path });
+        }
+        let missing_required = columns
+            .iter()
+            .find(|c| {
+                c.mode() == Mode::Required
+                    && c.default_value_expression.is_none()
+                    && !matches!(c.field_type, FieldType::Other(_))
+                    && !matched.contains(&c.name.to_ascii_lowercase())
+            })
+            .map(|c| Arc::from(format!("{prefix}{}", c.name)));
+        let mut oneofs: Vec<(String, Vec<u16>)> = oneofs.into_iter().collect();
+        oneofs.sort();
+        Ok((
+            MessageOp {
+                tag,
+                lookup: lookup(numbers),
+                tracked: fields.len(),
+                fields: fields.into_boxed_slice(),
+                defaults: defaults.into_boxed_slice(),
+                required: required.into_boxed_slice(),
+                oneofs: oneofs
+                    .into_iter()
+                    .filter(|(_, m)| m.len() > 1)
+                    .map(|(_, m)| m.into_boxed_slice())
+                    .collect(),
+                missing_required,
+                unknown_is_error: self.options.unknown_fields == UnknownFields::Error,
+            },
+            protos,
+        ))
+    }
+
+    fn field(
+        &mut self,
+        fd: &FieldDescriptor,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<(FieldKind, ProtoType), PlanError> {
+        let incompatible = || PlanError::ProtoIncompatible {
+            column: path.to_string(),
+            proto: describe(fd),
+            column_type: column_type(column),
+        };
+        let repeated = column.mode() == Mode::Repeated;
+        if repeated != (fd.is_list() || fd.is_map()) {
+            return Err(incompatible());
+        }
+        if fd.is_group() {
+            return Err(PlanError::Unsupported {
+                column: path.to_string(),
+                reason: "proto2 groups are not supported".into(),
+            });
+        }
+        let kind = fd.kind();
+        if let PKind::Message(m) = &kind {
+            if column.field_type == FieldType::Record {
+                let name = self.desc.reserve_name(path);
+                let tag = Tag::new(number as u32, WIRE_LEN);
+                let (op, protos) = self.message(
+                    m,
+                    &column.fields,
+                    &format!("{path}."),
+                    Some(tag),
+                    m.is_map_entry(),
+                )?;
+                self.desc.add(descriptor::message(&name, protos));
+                return Ok((
+                    FieldKind::Message {
+                        op: Box::new(op),
+                        repeated,
+                    },
+                    ProtoType {
+                        ty: Type::Message,
+                        message: Some(name),
+                    },
+                ));
+            }
+            let special = special(m, column).ok_or_else(incompatible)?;
+            let (wire, ty) = special_proto(&special);
+            return Ok((
+                FieldKind::Special {
+                    special,
+                    tag: Tag::new(number as u32, wire),
+                    repeated,
+                },
+                ProtoType::scalar(ty),
+            ));
+        }
+        let src = src_of(&kind).expect("scalar kind");
+        let conv = scalar_conv(src, &kind, &column.field_type).ok_or_else(incompatible)?;
+        let (wire, ty) = proto_of(&conv);
+        Ok((
+            FieldKind::Scalar {
+                src,
+                conv,
+                tag: Tag::new(number as u32, wire),
+                repeated,
+            },
+            ProtoType::scalar(ty),
+        ))
+    }
+}
+
+fn lookup(mut numbers: Vec<(u32, u16)>) -> Lookup {
+    let max = numbers.iter().map(|(n, _)| *n).max().unwrap_or(0);
+    if max <= DENSE_LIMIT {
+        let mut table = vec![NOT_DECLARED; max as usize + 1];
+        for (n, i) in numbers {
+            table[n as usize] = i;
+        }
+        Lookup::Dense(table.into_boxed_slice())
+    } else {
+        numbers.sort_unstable();
+        Lookup::Sparse(numbers.into_boxed_slice())
+    }
+}
+
+/// The bytes of the default value of an implicit-presence field, written when the wire omits
+/// it. A default the column cannot take (an empty string is not JSON) leaves the column NULL.
+fn default_bytes(
+    fd: &FieldDescriptor,
+    src: Src,
+    conv: &Conv,
+    tag: Tag,
+    path: &Arc<str>,
+) -> Box<[u8]> {
+    let zero = match (&fd.kind(), src) {
+        (PKind::Enum(e), _) => Val::I(e.default_value().number() as i64),
+        (_, Src::String | Src::Bytes) => Val::B(b""),
+        (_, Src::Float) => Val::F32(0.0),
+        (_, Src::Double) => Val::F64(0.0),
+        (_, Src::UInt64 | Src::Fixed64) => Val::U(0),
+        _ => Val::I(0),
+    };
+    let mut out = Vec::new();
+    match write_scalar(conv, tag, zero, path, &mut out) {
+        Ok(()) => out.into_boxed_slice(),
+        Err(_) => Box::default(),
+    }
+}
+
+fn src_of(kind: &PKind) -> Option<Src> {
+    Some(match kind {
+        PKind::Double => Src::Double,
+        PKind::Float => Src::Float,
+        PKind::Int32 => Src::Int32,
+        PKind::Int64 => Src::Int64,
+        PKind::Uint32 => Src::UInt32,
+        PKind::Uint64 => Src::UInt64,
+        PKind::Sint32 => Src::SInt32,
+        PKind::Sint64 => Src::SInt64,
+        PKind::Fixed32 => Src::Fixed32,
+        PKind::Fixed64 => Src::Fixed64,
+        PKind::Sfixed32 => Src::SFixed32,
+        PKind::Sfixed64 => Src::SFixed64,
+        PKind::Bool => Src::Bool,
+        PKind::String => Src::String,
+        PKind::Bytes => Src::Bytes,
+        PKind::Enum(_) => Src::Enum,
+        PKind::Message(_) => return None,
+    })
+}
+
+/// The conversion of a scalar Protobuf value into a column of the given type, if BigQuery can
+/// take it without loss of meaning.
+fn scalar_conv(src: Src, kind: &PKind, column: &FieldType) -> Option<Conv> {
+    use FieldType as F;
+    let signed = matches!(
+        src,
+        Src::Int32
+            | Src::Int64
+            | Src::SInt32
+            | Src::SInt64
+            | Src::SFixed32
+            | Src::SFixed64
+            | Src::UInt32
+            | Src::Fixed32
+    );
+    let unsigned64 = matches!(src, Src::UInt64 | Src::Fixed64);
+    let target = match column {
+        F::Numeric => Some(DecimalTarget::Numeric),
+        F::BigNumeric => Some(DecimalTarget::BigNumeric),
+        _ => None,
+    };
+    Some(match (column, src) {
+        (F::Int64, _) if signed => Conv::Int,
+        (F::Int64, _) if unsigned64 => Conv::UInt,
+        (F::Int64, Src::Enum) => Conv::EnumNumber,
+        (F::Float64, Src::Float) => Conv::Float,
+        (F::Float64, Src::Double) => Conv::Double,
+        (F::Float64, _) if signed => Conv::IntToDouble,
+        (F::Float64, _) if unsigned64 => Conv::UIntToDouble,
+        (F::Numeric | F::BigNumeric, _) if signed => Conv::IntToNumeric(target?),
+        (F::Numeric | F::BigNumeric, _) if unsigned64 => Conv::UIntToNumeric(target?),
+        (F::Numeric | F::BigNumeric, Src::String) => Conv::Str,
+        (F::Bool, Src::Bool) => Conv::Bool,
+        (F::String, Src::String) => Conv::Str,
+        (F::String, Src::Bytes) => Conv::BytesAsStr,
+        (F::String, Src::Enum) => {
+            let PKind::Enum(e) = kind else { return None };
+            let mut names: Vec<(i32, Box<str>)> = Vec::new();
+            // Aliases share a number: the first name declared is the one written.
+            for v in e.values() {
+                if !names.iter().any(|(n, _)| *n == v.number()) {
+                    names.push((v.number(), v.name().into()));
+                }
+            }
+            names.sort_by_key(|(n, _)| *n);
+            Conv::EnumName(names.into_boxed_slice())
+        }
+        (F::Json, Src::String) => Conv::JsonStr,
+        (F::Geography, Src::String) => Conv::Str,
+        (F::Date | F::DateTime | F::Time, Src::String) => Conv::Str,
+        (F::Bytes, Src::Bytes) => Conv::Bytes,
+        (F::Bytes, Src::String) => Conv::StrAsBytes,
+        _ => return None,
+    })
+}
+
+/// Well-known messages that fill a scalar column.
+fn special(m: &MessageDescriptor, column: &TableFieldSchema) -> Option<Special> {
+    use FieldType as F;
+    let target = match column.field_type {
+        F::Numeric => Some(DecimalTarget::Numeric),
+        F::BigNumeric => Some(DecimalTarget::BigNumeric),
+        _ => None,
+    };
+    let wrapper = |src: Src, kind: PKind| {
+        scalar_conv(src, &kind, &column.field_type).map(|conv| Special::Wrapper { src, conv })
+    };
+    match (m.full_name(), &column.field_type) {
+        ("google.protobuf.Timestamp", F::Timestamp) => Some(Special::Timestamp),
+        ("google.protobuf.Timestamp", F::DateTime) => Some(Special::TimestampDateTime),
+        ("google.protobuf.Duration", F::Int64) => Some(Special::DurationMicros),
+        ("google.protobuf.DoubleValue", _) => wrapper(Src::Double, PKind::Double),
+        ("google.protobuf.FloatValue", _) => wrapper(Src::Float, PKind::Float),
+        ("google.protobuf.Int64Value", _) => wrapper(Src::Int64, PKind::Int64),
+        ("google.protobuf.UInt64Value", _) => wrapper(Src::UInt64, PKind::Uint64),
+        ("google.protobuf.Int32Value", _) => wrapper(Src::Int32, PKind::Int32),
+        ("google.protobuf.UInt32Value", _) => wrapper(Src::UInt32, PKind::Uint32),
+        ("google.protobuf.BoolValue", _) => wrapper(Src::Bool, PKind::Bool),
+        ("google.protobuf.StringValue", _) => wrapper(Src::String, PKind::String),
+        ("google.protobuf.BytesValue", _) => wrapper(Src::Bytes, PKind::Bytes),
+        ("google.type.Date", F::Date) => Some(Special::Date),
+        ("google.type.TimeOfDay", F::Time) => Some(Special::TimeOfDay),
+        ("confluent.type.Decimal", F::Numeric | F::BigNumeric) => {
+            Some(Special::ConfluentDecimal(target?))
+        }
+        ("google.type.Decimal", F::Numeric | F::BigNumeric) => {
+            Some(Special::GoogleDecimal(target?))
+        }
+        _ => None,
+    }
+}
+
+fn proto_of(conv: &Conv) -> (u32, Type) {
+    match conv {
+        Conv::Int | Conv::UInt | Conv::EnumNumber => (WIRE_VARINT, Type::Int64),
+        Conv::IntToDouble | Conv::UIntToDouble | Conv::Float | Conv::Double => {
+            (WIRE_FIXED64, Type::Double)
+        }
+        Conv::Bool => (WIRE_VARINT, Type::Bool),
+        Conv::EnumName(_) | Conv::Str | Conv::JsonStr | Conv::BytesAsStr => {
+            (WIRE_LEN, Type::String)
+        }
+        Conv::StrAsBytes | Conv::Bytes | Conv::IntToNumeric(_) | Conv::UIntToNumeric(_) => {
+            (WIRE_LEN, Type::Bytes)
+        }
+    }
+}
+
+fn special_proto(special: &Special) -> (u32, Type) {
+    match special {
+        Special::Timestamp
+        | Special::TimestampDateTime
+        | Special::DurationMicros
+        | Special::TimeOfDay => (WIRE_VARINT, Type::Int64),
+        Special::Date => (WIRE_VARINT, Type::Int32),
+        Special::ConfluentDecimal(_) | Special::GoogleDecimal(_) => (WIRE_LEN, Type::Bytes),
+        Special::Wrapper { conv, .. } => proto_of(conv),
+    }
+}
+
+/// A short description of a field's type for error messages: `repeated int64`, `map`,
+/// `message google.protobuf.Timestamp`.
+fn describe(fd: &FieldDescriptor) -> String {
+    let base = match fd.kind() {
+        PKind::Message(m) if fd.is_map() => format!("map ({})", m.full_name()),
+        PKind::Message(m) => format!("message {}", m.full_name()),
+        PKind::Enum(e) => format!("enum {}", e.full_name()),
+        other => format!("{other:?}").to_ascii_lowercase(),
+    };
+    if fd.is_list() {
+        format!("repeated {base}")
+    } else {
+        base
+    }
+}

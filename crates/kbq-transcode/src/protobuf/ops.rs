@@ -1,0 +1,168 @@
+//! The compiled form of a Protobuf plan: per message, a table from field number to the op that
+//! reads that field's occurrences and writes the column's proto field. Built by `compile`, run by
+//! `exec`.
+
+use std::sync::Arc;
+
+use crate::convert::DecimalTarget;
+use crate::proto::Tag;
+
+#[derive(Debug, Clone)]
+pub struct MessageOp {
+    /// `None` for the row itself, which is not length-prefixed.
+    pub tag: Option<Tag>,
+    pub lookup: Lookup,
+    pub fields: Box<[FieldOp]>,
+    /// Fields with implicit presence (proto3 scalars, map keys and values): when the wire does
+    /// not carry them their column gets the default value, written from these bytes.
+    pub defaults: Box<[(u16, Box<[u8]>)]>,
+    /// Explicit-presence fields whose column is REQUIRED: absent is an error.
+    pub required: Box<[u16]>,
+    /// Members of each `oneof` that has a column: at most one may be present.
+    pub oneofs: Box<[Box<[u16]>]>,
+    /// A REQUIRED column without a source field: every record fails with it.
+    pub missing_required: Option<Arc<str>>,
+    /// `unknown_fields: error`: a field number the writer schema does not declare is an error.
+    pub unknown_is_error: bool,
+    /// The number of fields, each with a bit in the set of fields seen on the wire.
+    pub tracked: usize,
+}
+
+/// Field number → index into [`MessageOp::fields`].
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    /// Indexed by number; [`NOT_DECLARED`] for numbers the writer schema does not have.
+    Dense(Box<[u16]>),
+    /// Sorted by number, for schemas with very large field numbers.
+    Sparse(Box<[(u32, u16)]>),
+}
+
+pub const NOT_DECLARED: u16 = u16::MAX;
+
+impl Lookup {
+    #[inline]
+    pub fn get(&self, number: u64) -> Option<usize> {
+        match self {
+            Lookup::Dense(t) => match t.get(number as usize) {
+                Some(&i) if i != NOT_DECLARED => Some(i as usize),
+                _ => None,
+            },
+            Lookup::Sparse(t) => t
+                .binary_search_by_key(&number, |(n, _)| *n as u64)
+                .ok()
+                .map(|i| t[i].1 as usize),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct FieldOp {
+    pub kind: FieldKind,
+    /// Column path for messages.
+    pub column: Arc<str>,
+}
+
+#[derive(Debug, Clone)]
+pub enum FieldKind {
+    /// Declared in the writer schema, no column: skipped by its wire type.
+    Skip,
+    Scalar {
+        src: Src,
+        conv: Conv,
+        tag: Tag,
+        repeated: bool,
+    },
+    /// A nested message written as a RECORD (also map entries).
+    Message { op: Box<MessageOp>, repeated: bool },
+    /// A well-known message written as a scalar column.
+    Special {
+        special: Special,
+        tag: Tag,
+        repeated: bool,
+    },
+}
+
+/// The declared Protobuf scalar type, which decides the wire type and how to decode it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Src {
+    Int32,
+    Int64,
+    UInt32,
+    UInt64,
+    SInt32,
+    SInt64,
+    Fixed32,
+    Fixed64,
+    SFixed32,
+    SFixed64,
+    Float,
+    Double,
+    Bool,
+    Enum,
+    String,
+    Bytes,
+}
+
+impl Src {
+    /// The wire type of one unpacked value.
+    pub fn wire(self) -> u8 {
+        match self {
+            Src::Fixed32 | Src::SFixed32 | Src::Float => 5,
+            Src::Fixed64 | Src::SFixed64 | Src::Double => 1,
+            Src::String | Src::Bytes => 2,
+            _ => 0,
+        }
+    }
+
+    pub fn packable(self) -> bool {
+        !matches!(self, Src::String | Src::Bytes)
+    }
+}
+
+/// How one decoded value becomes one proto field value of the row.
+#[derive(Debug, Clone)]
+pub enum Conv {
+    /// A signed integer into INT64.
+    Int,
+    /// An unsigned 64-bit integer into INT64, checked against i64::MAX.
+    UInt,
+    IntToDouble,
+    UIntToDouble,
+    IntToNumeric(DecimalTarget),
+    UIntToNumeric(DecimalTarget),
+    Float,
+    Double,
+    Bool,
+    /// Enum number → the value's name (sorted by number).
+    EnumName(Box<[(i32, Box<str>)]>),
+    /// Enum number into INT64.
+    EnumNumber,
+    Str,
+    /// String validated as JSON text.
+    JsonStr,
+    StrAsBytes,
+    Bytes,
+    /// Bytes into a STRING column, UTF-8 checked.
+    BytesAsStr,
+}
+
+/// Well-known message types that become scalars.
+#[derive(Debug, Clone)]
+pub enum Special {
+    /// `google.protobuf.Timestamp` → TIMESTAMP µs (sub-µs truncated toward −∞).
+    Timestamp,
+    /// `google.protobuf.Timestamp` → DATETIME, the UTC civil time.
+    TimestampDateTime,
+    /// `google.protobuf.Duration` → INT64 µs (sub-µs truncated toward zero).
+    DurationMicros,
+    /// `google.protobuf.*Value`: field 1 of `src`, with its default when absent.
+    Wrapper { src: Src, conv: Conv },
+    /// `google.type.Date` → DATE.
+    Date,
+    /// `google.type.TimeOfDay` → TIME.
+    TimeOfDay,
+    /// `confluent.type.Decimal` (big-endian unscaled bytes, `scale`) → NUMERIC / BIGNUMERIC.
+    ConfluentDecimal(DecimalTarget),
+    /// `google.type.Decimal` (decimal text) → NUMERIC / BIGNUMERIC.
+    GoogleDecimal(DecimalTarget),
+}
