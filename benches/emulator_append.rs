@@ -1,7 +1,7 @@
 //! Throughput of the emulator's append path on one core: one 8 MiB AppendRows request decoded
 //! from its wire bytes, every row validated against the table schema, and stored in a COMMITTED
-//! stream — everything a real AppendRows call does except the HTTP/2 transport. DESIGN §8 asks
-//! for well over 100 MB/s. Two row shapes: `synthetic` (~1 KB, 9 columns, most bytes in one
+//! stream — everything a real AppendRows call does except the HTTP/2 transport. The aim is well
+//! over 100 MB/s. Two row shapes: `synthetic` (~1 KB, 9 columns, most bytes in one
 //! BYTES and one STRING value) and `orders`, the rows of the end-to-end benchmark (the
 //! quickstart's order records through the sink's own transcoder: 20 fields with a nested
 //! record, repeated records and strings, decimals — many small values per row).

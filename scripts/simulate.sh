@@ -8,7 +8,7 @@
 #   options: --release (an optimised build: ~10x faster per seed, one long compile),
 #            --first-seed N (start of the seed range; default: from the clock),
 #            --faulty-seconds S (virtual time with faults per seed, default 120),
-#            --on-missing-checkpoint fail (the default policy instead of earliest: review #11)
+#            --on-missing-checkpoint fail (the default policy, not earliest: docs/operations.md)
 #   KBQ_SIM_TRACE=1 prints every step of the trace as it happens.
 #
 # Progress lines give the seeds run, the simulated hours and the failures; a failing seed prints

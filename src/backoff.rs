@@ -29,8 +29,8 @@ pub const DEAD_LETTER: Backoff = Backoff::new(Duration::from_millis(100), Durati
 pub const CREATE_STREAM: Backoff =
     Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 /// An error that only an operator or time can cure (permission denied, credentials, failed
-/// precondition): retried slowly while readiness is false (DESIGN §4 "fail closed with
-/// backoff"; issue 11, review #14).
+/// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies;
+/// issue 11 #14).
 pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 /// The protocol's recovery I/O (re-flush, resolve) and the flushes of a shutdown's final
 /// cycles: 0.2 s, 0.4 s, … 30 s by attempt number.

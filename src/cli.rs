@@ -1,4 +1,4 @@
-//! The command line: one binary, one subcommand per job (DESIGN §1).
+//! The command line: one binary, one subcommand per job (docs/architecture.md#module-map).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,6 +1,6 @@
-//! The daemon's YAML configuration (DESIGN §7): typed sections, `${ENV}` substitution, every
-//! default in [`defaults`], and [`validate`], which checks a parsed config without any I/O and
-//! names the field path of every error.
+//! The daemon's YAML configuration (README, "Configuration reference"): typed sections, `${ENV}`
+//! substitution, every default in [`defaults`], and [`validate`], which checks a parsed config
+//! without any I/O and names the field path of every error.
 //!
 //! Loading runs in two steps. [`Config::from_yaml`] parses (unknown keys are errors everywhere,
 //! `${NAME}` and `${NAME:-default}` are substituted in unquoted values, a missing variable
@@ -40,7 +40,7 @@ pub mod defaults {
     ];
     pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
     pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
-    /// F22: a 404 from the registry can be transient (failover, restore).
+    /// A 404 from the registry can be transient (failover, restore).
     pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
     /// The TopicNameStrategy subject of a topic's values.
     pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
@@ -344,7 +344,7 @@ pub struct Config {
     /// `at_least_once` (the `_default` stream, Kafka commit after acknowledged appends).
     #[serde(default)]
     pub delivery: Delivery,
-    /// The two-phase checkpoint cycle (DESIGN §2).
+    /// The two-phase checkpoint cycle (docs/architecture.md#the-cycle).
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
     /// Batching and memory bounds of the per-partition writers.
@@ -1102,7 +1102,7 @@ pub enum OnBadRecord {
     Skip,
 }
 
-/// What to do where no exact continuation exists (DESIGN §2).
+/// What to do where no exact continuation exists (docs/architecture.md#recovery).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecoveryConfig {

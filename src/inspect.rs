@@ -1,8 +1,8 @@
 //! `inspect -c config.yaml`: the checkpoint of every partition of the group, read from Kafka
-//! without joining the group (design review F19). A consumer that subscribes would join, trigger
-//! a rebalance and possibly be assigned partitions it never processes; this one never subscribes:
-//! it reads the committed offsets with an OffsetFetch under the group id and the watermarks of
-//! each partition, and never commits.
+//! without joining the group (docs/operations.md, `inspect`). A consumer that subscribes would
+//! join, trigger a rebalance and possibly be assigned partitions it never processes; this one never
+//! subscribes: it reads the committed offsets with an OffsetFetch under the group id and the
+//! watermarks of each partition, and never commits.
 //!
 //! Which partitions: those of the configured topics, plus every partition of any topic the group
 //! has a committed offset for (an unsubscribed topic with a checkpoint is what `recover` is for).

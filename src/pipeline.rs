@@ -291,8 +291,8 @@ fn protocol_config(config: &Config) -> ProtocolConfig {
 }
 
 /// The table label that marks "this consumer group has committed a checkpoint for this table"
-/// (DESIGN §2, start position): `kbq_group_` + FNV-1a of the group id (label keys allow only
-/// lower-case letters, digits, `_` and `-`).
+/// (docs/architecture.md, invariant 7): `kbq_group_` + FNV-1a of the group id (label keys allow
+/// only lower-case letters, digits, `_` and `-`).
 pub fn group_label(group_id: &str) -> String {
     // The same stable hash as the table fingerprint of the checkpoint metadata.
     format!("kbq_group_{}", TableFingerprint::of_table_path(group_id))

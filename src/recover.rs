@@ -1,7 +1,7 @@
 //! `recover -c config.yaml`: brings the checkpoints that no running sink will pick up to rest
-//! (design review F21). Invariant 2 ("every committed checkpoint is eventually flushed") counts on
-//! the next owner of a partition; a topic removed from the subscription has none, and its rows
-//! `[f, K)` would stay invisible until the stream expires.
+//! (docs/operations.md, `recover`). Invariant 2 ("every committed checkpoint is eventually
+//! flushed") counts on the next owner of a partition; a topic removed from the subscription has
+//! none, and its rows `[f, K)` would stay invisible until the stream expires.
 //!
 //! Per exactly-once checkpoint `(K, s, r, f)` of the selected topics, in this order:
 //! 1. `FlushRows(s, r)` when `f < K` — always safe: `(s, r)` was committed, so invariant 1 holds;
@@ -10,7 +10,7 @@
 //!    live owner; a rejected commit is reported and nothing more is done for the partition). Just
 //!    before it, the checkpoint is read again: a sink that joined, committed its own checkpoint and
 //!    left while the flush ran has moved on, and writing `K` back over it would re-deliver what it
-//!    committed, so the partition is left to it (review finding #17);
+//!    committed, so the partition is left to it (issue 11 #17);
 //! 3. `FinalizeWriteStream(s)`: nothing durable references `s` any more (invariant 3).
 //!
 //! It never moves an offset: a lost stream is reported (the records of `[f, K)` must be

@@ -1,5 +1,5 @@
 //! The checkpoint protocol against a model of Kafka and BigQuery, with two replicas and a fault
-//! injected at every step (DESIGN §3, design-review §4).
+//! injected at every step (docs/architecture.md#invariants).
 //!
 //! Kafka model: two topics routed to two tables (one partition each: a partition's checkpoint
 //! must name its own topic's table, and the group's marker is per table), a consumer group with generations and members, a committed offset +
@@ -564,7 +564,7 @@ impl World {
                 case: StartCase::MissingCheckpoint,
                 at,
             } => {
-                // The expired checkpoint took its unflushed tail with it (F1): below `at`, what
+                // The expired checkpoint took its unflushed tail with it: below `at`, what
                 // is not visible is gone; from `at` on, what was visible comes again. Both are
                 // the policy's counted consequences.
                 let p = index(&tp);

@@ -1,5 +1,5 @@
-//! The config (DESIGN §7): the shipped examples validate, and every kind of mistake is reported
-//! with the path of the field that is wrong.
+//! The config (README, "Configuration reference"): the shipped examples validate, and every kind of
+//! mistake is reported with the path of the field that is wrong.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! The emulator's Storage Write API, driven through a real tonic client over loopback. Each test
-//! states one behaviour of BigQuery (reference/storage-write-api.md) that the emulator must copy.
+//! states one behaviour of BigQuery that the emulator must copy
+//! (docs/architecture.md#bigquery-facts).
 
 #[path = "support/emulator.rs"]
 mod emulator_support;

@@ -1,6 +1,7 @@
-//! The mechanism the checkpoint protocol rests on (DESIGN §2), checked against a real broker:
-//! a committed offset carries its metadata to the next owner of the partition, and the broker's
-//! metadata limit rejects an oversized checkpoint for that partition alone.
+//! The mechanism the checkpoint protocol rests on (docs/architecture.md#the-checkpoint), checked
+//! against a real broker: a committed offset carries its metadata to the next owner of the
+//! partition, and the broker's metadata limit rejects an oversized checkpoint for that partition
+//! alone.
 
 mod support;
 
@@ -129,7 +130,7 @@ fn poll_until(
     }
 }
 
-/// Checkpoint-shaped metadata (DESIGN §2) that differs per partition.
+/// Checkpoint-shaped metadata (docs/architecture.md#the-checkpoint) that differs per partition.
 fn checkpoint_metadata(partition: i32, next_offset: i64) -> String {
     format!(
         r#"{{"v":1,"s":"Cg{partition}stream-{partition}","t":"00ff00ff00ff00ff","r":{},"f":0}}"#,
@@ -165,10 +166,10 @@ fn committed_offsets_with_metadata_reach_the_next_group_member_after_a_cooperati
         .collect();
 
     let mut first = Member::join(bootstrap, &group, &topic);
-    // A new group has nothing committed. With auto.offset.reset=error librdkafka does not pick
-    // a start position: it reports an error (one per partition, but rust-rdkafka's error does
-    // not say which partition) and fetches nothing, so the daemon must choose the start
-    // position itself when the assign callback finds no committed offset (DESIGN §2, invariant 7).
+    // A new group has nothing committed. With auto.offset.reset=error librdkafka does not pick a
+    // start position: it reports an error (one per partition, but rust-rdkafka's error does not say
+    // which partition) and fetches nothing, so the daemon must choose the start position itself
+    // when the assign callback finds no committed offset (docs/architecture.md, invariant 7).
     poll_until(
         &mut [&mut first],
         "the first member to own every partition and report that none has an offset",
@@ -424,7 +425,7 @@ fn checkpoint_metadata_over_the_broker_limit_fails_only_its_own_partition() {
     // as a whole fails with OFFSET_METADATA_TOO_LARGE (librdkafka reports one error code for
     // the list), yet the partition at the limit IS committed and the oversized one keeps its
     // previous checkpoint. So a failed commit says nothing about which partitions committed:
-    // the coordinator must read them back (DESIGN §2 step 2).
+    // the coordinator must read them back (docs/architecture.md#the-cycle, step 2).
     assert_eq!(
         result,
         Err(KafkaError::ConsumerCommit(

@@ -259,7 +259,7 @@ async fn switching_exactly_once_to_at_least_once_and_back_loses_nothing() {
     let alo = config(&f, &group, "at_least_once");
 
     // 1. Exactly-once with every flush failing: checkpoints are committed, nothing is visible,
-    //    and the daemon dies with rows [f, K) in doubt (design review F5).
+    //    and the daemon dies with rows [f, K) in doubt (docs/architecture.md#at-least-once-mode).
     let first = 3_000;
     f.produce(first);
     fail_every_flush(&f.emulator);

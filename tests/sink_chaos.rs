@@ -589,7 +589,7 @@ async fn a_live_stream_finalized_and_met_first_by_a_flush_is_recovered() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
-/// Finding #2 of the exactly-once review (docs/design-changes.md), with processes: replica `a` is
+/// Issue 11 #2 (docs/design-changes.md, 6), with processes: replica `a` is
 /// frozen (SIGSTOP) past its session timeout in the middle of its recovery, `b` takes the
 /// partition over, recovers, writes and rests at `f == K` on its own stream; then `a` resumes
 /// (SIGCONT). Whatever `a` does before it learns that it was fenced, it must not finalize any
@@ -946,7 +946,7 @@ async fn a_pattern_that_matches_the_dead_letter_topic_never_consumes_it() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6. A row BigQuery rejects in the middle of a request (issue 11, review #1).
+// 6. A row BigQuery rejects in the middle of a request (issue 11 #1).
 
 /// The fixture's table with a `customer STRING(20)`: BigQuery itself rejects a longer value as a
 /// row error, in the middle of an AppendRows request.

@@ -1,6 +1,6 @@
-//! Errors of the Storage Write API as the daemon sees them, classified where they are defined
-//! (STYLE habit 4). The classification — not string matching scattered through the writer and
-//! the coordinator — decides what happens to offsets (DESIGN §4, recovery table of §2).
+//! Errors of the Storage Write API as the daemon sees them, classified where they are defined,
+//! once. The classification — not string matching scattered through the writer and
+//! the coordinator — decides what happens to offsets (docs/architecture.md#failure-policies).
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::{
     RowError, StorageError, storage_error::StorageErrorCode,
@@ -20,8 +20,8 @@ pub enum ErrorClass {
     Transient,
     /// RESOURCE_EXHAUSTED: as `Transient`, with a longer backoff.
     Throttled,
-    /// ALREADY_EXISTS on an append (OFFSET_ALREADY_EXISTS): success only for a resend of a
-    /// request this incarnation sent on this stream (DESIGN §3 invariant 5). On FlushRows it
+    /// ALREADY_EXISTS on an append (OFFSET_ALREADY_EXISTS): success only for a resend of a request
+    /// this incarnation sent on this stream (docs/architecture.md, invariant 5). On FlushRows it
     /// means the flush cursor is already past the offset.
     AlreadyExists,
     /// OUT_OF_RANGE: an append offset beyond the end (an earlier append failed) or a flush
@@ -42,7 +42,7 @@ pub enum ErrorClass {
     /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change, a credential
     /// being rotated, a table in a state it leaves again (the Go client retries
     /// FAILED_PRECONDITION). Retried with a long backoff while readiness is false, never a
-    /// permanent stop (DESIGN "fail closed with backoff"; review #14).
+    /// permanent stop (docs/architecture.md#failure-policies; issue 11 #14).
     Denied,
     /// Malformed names or requests: retrying cannot help.
     Fatal,

@@ -322,7 +322,8 @@ impl RestClient {
         Self::decode(&path, doc)
     }
 
-    /// Sets one label on the table (other labels stay): the group's marker of DESIGN §2.
+    /// Sets one label on the table (other labels stay): the group's marker (docs/architecture.md,
+    /// invariant 7).
     pub async fn set_table_label(
         &self,
         table: &TableReference,

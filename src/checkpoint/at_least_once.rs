@@ -1,14 +1,14 @@
-//! At-least-once mode (`delivery: at_least_once`, DESIGN §4): writers append to the table's
-//! `_default` stream without offsets, and the Kafka offset of a partition is committed once every
-//! record below it is acknowledged by BigQuery (appended, or dead-lettered and acknowledged).
+//! At-least-once mode (`delivery: at_least_once`; docs/architecture.md): writers append to the
+//! table's `_default` stream without offsets, and the Kafka offset of a partition is committed once
+//! every record below it is acknowledged by BigQuery (appended, or dead-lettered and acknowledged).
 //! A crash re-delivers what was appended after the last commit: duplicates, never a loss.
 //!
-//! Recovery is the exactly-once protocol's, unchanged (design review F5): an exactly-once
-//! checkpoint left behind by a switch of modes has rows `[f, K)` that only a re-flush of `(s, r)`
-//! makes visible, and starting at `K` without it would lose them. So each assigned partition gets
-//! its own [`CheckpointProtocol`] for the recovery alone — start-position policies, re-flush and
-//! its outcomes, lost-stream policy — and is handed to an at-least-once writer at the position
-//! where the protocol starts its incarnation. The protocol instance is dropped then.
+//! Recovery is the exactly-once protocol's, unchanged (docs/architecture.md#at-least-once-mode): an
+//! exactly-once checkpoint left behind by a switch of modes has rows `[f, K)` that only a re-flush
+//! of `(s, r)` makes visible, and starting at `K` without it would lose them. So each assigned
+//! partition gets its own [`CheckpointProtocol`] for the recovery alone — start-position policies,
+//! re-flush and its outcomes, lost-stream policy — and is handed to an at-least-once writer at the
+//! position where the protocol starts its incarnation. The protocol instance is dropped then.
 //!
 //! Commits carry the `m=alo` metadata, so a later switch back to exactly-once starts at the
 //! committed offset with nothing to re-flush. The stream of a superseded exactly-once checkpoint

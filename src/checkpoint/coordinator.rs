@@ -94,7 +94,7 @@ pub struct Coordinator {
     denied: DeniedFlushes,
     /// Cycle flushes sent per partition since shutdown began: the final cycles run back to back,
     /// so a flush that keeps failing transiently is retried with the recovery backoff by this
-    /// count instead of in a tight loop until the deadline (review #15).
+    /// count instead of in a tight loop until the deadline (issue 11 #15).
     shutdown_flushes: Option<HashMap<TopicPartition, u32>>,
 }
 
@@ -1027,8 +1027,8 @@ pub(crate) fn spawn_partition_writer(
     handle
 }
 
-/// One FlushRows, timed and counted, classified as the protocol needs it (DESIGN §2 recovery
-/// table). Shared by both delivery modes.
+/// One FlushRows, timed and counted, classified as the protocol needs it
+/// (docs/architecture.md#the-re-flush). Shared by both delivery modes.
 pub(crate) async fn flush(
     client: &WriteClient,
     stream: &str,
@@ -1055,8 +1055,8 @@ pub(crate) async fn flush(
                 }
                 // An IAM change or a credential being rotated passes: the flush stays pending
                 // and is retried (every cycle, or with the recovery backoff), never a permanent
-                // stop of the partition (review #14); readiness is false meanwhile
-                // (`DeniedFlushes`).
+                // stop of the partition (issue 11 #14); readiness is false meanwhile
+                // (`DeniedFlushes`; docs/architecture.md#failure-policies).
                 ErrorClass::Denied => {
                     tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
                     FlushOutcome::Denied(e.to_string())

@@ -6,7 +6,7 @@
 //! and the commit must be made by this consumer. So the callback itself serves the command channel
 //! (a rendezvous with the coordinator) until the coordinator releases every revoked partition or
 //! the handoff deadline passes. Because one thread executes every commit, a commit and a revoke can
-//! never interleave: that is the commit lock of DESIGN §2.
+//! never interleave: that is the commit lock of docs/architecture.md, invariant 4.
 //!
 //! Invariant 4 at this edge: a cycle commit the coordinator built before it learned of a revoke
 //! can still be in the channel when the callback starts. The callback tells the coordinator that
@@ -384,7 +384,7 @@ pub fn spawn(
     let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
     let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
     // Partition counts at subscription time: a partition above them was added at runtime, which
-    // has its own start policy (DESIGN §2).
+    // has its own start policy (docs/architecture.md#start-cases).
     {
         let mut shared = consumer.context().shared.lock().expect("consumer state");
         for topic in &settings.topics {

@@ -1,8 +1,9 @@
-//! The dead-letter producer (DESIGN §3 invariant 6). A bad record goes to the dead-letter topic
-//! with its original key, value and headers plus headers saying why and where it came from; the
-//! writer counts it as handled only after the broker acknowledged it, so a checkpoint never
-//! covers a record that is neither in BigQuery nor in the dead-letter topic. The topic itself is
-//! at-least-once (a crash or rewind can repeat a record): the source headers let consumers dedupe.
+//! The dead-letter producer (docs/architecture.md, invariant 6). A bad record goes to the
+//! dead-letter topic with its original key, value and headers plus headers saying why and where it
+//! came from; the writer counts it as handled only after the broker acknowledged it, so a
+//! checkpoint never covers a record that is neither in BigQuery nor in the dead-letter topic. The
+//! topic itself is at-least-once (a crash or rewind can repeat a record): the source headers let
+//! consumers dedupe.
 
 use std::collections::BTreeMap;
 use std::future::Future;

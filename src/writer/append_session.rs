@@ -1,6 +1,6 @@
-//! One writer incarnation's AppendRows session on its own write stream (DESIGN §4): requests with
-//! explicit offsets, several in flight within a byte bound, responses matched in order, and every
-//! error handled where the Storage Write API defines it:
+//! One writer incarnation's AppendRows session on its own write stream (docs/architecture.md):
+//! requests with explicit offsets, several in flight within a byte bound, responses matched in
+//! order, and every error handled where the Storage Write API defines it:
 //!
 //! * the call breaks (transient status, dropped connection, a response overdue, the 600 s idle
 //!   close): reconnect with backoff and resend every unacknowledged request in order at the same
@@ -518,7 +518,7 @@ impl<T> AppendSession<T> {
             ErrorClass::Transient | ErrorClass::Throttled
                 if self.inflight.front().is_some_and(|h| h.uncertain) =>
             {
-                // The head's earlier send may have been applied (review #9): then the stream's
+                // The head's earlier send may have been applied (issue 11 #9): then the stream's
                 // end is past it, the requests behind it may be appended, and renumbering would
                 // forget that. Treat it as a broken call instead: every request in flight is
                 // resent at its offset and stays uncertain, so ALREADY_EXISTS still means

@@ -1,6 +1,7 @@
-//! The writer actor of one partition incarnation (DESIGN §1, §4): takes the partition's records
-//! in offset order, transcodes them into a batch, appends batches to its own BUFFERED stream with
-//! explicit offsets, and reports the acknowledged prefix to the checkpoint coordinator.
+//! The writer actor of one partition incarnation (docs/architecture.md#the-shape): takes the
+//! partition's records in offset order, transcodes them into a batch, appends batches to its own
+//! BUFFERED stream with explicit offsets, and reports the acknowledged prefix to the checkpoint
+//! coordinator.
 //!
 //! The acknowledged prefix is what a checkpoint may cover: records below `next` are each either
 //! an acknowledged row of the stream (rows `0..rows`) or a dead-lettered record whose produce the
@@ -412,7 +413,7 @@ impl PartitionWriter {
     async fn take(&mut self, record: Record) -> Result<(), End> {
         if record.offset < self.pending_next.0 {
             // The consumer is behind the position this incarnation starts from or has reached
-            // (a seek that did not happen, review #4): taking the record would append rows the
+            // (a seek that did not happen, issue 11 #4): taking the record would append rows the
             // checkpoint already covers. Fail closed rather than write them twice.
             return Err(End::Failed(format!(
                 "record at offset {} is below the writer's position {}: the consumer is not where the checkpoint says",
@@ -630,7 +631,7 @@ impl PartitionWriter {
 
     /// Dead-letters `record` (its produce acknowledged) or applies the policy, and counts it.
     /// No prefix bookkeeping: a row BigQuery rejected out of a request in flight is already
-    /// covered by that request's `kafka_next`, which must not move (issue 11, review #1).
+    /// covered by that request's `kafka_next`, which must not move (issue 11 #1).
     async fn dead_letter(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
         match self.shared.settings.on_bad_record {
             BadRecordPolicy::Fail => {
@@ -899,10 +900,11 @@ impl PartitionWriter {
         });
     }
 
-    /// A session call failed. An error a pause may cure — permission denied, credentials, a
-    /// failed precondition, or a transient outage that outlasted the session's reconnects — is
-    /// waited out with a long backoff, readiness false, and the session resends its requests on
-    /// its next call (review #14: no permanent stop for these). Anything else ends the run.
+    /// A session call failed. An error a pause may cure — permission denied, credentials, a failed
+    /// precondition, or a transient outage that outlasted the session's reconnects — is waited out
+    /// with a long backoff, readiness false, and the session resends its requests on its next call
+    /// (docs/architecture.md#failure-policies: no permanent stop for these). Anything else ends the
+    /// run.
     async fn ride_out(&mut self, error: SessionError) -> Result<(), End> {
         use crate::bigquery::error::ErrorClass;
         let curable = matches!(
@@ -970,7 +972,7 @@ async fn stopped(stop: &mut Option<StopSignal>) -> Duration {
 
 /// Runs `work` unless the stop comes first. A writer waiting out an outage (the dead-letter
 /// topic, the registry, stream creation) must still answer a stop, or the handoff and every
-/// partition's final cycle wait for their deadlines (review #15). A stop there ends the writer
+/// partition's final cycle wait for their deadlines (issue 11 #15). A stop there ends the writer
 /// at once with its last reported acknowledgement: nothing it has not acknowledged is counted,
 /// so the next owner reads those records again.
 async fn unless_stopped<T>(

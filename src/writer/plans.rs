@@ -5,7 +5,7 @@
 //! registered type (or the route's pinned format) picks the schema reader, the framing after the
 //! header and the plan compiler.
 //!
-//! Schema evolution (`bigquery.schema_update: add_columns`, DESIGN §6) lives here because this is
+//! Schema evolution (`bigquery.schema_update: add_columns`, README) lives here because this is
 //! where a new writer schema is first seen: before compiling its plan, the writer schema's fields
 //! (Avro, Protobuf or JSON Schema) without a column become NULLABLE columns (`tables.patch`), and the plan is compiled only once the Storage
 //! Write API reports them (GetWriteStream FULL), so the first append carrying them cannot fail with

@@ -1,7 +1,7 @@
 //! CreateWriteStream is quota-limited per project and region (about 10,000 an hour, and latency
-//! climbs past 25 s above 40–50 calls a second: reference §3.1). A rebalance storm across many
-//! partitions must not burn that quota, so stream creations pass a token bucket: a burst for the
-//! partitions of one assignment, then a steady rate.
+//! climbs past 25 s above 40–50 calls a second: docs/architecture.md#bigquery-facts). A rebalance
+//! storm across many partitions must not burn that quota, so stream creations pass a token bucket:
+//! a burst for the partitions of one assignment, then a steady rate.
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! The commit metadata that makes a Kafka committed offset a checkpoint (DESIGN §2).
+//! The commit metadata that makes a Kafka committed offset a checkpoint
+//! (docs/architecture.md#the-checkpoint).
 //!
 //! Wire form, compact ASCII, fields in this order, optional ones left out:
 //!

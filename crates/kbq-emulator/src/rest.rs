@@ -304,7 +304,7 @@ fn if_match(headers: &HeaderMap) -> Option<String> {
 }
 
 /// PATCH changes the fields present in the body; PUT (`replace`) replaces the resource, so the
-/// optional fields it leaves out are cleared. The schema may only grow (reference §6). With
+/// optional fields it leaves out are cleared. The schema may only grow, as in BigQuery. With
 /// `If-Match`, the change applies only to the version the caller read, so two writers that race
 /// on a schema update cannot silently undo each other.
 fn change_table(

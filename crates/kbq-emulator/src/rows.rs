@@ -1,5 +1,5 @@
 //! Rows of an AppendRows request: decoded with the writer's proto2 descriptor and checked against
-//! the table schema the way BigQuery does (`reference/storage-write-api.md` §5–§7), then rendered
+//! the table schema the way BigQuery does (the types of docs/mapping.md), then rendered
 //! in the JSON shape of `tabledata.list`.
 //!
 //! A [`RowCodec`] is compiled once per (writer descriptor, table schema): names are resolved,

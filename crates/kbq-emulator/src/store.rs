@@ -29,8 +29,8 @@ use kbq_core::table_schema::TableSchema;
 
 mod applied;
 
-/// Lifetimes of idle streams (reference §2.4: COMMITTED 3 days, BUFFERED 7 days; PENDING is not
-/// documented and defaults to the BUFFERED value).
+/// Lifetimes of idle streams, as in BigQuery (docs/architecture.md#bigquery-facts): COMMITTED 3
+/// days, BUFFERED 7 days; PENDING is not documented and defaults to the BUFFERED value.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pub committed_ttl: Duration,
@@ -272,7 +272,7 @@ impl StreamKind {
     }
 }
 
-/// The phase of a stream's state machine (reference §2.4).
+/// The phase of a stream's state machine, as in BigQuery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StreamPhase {
     Active,

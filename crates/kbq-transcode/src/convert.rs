@@ -1,5 +1,5 @@
 //! Value conversions from Avro logical types into what BigQuery's Storage Write API accepts
-//! (`reference/storage-write-api.md` §7): TIMESTAMP as int64 µs, DATE as int32 days, DATETIME
+//! (docs/mapping.md): TIMESTAMP as int64 µs, DATE as int32 days, DATETIME
 //! and TIME as packed civil-time int64 (so seconds are always present), NUMERIC/BIGNUMERIC as
 //! little-endian two's-complement unscaled integers at scale 9/38. Each range check returns a
 //! human reason; the caller adds the column name.

@@ -30,7 +30,7 @@ impl CheckpointProtocol {
     }
 
     // ---------------------------------------------------------------------------------------
-    // The cycle (DESIGN §2 steps 1–4).
+    // The cycle (docs/architecture.md#the-cycle, steps 1–4).
 
     pub(super) fn start_cycle(&mut self, out: &mut Vec<Action>) {
         if self.cycle.is_some() {
@@ -298,7 +298,7 @@ impl CheckpointProtocol {
     }
 
     /// A partition whose commit keeps failing (metadata too large, topic ACL, deleted topic) is
-    /// stopped so that it cannot stall the others (F8).
+    /// stopped so that it cannot stall the others (docs/architecture.md#the-cycle, step 2).
     pub(super) fn isolate_failing(&mut self, out: &mut Vec<Action>) {
         let limit = self.config.isolate_after_commit_failures;
         let failing: Vec<_> = self

@@ -5,7 +5,7 @@ use super::*;
 
 impl CheckpointProtocol {
     // ---------------------------------------------------------------------------------------
-    // Recovery on assignment (DESIGN §2 "Recovery when a partition is assigned").
+    // Recovery on assignment (docs/architecture.md#recovery).
 
     pub(super) fn on_assigned(
         &mut self,

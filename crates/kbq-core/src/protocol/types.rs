@@ -75,7 +75,8 @@ pub struct ProtocolConfig {
     pub on_out_of_range: OutOfRangePolicy,
     /// A partition whose commit fails this many cycles in a row is isolated.
     pub isolate_after_commit_failures: u32,
-    /// NOT_FOUND can be transient (reference §3.1): retry this often before calling a stream gone.
+    /// NOT_FOUND can be transient (docs/architecture.md#bigquery-facts): retry this often before
+    /// calling a stream gone.
     pub not_found_retries: u32,
     /// Failed `resolve` queries (with the shell's backoff) before `resolve_fallback` applies.
     pub resolve_attempts: u32,
@@ -85,7 +86,8 @@ pub struct ProtocolConfig {
 }
 
 impl ProtocolConfig {
-    /// The production defaults of DESIGN §2.
+    /// The protocol's own defaults (the daemon's come from its config: README, "Recovery
+    /// policies").
     pub fn new() -> Self {
         ProtocolConfig {
             write_version: MetadataVersion::CURRENT,
@@ -110,7 +112,7 @@ impl Default for ProtocolConfig {
     }
 }
 
-/// Result of one FlushRows, classified by the BigQuery client (DESIGN §2 recovery table).
+/// Result of one FlushRows, classified by the BigQuery client (docs/architecture.md#the-re-flush).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FlushOutcome {
     Flushed,
@@ -122,8 +124,8 @@ pub enum FlushOutcome {
     /// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, or no response.
     Transient(String),
     /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change or a credential
-    /// being rotated passes, so it is retried as a transient error (review #14); the shell keeps
-    /// readiness false meanwhile.
+    /// being rotated passes, so it is retried as a transient error (issue 11 #14); the shell keeps
+    /// readiness false meanwhile (docs/architecture.md#failure-policies).
     Denied(String),
     /// OUT_OF_RANGE, other INVALID_ARGUMENT: never rewind.
     Fatal(String),

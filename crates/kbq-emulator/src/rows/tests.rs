@@ -1,5 +1,5 @@
 //! RowCodec against rows encoded by an independent implementation (prost-reflect), for every
-//! column type of reference §7 and every schema and row error of §5–§6.
+//! column type of docs/mapping.md and every schema and row error the emulator models.
 
 use super::*;
 use prost::Message as _;
