@@ -139,9 +139,12 @@ fn dropped() -> Status {
 }
 
 /// The kept columns of validated rows, copied into one buffer per request so that the request's
-/// own buffer is released once it is answered.
+/// own buffer is released once it is answered. The CDC pseudo-columns are always kept: a table's
+/// applied state is derived from them when it is read (docs/cdc.md, "In the emulator").
 fn project(codec: &RowCodec, rows: &[Bytes], columns: &[String]) -> Vec<Bytes> {
-    let keep = codec.column_numbers(columns);
+    let mut keep = codec.column_numbers(columns);
+    let pseudo = codec.pseudo_columns();
+    keep.extend(pseudo.change_type.into_iter().chain(pseudo.sequence));
     let mut buf = Vec::with_capacity(rows.len() * 32);
     let mut ends = Vec::with_capacity(rows.len());
     for row in rows {
