@@ -3,13 +3,17 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
+#                [--layouts L] [--sink-core N] [--raw-tolerance F]
 #                [--perf-emulator] [--emulator-bin PATH] [--emulator-keep-all]
 #                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
 # with KBQ_KAFKA_BOOTSTRAP set, that broker is used instead) and the emulator as its own process,
-# then runs `kbq-bench run`, which preloads the topic and measures. The table goes to stdout and
-# DIR/results.txt, the figures to DIR/results.json; configs and daemon logs stay in DIR.
+# then runs `kbq-bench run`, which preloads the topic and measures each mode in two layouts:
+# pinned (the sink, or the raw consumer, alone on one core under taskset; the broker, the emulator
+# and the driver on the others) and unpinned (everything on every core), with the raw consumer
+# before and after every sink run. The tables go to stdout and DIR/results.txt, the figures to
+# DIR/results.json; configs and daemon logs stay in DIR.
 # The emulator validates every row whole but keeps only the Kafka metadata columns the driver
 # reads (--keep-columns): it holds what it keeps for its lifetime, and 2 GB of fresh pages cost
 # it more CPU than the sink's whole drain on these shared cores. --emulator-keep-all keeps rows.
@@ -24,8 +28,9 @@ profile=release
 extra=()
 perf_emulator=0
 emulator_bin=""
-keep_columns="_kafka_partition,_kafka_offset,_kafka_timestamp"
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+# `sequence` is the CDC mode's primary key: the emulator applies changes by it
+keep_columns="_kafka_partition,_kafka_offset,_kafka_timestamp,sequence"
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --records) records="$2"; shift 2 ;;
@@ -40,7 +45,7 @@ while (($#)); do
     # the emulator keeps every column of every row (as it does outside benchmarks)
     --emulator-keep-all) keep_columns=""; shift ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
-      --consumer-property | --writer)
+      --consumer-property | --writer | --layouts | --sink-core | --raw-tolerance)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -65,7 +70,13 @@ driver="$bin_dir/examples/kbq-bench"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kbq-bench.XXXXXX")
 emulator_pid=""
 perf_pid=""
+broker_pid=""
+# the cores this script may use: the broker gets them back at exit (the pinned layout moves it)
+all_cores=$(taskset -c -p $$ | sed 's/.*: //')
 cleanup() {
+  if [[ -n "$broker_pid" ]]; then
+    taskset -a -c -p "$all_cores" "$broker_pid" >/dev/null 2>&1 || true
+  fi
   if [[ -n "$perf_pid" ]]; then
     # perf writes its file on SIGINT
     kill -INT "$perf_pid" 2>/dev/null || true
@@ -86,13 +97,19 @@ trap 'exit 130' INT TERM
 if [[ -n "${KBQ_KAFKA_BOOTSTRAP:-}" ]]; then
   bootstrap="$KBQ_KAFKA_BOOTSTRAP"
   log "using the broker at $bootstrap"
+  # scripts/kafka.sh's directory, when given, names the broker's pid (to pin it)
+  if [[ -n "${KBQ_KAFKA_DIR:-}" && -r "$KBQ_KAFKA_DIR/pid" ]]; then
+    broker_pid=$(cat "$KBQ_KAFKA_DIR/pid")
+  fi
 else
   scripts/kafka.sh fetch
   mkdir -p "$work/kafka"
   # the watchdog stops the broker even if this script is killed
   bootstrap=$(KBQ_KAFKA_HEAP="${KBQ_KAFKA_HEAP:-1g}" scripts/kafka.sh start "$work/kafka" --parent $$)
-  log "broker at $bootstrap"
+  broker_pid=$(cat "$work/kafka/pid")
+  log "broker at $bootstrap (pid $broker_pid)"
 fi
+log "load before: $(uptime)"
 
 emulator_flags=(--listen 127.0.0.1:0)
 [[ -n "$keep_columns" ]] && emulator_flags+=(--keep-columns "$keep_columns")
@@ -113,6 +130,9 @@ if ((perf_emulator)); then
   log "profiling the emulator into $out/perf-emulator.data"
 fi
 
+broker_flags=()
+[[ -n "$broker_pid" ]] && broker_flags=(--broker-pid "$broker_pid")
 "$driver" run --bootstrap "$bootstrap" --emulator "$emulator" --emulator-pid "$emulator_pid" \
   --sink-bin "$sink" --records "$records" --partitions "$partitions" --out "$out" \
-  --emulator-keep-columns "${keep_columns:-all}" "${extra[@]}"
+  --emulator-keep-columns "${keep_columns:-all}" "${broker_flags[@]}" "${extra[@]}"
+log "load after: $(uptime)"

@@ -6,6 +6,8 @@
 //! consumer group, followed by a rate-limited phase for the end-to-end visibility latency.
 
 mod generator;
+mod layout;
+mod report;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -27,6 +29,9 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
+
+use layout::{CoreWatch, Layout};
+use report::{Latency, LayoutRuns, Row};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -80,9 +85,24 @@ struct RunArgs {
     latency_rate: u64,
     #[arg(long, default_value_t = 20)]
     latency_secs: u64,
-    /// Delivery modes to measure, comma-separated.
-    #[arg(long, default_value = "exactly_once,at_least_once")]
+    /// Modes to measure, comma-separated: `exactly_once`, `at_least_once`, `cdc` (an
+    /// at-least-once route with `cdc:`, every record an upsert).
+    #[arg(long, default_value = "exactly_once,at_least_once,cdc")]
     modes: String,
+    /// Layouts to measure, comma-separated: `pinned` (the measured process alone on one core,
+    /// the broker, the emulator and the driver on the others), `unpinned` (all on all cores).
+    #[arg(long, default_value = "pinned,unpinned")]
+    layouts: String,
+    /// The core of the measured process in the pinned layout (default: the last usable one).
+    #[arg(long)]
+    sink_core: Option<usize>,
+    /// The broker's process id, to pin it in the pinned layout.
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// A ratio to the raw baseline is refused when the raw runs before and after its sink run
+    /// differ by more than this fraction (of the smaller).
+    #[arg(long, default_value_t = 0.15)]
+    raw_tolerance: f64,
     /// An extra librdkafka consumer property `KEY=VALUE` for the sink and the raw baseline
     /// (repeatable).
     #[arg(long = "consumer-property")]
@@ -614,88 +634,6 @@ fn raw(config_path: &Path, topic: &str) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The run
 
-/// One measured row of the table.
-#[derive(Debug, Clone, Default)]
-struct Row {
-    name: String,
-    records: u64,
-    bytes: u64,
-    seconds: f64,
-    /// From the first consumed record until every record's append was acknowledged: the drain
-    /// without the wait for the checkpoint that makes the last rows visible.
-    appended_seconds: Option<f64>,
-    cpu_s: f64,
-    peak_rss: u64,
-    checkpoints: Option<f64>,
-    checkpoint_p50: Option<f64>,
-    checkpoint_p99: Option<f64>,
-    latency: Option<Latency>,
-    emulator_cpu_s: Option<f64>,
-    exact: Option<bool>,
-    not_measured: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-struct Latency {
-    rate: u64,
-    records: u64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
-    checkpoint_p50: Option<f64>,
-    checkpoint_p99: Option<f64>,
-}
-
-impl Row {
-    fn records_per_s(&self) -> f64 {
-        self.records as f64 / self.seconds.max(1e-9)
-    }
-    fn mb_per_s(&self) -> f64 {
-        self.bytes as f64 / 1e6 / self.seconds.max(1e-9)
-    }
-    fn appended_mb_per_s(&self) -> Option<f64> {
-        self.appended_seconds
-            .map(|s| self.bytes as f64 / 1e6 / s.max(1e-9))
-    }
-    fn cpu_per_gb(&self) -> f64 {
-        self.cpu_s / (self.bytes as f64 / 1e9).max(1e-12)
-    }
-
-    fn to_json(&self, raw: Option<&Row>) -> Value {
-        if let Some(why) = &self.not_measured {
-            return json!({ "name": self.name, "not_measured": why });
-        }
-        json!({
-            "name": self.name,
-            "records": self.records,
-            "bytes": self.bytes,
-            "seconds": self.seconds,
-            "records_per_s": self.records_per_s(),
-            "mb_per_s": self.mb_per_s(),
-            "appended_seconds": self.appended_seconds,
-            "appended_mb_per_s": self.appended_mb_per_s(),
-            "ratio_to_raw": raw.map(|r| self.records_per_s() / r.records_per_s()),
-            "cpu_seconds": self.cpu_s,
-            "cpu_seconds_per_gb": self.cpu_per_gb(),
-            "peak_rss_bytes": self.peak_rss,
-            "checkpoints_committed": self.checkpoints,
-            "checkpoint_p50_s": self.checkpoint_p50,
-            "checkpoint_p99_s": self.checkpoint_p99,
-            "emulator_cpu_seconds": self.emulator_cpu_s,
-            "visible_rows_exact": self.exact,
-            "latency": self.latency.as_ref().map(|l| json!({
-                "rate_per_s": l.rate,
-                "records": l.records,
-                "p50_ms": l.p50_ms,
-                "p99_ms": l.p99_ms,
-                "max_ms": l.max_ms,
-                "checkpoint_p50_s": l.checkpoint_p50,
-                "checkpoint_p99_s": l.checkpoint_p99,
-            })),
-        })
-    }
-}
-
 fn run(args: RunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     check_generator()?;
@@ -730,35 +668,104 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut next_seq = args.records;
 
     let http = Http::new()?;
-    let mut rows = Vec::new();
-    let raw_row = raw_phase(&args, &topic, &avsc, &unique)?;
-    eprintln!(
-        "bench: raw {:.0} records/s, {:.1} MB/s",
-        raw_row.records_per_s(),
-        raw_row.mb_per_s()
-    );
-    rows.push(raw_row);
-    for mode in args
+    let cores = layout::online_cores()?;
+    let layouts = args
+        .layouts
+        .split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| Layout::parse(l, &cores, args.sink_core))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let modes: Vec<&str> = args
         .modes
         .split(',')
         .map(str::trim)
         .filter(|m| !m.is_empty())
-    {
-        let row = sink_phase(&args, &http, &topic, &avsc, &unique, mode, &mut next_seq)?;
-        match &row.not_measured {
-            Some(why) => eprintln!("bench: {mode} not measured: {why}"),
-            None => eprintln!(
-                "bench: {mode} {:.0} records/s, {:.1} MB/s",
-                row.records_per_s(),
-                row.mb_per_s()
-            ),
+        .collect();
+    let load_before = layout::loadavg();
+    eprintln!("bench: load before: {load_before}");
+    let mut all = Vec::new();
+    // The latency phase runs once per mode, in the unpinned layout (as the daemon runs in
+    // production), else in the first.
+    let latency_layout = layouts
+        .iter()
+        .position(|l| matches!(l, Layout::Unpinned { .. }))
+        .unwrap_or(0);
+    for (i, layout) in layouts.iter().enumerate() {
+        // the processes that are not measured: the broker, the emulator and this driver
+        let unmeasured: Vec<u32> = [args.broker_pid, args.emulator_pid, Some(std::process::id())]
+            .into_iter()
+            .flatten()
+            .collect();
+        if matches!(layout, Layout::Pinned { .. }) && args.broker_pid.is_none() {
+            eprintln!("bench: the broker's pid is unknown: it is not pinned");
         }
-        rows.push(row);
+        layout.place(&unmeasured)?;
+        let mut runs = LayoutRuns {
+            layout: layout.name().to_string(),
+            raws: Vec::new(),
+            sinks: Vec::new(),
+            load_before: layout::loadavg(),
+            load_after: String::new(),
+        };
+        eprintln!("bench: {} layout, load {}", layout.name(), runs.load_before);
+        let raw = |runs: &mut LayoutRuns| -> anyhow::Result<()> {
+            let n = runs.raws.len() + 1;
+            let row = raw_phase(&args, &topic, &avsc, &unique, layout, n)?;
+            eprintln!(
+                "bench: {} raw {n}: {:.0} records/s, {:.1} MB/s, {:.2} CPU-s/GB",
+                layout.name(),
+                row.records_per_s(),
+                row.mb_per_s(),
+                row.cpu_per_gb()
+            );
+            runs.raws.push(row);
+            Ok(())
+        };
+        raw(&mut runs)?;
+        for mode in &modes {
+            let row = sink_phase(
+                &args,
+                &http,
+                &topic,
+                &avsc,
+                &unique,
+                mode,
+                &mut next_seq,
+                layout,
+                i == latency_layout,
+            )?;
+            match &row.not_measured {
+                Some(why) => eprintln!("bench: {mode} not measured: {why}"),
+                None => eprintln!(
+                    "bench: {} {mode}: {:.1} MB/s visible, {} MB/s appended, {:.2} CPU-s/GB",
+                    layout.name(),
+                    row.mb_per_s(),
+                    row.appended_mb_per_s()
+                        .map_or("-".into(), |v| format!("{v:.1}")),
+                    row.cpu_per_gb()
+                ),
+            }
+            runs.sinks.push(row);
+            raw(&mut runs)?;
+        }
+        runs.load_after = layout::loadavg();
+        all.push(runs);
     }
+    // leave the broker and the emulator as they were found: on every core
+    Layout::Unpinned { all: cores }.place(
+        &[args.broker_pid, args.emulator_pid]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+    )?;
+    let load_after = layout::loadavg();
+    eprintln!("bench: load after: {load_after}");
 
-    let raw = rows.first().cloned();
-    let table = render_table(&rows, raw.as_ref());
-    println!("{table}");
+    let mut text = format!("load before: {load_before}\n\n");
+    text.push_str(&report::render_all(&all, args.raw_tolerance));
+    text.push_str(&format!("\nload after: {load_after}\n"));
+    println!("{text}");
     let results = json!({
         "records": args.records,
         "partitions": args.partitions,
@@ -767,12 +774,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         "emulator_keep_columns": args.emulator_keep_columns,
         "preload_seconds": pre.elapsed.as_secs_f64(),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_at_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
-        "results": rows.iter().map(|r| r.to_json(raw.as_ref())).collect::<Vec<_>>(),
+        "raw_tolerance": args.raw_tolerance,
+        "loadavg_before": load_before,
+        "loadavg_at_end": load_after,
+        "layouts": all.iter().map(|r| report::layout_json(r, args.raw_tolerance)).collect::<Vec<_>>(),
     });
     let path = args.out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
-    std::fs::write(args.out.join("results.txt"), table + "\n")?;
+    std::fs::write(args.out.join("results.txt"), text)?;
     eprintln!("bench: figures written to {}", path.display());
     Ok(())
 }
@@ -802,8 +811,9 @@ fn write_config(
     group: &str,
     avsc: &Path,
     table: &str,
-    delivery: &str,
+    mode: &str,
 ) -> anyhow::Result<()> {
+    let cdc = mode == "cdc";
     let text = format!(
         r#"# generated by kbq-bench
 kafka:
@@ -826,7 +836,7 @@ bigquery:
     partition: _kafka_partition
     offset: _kafka_offset
     timestamp: _kafka_timestamp
-delivery: {delivery}
+{routes}delivery: {delivery}
 checkpoint:
   interval: {interval}
 on_bad_record: fail
@@ -841,6 +851,12 @@ shutdown_deadline: 30s
         avsc = avsc.display(),
         emulator = args.emulator,
         interval = args.checkpoint_interval,
+        routes = if cdc {
+            cdc_route(topic, table)
+        } else {
+            String::new()
+        },
+        delivery = if cdc { "at_least_once" } else { mode },
         consumer_extra = yaml_pairs(&args.consumer_properties, "    ")?,
         writer = match yaml_pairs(&args.writer, "  ")? {
             w if w.is_empty() => w,
@@ -849,6 +865,27 @@ shutdown_deadline: 30s
     );
     std::fs::write(path, text)?;
     Ok(())
+}
+
+/// The CDC mode (docs/cdc.md): the orders as `unwrapped` change records keyed by their `sequence`
+/// (unique per record, so every record stays a row and the exactness check holds), each one an
+/// UPSERT on the _default stream.
+fn cdc_route(topic: &str, table: &str) -> String {
+    format!(
+        r#"routes:
+  - topics: ["{topic}"]
+    table: "{table}"
+    create_table: {{}}
+    metadata_columns:
+      partition: _kafka_partition
+      offset: _kafka_offset
+      timestamp: _kafka_timestamp
+    cdc:
+      mode: upsert
+      format: unwrapped
+      primary_key: [sequence]
+"#
+    )
 }
 
 /// `KEY=VALUE` pairs as YAML mapping lines at `indent`, values quoted.
@@ -867,11 +904,20 @@ fn yaml_pairs(pairs: &[String], indent: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
-fn raw_phase(args: &RunArgs, topic: &str, avsc: &Path, unique: &str) -> anyhow::Result<Row> {
+fn raw_phase(
+    args: &RunArgs,
+    topic: &str,
+    avsc: &Path,
+    unique: &str,
+    layout: &Layout,
+    repetition: usize,
+) -> anyhow::Result<Row> {
     let config = args.out.join("raw.yaml");
     let group = format!("kbq-bench-raw-{unique}");
     write_config(args, &config, topic, &group, avsc, "raw", "exactly_once")?;
-    let out = Command::new(std::env::current_exe()?)
+    let watch = CoreWatch::start(layout);
+    let out = layout
+        .command(&std::env::current_exe()?)
         .args(["raw", "--topic", topic, "--config"])
         .arg(&config)
         .stderr(Stdio::inherit())
@@ -882,12 +928,13 @@ fn raw_phase(args: &RunArgs, topic: &str, avsc: &Path, unique: &str) -> anyhow::
     let v: Value = serde_json::from_slice(&out.stdout).context("raw baseline output")?;
     let num = |k: &str| v[k].as_f64().unwrap_or(0.0);
     Ok(Row {
-        name: "raw consumer".into(),
+        name: format!("raw consumer {repetition}"),
         records: num("records") as u64,
         bytes: num("bytes") as u64,
         seconds: num("last_record_s") - num("first_record_s"),
         cpu_s: num("cpu_s"),
         peak_rss: num("peak_rss") as u64,
+        core_others_pct: watch.and_then(|w| w.others_pct(num("cpu_s"))),
         ..Row::default()
     })
 }
@@ -900,8 +947,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Daemon> {
-        let mut child = Command::new(bin)
+    fn start(bin: &Path, config: &Path, log: &Path, layout: &Layout) -> anyhow::Result<Daemon> {
+        let mut child = layout
+            .command(bin)
             .arg("run")
             .arg("-c")
             .arg(config)
@@ -1001,26 +1049,35 @@ fn sink_phase(
     unique: &str,
     mode: &str,
     next_seq: &mut u64,
+    layout: &Layout,
+    with_latency: bool,
 ) -> anyhow::Result<Row> {
     let name = format!("sink {mode}");
     let (target, _) = topic_end(&args.bootstrap, topic)?;
-    let table_name = format!("bench_{mode}_{unique}");
-    let config = args.out.join(format!("sink-{mode}.yaml"));
+    let at = format!("{}-{mode}", layout.name());
+    let table_name = format!("bench_{mode}_{}_{unique}", layout.name());
+    let config = args.out.join(format!("sink-{at}.yaml"));
     write_config(
         args,
         &config,
         topic,
-        &format!("kbq-bench-{mode}-{unique}"),
+        &format!("kbq-bench-{at}-{unique}"),
         avsc,
         &table_name,
         mode,
     )?;
     let table = Table::new(http, &args.emulator, &table_name);
+    // A CDC table's rows are applied when read (docs/cdc.md, "In the emulator"): polling it would
+    // make the emulator re-apply the whole log ten times a second. Its rows are on the _default
+    // stream, readable once appended, so the drain ends when every append is acknowledged.
+    let cdc = mode == "cdc";
     let emu_before = emulator_cpu(args);
+    let watch = CoreWatch::start(layout);
     let mut daemon = Daemon::start(
         &args.sink_bin,
         &config,
-        &args.out.join(format!("sink-{mode}.log")),
+        &args.out.join(format!("sink-{at}.log")),
+        layout,
     )?;
     let pid = daemon.child.id();
     // perf -p follows only the threads that exist when it attaches: start it once the daemon
@@ -1038,20 +1095,24 @@ fn sink_phase(
                 ..Row::default()
             });
         }
-        let visible = table.visible_rows()?.unwrap_or(0);
         let (consumed, appended) = daemon
             .metrics(http)
             .map_or((0.0, 0.0), |m| (m.records, m.appended));
         if appended_at.is_none() && appended >= target as f64 {
             appended_at = Some(Instant::now());
         }
+        let visible = if cdc {
+            appended as u64
+        } else {
+            table.visible_rows()?.unwrap_or(0)
+        };
         if first.is_none() && consumed > 0.0 {
             first = Some(Instant::now());
             if args.perf {
                 perf = Some(
                     Command::new("perf")
                         .args(["record", "-F", "499", "-g", "-o"])
-                        .arg(args.out.join(format!("perf-{mode}.data")))
+                        .arg(args.out.join(format!("perf-{at}.data")))
                         .args(["-p", &pid.to_string()])
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
@@ -1100,11 +1161,13 @@ fn sink_phase(
         checkpoint_p50: drained.checkpoint_quantile(0.5),
         checkpoint_p99: drained.checkpoint_quantile(0.99),
         emulator_cpu_s: emu_before.zip(emu_after).map(|(b, a)| a - b),
+        core_others_pct: watch.and_then(|w| w.others_pct(stats.cpu_s)),
         ..Row::default()
     };
 
     let mut expected_rows = target;
-    if args.latency_rate > 0 && args.latency_secs > 0 {
+    // no latency phase on a CDC table: each poll would re-apply its whole log in the emulator
+    if with_latency && !cdc && args.latency_rate > 0 && args.latency_secs > 0 {
         let count = args.latency_rate * args.latency_secs;
         let latency = latency_phase(args, &table, topic, target, *next_seq, count)?;
         *next_seq += count;
@@ -1201,49 +1264,4 @@ fn latency_phase(
         checkpoint_p50: None,
         checkpoint_p99: None,
     })
-}
-
-fn render_table(rows: &[Row], raw: Option<&Row>) -> String {
-    let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.0}", s * 1000.0));
-    let mut out = String::new();
-    out.push_str(
-        "| run | records | MB | records/s | MB/s | appended MB/s | × raw | CPU-s/GB | peak RSS MiB | checkpoints | checkpoint p50/p99 ms | visible p50/p99 ms |\n",
-    );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for r in rows {
-        if let Some(why) = &r.not_measured {
-            let short: String = why.chars().take(120).collect();
-            out.push_str(&format!(
-                "| {} | not measured: {} | | | | | | | | | | |\n",
-                r.name,
-                short.replace('|', "/")
-            ));
-            continue;
-        }
-        let ratio = raw.map_or("-".into(), |raw| {
-            format!("{:.2}", r.records_per_s() / raw.records_per_s())
-        });
-        let latency = r
-            .latency
-            .as_ref()
-            .map_or("-".into(), |l| format!("{:.0} / {:.0}", l.p50_ms, l.p99_ms));
-        out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {} | {:.2} | {:.0} | {} | {} / {} | {} |\n",
-            r.name,
-            r.records,
-            r.bytes as f64 / 1e6,
-            r.records_per_s(),
-            r.mb_per_s(),
-            r.appended_mb_per_s()
-                .map_or("-".into(), |v| format!("{v:.1}")),
-            ratio,
-            r.cpu_per_gb(),
-            r.peak_rss as f64 / (1024.0 * 1024.0),
-            r.checkpoints.map_or("-".into(), |c| format!("{c:.0}")),
-            ms(r.checkpoint_p50),
-            ms(r.checkpoint_p99),
-            latency,
-        ));
-    }
-    out
 }
