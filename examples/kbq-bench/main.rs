@@ -727,9 +727,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let row = sink_phase(
                 &args,
                 &http,
-                &topic,
-                &avsc,
-                &unique,
+                &Subject {
+                    topic: &topic,
+                    avsc: &avsc,
+                    unique: &unique,
+                },
                 mode,
                 &mut next_seq,
                 layout,
@@ -1041,17 +1043,28 @@ fn emulator_cpu(args: &RunArgs) -> Option<f64> {
         .map(|s| s.cpu_s)
 }
 
+/// The topic every phase reads, its writer schema file, and the suffix that keeps this run's
+/// groups and tables apart from other runs'.
+struct Subject<'a> {
+    topic: &'a str,
+    avsc: &'a Path,
+    unique: &'a str,
+}
+
 fn sink_phase(
     args: &RunArgs,
     http: &Http,
-    topic: &str,
-    avsc: &Path,
-    unique: &str,
+    subject: &Subject<'_>,
     mode: &str,
     next_seq: &mut u64,
     layout: &Layout,
     with_latency: bool,
 ) -> anyhow::Result<Row> {
+    let Subject {
+        topic,
+        avsc,
+        unique,
+    } = *subject;
     let name = format!("sink {mode}");
     let (target, _) = topic_end(&args.bootstrap, topic)?;
     let at = format!("{}-{mode}", layout.name());
