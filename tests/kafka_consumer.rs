@@ -11,8 +11,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
@@ -45,7 +45,26 @@ struct Thread {
 
 impl Thread {
     fn spawn(bootstrap: &str, group: &str, topic: &str, faults: Arc<ConsumerFaults>) -> Thread {
-        let properties: BTreeMap<String, String> = [
+        Self::spawn_with(
+            bootstrap,
+            group,
+            topic,
+            faults,
+            &[],
+            Duration::from_secs(20),
+        )
+    }
+
+    /// As `spawn`, with `extra` consumer properties and a handoff deadline.
+    fn spawn_with(
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        faults: Arc<ConsumerFaults>,
+        extra: &[(&str, &str)],
+        handoff_deadline: Duration,
+    ) -> Thread {
+        let mut properties: BTreeMap<String, String> = [
             ("bootstrap.servers", bootstrap),
             ("group.id", group),
             ("enable.auto.commit", "false"),
@@ -60,12 +79,13 @@ impl Thread {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        properties.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let metrics = Arc::new(Metrics::new());
         let (handle, events) = consumer::spawn(ConsumerSettings {
             properties,
             topics: vec![topic.to_string()],
             excluded_topics: Vec::new(),
-            handoff_deadline: Duration::from_secs(20),
+            handoff_deadline,
             request_timeout: Duration::from_secs(10),
             max_stash_records: 1,
             metrics: Some(metrics.clone()),
@@ -475,4 +495,144 @@ fn the_lag_of_a_partition_that_stopped_taking_records_keeps_counting_new_records
             && load.fetched.is_some_and(|f| f < NextOffset(250)),
         "{load:?}"
     );
+}
+
+/// Every log line of this test binary's threads, as JSON objects with their fields at the top
+/// level (the consumer thread logs from its own thread, so the subscriber is global).
+fn captured_logs() -> Vec<serde_json::Value> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    let buffer = LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        buffer
+    });
+    let bytes = buffer.lock().expect("logs").clone();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 11: a commit the broker refuses is logged with its reason (the consumer thread makes
+/// every commit of both delivery modes). The refusal is made certain, not raced: member `a`
+/// holds its revoke callback open (a coordinator that has not seen the revoke yet), so it
+/// cannot rejoin; a third member's join then makes the broker wait `a`'s rebalance timeout
+/// (`max.poll.interval.ms`) for it and drop it from the group. Once another member owns the
+/// partition `a` kept, `a` commits that partition with the membership it no longer has.
+#[test]
+fn a_commit_the_broker_refuses_is_logged_with_its_partition_offset_and_reason() {
+    captured_logs();
+    let bootstrap = KafkaBroker::shared();
+    let topic = topic_with(bootstrap, "refused", 2, 5);
+    let group = unique_name("refused");
+    let mut a = Thread::spawn_with(
+        bootstrap,
+        &group,
+        &topic,
+        Arc::default(),
+        // The shortest rebalance timeout librdkafka accepts (not below the session timeout).
+        &[("max.poll.interval.ms", "6000")],
+        // Well past the broker's rebalance timeout: the callback stays open until the test
+        // releases it.
+        Duration::from_secs(60),
+    );
+    assert_eq!(assigned(&mut a).len(), 2);
+    let mut b = Thread::spawn(bootstrap, &group, &topic, Arc::default());
+    let revoked = a.wait("a's revoke", |e| match e {
+        ConsumerEvent::RevokeBegan { partitions, .. } => Some(partitions),
+        _ => None,
+    });
+    let moved = revoked[0].clone();
+    let kept = TopicPartition::new(&topic, 1 - moved.partition);
+    let mut c = Thread::spawn(bootstrap, &group, &topic, Arc::default());
+    let started = Instant::now();
+    'out: loop {
+        for thread in [&mut b, &mut c] {
+            while let Ok(event) = thread.events.try_recv() {
+                if matches!(&event, ConsumerEvent::Assigned(list) if list.iter().any(|(tp, _)| *tp == kept))
+                {
+                    break 'out;
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the broker never gave a's partition to another member"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.send(ConsumerCommand::Commit {
+        commit: CommitId(7),
+        entries: vec![CommitEntry {
+            tp: kept.clone(),
+            offset: NextOffset(3),
+            metadata: String::new(),
+        }],
+    });
+    let outcome = a.wait("the refused commit's answer", |e| match e {
+        ConsumerEvent::CommitDone {
+            commit: CommitId(7),
+            outcome,
+        } => Some(outcome),
+        _ => None,
+    });
+    let CommitOutcome::PerPartition(results) = outcome else {
+        panic!("answered per partition: {outcome:?}")
+    };
+    let [(tp, Err(error))] = &results[..] else {
+        panic!("the commit was refused: {results:?}")
+    };
+    assert_eq!(*tp, kept);
+    assert_ne!(
+        committed(bootstrap, &group, &kept),
+        Some(3),
+        "nothing landed"
+    );
+    let logged: Vec<serde_json::Value> = captured_logs()
+        .into_iter()
+        .filter(|l| {
+            l["message"] == "kafka commit failed for partition"
+                && l["partition"] == kept.to_string()
+        })
+        .collect();
+    let [line] = &logged[..] else {
+        panic!("one log line for the refused commit: {logged:?}")
+    };
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["commit"], 7, "{line}");
+    assert_eq!(line["offset"], 3, "{line}");
+    let reason = line["reason"].as_str().unwrap_or_default();
+    assert!(
+        !reason.is_empty() && error.to_string().contains(reason),
+        "the line gives the broker's reason ({error}): {line}"
+    );
+    // End a's callback; a then learns it lost the partition it kept, and releases it too.
+    a.send(ConsumerCommand::RevokeSeen);
+    a.send(ConsumerCommand::Release { tp: moved });
+    a.wait("a's loss of the partition it kept", |e| match e {
+        ConsumerEvent::RevokeBegan { partitions, .. } if partitions.contains(&kept) => Some(()),
+        _ => None,
+    });
+    a.send(ConsumerCommand::RevokeSeen);
+    a.send(ConsumerCommand::Release { tp: kept });
 }
