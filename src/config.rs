@@ -22,7 +22,7 @@ use crate::kafka::topic_pattern::TopicPattern;
 /// applies.
 mod cdc;
 
-pub use cdc::{CdcConfig, CdcFormat, CdcMode, SequenceConfig};
+pub use cdc::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, SequenceConfig};
 
 pub mod defaults {
     use super::ByteSize;

@@ -210,6 +210,16 @@ impl Router {
             None => None,
         };
         let registry = self.registry()?;
+        // A CDC route without a configured primary key takes it from the Kafka key's schema.
+        let keyed = match settings.cdc {
+            Some(c) => Some(cdc::with_key(c, registry.as_deref(), topic, settings).await?),
+            None => None,
+        };
+        let keyed_settings = TopicRoute {
+            cdc: keyed.as_ref(),
+            ..settings.clone()
+        };
+        let settings = &keyed_settings;
         let table = ensure_table(
             &self.config,
             settings,

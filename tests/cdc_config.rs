@@ -54,7 +54,7 @@ fn a_debezium_route_validates_and_reads_as_written() {
     let cdc = c.route_for("customers").cdc.expect("the route's cdc");
     assert_eq!(cdc.mode, CdcMode::UpsertDelete);
     assert_eq!(cdc.format, CdcFormat::Debezium);
-    assert_eq!(cdc.primary_key, ["id"]);
+    assert_eq!(cdc.key(), ["id"]);
     assert_eq!(cdc.sequence.epoch, 2);
     assert_eq!(cdc.sequence.source_field.as_deref(), Some("source.lsn"));
     assert!(
@@ -62,6 +62,28 @@ fn a_debezium_route_validates_and_reads_as_written() {
         "an append-only table beside it"
     );
     assert!(warnings(&c).is_empty());
+}
+
+#[test]
+fn without_a_primary_key_the_kafka_keys_registered_schema_gives_it() {
+    let route =
+        "  - topics: [customers]\n    table: customers\n    cdc:\n      mode: upsert_delete\n";
+    assert_eq!(
+        errors(&config("at_least_once", route)),
+        Vec::<String>::new()
+    );
+    // Raw Avro has no key schema to read: the key must be listed.
+    let raw = config(
+        "at_least_once",
+        &format!("{route}    avro:\n      schema_file: c.avsc\n"),
+    );
+    let errs = errors(&raw);
+    assert!(
+        errs.iter().any(|e| e.starts_with(
+            "routes[0].cdc.primary_key: is required when the kafka key's schema does not come from schema_registry"
+        )),
+        "{errs:#?}"
+    );
 }
 
 #[test]

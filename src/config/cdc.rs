@@ -23,8 +23,10 @@ pub struct CdcConfig {
     #[serde(default)]
     pub change_type_field: Option<String>,
     /// The table's primary key (1 to 16 top-level columns of the row), declared by
-    /// `create_table` and checked against an existing table at start.
-    pub primary_key: Vec<String>,
+    /// `create_table` and checked against an existing table at start. Unset: the fields of the
+    /// Kafka key's record (its latest schema under `{topic}-key` in the registry).
+    #[serde(default)]
+    pub primary_key: Option<Vec<String>>,
     /// `max_staleness` of a table `create_table` makes (e.g. `10m`); unset: none (every query
     /// merges pending changes at run time).
     #[serde(default)]
@@ -32,6 +34,13 @@ pub struct CdcConfig {
     /// How `_CHANGE_SEQUENCE_NUMBER` is made: `epoch/source/offset` in hex.
     #[serde(default)]
     pub sequence: SequenceConfig,
+}
+
+impl CdcConfig {
+    /// The configured primary key (empty when it comes from the Kafka key's schema).
+    pub fn key(&self) -> &[String] {
+        self.primary_key.as_deref().unwrap_or_default()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -73,7 +82,7 @@ impl Default for SequenceConfig {
 }
 
 /// BigQuery's limit on primary-key columns.
-const MAX_KEY_COLUMNS: usize = 16;
+pub const MAX_KEY_COLUMNS: usize = 16;
 
 /// The `cdc` sections of the config: `(field path, section, topics or pattern it takes)`.
 fn sections(config: &Config) -> Vec<(usize, String, &CdcConfig, usize)> {
@@ -105,22 +114,28 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
                 "needs `delivery: at_least_once`: BigQuery applies upserts and deletes only on the _default stream, and exactly_once writes BUFFERED streams. Replays stay harmless: a replayed change carries its old sequence number and loses to what is there".into(),
             );
         }
-        if c.primary_key.is_empty() || c.primary_key.len() > MAX_KEY_COLUMNS {
+        // Without a key in the config it is read from the Kafka key's registered schema.
+        let raw_avro = route.avro.is_some() || config.avro.is_some();
+        if c.primary_key.is_none() && (raw_avro || config.schema_registry.is_none()) {
             err(
                 format!("{path}.primary_key"),
-                format!(
-                    "needs 1 to {MAX_KEY_COLUMNS} columns, got {}",
-                    c.primary_key.len()
-                ),
+                "is required when the kafka key's schema does not come from schema_registry (raw avro input): list the key columns".into(),
             );
         }
-        for (k, column) in c.primary_key.iter().enumerate() {
+        let key = c.key();
+        if c.primary_key.is_some() && (key.is_empty() || key.len() > MAX_KEY_COLUMNS) {
+            err(
+                format!("{path}.primary_key"),
+                format!("needs 1 to {MAX_KEY_COLUMNS} columns, got {}", key.len()),
+            );
+        }
+        for (k, column) in key.iter().enumerate() {
             if !super::is_column_name(column) {
                 err(
                     format!("{path}.primary_key[{k}]"),
                     format!("`{column}` is not a top-level column name"),
                 );
-            } else if c.primary_key[..k]
+            } else if key[..k]
                 .iter()
                 .any(|other| other.eq_ignore_ascii_case(column))
             {

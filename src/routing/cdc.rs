@@ -7,11 +7,11 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail};
 
 use crate::bigquery::rest_client::{PrimaryKey, Table, TableConstraints, TableReference};
-use crate::bigquery::table_schema::TableSchema;
-use crate::config::{CdcConfig, CdcFormat, CdcMode, TopicRoute};
+use crate::bigquery::table_schema::{FieldType, Mode, TableSchema};
+use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
 use crate::transcode::change::{CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape};
-use crate::transcode::{AvroSchema, PlanOptions};
+use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions, table_schema_from_avro};
 use crate::writer::cdc_plans::{ChangePlans, ChangeRules};
 
 pub(super) fn format(cdc: &CdcConfig) -> ChangeFormat {
@@ -32,6 +32,84 @@ pub(super) fn row_schema(schema: &AvroSchema, cdc: &CdcConfig) -> anyhow::Result
     Ok(row)
 }
 
+/// The column types a primary key may have (BigQuery's table constraints).
+const KEY_TYPES: [FieldType; 8] = [
+    FieldType::BigNumeric,
+    FieldType::Bool,
+    FieldType::Date,
+    FieldType::DateTime,
+    FieldType::Int64,
+    FieldType::Numeric,
+    FieldType::String,
+    FieldType::Timestamp,
+];
+
+/// The primary key a Kafka key's record schema gives: its fields, in order, each of a type a
+/// primary key may have, at most 16. `Err` says why not (the caller names the subject).
+pub(super) fn key_columns(key: &AvroSchema) -> Result<Vec<String>, String> {
+    let columns = table_schema_from_avro(key, &DeriveOptions::default())
+        .map_err(|e| format!("the key schema is not a record of columns: {e}"))?
+        .fields;
+    if columns.is_empty() || columns.len() > MAX_KEY_COLUMNS {
+        return Err(format!(
+            "a primary key has 1 to {MAX_KEY_COLUMNS} columns; the key record has {}",
+            columns.len()
+        ));
+    }
+    for c in &columns {
+        if c.mode() == Mode::Repeated || !KEY_TYPES.contains(&c.field_type) {
+            return Err(format!(
+                "key field {} is {}{}: a primary key column is BIGNUMERIC, BOOL, DATE, DATETIME, INT64, NUMERIC, STRING or TIMESTAMP",
+                c.name,
+                if c.mode() == Mode::Repeated {
+                    "REPEATED "
+                } else {
+                    ""
+                },
+                c.field_type.as_str()
+            ));
+        }
+    }
+    Ok(columns.into_iter().map(|c| c.name).collect())
+}
+
+/// The route's CDC settings with the primary key filled in from the Kafka key's latest
+/// registered schema (`{topic}-key`) when the config lists none.
+pub(super) async fn with_key(
+    cdc: &CdcConfig,
+    registry: Option<&SchemaRegistry>,
+    topic: &str,
+    route: &TopicRoute<'_>,
+) -> anyhow::Result<CdcConfig> {
+    if cdc.primary_key.is_some() {
+        return Ok(cdc.clone());
+    }
+    let Some(registry) = registry else {
+        bail!(
+            "{}.cdc.primary_key is not set and there is no schema_registry to read the kafka key's schema from",
+            route.path
+        );
+    };
+    let subject = format!("{topic}-key");
+    let key = registry.latest(&subject).await.map_err(|e| {
+        anyhow!(
+            "{}.cdc.primary_key is not set and the kafka key's schema cannot be read: {e}",
+            route.path
+        )
+    })?;
+    let columns = key_columns(&key.schema).map_err(|e| {
+        anyhow!(
+            "{}.cdc.primary_key is not set and subject {subject} (schema id {}) gives none: {e}; list the key columns",
+            route.path,
+            key.id
+        )
+    })?;
+    tracing::info!(topic, subject = %subject, schema_id = key.id, primary_key = ?columns, "primary key taken from the kafka key's schema");
+    let mut out = cdc.clone();
+    out.primary_key = Some(columns);
+    Ok(out)
+}
+
 /// The derived columns without the pseudo-columns (they are never table columns).
 pub(super) fn without_pseudo_columns(mut schema: TableSchema) -> TableSchema {
     schema
@@ -44,7 +122,7 @@ pub(super) fn without_pseudo_columns(mut schema: TableSchema) -> TableSchema {
 pub(super) fn creation_options(cdc: &CdcConfig) -> (Option<TableConstraints>, Option<String>) {
     let constraints = TableConstraints {
         primary_key: Some(PrimaryKey {
-            columns: cdc.primary_key.clone(),
+            columns: cdc.key().to_vec(),
         }),
     };
     (Some(constraints), cdc.max_staleness.map(|d| interval(d.0)))
@@ -79,13 +157,13 @@ pub(super) fn check_table(
             reference.project_id,
             reference.dataset_id,
             reference.table_id,
-            cdc.primary_key.join(", ")
+            cdc.key().join(", ")
         );
     }
-    let same = key.len() == cdc.primary_key.len()
+    let same = key.len() == cdc.key().len()
         && key
             .iter()
-            .zip(&cdc.primary_key)
+            .zip(cdc.key())
             .all(|(a, b)| a.eq_ignore_ascii_case(b));
     if !same {
         bail!(
@@ -93,7 +171,7 @@ pub(super) fn check_table(
             reference.resource_name(),
             key.join(", "),
             route.path,
-            cdc.primary_key.join(", ")
+            cdc.key().join(", ")
         );
     }
     Ok(())
@@ -125,6 +203,88 @@ pub(super) fn plans(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(fields: &str) -> AvroSchema {
+        AvroSchema::parse(&format!(
+            r#"{{"type":"record","name":"Key","namespace":"db.inventory.customers","fields":[{fields}]}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_primary_key_is_the_key_records_fields_of_allowed_types() {
+        assert_eq!(
+            key_columns(&key(
+                r#"{"name":"id","type":"long"},{"name":"region","type":"string"},
+                {"name":"day","type":{"type":"int","logicalType":"date"}}"#
+            )),
+            Ok(vec!["id".to_string(), "region".into(), "day".into()])
+        );
+        let e = key_columns(&key(
+            r#"{"name":"id","type":"long"},{"name":"w","type":"double"}"#,
+        ))
+        .unwrap_err();
+        assert!(e.contains("key field w is FLOAT"), "{e}");
+        let e = key_columns(&key(
+            r#"{"name":"ids","type":{"type":"array","items":"long"}}"#,
+        ))
+        .unwrap_err();
+        assert!(e.contains("key field ids is REPEATED"), "{e}");
+        let seventeen: Vec<String> = (0..17)
+            .map(|i| format!(r#"{{"name":"k{i}","type":"int"}}"#))
+            .collect();
+        let e = key_columns(&key(&seventeen.join(","))).unwrap_err();
+        assert!(e.contains("1 to 16 columns") && e.contains("17"), "{e}");
+        let e = key_columns(&AvroSchema::parse(r#""string""#).unwrap()).unwrap_err();
+        assert!(e.contains("not a record"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_unset_primary_key_is_read_from_the_kafka_keys_latest_schema() {
+        use crate::config::Config;
+        use crate::registry::RegistryConfig;
+        let key = r#"{"type":"record","name":"Key","fields":[
+            {"name":"id","type":"long"},{"name":"region","type":"string"}]}"#;
+        let body = serde_json::json!({"subject": "customers-key", "version": 1, "id": 7,
+                                      "schema": key})
+        .to_string();
+        let app = axum::Router::new().route(
+            "/subjects/customers-key/versions/latest",
+            axum::routing::get(move || async move { body }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let registry = SchemaRegistry::new(RegistryConfig {
+            url: format!("http://{addr}"),
+            max_attempts: 1,
+            ..RegistryConfig::default()
+        })
+        .unwrap();
+        let yaml = format!(
+            "kafka:\n  bootstrap_servers: 127.0.0.1:9092\n  group_id: g\n  topics: [customers, orders]\n\
+             schema_registry:\n  url: http://{addr}\n\
+             bigquery:\n  project: p\n  dataset: d\n  table: t\n\
+             dead_letter:\n  topic: dlq\ndelivery: at_least_once\n\
+             routes:\n  - topics: [customers, orders]\n    table: customers\n    cdc:\n      mode: upsert_delete\n"
+        );
+        let config = Config::from_yaml(&yaml, std::collections::HashMap::new()).unwrap();
+        let route = config.route_for("customers");
+        let cdc = route.cdc.unwrap();
+        assert!(cdc.primary_key.is_none());
+        let keyed = with_key(cdc, Some(&registry), "customers", &route)
+            .await
+            .unwrap();
+        assert_eq!(keyed.key(), ["id", "region"]);
+        let e = with_key(cdc, Some(&registry), "orders", &route)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("routes[0].cdc.primary_key is not set") && e.contains("orders-key"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn max_staleness_is_written_as_a_canonical_interval() {
