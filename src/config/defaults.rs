@@ -1,0 +1,44 @@
+//! Every default of the config, in one place. The doc comment of each field says which one
+//! applies.
+
+use super::ByteSize;
+use std::time::Duration;
+
+/// The first section of CDC sequence numbers until an operator raises it.
+pub const CDC_SEQUENCE_EPOCH: u64 = 0;
+
+pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
+/// librdkafka properties the sink sets unless `kafka.properties` does.
+pub const CONSUMER_PROPERTIES: &[(&str, &str)] = &[
+    ("queued.max.messages.kbytes", "16384"),
+    ("fetch.max.bytes", "16777216"),
+    ("fetch.queue.backoff.ms", "20"),
+];
+pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
+/// A 404 from the registry can be transient (failover, restore).
+pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
+/// The TopicNameStrategy subject of a topic's values.
+pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
+/// Long enough for a slow BigQuery answer and a recovery; short enough that a stuck
+/// partition turns readiness false within minutes.
+pub const PARTITION_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The broker default of `offset.metadata.max.bytes`.
+pub const CHECKPOINT_METADATA_MAX_BYTES: u32 = 4096;
+pub const WRITER_MAX_REQUEST_BYTES: ByteSize = ByteSize(8 * 1024 * 1024);
+pub const WRITER_MAX_ROWS_PER_REQUEST: u32 = 50_000;
+pub const WRITER_LINGER: Duration = Duration::from_millis(50);
+pub const WRITER_MAX_INFLIGHT_REQUESTS: u32 = 4;
+pub const WRITER_MAX_INFLIGHT_BYTES: ByteSize = ByteSize(32 * 1024 * 1024);
+pub const WRITER_MAX_UNCOMMITTED_BYTES: ByteSize = ByteSize(256 * 1024 * 1024);
+/// Enough for the sink's pace on 2 cores at 64 partitions, small enough that the process
+/// stays under 256 MiB with librdkafka's default prefetch (BENCHMARKS.md).
+pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(64 * 1024 * 1024);
+pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
+pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
+pub const LOG_LEVEL: &str = "info";

@@ -1,0 +1,50 @@
+//! The operator's side: the metrics endpoint and the logs.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Listen address (default `0.0.0.0:9464`).
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: defaults::METRICS_LISTEN
+                .parse()
+                .expect("the default listen address parses"),
+        }
+    }
+}
+
+/// Logging.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` (default, for humans) or `json` (for GKE / Cloud Logging).
+    pub format: LogFormat,
+    /// A `tracing` filter: a level (`info`, default) or directives like
+    /// `info,kafka_bigquery_sink::writer=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::default(),
+            level: defaults::LOG_LEVEL.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}

@@ -1,0 +1,426 @@
+//! The consumer task: one OS thread owns the rdkafka consumer, polls it, routes records to the
+//! writer of their partition, and executes the coordinator's commands between polls.
+//!
+//! Why a thread and not an async task: librdkafka's rebalance callbacks are synchronous and run
+//! inside `poll`. A revoke must hand off inside that callback — stop the writer, commit once —
+//! and the commit must be made by this consumer. So the callback itself serves the command channel
+//! (a rendezvous with the coordinator) until the coordinator releases every revoked partition or
+//! the handoff deadline passes. Because one thread executes every commit, a commit and a revoke can
+//! never interleave: that is the commit lock of docs/architecture.md, invariant 4.
+//!
+//! Invariant 4 at this edge: a cycle commit the coordinator built before it learned of a revoke
+//! can still be in the channel when the callback starts. The callback tells the coordinator that
+//! the revoke began and waits for its `RevokeSeen`; every commit that arrives before it was built
+//! earlier, and its entries for revoked partitions are dropped (reported as failed), so the only
+//! commit made for a revoked partition is the handoff commit.
+//!
+//! Backpressure: a writer whose channel is full gets its partition paused; the records already
+//! polled are kept in a per-partition stash (librdkafka resumes a paused partition from the
+//! application's position, so dropping them would lose them) and handed over as room appears.
+//! The thread keeps polling all the while, so group membership never lapses.
+//!
+//! Memory: every record carries a charge of `writer.memory_limit` ([`MemoryBudget`]) from the
+//! moment it is read until it is dropped (acknowledged, dead-lettered, or discarded). While the
+//! budget is used up the thread takes no messages from librdkafka, and a partition above its
+//! share cap is paused; see [`super::memory_budget`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+
+use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::protocol::{
+    Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, PartitionOrigin, TopicPartition,
+};
+use crate::ops::metrics::{Metrics, PartitionLabels};
+
+use super::committed::{self, CommittedReads, ConsumerFaults, Watermarks, tpl_of};
+use super::memory_budget::{Charge, MemoryBudget, PartitionBudget};
+
+mod backpressure;
+mod commands;
+mod commits;
+mod lag;
+mod rebalance;
+mod record;
+mod seeks;
+
+use backpressure::{Route, RouteHasher};
+pub use commands::*;
+use lag::{LagBook, WatermarkReader};
+use rebalance::SinkContext;
+pub use record::Record;
+use record::record_of;
+
+/// Read-only re-export: the tools and tests read checkpoints through it.
+pub use super::committed::read_committed;
+
+/// Tries of a seek (the first and its retries, backed off by [`crate::backoff::delay`], about
+/// 3 s in all) before the partition fails closed: resuming at librdkafka's old position would
+/// skip the records in between.
+const SEEK_ATTEMPTS: u32 = 5;
+
+/// Longest time the consumer thread goes without polling while the memory budget is used up:
+/// rebalance callbacks and errors only arrive through the poll.
+pub const MAX_GATE: Duration = Duration::from_millis(100);
+
+/// Starts the consumer thread. Events arrive on the returned receiver.
+pub fn spawn(
+    settings: ConsumerSettings,
+) -> Result<(ConsumerHandle, mpsc::UnboundedReceiver<ConsumerEvent>), KafkaError> {
+    let (command_tx, command_rx) = std_mpsc::channel();
+    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    let mut config = ClientConfig::new();
+    for (k, v) in &settings.properties {
+        config.set(k, v);
+    }
+    // Readiness and the lag gauges depend on the statistics: they cannot be switched off.
+    let statistics_off = settings
+        .properties
+        .get("statistics.interval.ms")
+        .is_none_or(|v| v.trim() == "0");
+    if settings.metrics.is_some() && statistics_off {
+        config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
+    }
+    let lag = Arc::new(LagBook::default());
+    let watermarks = match &settings.metrics {
+        Some(metrics) => {
+            let every = config
+                .get("statistics.interval.ms")
+                .and_then(|ms| ms.trim().parse::<u64>().ok())
+                .filter(|ms| *ms > 0)
+                .map_or(Duration::from_secs(5), Duration::from_millis);
+            Some(WatermarkReader::spawn(
+                &settings,
+                every,
+                lag.clone(),
+                metrics.clone(),
+                event_tx.clone(),
+            )?)
+        }
+        None => None,
+    };
+    let context = SinkContext {
+        shared: Mutex::new(Shared {
+            commands: command_rx,
+            events: event_tx,
+            routes: HashMap::default(),
+            stashes: HashMap::new(),
+            paused: BTreeSet::new(),
+            ordered_paused: BTreeSet::new(),
+            capped: BTreeSet::new(),
+            initial_partitions: HashMap::new(),
+            owned: BTreeSet::new(),
+            seeking: HashMap::new(),
+            positions: HashMap::new(),
+            lag,
+            shutdown: false,
+        }),
+        settings: settings.clone(),
+    };
+    let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
+    let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+    // Partition counts at subscription time: a partition above them was added at runtime, which
+    // has its own start policy (docs/architecture.md#start-cases).
+    {
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        for topic in &settings.topics {
+            if let Ok(md) = consumer.fetch_metadata(Some(topic), settings.request_timeout) {
+                for t in md.topics() {
+                    shared
+                        .initial_partitions
+                        .insert(t.name().to_string(), t.partitions().len() as i32);
+                }
+            }
+        }
+    }
+    consumer.subscribe(&topics)?;
+    let thread = std::thread::Builder::new()
+        .name("kafka-consumer".into())
+        .spawn(move || {
+            run(consumer);
+            if let Some(reader) = watermarks {
+                reader.stop();
+            }
+        })
+        .expect("spawning the consumer thread");
+    Ok((
+        ConsumerHandle {
+            commands: command_tx,
+            thread: Some(thread),
+        },
+        event_rx,
+    ))
+}
+
+struct Shared {
+    commands: std_mpsc::Receiver<ConsumerCommand>,
+    events: mpsc::UnboundedSender<ConsumerEvent>,
+    routes: HashMap<TopicPartition, Route, BuildHasherDefault<RouteHasher>>,
+    stashes: HashMap<TopicPartition, VecDeque<Record>>,
+    /// Partitions paused in librdkafka now, for whatever reason.
+    paused: BTreeSet<TopicPartition>,
+    /// Paused by the coordinator (`Pause`, e.g. the uncommitted-bytes cap) until it resumes them.
+    ordered_paused: BTreeSet<TopicPartition>,
+    /// Paused because they hold their share cap of the memory budget.
+    capped: BTreeSet<TopicPartition>,
+    initial_partitions: HashMap<String, i32>,
+    /// The partitions this member owns: added by the assign callback, removed when the revoke
+    /// callback returns. A commit for any other partition is refused here (invariant 4): a
+    /// handoff commit the coordinator builds after the callback left at its deadline would
+    /// otherwise land in the next generation, over the new owner's checkpoint.
+    owned: BTreeSet<TopicPartition>,
+    /// Seeks that failed and wait for their retry; the partition stays paused and unrouted.
+    seeking: HashMap<TopicPartition, PendingSeek>,
+    /// Where each started partition was last sought to: its position until a record arrives.
+    positions: HashMap<TopicPartition, NextOffset>,
+    lag: Arc<LagBook>,
+    shutdown: bool,
+}
+
+/// A seek to retry, and the route the partition gets once it is made.
+struct PendingSeek {
+    to: NextOffset,
+    attempt: u32,
+    due: Instant,
+    route: Option<Route>,
+}
+
+impl Shared {
+    fn execute(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        command: ConsumerCommand,
+    ) {
+        match command {
+            ConsumerCommand::Start { tp, from, sink } if !self.owned.contains(&tp) => {
+                // Revoked since the coordinator decided: its records are the next owner's.
+                tracing::info!(partition = %tp, from = from.0, "start of a partition no longer owned ignored");
+                drop(sink);
+            }
+            ConsumerCommand::Start { tp, from, sink } => {
+                self.routes.remove(&tp);
+                self.stashes.remove(&tp);
+                self.ordered_paused.remove(&tp);
+                self.capped.remove(&tp);
+                let account = settings.memory.as_ref().map(MemoryBudget::partition);
+                let route = Route {
+                    sink,
+                    arena: BytesMut::new(),
+                    account,
+                    next: 0,
+                };
+                self.seek_and_route(consumer, settings, tp, from, 0, Some(route));
+            }
+            ConsumerCommand::Seek { tp, to } => {
+                self.stashes.remove(&tp);
+                self.ordered_paused.remove(&tp);
+                let route = self
+                    .routes
+                    .remove(&tp)
+                    .or_else(|| self.seeking.remove(&tp).and_then(|p| p.route));
+                self.seek_and_route(consumer, settings, tp, to, 0, route);
+            }
+            ConsumerCommand::Stop { tp } => {
+                self.routes.remove(&tp);
+                self.stashes.remove(&tp);
+                self.capped.remove(&tp);
+                self.seeking.remove(&tp);
+                self.pause(consumer, &tp);
+            }
+            ConsumerCommand::Pause { tp } => {
+                self.ordered_paused.insert(tp.clone());
+                self.pause(consumer, &tp);
+            }
+            ConsumerCommand::Resume { tp } => {
+                self.ordered_paused.remove(&tp);
+                self.settle(consumer, &tp);
+            }
+            ConsumerCommand::Commit { commit, entries } => {
+                // Only what this member owns (invariant 4): a commit built before a revoke
+                // whose callback already returned must not reach the broker.
+                let owned = &self.owned.clone();
+                let outcome = self.commit_only(consumer, settings, commit, entries, |tp| {
+                    (!owned.contains(tp)).then_some("partition no longer owned by this member")
+                });
+                let _ = self
+                    .events
+                    .send(ConsumerEvent::CommitDone { commit, outcome });
+            }
+            ConsumerCommand::ReadCommitted { tp } => {
+                let event = match self.read_assignment(consumer, settings, &tp) {
+                    Ok(assignment) => ConsumerEvent::Reread { tp, assignment },
+                    Err(reason) => ConsumerEvent::RereadFailed { tp, reason },
+                };
+                let _ = self.events.send(event);
+            }
+            ConsumerCommand::ReadAssignment { tp } => {
+                // A partition revoked meanwhile: its revoke already told the coordinator.
+                if self.owned.contains(&tp) {
+                    let result = self.read_assignment(consumer, settings, &tp);
+                    let _ = self
+                        .events
+                        .send(ConsumerEvent::AssignmentRead { tp, result });
+                }
+            }
+            ConsumerCommand::ConfirmOwnership { tp } => {
+                let owned = !consumer.assignment_lost()
+                    && consumer
+                        .assignment()
+                        .is_ok_and(|a| a.find_partition(&tp.topic, tp.partition).is_some());
+                if !owned {
+                    tracing::info!(partition = %tp, "zombie partition is no longer ours");
+                    return;
+                }
+                let event = match self.read_assignment(consumer, settings, &tp) {
+                    Ok(assignment) => ConsumerEvent::OwnershipConfirmed { tp, assignment },
+                    Err(reason) => ConsumerEvent::OwnershipUnknown { tp, reason },
+                };
+                let _ = self.events.send(event);
+            }
+            ConsumerCommand::RevokeSeen | ConsumerCommand::Release { .. } => {}
+            ConsumerCommand::Shutdown => self.shutdown = true,
+        }
+    }
+
+    /// Writes each owned partition's fetch position and routed end into the lag book.
+    fn publish_standing(&self, consumer: &BaseConsumer<SinkContext>) {
+        let now = consumer.position().ok();
+        for tp in &self.owned {
+            let fetched = now
+                .as_ref()
+                .and_then(|list| list.find_partition(&tp.topic, tp.partition))
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .or_else(|| self.positions.get(tp).map(|p| p.0));
+            let routed = self.routes.get(tp).map(|r| r.next).filter(|n| *n > 0);
+            self.lag.with(tp, |s| {
+                s.fetched = fetched;
+                if routed.is_some() {
+                    s.routed = routed;
+                }
+            });
+        }
+    }
+}
+
+fn run(consumer: BaseConsumer<SinkContext>) {
+    let poll_timeout = Duration::from_millis(20);
+    let settings = &consumer.context().settings;
+    // The partition of the last message: consecutive messages mostly come from one partition,
+    // so its key is not rebuilt (allocated) per message.
+    let mut current = TopicPartition::new(String::new(), -1);
+    let mut gated_since: Option<Instant> = None;
+    let mut published = Instant::now();
+    loop {
+        // Commands first, so commits are not delayed behind a full poll.
+        let gated = {
+            let mut shared = consumer.context().shared.lock().expect("consumer state");
+            while let Ok(command) = shared.commands.try_recv() {
+                shared.execute(&consumer, settings, command);
+            }
+            shared.retry_seeks(&consumer, settings);
+            if published.elapsed() >= Duration::from_secs(1) {
+                published = Instant::now();
+                shared.publish_standing(&consumer);
+            }
+            shared.drain_stashes(&consumer);
+            shared.uncap(&consumer, settings);
+            if let Some(budget) = &settings.memory {
+                budget.set_partitions(shared.routes.len());
+            }
+            if shared.shutdown {
+                break;
+            }
+            settings.memory.as_ref().is_some_and(|b| b.update_gate())
+        };
+        if gated {
+            // The budget is used up: take no message until acknowledgements release some. Keep
+            // serving commands meanwhile, and poll now and then for rebalances.
+            let since = *gated_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < MAX_GATE {
+                let mut shared = consumer.context().shared.lock().expect("consumer state");
+                let waited = shared.commands.recv_timeout(Duration::from_millis(2));
+                match waited {
+                    Ok(command) => shared.execute(&consumer, settings, command),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                        drop(shared);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                continue;
+            }
+        }
+        gated_since = None;
+        // The rebalance callbacks run inside this poll and lock `shared` themselves.
+        let polled = consumer.poll(poll_timeout);
+        match polled {
+            None => {}
+            Some(Ok(message)) => {
+                if current.partition != message.partition() || current.topic != message.topic() {
+                    current = TopicPartition::new(message.topic(), message.partition());
+                }
+                let mut shared = consumer.context().shared.lock().expect("consumer state");
+                shared.route(&consumer, settings, &current, &message);
+            }
+            Some(Err(error)) => {
+                if is_fatal(&error) {
+                    let shared = consumer.context().shared.lock().expect("consumer state");
+                    let _ = shared.events.send(ConsumerEvent::Fatal(error.to_string()));
+                } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+                    let mut shared = consumer.context().shared.lock().expect("consumer state");
+                    shared.out_of_range(&consumer, settings);
+                } else {
+                    tracing::warn!(error = %error, "kafka consumer error");
+                }
+            }
+        }
+    }
+    // Leaving the group: unsubscribe runs the revoke callback (its handoff is a no-op now that
+    // the coordinator released everything), then the consumer is closed on drop.
+    consumer.unsubscribe();
+    let _ = consumer.poll(Duration::from_millis(100));
+    let events = consumer
+        .context()
+        .shared
+        .lock()
+        .expect("consumer state")
+        .events
+        .clone();
+    drop(consumer);
+    let _ = events.send(ConsumerEvent::Closed);
+}
+
+fn is_fatal(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::SaslAuthenticationFailed
+        )
+    )
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
+}
