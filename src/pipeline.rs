@@ -20,7 +20,7 @@ use crate::checkpoint::protocol::{
     AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
     ProtocolConfig, ResolveFallback, StartFrom,
 };
-use crate::config::{self, Config, Credentials, Delivery, OnBadRecord};
+use crate::config::{self, Config, Credentials, Delivery, OnBadRecord, defaults};
 use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::kafka::memory_budget::MemoryBudget;
@@ -37,7 +37,7 @@ const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
 /// Runs the daemon. Returns when shutdown completed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(Health::new(Duration::from_secs(30)));
+    let health = Arc::new(Health::new(defaults::HEALTH_STALE_AFTER));
     let ops = http::serve(
         config.metrics.listen,
         metrics.clone(),
@@ -85,7 +85,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             Some(DeadLetterProducer::new(
                 &dl.producer_properties(&config.kafka),
                 topic,
-                Duration::from_secs(30),
+                defaults::DEAD_LETTER_SEND_TIMEOUT,
             )?)
         }
         (None, OnBadRecord::DeadLetter) => {
@@ -116,7 +116,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 OnBadRecord::Skip => BadRecordPolicy::Skip,
                 OnBadRecord::Fail => BadRecordPolicy::Fail,
             },
-            lookup_backoff: Duration::from_secs(1),
+            lookup_backoff: defaults::PLAN_LOOKUP_BACKOFF,
             default_stream: config.delivery == Delivery::AtLeastOnce,
         },
     });
@@ -126,14 +126,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let session_timeout = consumer_properties
         .get("session.timeout.ms")
         .and_then(|ms| ms.parse::<u64>().ok())
-        .map_or(Duration::from_secs(45), Duration::from_millis);
+        .map_or(defaults::KAFKA_SESSION_TIMEOUT, Duration::from_millis);
     let (consumer, events) = consumer::spawn(ConsumerSettings {
         properties: consumer_properties,
         topics: config.kafka.subscription(),
         excluded_topics: config.excluded_topics(),
-        handoff_deadline: config.shutdown_deadline.0.min(Duration::from_secs(30)),
-        request_timeout: Duration::from_secs(10),
-        max_stash_records: 10_000,
+        handoff_deadline: config.shutdown_deadline.0.min(defaults::HANDOFF_DEADLINE),
+        request_timeout: defaults::KAFKA_REQUEST_TIMEOUT,
+        max_stash_records: defaults::MAX_STASH_RECORDS,
         metrics: Some(metrics.clone()),
         memory: Some(MemoryBudget::new(
             config.writer.memory_limit.0,
@@ -158,8 +158,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         // fetching a broker's partitions after all were paused only at its next one-second tick
         // (one partition drained at 36 MB/s with 4,096 here). So the channel is sized to be
         // filled only by records far smaller than 1 KB.
-        writer_channel: 65_536,
-        zombie_confirm_after: session_timeout.max(Duration::from_secs(1)),
+        writer_channel: defaults::WRITER_CHANNEL_RECORDS,
+        zombie_confirm_after: session_timeout.max(defaults::MIN_ZOMBIE_CONFIRM),
         stall_after: config.checkpoint.partition_stall_timeout.0,
     };
     let exit = match config.delivery {
@@ -213,12 +213,12 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
             GOOGLE_REST_ENDPOINT.to_string(),
         ),
     };
-    let rest = RestClient::new(&rest_endpoint, auth.clone(), Duration::from_secs(60))?;
+    let rest = RestClient::new(&rest_endpoint, auth.clone(), defaults::REST_TIMEOUT)?;
     let client = WriteClient::new(
         &WriteClientOptions {
             endpoint: grpc_endpoint,
             rpc_timeout: config.writer.response_timeout.0,
-            connect_timeout: Duration::from_secs(10),
+            connect_timeout: defaults::GRPC_CONNECT_TIMEOUT,
         },
         auth,
     )

@@ -17,12 +17,12 @@ use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSch
 use kafka_bigquery_sink::emulator::rows::RenderOptions;
 use serde_json::{Map, Value as Json};
 use support::kafka::unique_name;
-use support::registry::{hex, python, serve_registry, vectors};
+use support::python::python;
+use support::registry::{hex, serve_registry, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 async fn evolve(format: &str, pinned: Option<&'static str>) {
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     let lines = vectors(&python, "evolution_vectors.py");

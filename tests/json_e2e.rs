@@ -17,7 +17,8 @@ use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::emulator::rows::RenderOptions;
 use serde_json::{Map, Value as Json, json};
 use support::kafka::unique_name;
-use support::registry::{hex, python, serve_registry, vectors};
+use support::python::python;
+use support::registry::{hex, serve_registry, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 fn table(columns: &Json) -> TableSchema {
@@ -71,7 +72,6 @@ fn assert_row(row: &Map<String, Json>, expected: &Json, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn confluent_json_schema_records_land_exactly_once_and_value_exact() {
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     let lines = vectors(&python, "json_vectors.py");
@@ -126,7 +126,6 @@ async fn confluent_json_schema_records_land_exactly_once_and_value_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn schemaless_json_records_land_by_column_name() {
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     let lines = vectors(&python, "json_vectors.py");

@@ -12,13 +12,13 @@ use std::time::Duration;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use serde_json::{Value as Json, json};
 use support::kafka::unique_name;
-use support::registry::{hex, python, serve_registry, vectors};
+use support::python::python;
+use support::registry::{hex, serve_registry, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     let lines = vectors(&python, "protobuf_vectors.py");

@@ -429,15 +429,7 @@ async fn an_existing_table_without_a_primary_key_is_refused_at_start() {
     daemon.kill();
 }
 
-/// The test venv's interpreter (`KBQ_PYTHON`, else `.venv/bin/python` made by
-/// `scripts/venv.sh`); `None` without one (`scripts/test.sh --quick` builds none).
-fn python() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KBQ_PYTHON") {
-        return Some(p.into());
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    venv.exists().then_some(venv)
-}
+use support::python::python;
 
 /// The committed seed of the kill schedule and of the change stream.
 const KILL_SEED: u64 = 0x6364_635f_6b69_6c6c;
@@ -451,7 +443,6 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     const PARTITIONS: i32 = 4;

@@ -1270,8 +1270,10 @@ async fn a_replica_killed_during_its_handoff_loses_and_duplicates_nothing() {
         ))
         .expect("install the delay");
     f.produce(4_000);
-    // Let a's writers put appends in flight against the slow answers.
-    std::thread::sleep(Duration::from_millis(1500));
+    // a's writers have appends in flight against the slow answers.
+    wait_until(Duration::from_secs(60), "appends in flight at a", || {
+        a.metric("kbq_inflight_requests") > 0.0
+    });
     let mut b = Daemon::start_named(&config, "b");
     wait_until(Duration::from_secs(90), "a's handoff to begin", || {
         !a.logged("partition revoked: handing off").is_empty()

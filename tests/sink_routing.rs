@@ -320,23 +320,35 @@ async fn three_topics_reach_their_routed_tables_exactly_once_across_a_sigkill() 
     let mut daemon = Daemon::start(&config);
     // Crash once the first checkpoint shows progress in every table, while there is more to do.
     let started = Instant::now();
-    loop {
+    let first_progress = |p: [usize; 3]| p.iter().sum::<usize>();
+    let first = loop {
         let progress = [
             s.visible(&orders_table, KAFKA_COLS).len(),
             s.visible(&payments_table, KAFKA_COLS).len(),
             s.visible(&audit_table, AUDIT_COLS).len(),
         ];
         if progress.iter().all(|n| *n > 0) {
-            break;
+            break first_progress(progress);
         }
         if started.elapsed() > Duration::from_secs(60) {
             daemon.dump_logs(60);
             panic!("no progress in every table after 60 s: {progress:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    // A little more work first: another checkpoint has made rows visible since.
+    let visible_now = || {
+        s.visible(&orders_table, KAFKA_COLS).len()
+            + s.visible(&payments_table, KAFKA_COLS).len()
+            + s.visible(&audit_table, AUDIT_COLS).len()
+    };
+    while visible_now() <= first {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "no checkpoint after the first one within 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
-    // A little more work in every table first: several checkpoints have committed by now.
-    std::thread::sleep(Duration::from_millis(700));
     producing.store(false, Ordering::SeqCst);
     background.join().expect("background producer");
     daemon.kill();
@@ -351,6 +363,12 @@ async fn three_topics_reach_their_routed_tables_exactly_once_across_a_sigkill() 
         .map(BTreeSet::len)
         .sum();
     eprintln!("{at_kill} of {produced} records visible when the daemon was killed");
+    // The crash must hit the daemon mid-flight: records produced and not yet visible (appended
+    // rows whose checkpoint had not committed or flushed, or records not yet appended).
+    assert!(
+        at_kill < produced,
+        "the kill came after the daemon had caught up ({at_kill} of {produced} visible): not a mid-flight crash"
+    );
     for (topic, table) in &topics {
         s.produce(topic, 2, 500, table);
     }

@@ -14,16 +14,9 @@ use prost_reflect::{DescriptorPool, DynamicMessage, ReflectMessage, Value as PVa
 use prost_types::FileDescriptorSet;
 use serde_json::{Map, Value as Json, json};
 
-/// The test venv's interpreter; `None` when there is none (`scripts/test.sh --quick` does not
-/// build it), in which case the test says so and checks nothing. The full test command always
-/// builds `.venv` first, so CI runs it.
-fn python() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KBQ_PYTHON") {
-        return Some(p.into());
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    venv.exists().then_some(venv)
-}
+#[path = "support/python.rs"]
+mod oracle;
+use oracle::python;
 
 fn to_json(v: &PValue) -> Json {
     match v {
@@ -64,7 +57,6 @@ fn hex(s: &str) -> Vec<u8> {
 #[test]
 fn fastavro_vectors_transcode_to_the_values_python_expects() {
     let Some(python) = python() else {
-        eprintln!("skipped: no .venv (run scripts/venv.sh) and no KBQ_PYTHON");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -42,3 +42,30 @@ pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
 pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
 pub const LOG_LEVEL: &str = "info";
+
+// Settings the sink fixes itself (not in the config file), kept here so that every default is in
+// one place.
+
+/// `/healthz` turns false when the coordinator has not beaten for this long.
+pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(30);
+/// How long a dead-letter send may wait for the broker's acknowledgement.
+pub const DEAD_LETTER_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between two lookups of a writer schema that the registry could not serve yet.
+pub const PLAN_LOOKUP_BACKOFF: Duration = Duration::from_secs(1);
+/// librdkafka's default `session.timeout.ms`, when `kafka.properties` does not set it.
+pub const KAFKA_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
+/// The longest a revoke callback waits for the handoff (capped by `shutdown_deadline`).
+pub const HANDOFF_DEADLINE: Duration = Duration::from_secs(30);
+/// Timeout of the consumer's own requests to the broker (committed offsets, watermarks).
+pub const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Records a paused partition may keep in its stash.
+pub const MAX_STASH_RECORDS: usize = 10_000;
+/// Capacity of a writer's channel, in records: filled only by records far smaller than 1 KB
+/// (see `pipeline.rs` for the measurement behind it).
+pub const WRITER_CHANNEL_RECORDS: usize = 65_536;
+/// The shortest wait before a zombie partition asks the group whether it still owns it.
+pub const MIN_ZOMBIE_CONFIRM: Duration = Duration::from_secs(1);
+/// Timeout of BigQuery REST calls (tables, queries).
+pub const REST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of establishing a gRPC connection to the Storage Write API.
+pub const GRPC_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

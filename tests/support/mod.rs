@@ -4,5 +4,6 @@
 
 pub mod daemon;
 pub mod kafka;
+pub mod python;
 pub mod registry;
 pub mod sink;

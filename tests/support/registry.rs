@@ -13,16 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::Value as Json;
 
-/// `KBQ_PYTHON`, else the repository's `.venv/bin/python` (made by `scripts/venv.sh`); `None`
-/// when there is neither (`scripts/test.sh --quick` makes no venv).
-pub fn python() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KBQ_PYTHON") {
-        return Some(p.into());
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    venv.exists().then_some(venv)
-}
-
 /// Runs `tests/python/<script>` writing its JSON lines, and returns them parsed.
 pub fn vectors(python: &std::path::Path, script: &str) -> Vec<Json> {
     let dir = tempfile::tempdir().unwrap();
