@@ -102,7 +102,7 @@ impl Shared {
                                 let result = if landed {
                                     Ok(())
                                 } else {
-                                    Err(super::super::super::commit_error::classify(&error))
+                                    Err(super::super::commit_error::classify(&error))
                                 };
                                 (e.tp, result)
                             })
