@@ -462,7 +462,7 @@ async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result<Outcome> {
         if crash.is_some() {
             for outcome in [
                 "reflushed",
-                "already_flushed",
+                "resolve_failed",
                 "resolved",
                 "rewound",
                 "anomaly",
