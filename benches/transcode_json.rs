@@ -6,79 +6,45 @@
 //! `cargo bench --bench transcode_json` runs criterion and then prints a per-core summary:
 //! records/s, MB/s of input and ns per input byte for each path, and the ratio.
 
+mod common;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
 use chrono::DateTime;
+use common::Order;
 use criterion::{Criterion, Throughput};
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{Plan, PlanOptions, file_for};
+use kafka_bigquery_sink::transcode::{Plan, PlanOptions};
 use num_bigint::BigInt;
 use prost::Message;
-use prost_reflect::{DescriptorPool, DynamicMessage, Kind, MessageDescriptor, Value as PValue};
-use prost_types::FileDescriptorSet;
+use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value as PValue};
 use serde_json::{Value as Json, json};
 
-const TABLE: &str = r#"{"fields":[
-  {"name":"order_id","type":"STRING","mode":"REQUIRED"},
-  {"name":"customer_id","type":"INT64"},
-  {"name":"customer_email","type":"STRING"},
-  {"name":"created_at","type":"TIMESTAMP"},
-  {"name":"status","type":"STRING"},
-  {"name":"channel","type":"STRING"},
-  {"name":"total","type":"NUMERIC"},
-  {"name":"currency","type":"STRING"},
-  {"name":"item_count","type":"INT64"},
-  {"name":"weight_kg","type":"FLOAT64"},
-  {"name":"gift","type":"BOOL"},
-  {"name":"coupon","type":"STRING"},
-  {"name":"notes","type":"STRING"},
-  {"name":"user_agent","type":"STRING"},
-  {"name":"session_id","type":"STRING"},
-  {"name":"warehouse_id","type":"INT64"},
-  {"name":"priority","type":"INT64"},
-  {"name":"shipping","type":"RECORD","fields":[
-     {"name":"street","type":"STRING"},{"name":"city","type":"STRING"},
-     {"name":"postcode","type":"STRING"},{"name":"country","type":"STRING"},
-     {"name":"lat","type":"FLOAT64"},{"name":"lon","type":"FLOAT64"}]},
-  {"name":"line_ids","type":"INT64","mode":"REPEATED"},
-  {"name":"tags","type":"STRING","mode":"REPEATED"}
-]}"#;
-
-const NOTES: &str = "Please leave the parcel at the back door if nobody answers; the dog is friendly \
-    but loud. Call ahead on weekdays between nine and five, ask for the reception desk, and \
-    mention the order number so they can find the delivery slot quickly. If the parcel does not \
-    fit the letterbox, the neighbours at number 221a accept deliveries for us; otherwise please \
-    use the parcel locker at the corner shop and send the pickup code by text message to the \
-    number on the order.";
-const AGENT: &str = "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like \
-    Gecko) Chrome/131.0.0.0 Mobile Safari/537.36 ShopApp/5.12.3";
-
-fn order(i: i64) -> Vec<u8> {
-    let created = DateTime::from_timestamp_micros(1_764_460_800_000_000 + i * 1_000).unwrap();
-    let cents = 129_990 + i;
+/// The order in JSON: the values of the Avro and Protobuf benchmarks' record.
+fn order(v: &Order) -> Vec<u8> {
+    let created = DateTime::from_timestamp_micros(v.created_micros()).unwrap();
+    let cents = v.cents();
     serde_json::to_vec(&json!({
-        "order_id": format!("ord-{i:012}-2f9c1e7a-4b8d-4c3e-9a6f"),
-        "customer_id": 1_000_000 + i * 7,
-        "customer_email": format!("customer{i}@example.com"),
+        "order_id": v.order_id(),
+        "customer_id": v.customer_id(),
+        "customer_email": v.email(),
         "created_at": created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
         "status": "PAID",
-        "channel": if i % 3 == 0 { Json::Null } else { json!("mobile-app") },
+        "channel": "mobile-app",
         "total": format!("{}.{:02}", cents / 100, cents % 100).parse::<serde_json::Number>().unwrap(),
         "currency": "EUR",
-        "item_count": 3 + i % 5,
-        "weight_kg": 1.25 + i as f64 / 1000.0,
-        "gift": i % 2 == 0,
-        "coupon": if i % 4 == 0 { json!("WINTER-10") } else { Json::Null },
-        "notes": NOTES,
-        "user_agent": AGENT,
-        "session_id": format!("sess-{:032x}", i as u128 * 0x9e37_79b9_7f4a_7c15),
-        "warehouse_id": 17 + i % 3,
-        "priority": i % 4,
-        "shipping": {"street": "Bahnhofstrasse 21", "city": "Zürich", "postcode": "8001",
-                     "country": "CH", "lat": 47.3769, "lon": 8.5417},
-        "line_ids": [i * 10, i * 10 + 1, i * 10 + 2],
-        "tags": ["express", "fragile", "eu-vat", "repeat-customer", "newsletter"],
+        "item_count": 3,
+        "weight_kg": 2.75,
+        "gift": v.gift(),
+        "coupon": Json::Null,
+        "notes": common::NOTES,
+        "user_agent": common::AGENT,
+        "session_id": v.session(),
+        "warehouse_id": 42,
+        "priority": 2,
+        "shipping": {"street": common::STREET, "city": "Berlin", "postcode": "10115",
+                     "country": "DE", "lat": 52.532, "lon": 13.384},
+        "line_ids": v.line_ids().collect::<Vec<_>>(),
+        "tags": common::TAGS,
     }))
     .unwrap()
 }
@@ -133,14 +99,9 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let table: TableSchema = serde_json::from_str(TABLE).unwrap();
-    let plan = Plan::compile_json(None, false, &table, &PlanOptions::default()).unwrap();
-    let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
-        file: vec![file_for(plan.descriptor())],
-    })
-    .unwrap();
-    let row = pool.get_message_by_name("Row").unwrap();
-    let inputs = (0..1024).map(order).collect();
+    let plan = Plan::compile_json(None, false, &common::table(), &PlanOptions::default()).unwrap();
+    let row = common::row_message(&plan);
+    let inputs = (0..common::RECORDS).map(|i| order(&Order { i })).collect();
     Setup { plan, row, inputs }
 }
 
@@ -155,21 +116,14 @@ fn cross_check(s: &Setup) {
     }
 }
 
-fn run(s: &Setup, out: &mut Vec<u8>, n: usize) {
-    for (k, input) in s.inputs.iter().cycle().take(n).enumerate() {
-        if k.is_multiple_of(512) {
-            out.clear();
-        }
-        black_box(s.plan.transcode(black_box(input), None, out).unwrap());
-    }
-}
-
 fn bench(c: &mut Criterion, s: &Setup) {
     let avg = s.inputs.iter().map(Vec::len).sum::<usize>() / s.inputs.len();
     let mut group = c.benchmark_group("json_to_proto_1kb_record");
     group.throughput(Throughput::Bytes(avg as u64));
     let mut out = Vec::with_capacity(1 << 20);
-    group.bench_function("plan", |b| b.iter(|| run(s, &mut out, 1)));
+    group.bench_function("plan", |b| {
+        b.iter(|| common::run_plan(&s.plan, &s.inputs, &mut out, 1))
+    });
     let mut j = 0usize;
     group.bench_function("naive_serde_json_value", |b| {
         b.iter(|| {
@@ -181,54 +135,27 @@ fn bench(c: &mut Criterion, s: &Setup) {
     group.finish();
 }
 
-fn thread_cpu_time() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-/// Records per second of on-CPU time (wall clock when the scheduler's figure is missing).
-fn measure(f: &mut dyn FnMut(usize), batch: usize) -> f64 {
-    f(batch);
-    let mut n = 0usize;
-    let start = Instant::now();
-    let cpu_start = thread_cpu_time();
-    while start.elapsed() < Duration::from_secs(3) {
-        f(batch);
-        n += batch;
-    }
-    let secs = cpu_start
-        .zip(thread_cpu_time())
-        .map(|(a, b)| (b - a).as_secs_f64())
-        .unwrap_or_else(|| start.elapsed().as_secs_f64());
-    n as f64 / secs
-}
-
 fn summary(s: &Setup) {
-    let avg = s.inputs.iter().map(Vec::len).sum::<usize>() as f64 / s.inputs.len() as f64;
+    let mean = common::mean_len(&s.inputs);
     let mut out = Vec::with_capacity(1 << 20);
-    let batch = s.inputs.len();
-    let plan = measure(&mut |n| run(s, &mut out, n), batch);
-    let naive_rate = measure(
-        &mut |n| {
-            for p in s.inputs.iter().take(n) {
-                black_box(naive(black_box(p), &s.row));
-            }
-        },
-        batch,
+    let rates = common::compare(
+        &mut [
+            &mut |n| common::run_plan(&s.plan, &s.inputs, &mut out, n),
+            &mut |n| {
+                for p in s.inputs.iter().cycle().take(n) {
+                    black_box(naive(black_box(p), &s.row));
+                }
+            },
+        ],
+        s.inputs.len(),
     );
+    let (plan, naive_rate) = (rates[0], rates[1]);
     println!();
-    println!("record: 20 fields; {avg:.0} bytes of json on average");
-    for (name, rate) in [("json plan", plan), ("json naive", naive_rate)] {
-        println!(
-            "{name:>10}: {rate:>10.0} records/s  {:>7.1} MB/s in  {:>7.1} ns/record  {:>5.3} ns/byte (on-cpu, one core)",
-            rate * avg / 1e6,
-            1e9 / rate,
-            1e9 / rate / avg
-        );
-    }
+    println!("record: 20 fields; {mean:.0} bytes of json on average");
+    common::print_rate("json plan", plan, mean);
+    common::print_rate("json naive", naive_rate, mean);
     println!(
-        "{:>10}: {:.1}x the naive json path",
+        "{:>16}: {:.1}x the naive json path",
         "json plan",
         plan / naive_rate
     );
@@ -237,14 +164,10 @@ fn summary(s: &Setup) {
 fn main() {
     let s = setup();
     cross_check(&s);
-    // `cargo test --all-targets` runs this binary without `--bench`: the cross-check is the test.
-    if !std::env::args().any(|a| a == "--bench") {
+    if !common::measuring() {
         return;
     }
-    let mut c = Criterion::default()
-        .configure_from_args()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
+    let mut c = common::criterion();
     bench(&mut c, &s);
     c.final_summary();
     summary(&s);
