@@ -15,8 +15,8 @@ pub mod pipeline;
 pub mod quickstart;
 pub mod recover;
 pub mod registry;
-pub mod routing;
 #[cfg(test)]
 mod sim;
+pub mod tables;
 pub use kbq_transcode as transcode;
 pub mod writer;

@@ -27,7 +27,7 @@ use crate::kafka::memory_budget::MemoryBudget;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
 use crate::registry::{BasicAuth, RegistryConfig};
-use crate::routing::Router;
+use crate::tables::Router;
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterShared};
 

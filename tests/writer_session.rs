@@ -439,11 +439,11 @@ async fn order_writer(
     use kafka_bigquery_sink::checkpoint::offsets::{Incarnation, NextOffset};
     use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
     use kafka_bigquery_sink::ops::metrics::Metrics;
+    use kafka_bigquery_sink::tables::plans::FixedPlan;
     use kafka_bigquery_sink::transcode::{AvroSchema, PlanOptions};
     use kafka_bigquery_sink::writer::partition_writer::{
         self as pw, BadRecordPolicy, WriterRoute, WriterSettings, WriterShared,
     };
-    use kafka_bigquery_sink::writer::plans::FixedPlan;
     use kafka_bigquery_sink::writer::stream_quota::StreamCreationLimiter;
     use std::sync::Arc;
 

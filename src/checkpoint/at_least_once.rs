@@ -28,7 +28,7 @@ use crate::bigquery::write_client::WriteClient;
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel};
-use crate::routing::Route;
+use crate::tables::Route;
 use crate::writer::partition_writer::{WriterEvent, WriterHandle, WriterShared};
 
 use super::coordinator::{

@@ -22,7 +22,7 @@ use crate::bigquery::write_client::WriteClient;
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, ConsumerHandle};
 use crate::ops::http::Health;
 use crate::ops::metrics::{KindLabel, Metrics, OutcomeLabel, TableLabel, TopicLabel};
-use crate::routing::{Route, Router};
+use crate::tables::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
 use super::denied::DeniedFlushes;

@@ -24,7 +24,7 @@ use crate::bigquery::write_client::{
 use crate::emulator::grpc::{AppendOutcome, AppendSession as EmulatorSession};
 use crate::emulator::status::BqError;
 use crate::emulator::store::StoreError;
-use crate::writer::plans::FixedPlan;
+use crate::tables::plans::FixedPlan;
 
 #[derive(Debug)]
 pub(super) struct SimWrite {

@@ -22,8 +22,8 @@ use crate::checkpoint::protocol::MissingCheckpointPolicy;
 use crate::config::Config;
 use crate::emulator::store::{Dataset, Store, StoreConfig, Table, TableRef};
 use crate::ops::metrics::Metrics;
+use crate::tables::plans::FixedPlan;
 use crate::transcode::{AvroSchema, PlanOptions};
-use crate::writer::plans::FixedPlan;
 
 pub(super) struct Sim {
     pub(super) world: Shared,

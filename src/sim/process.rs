@@ -32,7 +32,7 @@ use crate::kafka::consumer::ConsumerHandle;
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::ops::http::Health;
 use crate::ops::metrics::Metrics;
-use crate::routing::{Route, Router};
+use crate::tables::{Route, Router};
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, WriterRoute, WriterSettings, WriterShared};
 use crate::writer::stream_quota::StreamCreationLimiter;

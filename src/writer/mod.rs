@@ -1,7 +1,5 @@
 //! Per-partition writer actors: decode, transcode, batch, AppendRows with explicit offsets.
 
 pub mod append_session;
-pub mod cdc_plans;
 pub mod partition_writer;
-pub mod plans;
 pub mod stream_quota;

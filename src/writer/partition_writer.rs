@@ -33,8 +33,8 @@ use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
-use super::cdc_plans::ChangePlans;
 use super::stream_quota::StreamCreationLimiter;
+use crate::tables::cdc_plans::ChangePlans;
 
 mod change;
 

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
+use crate::tables::cdc_plans::ChangePlans;
 use crate::transcode::Plan;
 use crate::transcode::change::{ChangeKind, NotAChange, append_change, renumber, sequence_number};
-use crate::writer::cdc_plans::ChangePlans;
 
 use super::{End, NextOffset, PartitionWriter, PlanLookupError, RowBody, unless_stopped};
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail};
 
+use super::cdc_plans::{ChangePlans, ChangeRules};
 use crate::bigquery::rest_client::{PrimaryKey, Table, TableConstraints, TableReference};
 use crate::bigquery::table_schema::{FieldType, Mode, TableSchema};
 use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
 use crate::transcode::change::{CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape};
 use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions, table_schema_from_avro};
-use crate::writer::cdc_plans::{ChangePlans, ChangeRules};
 
 pub(super) fn format(cdc: &CdcConfig) -> ChangeFormat {
     match cdc.format {

@@ -39,7 +39,7 @@ use crate::transcode::{
     table_schema_from_avro,
 };
 
-use super::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 
 /// How the plans follow the table: the REST and Write API clients to read it, and whether new
 /// writer schemas may add columns (`schema_update: add_columns`).

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 
+use super::plans::{FixedPlan, RegistryInput, RegistryPlans, SchemaEvolution, writer_schema};
 use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
 };
@@ -30,11 +31,8 @@ use crate::transcode::{
     table_schema_from_avro,
 };
 use crate::writer::partition_writer::{PlanSource, WriterRoute};
-use crate::writer::plans::{
-    FixedPlan, RegistryInput, RegistryPlans, SchemaEvolution, writer_schema,
-};
 
-mod cdc;
+use super::cdc;
 
 /// The destination of one topic.
 pub struct Route {

@@ -14,7 +14,7 @@ use crate::transcode::change::{
 };
 use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
 
-use super::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 
 /// A writer schema's change shape and row plan.
 pub struct ChangePlan {
