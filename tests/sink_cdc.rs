@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use support::daemon::{Daemon, Registry};
@@ -198,6 +199,11 @@ async fn setup(partitions: i32) -> (Fixture, String) {
 }
 
 fn config(f: &Fixture, registry: &str, group: &str) -> PathBuf {
+    config_with(f, registry, group, "")
+}
+
+/// [`config`] with more lines under `writer:`.
+fn config_with(f: &Fixture, registry: &str, group: &str, writer: &str) -> PathBuf {
     let path = f.dir.path().join(format!("{group}.yaml"));
     let text = format!(
         r#"
@@ -232,6 +238,7 @@ checkpoint:
   interval: 200ms
 writer:
   linger: 20ms
+{writer}
 metrics:
   listen: "127.0.0.1:0"
 log:
@@ -440,12 +447,92 @@ const KILL_SEED: u64 = 0x6364_635f_6b69_6c6c;
 /// included); the table must end equal to the producer's source table, key by key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_independent_debezium_stream_converges_across_repeated_kills_and_rebalances() {
+    converges_under_kills(
+        SinkOptions::partitions(4),
+        Vec::new(),
+        "",
+        &unique_name("cdc-kills"),
+        300,
+    )
+    .await;
+}
+
+/// The committed seed of the fault schedule.
+const FAULT_SEED: u64 = 0x6364_635f_6661_756c;
+
+/// The same proof while the emulator injects every fault the `_default` stream can meet:
+/// AppendRows calls ended with UNAVAILABLE, INTERNAL and RESOURCE_EXHAUSTED, the same errors
+/// inside the stream (the call stays open), connections reset before and after the request is
+/// applied (the second loses an applied request's answer, so the request is sent twice), answers
+/// later than the client's timeout (applied, then sent again), and the server's idle close of
+/// connections between bursts. Each rule fires on calls counted from the test's start, at a
+/// seeded position (never by chance), and every rule must have fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_debezium_stream_converges_across_kills_and_emulator_faults() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut emulator = kafka_bigquery_sink::emulator::server::EmulatorConfig::local();
+    emulator.write.idle_timeout = Duration::from_secs(2);
+    let actions = [
+        r#"{"fail":{"code":"UNAVAILABLE"}}"#,
+        r#"{"fail":{"code":"INTERNAL"}}"#,
+        r#"{"fail":{"code":"RESOURCE_EXHAUSTED"}}"#,
+        r#"{"fail":{"code":"UNAVAILABLE","in_stream":true}}"#,
+        r#"{"fail":{"code":"INTERNAL","in_stream":true}}"#,
+        r#"{"fail":{"code":"ABORTED","in_stream":true}}"#,
+        r#"{"drop":{"after":false}}"#,
+        r#"{"drop":{"after":true}}"#,
+        r#"{"delay":{"ms":2500}}"#,
+    ];
+    let mut rng = StdRng::seed_from_u64(FAULT_SEED);
+    // Spread over the first 140 calls of at least 143 (below), so that late changes, the last
+    // of their keys, meet faults too (a fault on a superseded change proves little).
+    let rules: Vec<FaultRule> = actions
+        .iter()
+        .map(|action| {
+            let json = format!(
+                r#"{{"rpc":"AppendRows","action":{action},"nth":{},"times":{}}}"#,
+                rng.random_range(2..140),
+                rng.random_range(1..=2)
+            );
+            serde_json::from_str(&json).expect("a fault rule")
+        })
+        .collect();
+    converges_under_kills(
+        SinkOptions {
+            emulator,
+            ..SinkOptions::partitions(4)
+        },
+        rules,
+        // At most 50 rows a request: the ~7,100 records need at least 143 AppendRows calls
+        // whatever the timing, so every rule above meets its call. A timeout below the delay
+        // fault: that answer comes too late and the request is sent again.
+        "  max_rows_per_request: 50\n  response_timeout: 2s",
+        &unique_name("cdc-faults"),
+        // Many keys with few changes each: most changes are the last of their key, so a
+        // change lost to a fault shows in the table (a lost change that a later one of its key
+        // supersedes cannot).
+        3000,
+    )
+    .await;
+}
+
+/// Runs cdc_producer.py against two replicas killed and restarted on the seeded schedule of
+/// [`KILL_SEED`], with `faults` installed in the emulator first, and checks the table against
+/// the producer's source state of `keys` keys, key by key (and that every fault fired).
+async fn converges_under_kills(
+    options: SinkOptions,
+    faults: Vec<FaultRule>,
+    writer: &str,
+    group: &str,
+    keys: u32,
+) {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     let Some(python) = python() else {
         return;
     };
-    const PARTITIONS: i32 = 4;
+    let partitions = options.partitions;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/cdc_producer.py");
     let printed = std::process::Command::new(&python)
         .arg(&script)
@@ -454,7 +541,7 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
         .expect("python runs");
     assert!(printed.status.success(), "{printed:?}");
     let schemas: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
-    let f = Fixture::with(SinkOptions::partitions(PARTITIONS)).await;
+    let f = Fixture::with(options).await;
     let (addr, registry) = Registry::serve(
         HashMap::from([
             (21, schemas["value"].as_str().unwrap().to_string()),
@@ -464,12 +551,14 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
     )
     .await;
     registry.subject(&format!("{}-value", f.topic), 21);
-    let config = config(&f, &format!("http://{addr}"), &unique_name("cdc-kills"));
+    let config = config_with(&f, &format!("http://{addr}"), group, writer);
+    let fault_ids = f.emulator.faults.install(faults).expect("install faults");
     let state_file = f.dir.path().join("source-state.json");
+    let started = Instant::now();
     let mut producer = std::process::Command::new(&python)
         .arg(&script)
         .args(["--bootstrap", &f.bootstrap, "--topic", &f.topic])
-        .args(["--partitions", &PARTITIONS.to_string()])
+        .args(["--partitions", &partitions.to_string()])
         .args(["--value-id", "21", "--key-id", "22"])
         .args([
             "--seed",
@@ -477,6 +566,7 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
             "--changes",
             "6000",
         ])
+        .args(["--keys", &keys.to_string()])
         .arg("--state")
         .arg(&state_file)
         .spawn()
@@ -485,7 +575,6 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
     let mut rng = StdRng::seed_from_u64(KILL_SEED);
     let mut replicas: [Option<Daemon>; 2] = [Some(start(&config, "r0")), None];
     let (mut kills, mut starts) = (0, 1);
-    let started = Instant::now();
     let mut producing = true;
     while producing || kills < 6 {
         std::thread::sleep(Duration::from_millis(rng.random_range(800..3_000)));
@@ -511,7 +600,6 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
         );
     }
     assert!(producer.wait().unwrap().success(), "cdc_producer.py failed");
-    eprintln!("{kills} kills, {starts} starts");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
     let want: State = written["state"]
@@ -527,6 +615,24 @@ async fn an_independent_debezium_stream_converges_across_repeated_kills_and_reba
         .collect();
     assert!(want.len() > 50, "a source table worth the name");
     wait_converged(&f, &want, Duration::from_secs(120));
+    let fired: Vec<(u64, u64)> = f
+        .emulator
+        .faults
+        .list()
+        .iter()
+        .filter(|r| fault_ids.contains(&r.id))
+        .map(|r| (r.matched, r.fired))
+        .collect();
+    eprintln!(
+        "{} records, {} keys at the end, {kills} kills, {starts} starts, faults (matched, fired) {fired:?}, {:.1}s",
+        written["records"],
+        want.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        fired.iter().all(|(_, n)| *n > 0),
+        "every fault fired: {fired:?}"
+    );
     assert_eq!(f.dead_letter_count(), 0, "no bad records");
     drop(replicas);
     std::mem::forget(registry);
