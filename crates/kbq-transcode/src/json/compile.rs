@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
-use serde_json::Value;
 
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
-use super::schema::{JsonSchema, Kind, Shape};
+use super::schema::{JsonSchema, Kind, Node, Shape};
 use crate::compile::{all_column_names, column_type, data_columns, metadata_ops};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
@@ -39,7 +38,7 @@ pub fn compile(
     };
     let columns = data_columns(table, &options.metadata);
     let shape = match schema {
-        Some(s) => Some(s.shape(s.root(), s.root()).map_err(|e| bad_schema("", e))?),
+        Some(s) => Some(s.shape(s.root_node()).map_err(|e| bad_schema("", e))?),
         None => None,
     };
     let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None)?;
@@ -91,7 +90,7 @@ impl<'a> Compiler<'a> {
                 column_type: "RECORD".into(),
             });
         }
-        let properties: HashMap<String, (&str, &Value)> = shape
+        let properties: HashMap<String, (&str, Node)> = shape
             .map(|s| {
                 s.properties
                     .iter()
@@ -131,7 +130,7 @@ impl<'a> Compiler<'a> {
             by_lower.insert(lower.clone().into_boxed_str(), fields.len() as u16);
             let property = match (self.schema, properties.get(&lower)) {
                 (Some(s), Some((_, node))) => {
-                    Some(s.shape(s.root(), node).map_err(|e| bad_schema(&path, e))?)
+                    Some(s.shape(*node).map_err(|e| bad_schema(&path, e))?)
                 }
                 _ => None,
             };
@@ -160,7 +159,7 @@ impl<'a> Compiler<'a> {
                     }
                     match (self.schema, p.items) {
                         (Some(s), Some(items)) => {
-                            Some(s.shape(s.root(), items).map_err(|e| bad_schema(&path, e))?)
+                            Some(s.shape(items).map_err(|e| bad_schema(&path, e))?)
                         }
                         _ => None,
                     }

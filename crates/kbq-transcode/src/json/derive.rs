@@ -8,10 +8,8 @@
 //! not allow `null` is REQUIRED; every other property NULLABLE. Columns come in the order of the
 //! property names (the schema is read as a JSON object, whose key order is not kept).
 
-use serde_json::Value;
-
 use super::compile::CONNECT_DECIMAL;
-use super::schema::{JsonSchema, Kind, Shape};
+use super::schema::{JsonSchema, Kind, Node, Shape};
 use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
@@ -25,7 +23,7 @@ pub fn table_schema_from_json(
     options: &DeriveOptions,
 ) -> Result<TableSchema, DeriveError> {
     let shape = schema
-        .shape(schema.root(), schema.root())
+        .shape(schema.root_node())
         .map_err(|reason| unsupported("(root)", reason))?;
     if shape.kind != Some(Kind::Object) || shape.properties.is_empty() {
         return Err(unsupported(
@@ -50,9 +48,9 @@ struct Deriver<'s> {
 }
 
 impl<'s> Deriver<'s> {
-    fn shape(&self, node: &'s Value, path: &str) -> Result<Shape<'s>, DeriveError> {
+    fn shape(&self, node: Node<'s>, path: &str) -> Result<Shape<'s>, DeriveError> {
         self.schema
-            .shape(self.schema.root(), node)
+            .shape(node)
             .map_err(|reason| unsupported(path, reason))
     }
 
@@ -142,7 +140,7 @@ impl<'s> Deriver<'s> {
             Some(Kind::Array) => {
                 let items = match shape.items {
                     // A tuple (`items: [...]`) has no element type.
-                    Some(items) if items.is_object() || items.is_boolean() => {
+                    Some(items) if items.value.is_object() || items.value.is_boolean() => {
                         self.shape(items, path)?
                     }
                     _ => return scalar(F::Json),
@@ -272,6 +270,32 @@ mod tests {
         assert_eq!(t.fields[0].field_type, FieldType::Numeric);
         assert_eq!(t.fields[0].scale.as_deref(), Some("2"));
         assert_eq!(t.fields[1].field_type, FieldType::BigNumeric);
+    }
+
+    #[test]
+    fn a_local_reference_inside_a_referenced_document_points_into_that_document() {
+        // `money.json` defines `Units` for its own property; the root has no `Units` (and a
+        // `definitions/Units` of another type, to catch a lookup in the wrong document).
+        let t = derive(
+            r##"{"type": "object",
+              "definitions": {"Units": {"type": "string"}},
+              "properties": {"total": {"$ref": "money.json"}}}"##,
+            &[(
+                "money.json",
+                r##"{"type": "object", "definitions": {"Units": {"type": "integer"}},
+                  "properties": {"units": {"$ref": "#/definitions/Units"},
+                    "parts": {"type": "array", "items": {"$ref": "#/definitions/Units"}}}}"##,
+            )],
+        )
+        .unwrap();
+        let total = &t.fields[0];
+        assert_eq!(
+            summary(&total.fields),
+            vec![
+                ("parts".to_string(), FieldType::Int64, Mode::Repeated),
+                ("units".to_string(), FieldType::Int64, Mode::Nullable),
+            ]
+        );
     }
 
     #[test]

@@ -25,10 +25,10 @@ pub struct Shape<'s> {
     pub format: Option<&'s str>,
     /// The Connect logical type in `title` (`org.apache.kafka.connect.data.Timestamp`, ...).
     pub title: Option<&'s str>,
-    /// `properties` of an object, merged over `allOf`.
-    pub properties: Vec<(&'s str, &'s Value)>,
-    /// `items` of an array.
-    pub items: Option<&'s Value>,
+    /// `properties` of an object, merged over `allOf`, each with the document it sits in.
+    pub properties: Vec<(&'s str, Node<'s>)>,
+    /// `items` of an array, with the document it sits in.
+    pub items: Option<Node<'s>>,
     /// `required` of an object, merged over `allOf`.
     pub required: Vec<&'s str>,
     /// `null` is one of the allowed types (`type: [T, "null"]`, a `null` branch of `oneOf`).
@@ -39,6 +39,14 @@ pub struct Shape<'s> {
     /// Connect's `connect.parameters`: a Decimal's `scale` and `connect.decimal.precision`.
     pub connect_scale: Option<u32>,
     pub connect_precision: Option<u32>,
+}
+
+/// A schema node and the document it was found in: a `#/…` reference inside a referenced
+/// document points into that document, not into the root.
+#[derive(Debug, Clone, Copy)]
+pub struct Node<'s> {
+    pub doc: &'s Value,
+    pub value: &'s Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +111,14 @@ impl JsonSchema {
         &self.root
     }
 
+    /// The root node, in the root document.
+    pub fn root_node(&self) -> Node<'_> {
+        Node {
+            doc: &self.root,
+            value: &self.root,
+        }
+    }
+
     /// Follows `$ref`s from `node` (found in `doc`) to the node that holds the definition.
     pub fn resolve<'s>(
         &'s self,
@@ -131,9 +147,9 @@ impl JsonSchema {
     }
 
     /// The shape of a node (references followed, unions of null and one type unwrapped).
-    pub fn shape<'s>(&'s self, doc: &'s Value, node: &'s Value) -> Result<Shape<'s>, String> {
+    pub fn shape<'s>(&'s self, node: Node<'s>) -> Result<Shape<'s>, String> {
         let mut shape = Shape::default();
-        self.merge(doc, node, &mut shape, 0)?;
+        self.merge(node.doc, node.value, &mut shape, 0)?;
         Ok(shape)
     }
 
@@ -218,12 +234,14 @@ impl JsonSchema {
         }
         if let Some(Value::Object(props)) = obj.get("properties") {
             for (name, v) in props {
-                shape.properties.push((name.as_str(), v));
+                shape
+                    .properties
+                    .push((name.as_str(), Node { doc, value: v }));
             }
             shape.kind.get_or_insert(Kind::Object);
         }
         if let Some(items) = obj.get("items") {
-            shape.items = Some(items);
+            shape.items = Some(Node { doc, value: items });
             shape.kind.get_or_insert(Kind::Array);
         }
         if let Some(Value::Array(all)) = obj.get("allOf") {
