@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::bigquery::auth::Auth;
 use crate::bigquery::rest_client::RestClient;
 use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
-use crate::checkpoint::at_least_once::AtLeastOnceCoordinator;
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
+use crate::checkpoint::ledger::AtLeastOnceLedger;
+use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
     AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
@@ -162,37 +163,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         zombie_confirm_after: session_timeout.max(defaults::MIN_ZOMBIE_CONFIRM),
         stall_after: config.checkpoint.partition_stall_timeout.0,
     };
-    let exit = match config.delivery {
-        Delivery::ExactlyOnce => {
-            let protocol = CheckpointProtocol::new(recovery);
-            Coordinator::new(
-                protocol,
-                settings,
-                consumer,
-                events,
-                writer_shared,
-                rest,
-                metrics,
-                health,
-            )
-            .run(shutdown)
-            .await
-        }
-        Delivery::AtLeastOnce => {
-            AtLeastOnceCoordinator::new(
-                recovery,
-                settings,
-                consumer,
-                events,
-                writer_shared,
-                rest,
-                metrics,
-                health,
-            )
-            .run(shutdown)
-            .await
-        }
+    let machine = match config.delivery {
+        Delivery::ExactlyOnce => Machine::ExactlyOnce(CheckpointProtocol::new(recovery)),
+        Delivery::AtLeastOnce => Machine::AtLeastOnce(AtLeastOnceLedger::new(recovery)),
     };
+    let exit = Coordinator::new(
+        machine,
+        settings,
+        consumer,
+        events,
+        writer_shared,
+        rest,
+        metrics,
+        health,
+    )
+    .run(shutdown)
+    .await;
     match exit {
         Exit::Shutdown => Ok(()),
         Exit::ConsumerFailed(reason) => Err(anyhow!("kafka consumer failed: {reason}")),

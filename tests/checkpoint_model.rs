@@ -29,9 +29,10 @@ use kafka_bigquery_sink::checkpoint::protocol::{
     RoutedTable, StartCase, TopicPartition,
 };
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
-use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+#[path = "support/seeds.rs"]
+mod seeds;
 
 /// Partition index `p` of the model is partition `p / 2` of topic `TOPICS[p % 2]`, each topic
 /// routed to its own table.
@@ -1405,162 +1406,35 @@ fn history() -> impl Strategy<Value = History> {
     )
 }
 
-/// The random source of seed `seed`: the same history on every machine and proptest version
-/// (ChaCha is proptest's portable algorithm).
-fn seeded_rng(seed: u64) -> TestRng {
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
-}
-
-/// The history seed `seed` generates, without running it.
-fn history_of(seed: u64) -> History {
-    let mut runner = TestRunner::new_with_rng(ProptestConfig::default(), seeded_rng(seed));
-    history()
-        .new_tree(&mut runner)
-        .expect("the strategy never rejects")
-        .current()
-}
-
-/// Runs `h`; a broken invariant comes back as the panic's message.
-fn outcome_of(h: &History) -> Result<(), String> {
+/// Runs `h`, checking every invariant (a broken one panics).
+fn run_history(h: &History) {
     let (resolve, cap_rows, initial, ops) = h;
-    std::panic::catch_unwind(|| {
-        run(*resolve, *cap_rows, *initial, ops);
-    })
-    .map_err(|payload| {
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panicked".into())
-    })
+    run(*resolve, *cap_rows, *initial, ops);
 }
 
-thread_local! {
-    /// Set while this thread shrinks a failure: the panics of its attempts are not printed.
-    static SHRINKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs the history of seed `seed`; on a failure, shrinks it (proptest's own simplify and
-/// complicate steps) and returns the reason with the minimal input, ready to be kept as a
-/// regression test.
 fn check_seed(seed: u64) -> Result<(), String> {
-    let mut runner = TestRunner::new_with_rng(ProptestConfig::default(), seeded_rng(seed));
-    let mut tree = history()
-        .new_tree(&mut runner)
-        .expect("the strategy never rejects");
-    let Err(first) = outcome_of(&tree.current()) else {
-        return Ok(());
-    };
-    static QUIET: std::sync::Once = std::sync::Once::new();
-    QUIET.call_once(|| {
-        let print = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !SHRINKING.with(|s| s.get()) {
-                print(info);
-            }
-        }));
-    });
-    SHRINKING.with(|s| s.set(true));
-    let (mut reason, mut minimal) = (first, tree.current());
-    let mut steps = 0;
-    if tree.simplify() {
-        while steps < 20_000 {
-            steps += 1;
-            let h = tree.current();
-            let shrunk = match outcome_of(&h) {
-                Err(why) => {
-                    (reason, minimal) = (why, h);
-                    tree.simplify()
-                }
-                Ok(()) => tree.complicate(),
-            };
-            if !shrunk {
-                break;
-            }
-        }
-    }
-    SHRINKING.with(|s| s.set(false));
-    let (resolve, cap_rows, initial, ops) = minimal;
-    Err(format!(
-        "{reason}\nminimal failing input ({steps} shrink steps): resolve = {resolve}, \
-         cap_rows = {cap_rows}, initial = {initial}, ops = {ops:#?}"
-    ))
+    seeds::check_seed(&history(), seed, &run_history)
 }
 
 fn failing_seed(seed: u64, why: &str) -> String {
-    format!(
-        "model seed {seed} fails; replay it with \
-         `KBQ_MODEL_SEED={seed} cargo test --test checkpoint_model every_record`\n{why}"
-    )
+    seeds::failing_seed("checkpoint_model", "every_record", seed, why)
 }
 
 /// Every committed seed, or only `KBQ_MODEL_SEED` when it is set (to replay a failure).
 #[test]
 fn every_record_is_visible_exactly_once_under_injected_faults() {
-    let seeds: Vec<u64> = match std::env::var("KBQ_MODEL_SEED") {
-        Ok(seed) => vec![seed.parse().expect("KBQ_MODEL_SEED is a u64")],
-        Err(_) => COMMITTED_SEEDS.collect(),
-    };
-    for seed in seeds {
+    for seed in seeds::seeds_to_run(COMMITTED_SEEDS) {
         if let Err(why) = check_seed(seed) {
             panic!("{}", failing_seed(seed, &why));
         }
     }
 }
 
-/// Fresh random seeds for as long as asked (`scripts/model-soak.sh`): `KBQ_MODEL_SOAK_SEEDS`
-/// seeds, or seeds until `KBQ_MODEL_SOAK_MINUTES` have passed. Every failing seed is printed
-/// (`FAILING SEED <seed>`) and the run goes on; it fails at the end if any did.
+/// Fresh random seeds for as long as asked (`scripts/model-soak.sh`).
 #[test]
 #[ignore = "runs fresh random seeds: scripts/model-soak.sh"]
 fn soak_with_fresh_random_seeds() {
-    use std::hash::{BuildHasher, Hasher};
-    use std::time::{Duration, Instant};
-    let env = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .map(|v| v.parse::<u64>().expect(name))
-    };
-    let max_seeds = env("KBQ_MODEL_SOAK_SEEDS");
-    let until = env("KBQ_MODEL_SOAK_MINUTES").map(|m| Instant::now() + Duration::from_secs(m * 60));
-    assert!(
-        max_seeds.is_some() || until.is_some(),
-        "set KBQ_MODEL_SOAK_SEEDS or KBQ_MODEL_SOAK_MINUTES"
-    );
-    let started = Instant::now();
-    let mut last_report = started;
-    let (mut passed, mut failed) = (0u64, Vec::new());
-    while max_seeds.is_none_or(|n| passed + (failed.len() as u64) < n)
-        && until.is_none_or(|u| Instant::now() < u)
-    {
-        // The standard library's randomly keyed hasher: a fresh, unpredictable seed per draw.
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(started.elapsed().as_nanos());
-        let seed = hasher.finish();
-        match check_seed(seed) {
-            Ok(()) => passed += 1,
-            Err(why) => {
-                eprintln!("FAILING SEED {seed}\n{}", failing_seed(seed, &why));
-                failed.push(seed);
-            }
-        }
-        if last_report.elapsed() >= Duration::from_secs(60) {
-            last_report = Instant::now();
-            eprintln!(
-                "soak: {passed} seeds passed, {} failed, {:.0} s",
-                failed.len(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    eprintln!(
-        "soak done: {passed} seeds passed, {} failed {failed:?}, {:.0} s",
-        failed.len(),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+    seeds::soak(&check_seed, &failing_seed);
 }
 
 /// The Flink connector's seed scenario (issue #235): a checkpoint is committed; after a restart
@@ -1730,7 +1604,7 @@ fn run(resolve: bool, cap_rows: u64, initial: i64, ops: &[Op]) -> World {
 fn the_fault_injection_reaches_every_recovery_path() {
     let mut reached = BTreeSet::new();
     for seed in COMMITTED_SEEDS.take(1500) {
-        let (resolve, cap_rows, initial, ops) = history_of(seed);
+        let (resolve, cap_rows, initial, ops) = seeds::history_of(&history(), seed);
         reached.extend(run(resolve, cap_rows, initial, &ops).reached);
     }
     eprintln!("reached: {reached:?}");

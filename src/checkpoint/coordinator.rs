@@ -26,11 +26,12 @@ use crate::tables::{Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
 use super::denied::DeniedFlushes;
+use super::machine::Machine;
 use super::metadata::TableFingerprint;
 use super::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
 use super::protocol::{
-    Action, Assignment, CheckpointProtocol, CommitError, Event, FailReason, FlushOutcome,
-    FlushPurpose, Outcome, TopicPartition,
+    Action, Assignment, CommitError, Event, FailReason, FlushOutcome, FlushPurpose, Outcome,
+    TopicPartition,
 };
 use super::stall::{StallChange, StallWatch};
 
@@ -62,12 +63,14 @@ pub struct CoordinatorSettings {
 }
 
 pub struct Coordinator {
-    protocol: CheckpointProtocol,
+    machine: Machine,
     settings: CoordinatorSettings,
     consumer: ConsumerHandle,
     consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
     writer_shared: Arc<WriterShared>,
     writers: HashMap<TopicPartition, WriterHandle>,
+    /// Writers asked to drain: whatever ends them answers the machine's `StopWriter`.
+    draining: HashSet<TopicPartition>,
     writer_tx: mpsc::UnboundedSender<WriterEvent>,
     writer_rx: mpsc::UnboundedReceiver<WriterEvent>,
     io: JoinSet<Event>,
@@ -169,7 +172,7 @@ pub enum Exit {
 impl Coordinator {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        protocol: CheckpointProtocol,
+        machine: Machine,
         settings: CoordinatorSettings,
         consumer: ConsumerHandle,
         consumer_events: mpsc::UnboundedReceiver<ConsumerEvent>,
@@ -183,12 +186,13 @@ impl Coordinator {
         let settings_stall_after = settings.stall_after;
         let denied = DeniedFlushes::new(metrics.partitions_retrying.clone());
         Coordinator {
-            protocol,
+            machine,
             settings,
             consumer,
             consumer_events,
             writer_shared,
             writers: HashMap::new(),
+            draining: HashSet::new(),
             writer_tx,
             writer_rx,
             io: JoinSet::new(),
@@ -271,7 +275,7 @@ impl Coordinator {
     /// The checkpoint ticker: readiness, and a cycle unless one is in flight.
     fn tick(&mut self) {
         self.update_readiness();
-        if !self.protocol.cycle_in_flight() {
+        if !self.machine.cycle_in_flight() {
             self.cycle_started = Some(Instant::now());
             self.feed(Event::StartCycle);
         }
@@ -297,7 +301,7 @@ impl Coordinator {
 
     /// After each event of the run loop: a cycle that ended is measured and counted.
     fn after_event(&mut self) {
-        if self.cycle_started.is_none() || self.protocol.cycle_in_flight() {
+        if self.cycle_started.is_none() || self.machine.cycle_in_flight() {
             return;
         }
         let started = self.cycle_started.take().expect("checked");
@@ -329,7 +333,7 @@ impl Coordinator {
 
     fn feed(&mut self, event: Event) {
         self.denied.observe(&event);
-        let actions = self.protocol.handle(event);
+        let actions = self.machine.handle(event);
         for action in actions {
             self.execute(action);
         }
@@ -420,7 +424,7 @@ impl Coordinator {
                 });
             }
             ConsumerEvent::OwnershipConfirmed { tp, assignment } => {
-                if self.protocol.is_zombie(&tp)
+                if self.machine.is_zombie(&tp)
                     && let Some(route) = self.settings.router.cached(&tp.topic)
                 {
                     // Nobody else took the partition: whoever finalized our stream was not its
@@ -540,6 +544,7 @@ impl Coordinator {
             WriterEvent::Stopped { tp, incarnation } => {
                 if self.is_current(&tp, incarnation) {
                     self.writers.remove(&tp);
+                    self.draining.remove(&tp);
                     self.feed(Event::WriterStopped { tp });
                 }
             }
@@ -554,7 +559,12 @@ impl Coordinator {
                     tracing::error!(partition = %tp, reason = %reason, "writer failed: partition stopped");
                     self.writers.remove(&tp);
                     self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
-                    self.mark_failed(tp, reason);
+                    self.mark_failed(tp.clone(), reason);
+                    // A writer that ends on an error while draining sends no `Stopped`: its
+                    // acknowledged prefix is final all the same.
+                    if self.draining.remove(&tp) {
+                        self.feed(Event::WriterStopped { tp });
+                    }
                 }
             }
         }
@@ -645,7 +655,10 @@ impl Coordinator {
             ));
             return;
         }
-        let bound = (self.settings.checkpoint_interval * 10).max(Duration::from_secs(30));
+        let bound = self
+            .machine
+            .readiness_bound()
+            .of(self.settings.checkpoint_interval);
         match self.metrics.checkpoint_age_seconds() {
             Some(age)
                 if age > bound.as_secs_f64() && self.metrics.partitions_assigned.get() > 0 =>
@@ -762,7 +775,10 @@ impl Coordinator {
             Action::StopWriter { tp } => {
                 self.consumer.send(ConsumerCommand::Stop { tp: tp.clone() });
                 match self.writers.get_mut(&tp) {
-                    Some(writer) => writer.stop(self.settings.writer_drain),
+                    Some(writer) => {
+                        writer.stop(self.settings.writer_drain);
+                        self.draining.insert(tp);
+                    }
                     // No writer (recovering, failed): nothing is in flight.
                     None => self.feed(Event::WriterStopped { tp }),
                 }
@@ -777,6 +793,7 @@ impl Coordinator {
                 if let Some(mut writer) = self.writers.remove(&tp) {
                     writer.stop(Duration::ZERO);
                 }
+                self.draining.remove(&tp);
                 self.metrics.partitions_assigned.dec();
                 if self.failed.remove(&tp).is_some() {
                     self.metrics.partitions_failed.dec();
@@ -867,7 +884,7 @@ impl Coordinator {
                 // Without a rebalance nobody would ever tell the zombie what it owns: ask, on
                 // every path into the zombie phase (an append or the cycle's FlushRows meeting
                 // the finalized stream; issue 11).
-                if self.protocol.is_zombie(&tp) {
+                if self.machine.is_zombie(&tp) {
                     self.confirm_ownership_later(tp, self.settings.zombie_confirm_after);
                 }
             }

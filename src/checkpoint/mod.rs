@@ -16,9 +16,9 @@
 //! * the writer reports every acknowledgement with [`protocol::Event::RowsAcknowledged`], in
 //!   order, tagged with the incarnation it was started for.
 
-pub mod at_least_once;
 pub mod coordinator;
 pub mod denied;
+pub mod machine;
 pub mod stall;
 
-pub use kbq_core::{metadata, offsets, protocol};
+pub use kbq_core::{ledger, metadata, offsets, protocol};

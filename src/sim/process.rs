@@ -25,6 +25,7 @@ use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::coordinator::{
     Coordinator, CoordinatorSettings, Exit, Ready, ResolveColumns,
 };
+use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
 use crate::emulator::store::TableRef;
@@ -148,7 +149,7 @@ impl Sim {
         let (command_tx, command_rx) = std_mpsc::channel();
         let (event_tx, event_rx) = mpsc::unbounded_channel();
         let coordinator = Coordinator::new(
-            CheckpointProtocol::new(config),
+            Machine::ExactlyOnce(CheckpointProtocol::new(config)),
             settings,
             ConsumerHandle::detached(command_tx),
             event_rx,
