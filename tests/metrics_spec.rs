@@ -2,7 +2,9 @@
 //! a real Kafka broker, the emulator, an in-test Schema Registry): every metric of the spec is
 //! exported with its type and labels and sane values, the probes answer as documented, the JSON
 //! logs have the Cloud Logging shape with one line per checkpoint cycle and per recovery action,
-//! and no secret of the configuration reaches `/metrics` or a log line.
+//! and no secret of the configuration reaches `/metrics` or a log line. The tests that the
+//! delivery mode can change run in both modes: one coordinator shell serves both, with one
+//! readiness rule and one metrics path (docs/architecture.md, "Readiness").
 
 #[path = "support/emulator.rs"]
 mod emulator_support;
@@ -32,6 +34,21 @@ const REGISTRY_USER: &str = "kbq-reader";
 const REGISTRY_PASSWORD: &str = "registry-pw-7f3a9c1e5b";
 const SASL_PASSWORD: &str = "sasl-pw-2d8e4b6a0c";
 const PARTITIONS: i32 = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+impl Delivery {
+    fn yaml(self) -> &'static str {
+        match self {
+            Delivery::ExactlyOnce => "exactly_once",
+            Delivery::AtLeastOnce => "at_least_once",
+        }
+    }
+}
 
 /// One row of the spec table.
 #[derive(Debug)]
@@ -178,10 +195,15 @@ struct Fixture {
     schema: Schema,
     registry: SocketAddr,
     _registry: std::sync::Arc<Registry>,
+    delivery: Delivery,
 }
 
 impl Fixture {
     async fn new(partitions: i32) -> Fixture {
+        Fixture::with_delivery(partitions, Delivery::ExactlyOnce).await
+    }
+
+    async fn with_delivery(partitions: i32, delivery: Delivery) -> Fixture {
         let emulator = emulator_support::start().await;
         let bootstrap = KafkaBroker::shared();
         let topic = unique_name("events");
@@ -219,6 +241,7 @@ impl Fixture {
             schema: Schema::parse_str(SCHEMA).expect("schema"),
             registry,
             _registry: reg,
+            delivery,
         }
     }
 
@@ -262,6 +285,7 @@ log:
   format: json
   level: info
 shutdown_deadline: 20s
+delivery: {delivery}
 "#,
             bootstrap = self.bootstrap,
             topic = self.topic,
@@ -269,6 +293,7 @@ shutdown_deadline: 20s
             table = self.table,
             emulator = self.emulator.addr,
             dlq = self.dlq,
+            delivery = self.delivery.yaml(),
         );
         std::fs::write(&path, text).expect("write config");
         path
@@ -494,17 +519,30 @@ fn assert_no_secrets(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_secrets() {
-    let f = Fixture::new(PARTITIONS).await;
+    every_metric_of_the_spec(Delivery::ExactlyOnce).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_exports_every_metric_of_the_spec_with_sane_values_and_no_secrets() {
+    every_metric_of_the_spec(Delivery::AtLeastOnce).await;
+}
+
+const RUST_LOG: &str = "info,kafka_bigquery_sink=debug,rdkafka=warn";
+
+/// Every metric of the spec with sane values after a run with recovered errors and bad
+/// records; in exactly-once mode then a crash between a commit and its flush, recovered by the
+/// restarted daemon's re-flush; the logs of both runs.
+async fn every_metric_of_the_spec(delivery: Delivery) {
+    let f = Fixture::with_delivery(PARTITIONS, delivery).await;
     let group = unique_name("metrics");
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let config = f.config("first", &group, port);
     let log1 = f.dir.path().join("first.log");
     let log2 = f.dir.path().join("second.log");
-    const RUST_LOG: &str = "info,kafka_bigquery_sink=debug,rdkafka=warn";
 
-    // Errors the daemon recovers from, so the error counter has samples: one failed flush and
-    // one append answered with an in-stream error.
+    // Errors the daemon recovers from, so the error counter has samples: one failed flush
+    // (exactly once) and one append answered with an in-stream error.
     f.install_faults(serde_json::json!([
         {"rpc": "FlushRows", "action": {"fail": {"code": "UNAVAILABLE"}}, "nth": 2, "times": 1},
         {"rpc": "AppendRows", "action": {"fail": {"code": "UNAVAILABLE", "in_stream": true}}, "nth": 2, "times": 1}
@@ -513,7 +551,7 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     f.produce(0..3_000, PARTITIONS);
     f.produce_raw(0, &[b"\x05not confluent", &[0, 0, 0, 0, 99, 2, 4]]);
 
-    let mut daemon = Daemon::start_logging_to(&config, RUST_LOG, &log1);
+    let daemon = Daemon::start_logging_to(&config, RUST_LOG, &log1);
     let healthz = wait_for(Duration::from_secs(60), || async {
         http_get(addr, "/healthz").await.filter(|(s, _)| *s == 200)
     })
@@ -532,118 +570,130 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     );
 
     // Everything consumed and checkpointed: the lag of each partition drops to 0.
+    let eo = delivery == Delivery::ExactlyOnce;
     let (text, settled) = scrape_until(addr, Duration::from_secs(120), |s| {
         let lags = samples_of(s, "kbq_consumer_lag_records");
         lags.len() == PARTITIONS as usize
             && lags.iter().all(|l| l.value == 0.0)
-            && sum(s, "kbq_rows_flushed_total", &[]) >= 3_002.0
+            && (!eo || sum(s, "kbq_rows_flushed_total", &[]) >= 3_002.0)
+            && sum(s, "kbq_checkpoints_total", &[("outcome", "empty")]) >= 1.0
     })
     .await;
     assert!(
         settled,
-        "lag 0 on every partition and all rows flushed:\n{text}"
+        "lag 0 on every partition, all rows flushed, an empty cycle since:\n{text}"
     );
     assert_eq!(f.visible(), 3_000);
     assert_matches_spec(&text, &[]);
     let (_, s) = parse(&text);
+    assert_first_run(&f, &s, &text);
+    let daemon = if eo {
+        crash_between_commit_and_flush(&f, &group, addr, daemon, &s, &config, &log2).await
+    } else {
+        daemon
+    };
+    let (text, _) = scrape_until(addr, Duration::from_secs(1), |_| true).await;
+    assert_no_secrets("/metrics", &text);
+    let mut daemon = daemon;
+    assert!(daemon.terminate().success());
+    assert_logs(&f, &log1, &log2);
+}
+
+/// The first run's values: what both delivery modes count alike, then each mode's own.
+fn assert_first_run(f: &Fixture, s: &[Sample], text: &str) {
     let topic = f.topic.as_str();
     let table = f.table.as_str();
     assert_eq!(
-        sum(&s, "kbq_records_consumed_total", &[("topic", topic)]),
+        sum(s, "kbq_records_consumed_total", &[("topic", topic)]),
         3_002.0
     );
-    assert!(sum(&s, "kbq_bytes_consumed_total", &[("topic", topic)]) > 3_002.0 * 5.0);
-    assert_eq!(
-        sum(&s, "kbq_rows_appended_total", &[("table", table)]),
-        3_000.0
-    );
-    assert!(sum(&s, "kbq_append_latency_seconds_count", &[("table", table)]) >= 3.0);
-    assert!(sum(&s, "kbq_flush_latency_seconds_count", &[("table", table)]) >= 3.0);
-    assert!(sum(&s, "kbq_checkpoint_duration_seconds_count", &[]) >= 1.0);
-    assert!(sum(&s, "kbq_checkpoints_total", &[("outcome", "committed")]) >= 1.0);
-    let age = sum(&s, "kbq_checkpoint_last_success_age_seconds", &[]);
+    assert!(sum(s, "kbq_bytes_consumed_total", &[("topic", topic)]) > 3_002.0 * 5.0);
+    assert!(sum(s, "kbq_rows_appended_total", &[("table", table)]) >= 3_000.0);
+    assert!(sum(s, "kbq_append_latency_seconds_count", &[("table", table)]) >= 3.0);
+    // One metrics path: the cycle is measured and counted in both modes.
+    assert!(sum(s, "kbq_checkpoint_duration_seconds_count", &[]) >= 1.0);
+    assert!(sum(s, "kbq_checkpoints_total", &[("outcome", "committed")]) >= 1.0);
+    let age = sum(s, "kbq_checkpoint_last_success_age_seconds", &[]);
     assert!(age < 30.0, "last successful checkpoint {age}s ago");
-    assert_eq!(sum(&s, "kbq_open_streams", &[]), PARTITIONS as f64);
-    assert_eq!(
-        sum(&s, "kbq_streams_created_total", &[("table", table)]),
-        PARTITIONS as f64
-    );
-    assert!(sum(&s, "kbq_inflight_requests", &[]) <= 8.0 * PARTITIONS as f64);
-    assert!(
+    assert!(sum(s, "kbq_inflight_requests", &[]) <= 8.0 * PARTITIONS as f64);
+    let errors = |rpc| {
         sum(
-            &s,
+            s,
             "kbq_bigquery_errors_total",
-            &[("rpc", "FlushRows"), ("code", "UNAVAILABLE")]
-        ) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        sum(
-            &s,
-            "kbq_bigquery_errors_total",
-            &[("rpc", "AppendRows"), ("code", "UNAVAILABLE")]
-        ) >= 1.0,
-        "{text}"
-    );
-    assert_eq!(
-        sum(
-            &s,
-            "kbq_dead_letter_records_total",
-            &[("reason", "bad_magic")]
-        ),
-        1.0
-    );
-    assert_eq!(
-        sum(
-            &s,
-            "kbq_dead_letter_records_total",
-            &[("reason", "unknown_schema")]
-        ),
-        1.0
-    );
-    assert!(sum(&s, "kbq_rebalances_total", &[("kind", "assign")]) >= 1.0);
+            &[("rpc", rpc), ("code", "UNAVAILABLE")],
+        )
+    };
+    assert!(errors("AppendRows") >= 1.0, "{text}");
+    for reason in ["bad_magic", "unknown_schema"] {
+        assert_eq!(
+            sum(s, "kbq_dead_letter_records_total", &[("reason", reason)]),
+            1.0
+        );
+    }
+    assert!(sum(s, "kbq_rebalances_total", &[("kind", "assign")]) >= 1.0);
     // Partitions meeting a new id together may each fetch it (the registry client shares the
     // request); every later record is a cache hit.
-    assert!(
+    let registry = |result| {
         sum(
-            &s,
+            s,
             "kbq_schema_registry_requests_total",
-            &[("result", "fetched")]
-        ) >= 1.0
-    );
-    assert!(
-        sum(
-            &s,
-            "kbq_schema_registry_requests_total",
-            &[("result", "not_found")]
-        ) >= 1.0
-    );
-    assert!(
-        sum(
-            &s,
-            "kbq_schema_registry_requests_total",
-            &[("result", "hit")]
-        ) >= 2_000.0
-    );
-    assert_eq!(sum(&s, "kbq_partitions_assigned", &[]), PARTITIONS as f64);
-    assert_eq!(sum(&s, "kbq_partitions_failed", &[]), 0.0);
-    assert_eq!(sum(&s, "kbq_partitions_stalled", &[]), 0.0);
-    assert_eq!(sum(&s, "kbq_consumer_group_joined", &[]), 1.0);
-    assert_no_secrets("/metrics", &text);
+            &[("result", result)],
+        )
+    };
+    assert!(registry("fetched") >= 1.0);
+    assert!(registry("not_found") >= 1.0);
+    assert!(registry("hit") >= 2_000.0);
+    assert_eq!(sum(s, "kbq_partitions_assigned", &[]), PARTITIONS as f64);
+    assert_eq!(sum(s, "kbq_partitions_failed", &[]), 0.0);
+    assert_eq!(sum(s, "kbq_partitions_stalled", &[]), 0.0);
+    assert_eq!(sum(s, "kbq_consumer_group_joined", &[]), 1.0);
+    match f.delivery {
+        Delivery::ExactlyOnce => {
+            assert_eq!(
+                sum(s, "kbq_rows_appended_total", &[("table", table)]),
+                3_000.0
+            );
+            assert!(sum(s, "kbq_flush_latency_seconds_count", &[("table", table)]) >= 3.0);
+            assert_eq!(sum(s, "kbq_open_streams", &[]), PARTITIONS as f64);
+            assert_eq!(
+                sum(s, "kbq_streams_created_total", &[("table", table)]),
+                PARTITIONS as f64
+            );
+            assert!(errors("FlushRows") >= 1.0, "{text}");
+        }
+        // The `_default` stream: nothing is created, flushed or finalized.
+        Delivery::AtLeastOnce => {
+            assert_eq!(sum(s, "kbq_rows_flushed_total", &[]), 0.0);
+            assert_eq!(sum(s, "kbq_streams_created_total", &[]), 0.0);
+            assert_eq!(sum(s, "kbq_streams_finalized_total", &[]), 0.0);
+        }
+    }
+    assert_no_secrets("/metrics", text);
+}
 
-    // A crash between a commit and its flush: FlushRows is held back while new records are
-    // appended and committed (lag 0 means the offsets are committed), then the daemon is killed.
-    // The restarted daemon's recovery re-flushes each partition's committed checkpoint.
+/// Exactly once: a crash between a commit and its flush. FlushRows is held back while new
+/// records are appended and committed (lag 0 means the offsets are committed), then the daemon
+/// is killed; the restarted daemon's recovery re-flushes each partition's committed checkpoint.
+/// Returns the restarted daemon.
+async fn crash_between_commit_and_flush(
+    f: &Fixture,
+    group: &str,
+    addr: SocketAddr,
+    mut daemon: Daemon,
+    s: &[Sample],
+    config: &Path,
+    log2: &Path,
+) -> Daemon {
     f.install_faults(serde_json::json!([
         {"rpc": "FlushRows", "action": {"delay": {"ms": 120000}}}
     ]))
     .await;
-    let flushed_before = sum(&s, "kbq_rows_flushed_total", &[]);
+    let flushed_before = sum(s, "kbq_rows_flushed_total", &[]);
     f.produce(3_000..3_300, PARTITIONS);
     // Read from Kafka, not from the lag gauge: the gauge's high watermark comes from statistics
     // and may lag behind the produce by a statistics interval.
     let committed = wait_for(Duration::from_secs(120), || async {
-        f.fully_committed(&group).then_some(())
+        f.fully_committed(group).then_some(())
     })
     .await;
     assert!(committed.is_some(), "the new records committed");
@@ -660,7 +710,7 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
         .await
         .expect("clear faults");
     assert!(cleared.status().is_success());
-    let mut daemon = Daemon::start_logging_to(&config, RUST_LOG, &log2);
+    let daemon = Daemon::start_logging_to(config, RUST_LOG, log2);
     let (text, recovered) = scrape_until(addr, Duration::from_secs(120), |s| {
         sum(s, "kbq_recovery_actions_total", &[("outcome", "reflushed")]) >= PARTITIONS as f64
             && samples_of(s, "kbq_consumer_lag_records").len() == PARTITIONS as usize
@@ -681,12 +731,13 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     })
     .await;
     assert!(finalized, "superseded streams finalized:\n{text}");
-    assert_no_secrets("/metrics", &text);
-    assert!(daemon.terminate().success());
+    daemon
+}
 
-    // Logs: Cloud Logging JSON, one line per checkpoint cycle at debug, one per recovery action.
-    let first = json_log_lines(&log1);
-    let second = json_log_lines(&log2);
+/// Logs: Cloud Logging JSON, one line per checkpoint cycle at debug; in exactly-once mode one
+/// per recovery action of the restarted daemon.
+fn assert_logs(f: &Fixture, log1: &Path, log2: &Path) {
+    let first = json_log_lines(log1);
     let cycles: Vec<&serde_json::Value> = first
         .iter()
         .filter(|l| l["message"] == "checkpoint cycle")
@@ -695,6 +746,11 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
     assert!(cycles.iter().all(|l| l["severity"] == "DEBUG"
         && ["committed", "empty", "abandoned"].contains(&l["outcome"].as_str().unwrap_or_default())
         && l["duration_ms"].is_u64()));
+    assert_no_secrets("first log", &std::fs::read_to_string(log1).expect("log"));
+    if f.delivery == Delivery::AtLeastOnce {
+        return;
+    }
+    let second = json_log_lines(log2);
     let recoveries: Vec<&serde_json::Value> = second
         .iter()
         .filter(|l| l["message"] == "recovery: committed checkpoint flushed")
@@ -708,16 +764,25 @@ async fn the_daemon_exports_every_metric_of_the_spec_with_sane_values_and_no_sec
         l["severity"] == "INFO"
             && l["partition"]
                 .as_str()
-                .is_some_and(|p| p.starts_with(topic))
+                .is_some_and(|p| p.starts_with(f.topic.as_str()))
     }));
-    for (name, path) in [("first log", &log1), ("second log", &log2)] {
-        assert_no_secrets(name, &std::fs::read_to_string(path).expect("log"));
-    }
+    assert_no_secrets("second log", &std::fs::read_to_string(log2).expect("log"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready() {
-    let f = Fixture::new(1).await;
+    readiness_waits_for_the_group(Delivery::ExactlyOnce).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready() {
+    readiness_waits_for_the_group(Delivery::AtLeastOnce).await;
+}
+
+/// The one readiness rule: not ready before the group is joined; ready when joined, with or
+/// without partitions.
+async fn readiness_waits_for_the_group(delivery: Delivery) {
+    let f = Fixture::with_delivery(1, delivery).await;
     let log = f.dir.path().join("probes.log");
 
     // No broker at all: alive, but not ready, and it says why.
@@ -784,7 +849,18 @@ async fn readiness_waits_for_the_group_and_a_replica_without_partitions_is_ready
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_whose_appends_hang_is_counted_stalled_and_turns_readiness_false() {
-    let f = Fixture::new(1).await;
+    stalled_partition(Delivery::ExactlyOnce).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_a_partition_whose_appends_hang_is_counted_stalled() {
+    stalled_partition(Delivery::AtLeastOnce).await;
+}
+
+/// The stall watch of the one readiness rule: a partition whose appends hang while records
+/// wait turns readiness false and is counted, then recovers.
+async fn stalled_partition(delivery: Delivery) {
+    let f = Fixture::with_delivery(1, delivery).await;
     let group = unique_name("stall");
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
