@@ -36,6 +36,9 @@
 //! row errors and the dead-letter topic, a zombie writer appending after its assignment was lost
 //! (the model stops it at once).
 
+// The model indexes its per-partition arrays by partition number, like Kafka does.
+#![allow(clippy::needless_range_loop)]
+
 use kafka_bigquery_sink::checkpoint::ledger::AtLeastOnceLedger;
 use kafka_bigquery_sink::checkpoint::metadata::{CommitMetadata, TableFingerprint};
 use kafka_bigquery_sink::checkpoint::offsets::{
@@ -338,12 +341,11 @@ impl World {
         if knows_marked
             && !armed
             && let Some(acked) = self.drained[p].take()
+            && durable != Some(acked)
         {
-            if durable != Some(acked) {
-                self.fail(format!(
-                    "r{r} handed p{p} off at {durable:?}, its writer acknowledged through {acked}"
-                ));
-            }
+            self.fail(format!(
+                "r{r} handed p{p} off at {durable:?}, its writer acknowledged through {acked}"
+            ));
         }
     }
 
