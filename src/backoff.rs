@@ -15,6 +15,11 @@ pub fn delay(attempt: u32) -> Duration {
     RECOVERY.delay(attempt)
 }
 
+/// A Kafka read the consumer thread could not answer (a committed offset, watermarks, the
+/// group's answer on who owns a partition): asked again after this pause, never read as
+/// "no offset".
+pub const KAFKA_READ_RETRY: Duration = Duration::from_secs(1);
+
 /// A retry schedule and how far along it a loop is.
 #[derive(Debug, Clone)]
 pub struct Backoff {

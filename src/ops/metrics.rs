@@ -26,6 +26,67 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+/// How a checkpoint cycle ended: the `outcome` label of `kbq_checkpoints_total` and of the
+/// `checkpoint cycle` log line (docs/metrics.md), the same in both delivery modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointOutcome {
+    /// It committed offsets or flushed rows.
+    Committed,
+    /// Every checkpoint was current: nothing to commit or flush (a success).
+    Empty,
+    /// A commit or flush of it failed; the next cycle retries.
+    Abandoned,
+}
+
+impl CheckpointOutcome {
+    pub const ALL: [CheckpointOutcome; 3] = [
+        CheckpointOutcome::Committed,
+        CheckpointOutcome::Empty,
+        CheckpointOutcome::Abandoned,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckpointOutcome::Committed => "committed",
+            CheckpointOutcome::Empty => "empty",
+            CheckpointOutcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// What recovery did for a partition: the `outcome` label of `kbq_recovery_actions_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    Reflushed,
+    Resolved,
+    ResolveFailed,
+    Rewound,
+    Anomaly,
+    Failed,
+}
+
+impl RecoveryOutcome {
+    pub const ALL: [RecoveryOutcome; 6] = [
+        RecoveryOutcome::Reflushed,
+        RecoveryOutcome::Resolved,
+        RecoveryOutcome::ResolveFailed,
+        RecoveryOutcome::Rewound,
+        RecoveryOutcome::Anomaly,
+        RecoveryOutcome::Failed,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RecoveryOutcome::Reflushed => "reflushed",
+            RecoveryOutcome::Resolved => "resolved",
+            RecoveryOutcome::ResolveFailed => "resolve_failed",
+            RecoveryOutcome::Rewound => "rewound",
+            RecoveryOutcome::Anomaly => "anomaly",
+            RecoveryOutcome::Failed => "failed",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub rpc: &'static str,
@@ -387,17 +448,12 @@ impl Metrics {
                 let _ = family.get_or_create(&topic);
             }
         }
-        for outcome in ["committed", "abandoned", "empty"] {
+        for outcome in CheckpointOutcome::ALL {
+            let outcome = outcome.label();
             let _ = self.checkpoints.get_or_create(&OutcomeLabel { outcome });
         }
-        for outcome in [
-            "reflushed",
-            "resolved",
-            "resolve_failed",
-            "rewound",
-            "anomaly",
-            "failed",
-        ] {
+        for outcome in RecoveryOutcome::ALL {
+            let outcome = outcome.label();
             let _ = self
                 .recovery_actions
                 .get_or_create(&OutcomeLabel { outcome });
@@ -435,6 +491,26 @@ impl Metrics {
 
     /// Records a successful checkpoint cycle now (drives the age gauge): one that committed, or
     /// found every checkpoint current.
+    /// A checkpoint cycle ended: its duration, its outcome, and (unless abandoned) the age of
+    /// the last success.
+    pub fn checkpoint_cycle(&self, outcome: CheckpointOutcome, duration: std::time::Duration) {
+        self.checkpoint_duration.observe(duration.as_secs_f64());
+        if outcome != CheckpointOutcome::Abandoned {
+            self.checkpoint_succeeded();
+        }
+        let outcome = outcome.label();
+        self.checkpoints
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    pub fn recovery_action(&self, outcome: RecoveryOutcome) {
+        let outcome = outcome.label();
+        self.recovery_actions
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
     pub fn checkpoint_succeeded(&self) {
         self.last_checkpoint_unix_ms
             .store(unix_ms(), Ordering::Relaxed);

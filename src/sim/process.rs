@@ -23,7 +23,7 @@ use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::coordinator::{
-    Coordinator, CoordinatorSettings, Exit, Ready, ResolveColumns,
+    Coordinator, CoordinatorSettings, Exit, Input, ResolveColumns,
 };
 use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
@@ -46,7 +46,9 @@ pub(super) struct Process {
     pub(super) shutdown_at: Option<Instant>,
     /// Frozen until then.
     pub(super) frozen_until: Option<Instant>,
-    pub(super) inbox: [VecDeque<Ready>; 3],
+    /// What each source (consumer, writers, I/O) has ready and not yet delivered: the seeded
+    /// schedule picks the order in which these arrive at the coordinator's inbox.
+    pub(super) arrivals: [VecDeque<Input>; 3],
 }
 
 impl Sim {
@@ -180,7 +182,7 @@ impl Sim {
             next_tick: Instant::now() + CHECKPOINT_INTERVAL,
             shutdown_at: None,
             frozen_until: None,
-            inbox: Default::default(),
+            arrivals: Default::default(),
         });
         self.trace(format!(
             "process r{r} starts (#{}) as member m{member}",
@@ -242,14 +244,14 @@ impl Sim {
                 proc.shutdown_at = Some(c.step_shutdown_deadline());
             }
             for _ in 0..10_000 {
-                c.take_ready(&mut proc.inbox);
-                let ready: Vec<usize> = (0..3).filter(|&i| !proc.inbox[i].is_empty()).collect();
+                c.take_ready(&mut proc.arrivals);
+                let ready: Vec<usize> = (0..3).filter(|&i| !proc.arrivals[i].is_empty()).collect();
                 if ready.is_empty() {
                     break;
                 }
                 let pick = ready[lock(&world).rng.random_range(0..ready.len())];
-                let event = proc.inbox[pick].pop_front().expect("ready");
-                if c.handle_ready(event, &mut exit).is_break() {
+                let event = proc.arrivals[pick].pop_front().expect("ready");
+                if c.step(event, &mut exit).is_break() {
                     ended = true;
                     break;
                 }
