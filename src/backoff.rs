@@ -37,6 +37,8 @@ pub const CREATE_STREAM: Backoff =
 /// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies;
 /// issue 11 #14).
 pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+/// A table read that failed transiently while a route is resolved (a table just created).
+pub const TABLE_READ: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
 /// The protocol's recovery I/O (re-flush, resolve) and the flushes of a shutdown's final
 /// cycles: 0.2 s, 0.4 s, … 30 s by attempt number.
 pub const RECOVERY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));

@@ -27,7 +27,6 @@ use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::kafka::memory_budget::MemoryBudget;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
-use crate::registry::{BasicAuth, RegistryConfig};
 use crate::tables::Router;
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterShared};
@@ -210,33 +209,6 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
     )
     .map_err(|e| anyhow!("{e}"))?;
     Ok((client, rest))
-}
-
-pub(crate) fn registry_config(sr: &config::SchemaRegistryConfig) -> anyhow::Result<RegistryConfig> {
-    let ca_pem = match &sr.ca_file {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("schema_registry.ca_file {}", path.display()))?,
-        ),
-        None => None,
-    };
-    Ok(RegistryConfig {
-        url: sr.url.clone(),
-        basic_auth: sr.username.as_ref().map(|u| BasicAuth {
-            username: u.clone(),
-            password: sr
-                .password
-                .as_ref()
-                .map(|p| p.expose().to_string())
-                .unwrap_or_default(),
-        }),
-        bearer_token: sr.bearer_token.as_ref().map(|t| t.expose().to_string()),
-        ca_pem,
-        request_timeout: sr.timeout.0,
-        max_attempts: sr.retries.max(1) as usize,
-        not_found_grace: sr.not_found_grace.0,
-        ..RegistryConfig::default()
-    })
 }
 
 fn protocol_config(config: &Config) -> ProtocolConfig {

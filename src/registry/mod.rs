@@ -71,6 +71,37 @@ impl Default for RegistryConfig {
     }
 }
 
+impl RegistryConfig {
+    /// The client settings of the config's `schema_registry` section; reads `ca_file`.
+    pub fn from_settings(sr: &crate::config::SchemaRegistryConfig) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let ca_pem = match &sr.ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("schema_registry.ca_file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(RegistryConfig {
+            url: sr.url.clone(),
+            basic_auth: sr.username.as_ref().map(|u| BasicAuth {
+                username: u.clone(),
+                password: sr
+                    .password
+                    .as_ref()
+                    .map(|p| p.expose().to_string())
+                    .unwrap_or_default(),
+            }),
+            bearer_token: sr.bearer_token.as_ref().map(|t| t.expose().to_string()),
+            ca_pem,
+            request_timeout: sr.timeout.0,
+            max_attempts: sr.retries.max(1) as usize,
+            not_found_grace: sr.not_found_grace.0,
+            ..RegistryConfig::default()
+        })
+    }
+}
+
 impl fmt::Debug for RegistryConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegistryConfig")

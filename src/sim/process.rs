@@ -22,9 +22,7 @@ use super::world::{DEAD, Gate, RUNNING, SharedDebug, lock};
 use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC};
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::coordinator::{
-    Coordinator, CoordinatorSettings, Exit, Input, ResolveColumns,
-};
+use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, Input};
 use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
@@ -33,7 +31,7 @@ use crate::kafka::consumer::ConsumerHandle;
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::ops::http::Health;
 use crate::ops::metrics::Metrics;
-use crate::tables::{Route, Router};
+use crate::tables::{ResolveColumns, Route, Router};
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, WriterRoute, WriterSettings, WriterShared};
 use crate::writer::stream_quota::StreamCreationLimiter;

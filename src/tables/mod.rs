@@ -6,7 +6,9 @@
 
 pub mod cdc;
 pub mod cdc_plans;
+mod ensure;
 pub mod plans;
 pub mod router;
+mod settings;
 
-pub use router::{Route, Router};
+pub use router::{ResolveColumns, Route, Router};

@@ -12,27 +12,30 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
+use kbq_core::metadata::TableFingerprint;
+use kbq_core::model::RoutedTable;
 
-use super::plans::{FixedPlan, RegistryInput, RegistryPlans, SchemaEvolution, writer_schema};
-use crate::bigquery::rest_client::{
-    Clustering, RestClient, Table, TableReference, TimePartitioning,
-};
+use super::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
+use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::coordinator::ResolveColumns;
-use crate::checkpoint::metadata::TableFingerprint;
-use crate::checkpoint::protocol::RoutedTable;
 use crate::config::{self, Config, TopicRoute};
 use crate::ops::metrics::Metrics;
-use crate::registry::{AnySchema, SchemaKind, SchemaRegistry};
-use crate::transcode::protobuf::{MessageIndexEncoding, MessagePath};
-use crate::transcode::{
-    AvroSchema, DeriveOptions, MapMode, MetadataColumns, Plan, PlanOptions, UnknownFields,
-    table_schema_from_avro,
-};
+use crate::registry::{RegistryConfig, SchemaRegistry};
+use crate::transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
 use crate::writer::partition_writer::{PlanSource, WriterRoute};
 
 use super::cdc;
+use super::ensure::ensure_table;
+use super::settings::{map_mode, plan_options, registry_input};
+
+/// Where the `resolve` recovery finds a partition's rows: the table's metadata columns.
+#[derive(Debug, Clone)]
+pub struct ResolveColumns {
+    pub topic: Option<String>,
+    pub partition: String,
+    pub offset: String,
+}
 
 /// The destination of one topic.
 pub struct Route {
@@ -79,7 +82,7 @@ pub struct Router {
     /// Routes by table resource name: topics of one table share its plans and marker.
     tables: Mutex<HashMap<String, Arc<Route>>>,
     /// One resolution at a time per table: two topics of one table create it and compile its
-    /// plans once, and a table that keeps failing (retried for up to ~55 s) does not hold up
+    /// plans once, and a table that keeps failing (retried for about 75 s) does not hold up
     /// the others.
     resolving: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The process's one registry client, made at the first route that needs it, so that its
@@ -118,8 +121,7 @@ impl Router {
             return Ok(Some(registry.clone()));
         }
         let registry = Arc::new(
-            SchemaRegistry::new(crate::pipeline::registry_config(sr)?)
-                .map_err(|e| anyhow!("{e}"))?,
+            SchemaRegistry::new(RegistryConfig::from_settings(sr)?).map_err(|e| anyhow!("{e}"))?,
         );
         *shared = Some(registry.clone());
         Ok(Some(registry))
@@ -231,13 +233,7 @@ impl Router {
         if let Some(c) = settings.cdc {
             cdc::check_table(&table, c, &table_ref, settings)?;
         }
-        let plan_options = PlanOptions {
-            unknown_fields: match settings.unknown_fields {
-                config::UnknownFields::Ignore => UnknownFields::Ignore,
-                config::UnknownFields::Error => UnknownFields::Error,
-            },
-            metadata: metadata_columns(settings.metadata_columns),
-        };
+        let plan_options = plan_options(settings);
         let change_plans = match settings.cdc {
             Some(c) => Some(Arc::new(
                 cdc::plans(
@@ -330,197 +326,4 @@ impl Router {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Reads the table, creating it (and its dataset) when the route has `create_table`: from the
-/// fixed Avro schema, or from the latest schema of the topic's subject in the registry.
-async fn ensure_table(
-    config: &Config,
-    route: &TopicRoute<'_>,
-    topic: &str,
-    rest: &RestClient,
-    table: &TableReference,
-    schema: Option<&AvroSchema>,
-    registry: Option<&SchemaRegistry>,
-) -> anyhow::Result<Table> {
-    let mut attempt = 0u32;
-    loop {
-        match rest.get_table(table).await {
-            Ok(t) => return Ok(t),
-            Err(e) if e.is_not_found() => break,
-            Err(e) if e.is_retryable() && attempt < 10 => {
-                attempt += 1;
-                tracing::warn!(error = %e, attempt, table = %table.resource_name(), "cannot read the table yet, retrying");
-                tokio::time::sleep(Duration::from_secs(attempt as u64)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if route.format == Some(config::InputFormat::Json) {
-        bail!(
-            "table {} (topic {topic}, {}) does not exist; schemaless json routes do not create tables",
-            table.resource_name(),
-            route.path,
-        );
-    }
-    let Some(create) = route.create_table else {
-        bail!(
-            "table {} (topic {topic}, {}) does not exist and create_table is not set",
-            table.resource_name(),
-            route.path
-        );
-    };
-    let options = DeriveOptions {
-        map_mode: map_mode(route.map_mode),
-        metadata: metadata_columns(route.metadata_columns),
-    };
-    let derived = match (schema, registry, &config.schema_registry) {
-        (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,
-        // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
-        // producers write now; older records still fit (the registry's compatibility rules),
-        // and later ones add columns through schema_update.
-        (None, Some(registry), Some(sr)) => {
-            let subject = sr.table_subject.replace("{topic}", topic);
-            let context = || {
-                format!(
-                    "cannot create table {} from the registry",
-                    table.resource_name()
-                )
-            };
-            let (id, kind) = registry.latest_id(&subject).await.with_context(context)?;
-            let pinned = registry_input(config, route.format).kind;
-            if let Some(pinned) = pinned.filter(|p| *p != kind) {
-                bail!(
-                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but {} reads {}",
-                    table.resource_name(),
-                    kind.as_str(),
-                    route.path,
-                    pinned.as_str()
-                );
-            }
-            if route.cdc.is_some() && kind != SchemaKind::Avro {
-                bail!(
-                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but change data capture ({}.cdc) reads avro only",
-                    table.resource_name(),
-                    kind.as_str(),
-                    route.path
-                );
-            }
-            let registered = registry
-                .any_schema(id, Some(kind))
-                .await
-                .with_context(context)?;
-            tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
-            match &registered {
-                AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, &options)?,
-                // The file's first message: what Confluent's serializers frame as `[0]`.
-                other => writer_schema(other, id, &MessagePath::FIRST)
-                    .map_err(|bad| anyhow!("{}", bad.reason))?
-                    .derive(&options)
-                    .map_err(|e| {
-                        anyhow!(
-                            "cannot derive a table schema from the {} schema {id}: {e}",
-                            kind.as_str()
-                        )
-                    })?,
-            }
-        }
-        (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
-    };
-    let derived = cdc::without_pseudo_columns(derived);
-    let (table_constraints, max_staleness) = match route.cdc {
-        Some(c) => cdc::creation_options(c),
-        None => (None, None),
-    };
-    rest.ensure_dataset(
-        &table.project_id,
-        &table.dataset_id,
-        config.bigquery.location.as_deref(),
-    )
-    .await
-    .with_context(|| format!("dataset {}", table.dataset_id))?;
-    let resource = Table {
-        table_reference: table.clone(),
-        schema: derived,
-        time_partitioning: create.time_partitioning.as_ref().map(|p| TimePartitioning {
-            partition_type: format!("{:?}", p.kind).to_uppercase(),
-            field: p.field.clone(),
-            expiration_ms: p.expiration.map(|d| d.0.as_millis().to_string()),
-        }),
-        clustering: (!create.clustering.is_empty()).then(|| Clustering {
-            fields: create.clustering.clone(),
-        }),
-        require_partition_filter: create.require_partition_filter.then_some(true),
-        description: create.description.clone(),
-        labels: create.labels.clone(),
-        table_constraints,
-        max_staleness,
-        etag: None,
-    };
-    match rest.insert_table(&resource).await {
-        Ok(t) => {
-            tracing::info!(table = %table.resource_name(), topic, "table created");
-            Ok(t)
-        }
-        // Another replica created it first.
-        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The columns of an Avro writer schema (of the rows inside it, for a CDC route).
-fn derive_avro(
-    schema: &AvroSchema,
-    cdc: Option<&config::CdcConfig>,
-    options: &DeriveOptions,
-) -> anyhow::Result<crate::bigquery::table_schema::TableSchema> {
-    let row;
-    let schema = match cdc {
-        Some(c) => {
-            row = cdc::row_schema(schema, c)?;
-            &row
-        }
-        None => schema,
-    };
-    table_schema_from_avro(schema, options)
-        .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))
-}
-
-/// What a registry route reads: its pinned format (`None`: each schema id's registered type)
-/// and the registry settings of the other formats.
-fn registry_input(config: &Config, format: Option<config::InputFormat>) -> RegistryInput {
-    let sr = config.schema_registry.as_ref();
-    RegistryInput {
-        kind: match format {
-            None => None,
-            Some(config::InputFormat::Protobuf) => Some(SchemaKind::Protobuf),
-            Some(config::InputFormat::JsonSchema) => Some(SchemaKind::Json),
-            // Schemaless JSON is not read through the registry; Avro is.
-            Some(config::InputFormat::Avro | config::InputFormat::Json) => Some(SchemaKind::Avro),
-        },
-        message_indexes: match sr.map(|sr| sr.protobuf_message_indexes).unwrap_or_default() {
-            config::ProtobufMessageIndexes::Zigzag => MessageIndexEncoding::Zigzag,
-            config::ProtobufMessageIndexes::Unsigned => MessageIndexEncoding::Unsigned,
-            config::ProtobufMessageIndexes::None => MessageIndexEncoding::None,
-        },
-        json_validate: sr.is_some_and(|sr| sr.json_validate),
-    }
-}
-
-fn map_mode(mode: config::MapMode) -> MapMode {
-    match mode {
-        config::MapMode::Struct => MapMode::Repeated,
-        config::MapMode::Json => MapMode::Json,
-    }
-}
-
-fn metadata_columns(c: &config::MetadataColumns) -> MetadataColumns {
-    MetadataColumns {
-        topic: c.topic.clone(),
-        partition: c.partition.clone(),
-        offset: c.offset.clone(),
-        timestamp: c.timestamp.clone(),
-        key: c.key.clone(),
-        headers: c.headers.clone(),
-    }
 }

@@ -17,18 +17,10 @@ use crate::checkpoint::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset
 use crate::checkpoint::protocol::{Event, FlushOutcome, FlushPurpose, TopicPartition};
 use crate::kafka::consumer::{ConsumerCommand, ConsumerHandle};
 use crate::ops::metrics::{Metrics, TableLabel};
-use crate::tables::{Route, Router};
+use crate::tables::{ResolveColumns, Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
 
 use super::CoordinatorSettings;
-
-/// Where the `resolve` recovery finds a partition's rows: the metadata columns.
-#[derive(Debug, Clone)]
-pub struct ResolveColumns {
-    pub topic: Option<String>,
-    pub partition: String,
-    pub offset: String,
-}
 
 /// Spawns the write of the group's marker on the table with this fingerprint after the
 /// attempt's backoff, answered as [`Event::LabelResult`] (shared by both delivery modes).

@@ -46,7 +46,6 @@ use super::metadata::TableFingerprint;
 use super::offsets::{Incarnation, NextOffset};
 use super::protocol::{Assignment, Event, TopicPartition};
 use super::stall::StallWatch;
-pub use io::ResolveColumns;
 use io::sleep_until;
 use routing::Routing;
 

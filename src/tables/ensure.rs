@@ -1,0 +1,176 @@
+//! A route's table as it must be before anything is consumed: read, or created (with its
+//! dataset) when the route has `create_table`, from the fixed Avro schema or from the latest
+//! schema of the topic's subject in the registry.
+
+use anyhow::{Context, anyhow, bail};
+
+use super::cdc;
+use super::plans::writer_schema;
+use super::settings::{map_mode, metadata_columns, registry_input};
+use crate::backoff;
+use crate::bigquery::rest_client::{
+    Clustering, RestClient, Table, TableReference, TimePartitioning,
+};
+use crate::bigquery::table_schema::TableSchema;
+use crate::config::{self, Config, TopicRoute};
+use crate::registry::{AnySchema, SchemaKind, SchemaRegistry};
+use crate::transcode::protobuf::MessagePath;
+use crate::transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
+
+/// Retries of a table read that failed transiently (about 75 s in all with
+/// [`backoff::TABLE_READ`]) before the route fails.
+const TABLE_READ_RETRIES: u32 = 10;
+
+/// Reads the table, creating it (and its dataset) when the route has `create_table`: from the
+/// fixed Avro schema, or from the latest schema of the topic's subject in the registry.
+pub(super) async fn ensure_table(
+    config: &Config,
+    route: &TopicRoute<'_>,
+    topic: &str,
+    rest: &RestClient,
+    table: &TableReference,
+    schema: Option<&AvroSchema>,
+    registry: Option<&SchemaRegistry>,
+) -> anyhow::Result<Table> {
+    let mut backoff = backoff::TABLE_READ;
+    loop {
+        match rest.get_table(table).await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_not_found() => break,
+            Err(e) if e.is_retryable() && backoff.attempts() < TABLE_READ_RETRIES => {
+                let after = backoff.next_delay();
+                tracing::warn!(error = %e, attempt = backoff.attempts(), retry_in = ?after, table = %table.resource_name(), "cannot read the table yet, retrying");
+                tokio::time::sleep(after).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if route.format == Some(config::InputFormat::Json) {
+        bail!(
+            "table {} (topic {topic}, {}) does not exist; schemaless json routes do not create tables",
+            table.resource_name(),
+            route.path,
+        );
+    }
+    let Some(create) = route.create_table else {
+        bail!(
+            "table {} (topic {topic}, {}) does not exist and create_table is not set",
+            table.resource_name(),
+            route.path
+        );
+    };
+    let options = DeriveOptions {
+        map_mode: map_mode(route.map_mode),
+        metadata: metadata_columns(route.metadata_columns),
+    };
+    let derived = match (schema, registry, &config.schema_registry) {
+        (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,
+        // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
+        // producers write now; older records still fit (the registry's compatibility rules),
+        // and later ones add columns through schema_update.
+        (None, Some(registry), Some(sr)) => {
+            let subject = sr.table_subject.replace("{topic}", topic);
+            let context = || {
+                format!(
+                    "cannot create table {} from the registry",
+                    table.resource_name()
+                )
+            };
+            let (id, kind) = registry.latest_id(&subject).await.with_context(context)?;
+            let pinned = registry_input(config, route.format).kind;
+            if let Some(pinned) = pinned.filter(|p| *p != kind) {
+                bail!(
+                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but {} reads {}",
+                    table.resource_name(),
+                    kind.as_str(),
+                    route.path,
+                    pinned.as_str()
+                );
+            }
+            if route.cdc.is_some() && kind != SchemaKind::Avro {
+                bail!(
+                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but change data capture ({}.cdc) reads avro only",
+                    table.resource_name(),
+                    kind.as_str(),
+                    route.path
+                );
+            }
+            let registered = registry
+                .any_schema(id, Some(kind))
+                .await
+                .with_context(context)?;
+            tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
+            match &registered {
+                AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, &options)?,
+                // The file's first message: what Confluent's serializers frame as `[0]`.
+                other => writer_schema(other, id, &MessagePath::FIRST)
+                    .map_err(|bad| anyhow!("{}", bad.reason))?
+                    .derive(&options)
+                    .map_err(|e| {
+                        anyhow!(
+                            "cannot derive a table schema from the {} schema {id}: {e}",
+                            kind.as_str()
+                        )
+                    })?,
+            }
+        }
+        (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
+    };
+    let derived = cdc::without_pseudo_columns(derived);
+    let (table_constraints, max_staleness) = match route.cdc {
+        Some(c) => cdc::creation_options(c),
+        None => (None, None),
+    };
+    rest.ensure_dataset(
+        &table.project_id,
+        &table.dataset_id,
+        config.bigquery.location.as_deref(),
+    )
+    .await
+    .with_context(|| format!("dataset {}", table.dataset_id))?;
+    let resource = Table {
+        table_reference: table.clone(),
+        schema: derived,
+        time_partitioning: create.time_partitioning.as_ref().map(|p| TimePartitioning {
+            partition_type: format!("{:?}", p.kind).to_uppercase(),
+            field: p.field.clone(),
+            expiration_ms: p.expiration.map(|d| d.0.as_millis().to_string()),
+        }),
+        clustering: (!create.clustering.is_empty()).then(|| Clustering {
+            fields: create.clustering.clone(),
+        }),
+        require_partition_filter: create.require_partition_filter.then_some(true),
+        description: create.description.clone(),
+        labels: create.labels.clone(),
+        table_constraints,
+        max_staleness,
+        etag: None,
+    };
+    match rest.insert_table(&resource).await {
+        Ok(t) => {
+            tracing::info!(table = %table.resource_name(), topic, "table created");
+            Ok(t)
+        }
+        // Another replica created it first.
+        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The columns of an Avro writer schema (of the rows inside it, for a CDC route).
+fn derive_avro(
+    schema: &AvroSchema,
+    cdc: Option<&config::CdcConfig>,
+    options: &DeriveOptions,
+) -> anyhow::Result<TableSchema> {
+    let row;
+    let schema = match cdc {
+        Some(c) => {
+            row = cdc::row_schema(schema, c)?;
+            &row
+        }
+        None => schema,
+    };
+    table_schema_from_avro(schema, options)
+        .map_err(|e| anyhow!("cannot derive a table schema from the avro schema: {e}"))
+}
