@@ -3,8 +3,11 @@
 //! stampede. Every retry loop takes its delays from here; the schedules themselves are the
 //! constants below (one place for them, like the config defaults).
 //!
-//! The registry client keeps the `backon` crate's schedule of the same shape (its retries are
-//! a bounded number of attempts inside one lookup).
+//! The Schema Registry client uses it too, with its own configured minimum and maximum (a
+//! bounded number of attempts inside one lookup). A helper of our own rather than a retry crate:
+//! the loops differ in what ends them (an attempt count, a deadline, a stop signal, a
+//! cancellation) and in what they count and log per retry, which a loop states more plainly than
+//! a combinator chain; and the deterministic simulation must draw the jitter from its seed.
 
 use std::time::Duration;
 

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use backon::{ExponentialBuilder, Retryable};
 use reqwest::StatusCode;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
+use crate::backoff::Backoff;
 use crate::transcode::AvroSchema;
 
 mod json;
@@ -408,27 +408,27 @@ impl SchemaRegistry {
     }
 
     async fn latest_response(&self, subject: &str) -> Result<LatestResponse, SubjectError> {
-        let backoff = self.backoff();
+        let mut backoff = self.backoff();
         let mut attempts = 0usize;
-        let result = (|| {
+        loop {
             attempts += 1;
-            self.attempt_latest(subject)
-        })
-        .retry(backoff)
-        .when(|a: &Result<(), SubjectError>| matches!(a, Ok(())))
-        .notify(|_, after: Duration| {
-            self.retries.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(subject, retry_in = ?after, "schema registry subject lookup failed, retrying");
-        })
-        .await;
-        match result {
-            Ok(s) => Ok(s),
-            Err(Err(e)) => Err(e),
-            Err(Ok(())) => Err(SubjectError::Unavailable {
-                subject: subject.to_string(),
-                attempts,
-                reason: "no answer".into(),
-            }),
+            match self.attempt_latest(subject).await {
+                Ok(s) => return Ok(s),
+                Err(Err(e)) => return Err(e),
+                Err(Ok(())) if attempts < self.config.max_attempts => {
+                    let after = backoff.next_delay();
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(subject, retry_in = ?after, "schema registry subject lookup failed, retrying");
+                    tokio::time::sleep(after).await;
+                }
+                Err(Ok(())) => {
+                    return Err(SubjectError::Unavailable {
+                        subject: subject.to_string(),
+                        attempts,
+                        reason: "no answer".into(),
+                    });
+                }
+            }
         }
     }
 
@@ -485,13 +485,10 @@ impl SchemaRegistry {
             .map_err(|e| Err(unusable(format!("response is not a schema version: {e}"))))
     }
 
-    /// The retry schedule of one lookup: `max_attempts` in all, jittered exponential delays.
-    fn backoff(&self) -> ExponentialBuilder {
-        ExponentialBuilder::default()
-            .with_min_delay(self.config.min_backoff)
-            .with_max_delay(self.config.max_backoff)
-            .with_max_times(self.config.max_attempts - 1)
-            .with_jitter()
+    /// The retry schedule of one lookup (`max_attempts` in all): the process's one backoff
+    /// helper, doubling from `min_backoff` up to `max_backoff`, jittered.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.config.min_backoff, self.config.max_backoff)
     }
 
     async fn fetch(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
@@ -605,29 +602,27 @@ impl SchemaRegistry {
         url: String,
         id: u32,
     ) -> Result<T, RegistryError> {
-        let backoff = self.backoff();
+        let mut backoff = self.backoff();
         let mut attempts = 0usize;
-        let result = (|| {
+        loop {
             attempts += 1;
-            self.attempt(&url, id)
-        })
-        .retry(backoff)
-        .when(|a: &Attempt| matches!(a, Attempt::Retry(_)))
-        .notify(|a: &Attempt, after: Duration| {
-            self.retries.fetch_add(1, Ordering::Relaxed);
-            if let Attempt::Retry(reason) = a {
-                tracing::warn!(schema_id = id, %reason, retry_in = ?after, "schema registry lookup failed, retrying");
+            match self.attempt(&url, id).await {
+                Ok(s) => return Ok(s),
+                Err(Attempt::Final(e)) => return Err(e),
+                Err(Attempt::Retry(reason)) if attempts < self.config.max_attempts => {
+                    let after = backoff.next_delay();
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(schema_id = id, %reason, retry_in = ?after, "schema registry lookup failed, retrying");
+                    tokio::time::sleep(after).await;
+                }
+                Err(Attempt::Retry(reason)) => {
+                    return Err(RegistryError::Unavailable {
+                        id,
+                        attempts,
+                        reason,
+                    });
+                }
             }
-        })
-        .await;
-        match result {
-            Ok(s) => Ok(s),
-            Err(Attempt::Final(e)) => Err(e),
-            Err(Attempt::Retry(reason)) => Err(RegistryError::Unavailable {
-                id,
-                attempts,
-                reason,
-            }),
         }
     }
 
