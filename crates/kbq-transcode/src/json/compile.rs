@@ -10,6 +10,7 @@ use std::sync::Arc;
 use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 
+use super::keys::KeyTable;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
 use super::schema::{JsonSchema, Kind, Node, Shape};
 use crate::compile::{all_column_names, column_type, data_columns, metadata_ops};
@@ -191,6 +192,7 @@ impl<'a> Compiler<'a> {
         Ok((
             ObjectOp {
                 tag,
+                keys: KeyTable::new(fields.iter().map(|f| f.key.as_bytes())),
                 fields: fields.into_boxed_slice(),
                 by_lower,
                 unknown_is_error: self.options.unknown_fields == UnknownFields::Error,

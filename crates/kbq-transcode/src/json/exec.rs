@@ -7,6 +7,7 @@ use std::sync::Arc;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 
+use super::keys::same;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
 use super::scan::{MAX_DEPTH, Number, Scanner, Token, malformed};
 use super::text;
@@ -17,7 +18,7 @@ use crate::proto::{close_len, open_len, put_len_delimited};
 
 /// The whole record: one object, then nothing but whitespace.
 pub fn run_row(root: &ObjectOp, body: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
-    let mut sc = Scanner::new(body)?;
+    let mut sc = Scanner::new(body);
     if sc.peek()? != Token::Object {
         return Err(malformed(sc.pos, "an object (a row)"));
     }
@@ -79,7 +80,7 @@ fn object(
         let Some(i) = find(op, &key, hint) else {
             if op.unknown_is_error {
                 return Err(RecordError::JsonUnknownKey {
-                    key: key.into_owned(),
+                    key: String::from_utf8_lossy(&key).into_owned(),
                 });
             }
             sc.skip(depth + 1)?;
@@ -106,19 +107,25 @@ fn object(
     Ok(())
 }
 
+/// The column of `key`: the one after the previous key's (serializers that follow the schema's
+/// order), then by the exact bytes, then case-insensitively.
 #[inline]
-fn find(op: &ObjectOp, key: &str, hint: usize) -> Option<usize> {
+fn find(op: &ObjectOp, key: &[u8], hint: usize) -> Option<usize> {
     if let Some(f) = op.fields.get(hint)
-        && *f.key == *key
+        && same(f.key.as_bytes(), key)
     {
         return Some(hint);
     }
-    if let Some(i) = op.fields.iter().position(|f| *f.key == *key) {
+    if let Some(i) = op.keys.get(key, |i| op.fields[i].key.as_bytes()) {
         return Some(i);
     }
-    op.by_lower
-        .get(key.to_ascii_lowercase().as_str())
-        .map(|&i| i as usize)
+    find_lower(op, key)
+}
+
+#[cold]
+fn find_lower(op: &ObjectOp, key: &[u8]) -> Option<usize> {
+    let lower = std::str::from_utf8(key).ok()?.to_ascii_lowercase();
+    op.by_lower.get(lower.as_str()).map(|&i| i as usize)
 }
 
 fn field(
@@ -198,20 +205,23 @@ fn checked<T>(column: &Arc<str>, r: Result<T, String>) -> Result<T, RecordError>
 
 /// A JSON integer (or an integral number such as `1e3`) as i64.
 fn integer(n: Number<'_>, column: &Arc<str>) -> Result<i64, RecordError> {
+    if let Some(v) = n.value {
+        return Ok(v);
+    }
     if n.integer {
         return n
-            .text
+            .text()
             .parse::<i64>()
-            .map_err(|_| value_error(column, format!("{} does not fit INT64", n.text)));
+            .map_err(|_| value_error(column, format!("{} does not fit INT64", n.text())));
     }
-    let v: f64 = n.text.parse().unwrap_or(f64::NAN);
+    let v: f64 = n.text().parse().unwrap_or(f64::NAN);
     // Integral and exactly representable: |v| ≤ 2^53.
     if v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0 {
         Ok(v as i64)
     } else {
         Err(value_error(
             column,
-            format!("{} is not an integer (or not exactly)", n.text),
+            format!("{} is not an integer (or not exactly)", n.text()),
         ))
     }
 }
@@ -238,14 +248,14 @@ fn value(
     match (&f.conv, token) {
         (Conv::Str, Token::String) => {
             let s = sc.string()?;
-            put_len_delimited(out, tag, s.as_bytes());
+            put_len_delimited(out, tag, &s);
         }
         (Conv::Int, Token::Number) => {
             let v = integer(sc.number()?, column)?;
             put_i64(out, tag, v);
         }
         (Conv::Int, Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let v = s
                 .parse::<i64>()
                 .map_err(|_| value_error(column, format!("{s:?} is not an INT64")))?;
@@ -253,10 +263,10 @@ fn value(
         }
         (Conv::Float, Token::Number) => {
             let n = sc.number()?;
-            put_f64(out, tag, n.text.parse().expect("json number grammar"));
+            put_f64(out, tag, n.text().parse().expect("json number grammar"));
         }
         (Conv::Float, Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let v = match &*s {
                 "NaN" => f64::NAN,
                 "Infinity" => f64::INFINITY,
@@ -273,7 +283,7 @@ fn value(
         (Conv::ConnectDecimal { target, scale }, Token::String) => {
             let s = sc.string()?;
             let bytes = STANDARD
-                .decode(s.as_bytes())
+                .decode(&s)
                 .map_err(|_| value_error(column, "connect decimal is not base64".into()))?;
             let w = checked(column, Wide::from_be_twos(&bytes))?;
             put_decimal(out, tag, w, *scale, *target, column)?;
@@ -281,9 +291,9 @@ fn value(
         (Conv::ConnectDecimal { target, .. }, Token::Number)
         | (Conv::Decimal(target), Token::Number | Token::String) => {
             let text = if token == Token::Number {
-                std::borrow::Cow::Borrowed(sc.number()?.text)
+                std::borrow::Cow::Borrowed(sc.number()?.text())
             } else {
-                sc.string()?
+                sc.text()?
             };
             let (w, scale) = checked(column, Wide::parse_decimal(&text))?;
             put_decimal(out, tag, w, scale, *target, column)?;
@@ -295,17 +305,17 @@ fn value(
         (Conv::Bytes, Token::String) => {
             let s = sc.string()?;
             let bytes = STANDARD
-                .decode(s.as_bytes())
-                .or_else(|_| URL_SAFE.decode(s.as_bytes()))
+                .decode(&s)
+                .or_else(|_| URL_SAFE.decode(&s))
                 .map_err(|_| value_error(column, "string is not base64".into()))?;
             put_len_delimited(out, tag, &bytes);
         }
         (Conv::Json, _) => {
             let text = sc.skip(depth)?;
-            put_len_delimited(out, tag, text.as_bytes());
+            put_len_delimited(out, tag, text);
         }
         (Conv::Timestamp(_), Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let v = checked(column, text::timestamp(&s))?;
             put_i64(out, tag, checked(column, timestamp_micros(Some(v)))?);
         }
@@ -314,7 +324,7 @@ fn value(
             put_i64(out, tag, int_in_unit(v, *unit, column)?);
         }
         (Conv::Date(_), Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let days = checked(column, text::date(&s))?;
             put_i64(out, tag, days);
         }
@@ -325,7 +335,7 @@ fn value(
             put_i64(out, tag, checked(column, date_days(days))? as i64);
         }
         (Conv::Time(_), Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let micros = checked(column, text::time(&s))?;
             put_i64(out, tag, checked(column, time_packed(micros))?);
         }
@@ -335,7 +345,7 @@ fn value(
             put_i64(out, tag, checked(column, time_packed(micros))?);
         }
         (Conv::DateTime, Token::String) => {
-            let s = sc.string()?;
+            let s = sc.text()?;
             let local = checked(column, text::datetime(&s))?;
             put_i64(out, tag, checked(column, datetime_packed(Some(local)))?);
         }

@@ -6,6 +6,7 @@
 mod compile;
 mod derive;
 mod exec;
+mod keys;
 mod ops;
 mod scan;
 mod schema;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::keys::KeyTable;
 use crate::convert::DecimalTarget;
 use crate::proto::Tag;
 
@@ -13,6 +14,8 @@ pub struct ObjectOp {
     /// `None` for the row itself, which is not length-prefixed.
     pub tag: Option<Tag>,
     pub fields: Box<[FieldOp]>,
+    /// The exact keys of `fields`, by their bytes.
+    pub keys: KeyTable,
     /// Lower-cased key → index into `fields`, for keys not spelled as the column is.
     pub by_lower: HashMap<Box<str>, u16>,
     /// A key without a column is a per-record error (`unknown_fields: error`, schemaless).

@@ -1,7 +1,9 @@
 //! A JSON tokenizer over the record's bytes (RFC 8259, strict): it never builds a value tree.
 //! Strings come back as slices of the input unless they hold escapes; numbers as their text, so
-//! a NUMERIC column gets the digits exactly as written. The input is checked as UTF-8 once, up
-//! front, so every slice cut at an ASCII delimiter is valid UTF-8.
+//! a NUMERIC column gets the digits exactly as written. UTF-8 is checked once, inside strings
+//! only, and only for strings that hold a byte above 0x7f (the scan for the closing quote finds
+//! them): outside strings the grammar admits nothing but ASCII, so every slice the scanner hands
+//! out is valid UTF-8 without a second pass.
 
 use std::borrow::Cow;
 
@@ -37,8 +39,12 @@ impl Token {
 /// A number's text and whether it is written as an integer (no fraction, no exponent).
 #[derive(Debug, Clone, Copy)]
 pub struct Number<'a> {
-    pub text: &'a str,
+    /// The number as written (ASCII).
+    pub bytes: &'a [u8],
     pub integer: bool,
+    /// The value of an integer of at most 18 digits (which cannot overflow), taken from the
+    /// digits while they are scanned.
+    pub value: Option<i64>,
 }
 
 pub struct Scanner<'a> {
@@ -51,11 +57,8 @@ pub fn malformed(offset: usize, what: &'static str) -> RecordError {
 }
 
 impl<'a> Scanner<'a> {
-    pub fn new(b: &'a [u8]) -> Result<Scanner<'a>, RecordError> {
-        if let Err(e) = std::str::from_utf8(b) {
-            return Err(malformed(e.valid_up_to(), "utf-8 text"));
-        }
-        Ok(Scanner { b, pos: 0 })
+    pub fn new(b: &'a [u8]) -> Scanner<'a> {
+        Scanner { b, pos: 0 }
     }
 
     #[inline]
@@ -111,21 +114,26 @@ impl<'a> Scanner<'a> {
         let start = self.pos;
         let b = self.b;
         let mut i = self.pos;
-        if b.get(i) == Some(&b'-') {
+        let negative = b.get(i) == Some(&b'-');
+        if negative {
             i += 1;
         }
+        let digits = i;
+        let mut v = 0i64;
         match b.get(i) {
             Some(b'0') if matches!(b.get(i + 1), Some(b'0'..=b'9')) => {
                 return Err(malformed(i, "no leading zero"));
             }
             Some(b'0') => i += 1,
             Some(b'1'..=b'9') => {
-                while matches!(b.get(i), Some(b'0'..=b'9')) {
+                while let Some(&d @ b'0'..=b'9') = b.get(i) {
+                    v = v.wrapping_mul(10).wrapping_add((d - b'0') as i64);
                     i += 1;
                 }
             }
             _ => return Err(malformed(i, "a digit")),
         }
+        let exact = i - digits <= 18;
         let mut integer = true;
         if b.get(i) == Some(&b'.') {
             integer = false;
@@ -151,36 +159,68 @@ impl<'a> Scanner<'a> {
             }
         }
         self.pos = i;
-        // ASCII only: the slice is valid UTF-8.
-        let text = ascii(&b[start..i]);
-        Ok(Number { text, integer })
+        // Beyond 18 digits `v` has wrapped and is not used.
+        let value = (integer && exact).then_some(if negative { v.wrapping_neg() } else { v });
+        Ok(Number {
+            bytes: &b[start..i],
+            integer,
+            value,
+        })
     }
 
-    /// After `peek` said `String`: the unescaped content.
+    /// After `peek` said `String`: the unescaped content, valid UTF-8.
     #[inline]
-    pub fn string(&mut self) -> Result<Cow<'a, str>, RecordError> {
+    pub fn string(&mut self) -> Result<Cow<'a, [u8]>, RecordError> {
         let b = self.b;
         let start = self.pos + 1;
         let mut i = start;
-        while let Some(&c) = b.get(i) {
-            match c {
-                b'"' => {
-                    self.pos = i + 1;
-                    // Cut at ASCII quotes of input that was checked as UTF-8.
-                    return Ok(Cow::Borrowed(
-                        std::str::from_utf8(&b[start..i]).expect("checked utf-8"),
-                    ));
+        let mut wide = false;
+        loop {
+            // Eight bytes at a time up to the first quote, backslash, control character or
+            // byte above 0x7f: most strings are long runs of plain ASCII.
+            while let Some(chunk) = b.get(i..i + 8) {
+                let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+                // Once a wide byte was seen the string is checked whole at its end, so the
+                // rest of them need not stop the scan.
+                let stop = stop_bytes(w) | (w & if wide { 0 } else { HIGH });
+                if stop != 0 {
+                    i += (stop.trailing_zeros() / 8) as usize;
+                    break;
                 }
-                b'\\' => return self.escaped(start, i).map(Cow::Owned),
-                0..=0x1f => return Err(malformed(i, "no control character in a string")),
-                _ => i += 1,
+                i += 8;
+            }
+            match b.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    let s = &b[start..i];
+                    if wide && let Err(e) = std::str::from_utf8(s) {
+                        return Err(malformed(start + e.valid_up_to(), "utf-8 text"));
+                    }
+                    return Ok(Cow::Borrowed(s));
+                }
+                Some(b'\\') => return self.escaped(start, i).map(Cow::Owned),
+                Some(0..=0x1f) => return Err(malformed(i, "no control character in a string")),
+                Some(0x80..) => {
+                    wide = true;
+                    i += 1;
+                }
+                Some(_) => i += 1,
+                None => return Err(malformed(i, "the end of a string")),
             }
         }
-        Err(malformed(i, "the end of a string"))
+    }
+
+    /// A string that a conversion reads as text (a number, a date, an enum-like word): short,
+    /// so checking it as `str` again costs next to nothing.
+    pub fn text(&mut self) -> Result<Cow<'a, str>, RecordError> {
+        Ok(match self.string()? {
+            Cow::Borrowed(s) => Cow::Borrowed(std::str::from_utf8(s).expect("checked utf-8")),
+            Cow::Owned(s) => Cow::Owned(String::from_utf8(s).expect("checked utf-8")),
+        })
     }
 
     #[cold]
-    fn escaped(&mut self, start: usize, first: usize) -> Result<String, RecordError> {
+    fn escaped(&mut self, start: usize, first: usize) -> Result<Vec<u8>, RecordError> {
         let b = self.b;
         let mut out: Vec<u8> = b[start..first].to_vec();
         let mut i = first;
@@ -188,8 +228,13 @@ impl<'a> Scanner<'a> {
             match b.get(i) {
                 None => return Err(malformed(i, "the end of a string")),
                 Some(b'"') => {
+                    // Escapes are ASCII and decode to scalar values, so the output is UTF-8
+                    // exactly when the raw text is.
+                    if let Err(e) = std::str::from_utf8(&b[start..i]) {
+                        return Err(malformed(start + e.valid_up_to(), "utf-8 text"));
+                    }
                     self.pos = i + 1;
-                    return Ok(String::from_utf8(out).expect("utf-8 in, utf-8 out"));
+                    return Ok(out);
                 }
                 Some(0..=0x1f) => return Err(malformed(i, "no control character in a string")),
                 Some(b'\\') => {
@@ -247,7 +292,7 @@ impl<'a> Scanner<'a> {
 
     /// The next key of an object, or `None` at its end. `first` is true right after `{`.
     #[inline]
-    pub fn next_key(&mut self, first: bool) -> Result<Option<Cow<'a, str>>, RecordError> {
+    pub fn next_key(&mut self, first: bool) -> Result<Option<Cow<'a, [u8]>>, RecordError> {
         self.ws();
         match self.b.get(self.pos) {
             Some(b'}') => {
@@ -291,8 +336,8 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Skips one value, checking it; returns its text.
-    pub fn skip(&mut self, depth: usize) -> Result<&'a str, RecordError> {
+    /// Skips one value, checking it; returns its text (valid UTF-8).
+    pub fn skip(&mut self, depth: usize) -> Result<&'a [u8], RecordError> {
         let token = self.peek()?;
         let start = self.pos;
         match token {
@@ -330,7 +375,7 @@ impl<'a> Scanner<'a> {
                 }
             }
         }
-        Ok(std::str::from_utf8(&self.b[start..self.pos]).expect("checked utf-8"))
+        Ok(&self.b[start..self.pos])
     }
 
     /// Only whitespace may follow the top-level value.
@@ -342,6 +387,21 @@ impl<'a> Scanner<'a> {
             Err(malformed(self.pos, "the end of the data after the value"))
         }
     }
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The bytes of `w` (little-endian) that end a run of string content: a quote, a backslash or
+/// a control character. The lowest set 0x80 bit marks the first such byte exactly; bits above
+/// it may be false alarms from borrows, which the caller never looks at.
+#[inline(always)]
+fn stop_bytes(w: u64) -> u64 {
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let quote = zero(w ^ (ONES * b'"' as u64));
+    let backslash = zero(w ^ (ONES * b'\\' as u64));
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    quote | backslash | control
 }
 
 fn hex4(b: &[u8], at: usize) -> Result<u32, RecordError> {
@@ -358,8 +418,11 @@ fn hex4(b: &[u8], at: usize) -> Result<u32, RecordError> {
     Ok(v)
 }
 
-fn ascii(b: &[u8]) -> &str {
-    std::str::from_utf8(b).expect("ascii digits")
+impl<'a> Number<'a> {
+    /// The text, for the conversions that parse it (floats, decimals) and for messages.
+    pub fn text(&self) -> &'a str {
+        std::str::from_utf8(self.bytes).expect("ascii digits")
+    }
 }
 
 #[cfg(test)]
@@ -367,9 +430,9 @@ mod tests {
     use super::*;
 
     fn text(s: &str) -> Result<String, RecordError> {
-        let mut sc = Scanner::new(s.as_bytes())?;
+        let mut sc = Scanner::new(s.as_bytes());
         sc.peek()?;
-        let v = sc.string()?.into_owned();
+        let v = sc.text()?.into_owned();
         sc.end()?;
         Ok(v)
     }
@@ -388,14 +451,83 @@ mod tests {
     }
 
     #[test]
+    fn the_word_scan_stops_at_exactly_the_first_special_byte() {
+        // Every byte value at every position of a word, after every kind of prefix.
+        let reference = |w: &[u8; 8]| w.iter().position(|&c| matches!(c, b'"' | b'\\' | 0..=0x1f));
+        for fill in [b'a', 0x7f, 0x20, 0xff, 0x80] {
+            for at in 0..8 {
+                for c in 0..=255u8 {
+                    let mut w = [fill; 8];
+                    w[at] = c;
+                    let stop = stop_bytes(u64::from_le_bytes(w));
+                    let found = (stop != 0).then_some((stop.trailing_zeros() / 8) as usize);
+                    assert_eq!(found, reference(&w), "{w:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_is_checked_in_strings_wherever_the_bad_byte_falls() {
+        for pad in 0..20 {
+            let mut ok = format!("\"{}é{}\"", "a".repeat(pad), "b".repeat(pad)).into_bytes();
+            assert_eq!(
+                text(std::str::from_utf8(&ok).unwrap()).unwrap(),
+                format!("{}é{}", "a".repeat(pad), "b".repeat(pad))
+            );
+            // A lone continuation byte, and a truncated sequence before the quote.
+            let at = 1 + pad;
+            ok[at] = 0x80;
+            let mut sc = Scanner::new(&ok);
+            sc.peek().unwrap();
+            assert_eq!(sc.string().unwrap_err(), malformed(at, "utf-8 text"));
+            let bad = [&b"\""[..], &b"x".repeat(pad), &[0xc3], b"\""].concat();
+            let mut sc = Scanner::new(&bad);
+            sc.peek().unwrap();
+            assert_eq!(sc.string().unwrap_err(), malformed(1 + pad, "utf-8 text"));
+            // The same after an escape.
+            let bad = [&b"\"\\n"[..], &b"x".repeat(pad), &[0xff], b"\""].concat();
+            let mut sc = Scanner::new(&bad);
+            sc.peek().unwrap();
+            assert_eq!(sc.string().unwrap_err(), malformed(3 + pad, "utf-8 text"));
+        }
+    }
+
+    #[test]
+    fn a_wide_byte_outside_a_string_is_malformed() {
+        for bad in [
+            &b"\xc3\xa9"[..],
+            b"[1,\xc3\xa9]",
+            b"{\"a\":1}\xff",
+            b"[ \xa0]",
+        ] {
+            let mut sc = Scanner::new(bad);
+            let r = sc.skip(0).and_then(|_| sc.end());
+            assert!(r.is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn numbers_follow_the_grammar() {
-        for ok in ["0", "-0", "12", "-1.5", "1e9", "1E+2", "2.5e-3"] {
-            let mut sc = Scanner::new(ok.as_bytes()).unwrap();
-            assert_eq!(sc.number().unwrap().text, ok);
+        for ok in [
+            "0",
+            "-0",
+            "12",
+            "-1.5",
+            "1e9",
+            "1E+2",
+            "2.5e-3",
+            "-999999999999999999",
+            "-99999999999999999999",
+        ] {
+            let mut sc = Scanner::new(ok.as_bytes());
+            let n = sc.number().unwrap();
+            assert_eq!(n.text(), ok);
+            assert_eq!(n.value, ok.parse::<i64>().ok());
             sc.end().unwrap();
         }
         for bad in ["01", "-", "1.", ".5", "1e", "+1"] {
-            let mut sc = Scanner::new(bad.as_bytes()).unwrap();
+            let mut sc = Scanner::new(bad.as_bytes());
             let r = sc.peek().and_then(|_| sc.number()).and_then(|_| sc.end());
             assert!(r.is_err(), "{bad}");
         }
@@ -404,10 +536,10 @@ mod tests {
     #[test]
     fn nesting_is_bounded() {
         let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
-        let mut sc = Scanner::new(deep.as_bytes()).unwrap();
+        let mut sc = Scanner::new(deep.as_bytes());
         assert!(sc.skip(0).is_err());
         let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
-        let mut sc = Scanner::new(ok.as_bytes()).unwrap();
+        let mut sc = Scanner::new(ok.as_bytes());
         sc.skip(0).unwrap();
     }
 }

@@ -80,10 +80,10 @@ impl Compiler<'_> {
                         field: format!("{prefix}{}", fd.name()),
                     });
                 }
-                fields.push(FieldOp {
-                    kind: FieldKind::Skip,
-                    column: format!("{prefix}{}", fd.name()).into(),
-                });
+                fields.push(FieldOp::new(
+                    FieldKind::Skip,
+                    format!("{prefix}{}", fd.name()).into(),
+                ));
                 continue;
             };
             if matched.contains(&lower) {
@@ -130,7 +130,7 @@ impl Compiler<'_> {
                     .or_default()
                     .push(index);
             }
-            fields.push(FieldOp { kind, column: path });
+            fields.push(FieldOp::new(kind, path));
         }
         let missing_required = columns
             .iter()

@@ -14,7 +14,7 @@ use crate::convert::{
 use crate::exec::{check_json, put_decimal, put_f64, put_i64, value_error};
 use crate::proto::{Tag, close_len, open_len, put_len_delimited};
 
-use super::ops::{Conv, FieldKind, MessageOp, Special, Src};
+use super::ops::{Conv, Fast, FieldKind, FieldOp, MessageOp, Special, Src};
 
 const WIRE_VARINT: u8 = 0;
 const WIRE_I64: u8 = 1;
@@ -289,6 +289,9 @@ pub fn run_message(
         };
         let field = &op.fields[i];
         let again = seen.mark(i);
+        if fast(field, wire, &mut r, out)? {
+            continue;
+        }
         let wrong_wire = || RecordError::ProtoWireType {
             offset: key_at,
             number,
@@ -309,8 +312,11 @@ pub fn run_message(
                     let (packed, at) = r.len_delimited()?;
                     let mut p = Reader::new(packed, at);
                     while !p.done() {
-                        let v = p.value(*src)?;
-                        write_scalar(conv, *tag, v, &field.column, out)?;
+                        // Each element is the field's unpacked value.
+                        if !fast(field, src.wire(), &mut p, out)? {
+                            let v = p.value(*src)?;
+                            write_scalar(conv, *tag, v, &field.column, out)?;
+                        }
                     }
                 } else {
                     return Err(wrong_wire());
@@ -370,6 +376,37 @@ pub fn run_message(
         close_len(out, at);
     }
     Ok(())
+}
+
+/// The field as one fused step ([`Fast`]); false when it takes the general path.
+#[inline(always)]
+fn fast(
+    field: &FieldOp,
+    wire: u8,
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<bool, RecordError> {
+    match (field.fast, wire) {
+        (Fast::Str(tag), WIRE_LEN) => {
+            let (b, _) = r.len_delimited()?;
+            put_len_delimited(out, tag, utf8(b, &field.column)?);
+        }
+        (Fast::Bytes(tag), WIRE_LEN) => put_len_delimited(out, tag, r.len_delimited()?.0),
+        (Fast::Int64(tag), WIRE_VARINT) => put_i64(out, tag, r.varint()? as i64),
+        (Fast::Int32(tag), WIRE_VARINT) => put_i64(out, tag, r.varint()? as i32 as i64),
+        (Fast::Bool(tag), WIRE_VARINT) => {
+            let b = r.varint()? != 0;
+            tag.put(out);
+            out.push(b as u8);
+        }
+        (Fast::Double(tag), WIRE_I64) => {
+            let b = r.take(8, "a fixed64")?;
+            tag.put(out);
+            out.extend_from_slice(b);
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 #[cold]

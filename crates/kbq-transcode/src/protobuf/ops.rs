@@ -58,8 +58,58 @@ impl Lookup {
 #[derive(Debug, Clone)]
 pub struct FieldOp {
     pub kind: FieldKind,
+    /// The same field as one fused step when it is one of the common scalars, else `None`.
+    pub fast: Fast,
     /// Column path for messages.
     pub column: Arc<str>,
+}
+
+impl FieldOp {
+    pub fn new(kind: FieldKind, column: Arc<str>) -> FieldOp {
+        FieldOp {
+            fast: Fast::of(&kind),
+            kind,
+            column,
+        }
+    }
+}
+
+/// The scalars most messages are made of, each read and written in one step: the general path
+/// decides the wire type, the decoding and the conversion in three matches per field, which
+/// cost more than the copying itself on a message of short fields. Each holds the row's tag
+/// and applies when the field arrives with the variant's wire type (not packed).
+#[derive(Debug, Clone, Copy)]
+pub enum Fast {
+    None,
+    /// `string` into STRING (UTF-8 checked).
+    Str(Tag),
+    /// `bytes` into BYTES.
+    Bytes(Tag),
+    /// `int64` into INT64: the varint is copied as it is.
+    Int64(Tag),
+    /// `int32` or an enum's number into INT64: sign-extended from 32 bits.
+    Int32(Tag),
+    /// `bool` into BOOL.
+    Bool(Tag),
+    /// `double` into FLOAT64: the eight bytes are copied as they are.
+    Double(Tag),
+}
+
+impl Fast {
+    fn of(kind: &FieldKind) -> Fast {
+        let FieldKind::Scalar { src, conv, tag, .. } = kind else {
+            return Fast::None;
+        };
+        match (src, conv) {
+            (Src::String, Conv::Str) => Fast::Str(*tag),
+            (Src::Bytes, Conv::Bytes) => Fast::Bytes(*tag),
+            (Src::Int64, Conv::Int) => Fast::Int64(*tag),
+            (Src::Int32, Conv::Int) | (Src::Enum, Conv::EnumNumber) => Fast::Int32(*tag),
+            (Src::Bool, Conv::Bool) => Fast::Bool(*tag),
+            (Src::Double, Conv::Double) => Fast::Double(*tag),
+            _ => Fast::None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
