@@ -87,6 +87,22 @@ fn without_a_primary_key_the_kafka_keys_registered_schema_gives_it() {
 }
 
 #[test]
+fn the_key_subject_names_another_subject_strategy() {
+    let route = "  - topics: [customers]\n    table: customers\n    cdc:\n      mode: upsert_delete\n      key_subject: \"{topic}-dbserver1.inventory.customers.Key\"\n";
+    let yaml = config("at_least_once", route);
+    assert_eq!(errors(&yaml), Vec::<String>::new());
+    let c = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    let cdc = c.route_for("customers").cdc.expect("the route's cdc");
+    assert_eq!(
+        cdc.key_subject("customers"),
+        "customers-dbserver1.inventory.customers.Key"
+    );
+    let c = Config::from_yaml(&config("at_least_once", DEBEZIUM), HashMap::new()).unwrap();
+    let cdc = c.route_for("customers").cdc.expect("the route's cdc");
+    assert_eq!(cdc.key_subject("customers"), "customers-key", "the default");
+}
+
+#[test]
 fn cdc_needs_at_least_once_delivery() {
     let errs = errors(&config("exactly_once", DEBEZIUM));
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -117,6 +133,18 @@ fn bad_cdc_fields_are_named() {
         (
             "      mode: upsert\n      change_type_field: op\n      primary_key: [id]\n",
             "routes[0].cdc.change_type_field: only applies to `format: plain`",
+        ),
+        (
+            "      mode: upsert\n      primary_key: [id]\n      key_subject: customers-key\n",
+            "routes[0].cdc.key_subject: only applies without primary_key",
+        ),
+        (
+            "      mode: upsert\n      key_subject: \" \"\n",
+            "routes[0].cdc.key_subject: must not be empty",
+        ),
+        (
+            "      mode: upsert\n      key_subject: \"{subject}-key\"\n",
+            "routes[0].cdc.key_subject: `{subject}-key` has a placeholder other than {topic}",
         ),
         (
             "      mode: upsert\n      primary_key: [id]\n      sequence: {source_field: source..lsn}\n",

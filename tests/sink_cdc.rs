@@ -193,6 +193,8 @@ async fn setup(partitions: i32) -> (Fixture, String) {
     )
     .await;
     registry.subject(&format!("{}-value", f.topic), VALUE_ID);
+    // The key schema under the RecordNameStrategy's subject only.
+    registry.subject("db.inventory.customers.Key", KEY_ID);
     // The registry lives as long as the test's runtime.
     std::mem::forget(registry);
     (f, format!("http://{addr}"))
@@ -397,6 +399,35 @@ async fn debezium_changes_converge_to_the_source_state_across_a_kill() {
     assert!(daemon.metric_with("kbq_cdc_changes_total", &["change=\"upsert\""]) > 0.0);
     assert!(daemon.metric_with("kbq_cdc_changes_total", &["change=\"delete\""]) > 0.0);
     assert_eq!(f.dead_letter_count(), dlq, "no new bad records");
+}
+
+/// Without `primary_key` the table's key comes from the Kafka key's schema, here registered
+/// under Confluent's RecordNameStrategy subject (the record's full name) named by `key_subject`
+/// (no `{topic}-key` subject exists).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_key_comes_from_the_key_schema_under_another_subject() {
+    let (f, registry) = setup(2).await;
+    let config = config(&f, &registry, &unique_name("cdc-key-subject"));
+    let text = std::fs::read_to_string(&config).unwrap();
+    let keyed = text.replace(
+        "      primary_key: [id]\n",
+        "      key_subject: db.inventory.customers.Key\n",
+    );
+    assert_ne!(text, keyed);
+    std::fs::write(&config, keyed).unwrap();
+    let producer = producer(&f.bootstrap);
+    let mut source = Source::new(2);
+    for id in 0..10 {
+        source.upsert(id, "c");
+    }
+    source.delete(3);
+    source.upsert(4, "u");
+    source.produce(&producer, &f.topic);
+    let mut daemon = start(&config, "key-subject");
+    wait_converged(&f, &source.state, Duration::from_secs(60));
+    let table = f.emulator.store.get_table(&f.table_ref()).expect("created");
+    assert_eq!(table.primary_key(), ["id"]);
+    daemon.kill();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

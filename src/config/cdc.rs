@@ -27,6 +27,12 @@ pub struct CdcConfig {
     /// Kafka key's record (its latest schema under `{topic}-key` in the registry).
     #[serde(default)]
     pub primary_key: Option<Vec<String>>,
+    /// Without `primary_key`: the registry subject whose latest schema is the Kafka key's
+    /// record, `{topic}` replaced by the topic. Unset: `{topic}-key` (Confluent's
+    /// TopicNameStrategy); `dbserver1.inventory.customers.Key` under the RecordNameStrategy,
+    /// `{topic}-dbserver1.inventory.customers.Key` under the TopicRecordNameStrategy.
+    #[serde(default)]
+    pub key_subject: Option<String>,
     /// `max_staleness` of a table `create_table` makes (e.g. `10m`); unset: none (every query
     /// merges pending changes at run time).
     #[serde(default)]
@@ -40,6 +46,14 @@ impl CdcConfig {
     /// The configured primary key (empty when it comes from the Kafka key's schema).
     pub fn key(&self) -> &[String] {
         self.primary_key.as_deref().unwrap_or_default()
+    }
+
+    /// The subject of `topic`'s Kafka key schema (see `key_subject`).
+    pub fn key_subject(&self, topic: &str) -> String {
+        match &self.key_subject {
+            Some(pattern) => pattern.replace(TOPIC_PLACEHOLDER, topic),
+            None => format!("{topic}-key"),
+        }
     }
 }
 
@@ -81,6 +95,9 @@ impl Default for SequenceConfig {
     }
 }
 
+/// What `key_subject` replaces by the topic.
+const TOPIC_PLACEHOLDER: &str = "{topic}";
+
 /// BigQuery's limit on primary-key columns.
 pub const MAX_KEY_COLUMNS: usize = 16;
 
@@ -121,6 +138,22 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
                 format!("{path}.primary_key"),
                 "is required when the kafka key's schema does not come from schema_registry (raw avro input): list the key columns".into(),
             );
+        }
+        if let Some(subject) = &c.key_subject {
+            if c.primary_key.is_some() {
+                err(
+                    format!("{path}.key_subject"),
+                    "only applies without primary_key (the key columns are read from this subject's schema): remove one of them".into(),
+                );
+            }
+            if subject.trim().is_empty() {
+                err(format!("{path}.key_subject"), "must not be empty".into());
+            } else if subject.replace(TOPIC_PLACEHOLDER, "").contains(['{', '}']) {
+                err(
+                    format!("{path}.key_subject"),
+                    format!("`{subject}` has a placeholder other than {TOPIC_PLACEHOLDER}"),
+                );
+            }
         }
         let key = c.key();
         if c.primary_key.is_some() && (key.is_empty() || key.len() > MAX_KEY_COLUMNS) {

@@ -74,7 +74,7 @@ pub(super) fn key_columns(key: &AvroSchema) -> Result<Vec<String>, String> {
 }
 
 /// The route's CDC settings with the primary key filled in from the Kafka key's latest
-/// registered schema (`{topic}-key`) when the config lists none.
+/// registered schema (`key_subject`, by default `{topic}-key`) when the config lists none.
 pub(super) async fn with_key(
     cdc: &CdcConfig,
     registry: Option<&SchemaRegistry>,
@@ -90,17 +90,20 @@ pub(super) async fn with_key(
             route.path
         );
     };
-    let subject = format!("{topic}-key");
-    let key = registry.latest(&subject).await.map_err(|e| {
-        anyhow!(
-            "{}.cdc.primary_key is not set and the kafka key's schema cannot be read: {e}",
-            route.path
-        )
-    })?;
+    let subject = cdc.key_subject(topic);
+    // The field that named the subject, for the error.
+    let field = if cdc.key_subject.is_some() {
+        format!("{}.cdc.key_subject: ", route.path)
+    } else {
+        format!("{}.cdc.primary_key is not set and ", route.path)
+    };
+    let key = registry
+        .latest(&subject)
+        .await
+        .map_err(|e| anyhow!("{field}the kafka key's schema cannot be read: {e}"))?;
     let columns = key_columns(&key.schema).map_err(|e| {
         anyhow!(
-            "{}.cdc.primary_key is not set and subject {subject} (schema id {}) gives none: {e}; list the key columns",
-            route.path,
+            "{field}subject {subject} (schema id {}) gives no primary key: {e}; list the key columns",
             key.id
         )
     })?;
@@ -282,6 +285,22 @@ mod tests {
             .to_string();
         assert!(
             e.contains("routes[0].cdc.primary_key is not set") && e.contains("orders-key"),
+            "{e}"
+        );
+        // Another subject (the RecordNameStrategy's, or one with the topic in it).
+        let mut named = cdc.clone();
+        named.key_subject = Some("{topic}-key".into());
+        let keyed = with_key(&named, Some(&registry), "customers", &route)
+            .await
+            .unwrap();
+        assert_eq!(keyed.key(), ["id", "region"]);
+        named.key_subject = Some("db.customers.Key".into());
+        let e = with_key(&named, Some(&registry), "customers", &route)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("routes[0].cdc.key_subject: ") && e.contains("db.customers.Key"),
             "{e}"
         );
     }
