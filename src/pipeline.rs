@@ -98,9 +98,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         client,
         dead_letter,
         metrics: metrics.clone(),
-        // A burst covers the partitions of one assignment; the steady rate stays far below the
-        // project's ~10,000 creations an hour even with several replicas rebalancing.
-        stream_creation: Arc::new(StreamCreationLimiter::new(64, 1.0)),
+        stream_creation: Arc::new(StreamCreationLimiter::for_a_replica()),
         settings: WriterSettings {
             max_request_bytes: w.max_request_bytes.0 as usize,
             max_rows_per_request: w.max_rows_per_request as usize,

@@ -56,6 +56,16 @@ pub const PLAN_LOOKUP_BACKOFF: Duration = Duration::from_secs(1);
 pub const KAFKA_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// The longest a revoke callback waits for the handoff (capped by `shutdown_deadline`).
 pub const HANDOFF_DEADLINE: Duration = Duration::from_secs(30);
+/// CreateWriteStream calls a replica may make at once (a partition's stream is created at its
+/// first row): a cold start or a lost assignment of up to this many partitions per replica does
+/// not wait for the steady rate. A twentieth of the project's 10,000 an hour (docs/operations.md,
+/// "Capacity planning", for the argument).
+pub const STREAM_CREATION_BURST: u32 = 500;
+/// The steady CreateWriteStream rate of a replica once its burst is spent (3,600 an hour).
+pub const STREAM_CREATIONS_PER_SECOND: f64 = 1.0;
+/// The most CreateWriteStream calls a replica makes in a second, within the burst too: the
+/// service's latency climbs past 25 s above 40–50 calls a second per project.
+pub const STREAM_CREATION_PACE: f64 = 10.0;
 /// Timeout of the consumer's own requests to the broker (committed offsets, watermarks).
 pub const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records a paused partition may keep in its stash.
