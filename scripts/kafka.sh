@@ -15,7 +15,11 @@
 #                                          (also when CMD or this script is interrupted)
 #
 # Environment: KBQ_KAFKA_CACHE (jar cache root, default $HOME/.cache/kbq),
-# KBQ_KAFKA_START_TIMEOUT (seconds, default 90), KBQ_KAFKA_HEAP (default 512m).
+# KBQ_KAFKA_START_TIMEOUT (seconds, default 90), KBQ_KAFKA_HEAP (default 512m),
+# KBQ_KAFKA_BROKER_SESSION_MS (the node's broker.session.timeout.ms, default 2000: a restarted
+# node waits that long for its old registration; a busy node whose controller does not answer its
+# own heartbeat within it is fenced, every partition leaderless, so large topics on a loaded
+# machine need more, see scripts/scale.sh).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +31,7 @@ POM_HASH="$(sha256sum "$POM" | cut -c1-12)"
 LIB_DIR="$CACHE_ROOT/kafka-$KAFKA_VERSION-$POM_HASH/lib"
 START_TIMEOUT="${KBQ_KAFKA_START_TIMEOUT:-90}"
 HEAP="${KBQ_KAFKA_HEAP:-512m}"
+BROKER_SESSION_MS="${KBQ_KAFKA_BROKER_SESSION_MS:-2000}"
 
 log() { echo "kafka.sh: $*" >&2; }
 die() {
@@ -124,7 +129,7 @@ group.consumer.session.timeout.ms=10000
 group.consumer.min.heartbeat.interval.ms=500
 group.consumer.heartbeat.interval.ms=500
 # after a SIGKILL the restarted node waits for its own old registration to expire
-broker.session.timeout.ms=2000
+broker.session.timeout.ms=$BROKER_SESSION_MS
 broker.heartbeat.interval.ms=500
 num.network.threads=2
 num.io.threads=2
