@@ -253,7 +253,19 @@ pub fn produce_to_partition(
     partition: i32,
     records: &[(&[u8], &[u8])],
 ) -> Vec<i64> {
-    let futures: Vec<_> = records
+    let sent = send_to_partition(producer, topic, partition, records);
+    delivered(sent, partition)
+}
+
+/// Enqueues `records` to one partition, in order, without waiting: several partitions' records
+/// go out together, and [`delivered`] waits for them afterwards.
+pub fn send_to_partition(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    records: &[(&[u8], &[u8])],
+) -> Vec<rdkafka::producer::DeliveryFuture> {
+    records
         .iter()
         .map(|(key, value)| {
             let rec = FutureRecord::to(topic)
@@ -265,9 +277,13 @@ pub fn produce_to_partition(
                 .map_err(|(e, _)| e)
                 .expect("enqueue a record")
         })
-        .collect();
-    futures
-        .into_iter()
+        .collect()
+}
+
+/// Waits until every record [`send_to_partition`] enqueued to `partition` is acknowledged;
+/// returns their offsets.
+pub fn delivered(sent: Vec<rdkafka::producer::DeliveryFuture>, partition: i32) -> Vec<i64> {
+    sent.into_iter()
         .map(|f| {
             let delivery = futures::executor::block_on(f)
                 .expect("delivery result")
