@@ -4,7 +4,7 @@
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
 #                [--layouts L] [--sink-core N] [--raw-tolerance F]
-#                [--perf-emulator] [--emulator-bin PATH] [--emulator-keep-all]
+#                [--perf-emulator] [--emulator-bin PATH] [--emulator-keep-all] [--sink-bin PATH]
 #                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
 #
 # Builds the sink and the driver (examples/kbq-bench), starts a Kafka broker (scripts/kafka.sh;
@@ -28,6 +28,7 @@ profile=release
 extra=()
 perf_emulator=0
 emulator_bin=""
+measured_sink=""
 # `sequence` is the CDC mode's primary key: the emulator applies changes by it
 keep_columns="_kafka_partition,_kafka_offset,_kafka_timestamp,sequence"
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -42,6 +43,9 @@ while (($#)); do
     --perf-emulator) perf_emulator=1; shift ;;
     # another build of the binary as the emulator (A/B of emulator changes, same sink)
     --emulator-bin) emulator_bin="$2"; shift 2 ;;
+    # another build of the sink is the one measured (A/B of two commits under the same method,
+    # driver and emulator; BENCHMARKS.md, "Code or machine")
+    --sink-bin) measured_sink="$2"; shift 2 ;;
     # the emulator keeps every column of every row (as it does outside benchmarks)
     --emulator-keep-all) keep_columns=""; shift ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
@@ -110,6 +114,7 @@ else
   log "broker at $bootstrap (pid $broker_pid)"
 fi
 log "load before: $(uptime)"
+[[ -n "$measured_sink" ]] && log "measuring the sink $measured_sink"
 
 emulator_flags=(--listen 127.0.0.1:0)
 [[ -n "$keep_columns" ]] && emulator_flags+=(--keep-columns "$keep_columns")
@@ -133,6 +138,6 @@ fi
 broker_flags=()
 [[ -n "$broker_pid" ]] && broker_flags=(--broker-pid "$broker_pid")
 "$driver" run --bootstrap "$bootstrap" --emulator "$emulator" --emulator-pid "$emulator_pid" \
-  --sink-bin "$sink" --records "$records" --partitions "$partitions" --out "$out" \
+  --sink-bin "${measured_sink:-$sink}" --records "$records" --partitions "$partitions" --out "$out" \
   --emulator-keep-columns "${keep_columns:-all}" "${broker_flags[@]}" "${extra[@]}"
 log "load after: $(uptime)"
