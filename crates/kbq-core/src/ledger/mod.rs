@@ -436,6 +436,7 @@ impl AtLeastOnceLedger {
         // a crash leaves a marked table without offsets, which the next start reads as a
         // missing checkpoint (docs/operations.md).
         self.start_cycle(out);
+        self.maybe_final_commit(out);
     }
 
     // ---------------------------------------------------------------------------------------
@@ -655,6 +656,25 @@ impl AtLeastOnceLedger {
             )
         });
         if waiting {
+            return;
+        }
+        // A stopped partition whose table does not carry the marker yet (a SIGTERM before the
+        // first cycle asked for it, or while it is being written) waits for it: a clean stop
+        // must leave the acknowledged prefix committed, and the shutdown deadline bounds the wait.
+        let unmarked: BTreeSet<TableFingerprint> = self
+            .partitions
+            .values()
+            .filter(|p| {
+                matches!(p.phase, Phase::Stopped)
+                    && p.needs_commit()
+                    && !self.marked.contains(&p.table)
+            })
+            .map(|p| p.table)
+            .collect();
+        if !unmarked.is_empty() {
+            for table in unmarked {
+                self.mark(table, out);
+            }
             return;
         }
         self.final_sent = true;

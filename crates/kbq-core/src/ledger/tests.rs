@@ -221,6 +221,37 @@ fn shutdown_commits_every_final_prefix_once_then_leaves() {
 }
 
 #[test]
+fn a_shutdown_before_the_first_cycle_writes_the_marker_then_commits() {
+    // A SIGTERM before any cycle asked for the marker: the clean stop must still leave the
+    // acknowledged prefix committed (tests/sink_at_least_once.rs found it uncommitted).
+    let mut l = ledger();
+    let out = l.handle(assigned(None, false, 0, 10));
+    let (inc, _) = started(&out).expect("a first start");
+    l.handle(ack(inc, 6));
+    l.handle(Event::Shutdown);
+    let out = l.handle(Event::WriterStopped { tp: tp0() });
+    assert!(has(
+        &out,
+        &Action::LabelTable {
+            table: table(),
+            attempt: 0
+        }
+    ));
+    assert!(commit(&out).is_none(), "no commit before the marker");
+    assert!(
+        !has(&out, &Action::ShutdownComplete),
+        "waits for the marker"
+    );
+    let out = l.handle(Event::LabelResult {
+        table: table(),
+        outcome: Ok(()),
+    });
+    let (c, entries) = commit(&out).expect("the final commit once the marker landed");
+    assert_eq!(entries, vec![(6, alo())]);
+    assert!(has(&l.handle(ok(c)), &Action::ShutdownComplete));
+}
+
+#[test]
 fn shutdown_with_nothing_new_leaves_without_a_commit() {
     let (mut l, _) = running_at(2);
     l.handle(Event::Shutdown);
