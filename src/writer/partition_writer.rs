@@ -799,6 +799,7 @@ impl PartitionWriter {
             .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
         self.shared.metrics.open_streams.inc();
         tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+        let metrics = self.shared.metrics.clone();
         self.session = Some(
             AppendSession::new(
                 self.shared.client.clone(),
@@ -807,7 +808,8 @@ impl PartitionWriter {
                 self.acked_rows,
                 self.shared.settings.session.clone(),
             )
-            .without_offsets(),
+            .without_offsets()
+            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
         );
         self.stream_id = Some(id);
         Ok(())
