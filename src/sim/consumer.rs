@@ -431,6 +431,20 @@ impl Sim {
         let generation_ok = self.group.members.contains(&c.member)
             && c.generation == self.group.generation
             && c.expelled.is_none();
+        if !generation_ok {
+            // librdkafka's OffsetCommit handler answers a generation or member error by
+            // treating the assignment as lost and rejoining (the lost callback at the next
+            // poll, then a new JoinGroup), as its heartbeat handler does: an expelled member
+            // learns it from this answer, not only at its next heartbeat. It ignores the answer
+            // while a rebalance of its own is under way (a callback queued or running).
+            let c = &mut self.procs[r].as_mut().expect("running").consumer;
+            let rebalancing = c.handoff.is_some() || !c.callbacks.is_empty();
+            if let Some(Some(at)) = c.expelled.as_mut()
+                && !rebalancing
+            {
+                *at = (*at).min(Instant::now());
+            }
+        }
         let mut w = self.w();
         let roll: f64 = if w.faults { w.rng.random() } else { 1.0 };
         let mut error: Option<RDKafkaErrorCode> = None;

@@ -3,6 +3,7 @@
 //! expelling a frozen or dead member.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
@@ -145,7 +146,20 @@ impl Sim {
                 self.group.members.remove(&m);
                 self.group.last_heartbeat.remove(&m);
                 if let Some(r) = self.process_of(m) {
-                    self.procs[r].as_mut().expect("running").consumer.expelled = Some(None);
+                    // A frozen member learns it at its first heartbeat after it resumes
+                    // (`faults_step` sets that time). A running one (resumed in this very step,
+                    // before its first heartbeat) learns it at its next heartbeat: the broker
+                    // answers UNKNOWN_MEMBER_ID and librdkafka rejoins by itself
+                    // (docs/simulation.md, "The group as librdkafka sees it").
+                    let frozen = self.procs[r].as_ref().expect("running").frozen_until;
+                    let learns = match frozen {
+                        Some(_) => None,
+                        None => {
+                            let beat = self.w().rng.random_range(100..3_000);
+                            Some(now + Duration::from_millis(beat))
+                        }
+                    };
+                    self.procs[r].as_mut().expect("running").consumer.expelled = Some(learns);
                 }
                 self.expel_partitions(m);
             }

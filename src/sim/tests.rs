@@ -41,6 +41,19 @@ const REGRESSIONS: &[(u64, &str)] = &[
         200016,
         "found with 200008 (38 duplicates, 15 counted rewinds), gone with the same correction",
     ),
+    (
+        4001027,
+        "the simulation's own error, not the sink's: r0 (at 91.22 s) and then r1 (at 100.52 s) \
+         resumed from a 6 s SIGSTOP (the session timeout) in the very step the group expelled \
+         them, so neither was ever told; their commits met IllegalGeneration for good and \
+         neither rejoined (stuck); librdkafka rejoins by itself after a generation or member \
+         error of a heartbeat or a commit (docs/simulation.md)",
+    ),
+    (
+        4003277,
+        "found with 4001027 (r1 at 97.29 s, r0 at 107.92 s and r1, restarted meanwhile, at 117.62 s expelled as \
+         they resumed; stuck the same way), gone with the same correction",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {
