@@ -13,6 +13,7 @@
 //!   thread, played;
 //! * [`process`]: a sink process built as the daemon builds it, and one turn of its run loop;
 //! * [`faults`]: the fault schedule; [`checks`]: the invariants; [`driver`]: the steps;
+//! * [`inbox`]: the coordinator's inbox on its own (follow-ups after their cause, in order);
 //! * [`tests`]: the fixed seeds of the test command, the regression seeds, the replay check and
 //!   the long run behind `scripts/simulate.sh`.
 
@@ -28,6 +29,7 @@ mod dead_letter;
 mod driver;
 mod faults;
 mod group;
+mod inbox;
 mod process;
 mod rest;
 mod tests;
