@@ -1,8 +1,23 @@
 //! Backpressure: routing records to their writers, pausing a partition whose writer is full or
 //! whose share of the memory budget is used up, and the stashes of records polled meanwhile.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::VecDeque;
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::BorrowedMessage;
+use tokio::sync::mpsc;
+
+use crate::checkpoint::protocol::TopicPartition;
+use crate::kafka::committed::tpl_of;
+use crate::kafka::memory_budget::PartitionBudget;
+
+use super::Shared;
+use super::commands::ConsumerSettings;
+use super::rebalance::SinkContext;
+use super::record::{Record, record_of};
 
 /// A multiply-rotate hash for the route table, looked up once per message: SipHash's
 /// resistance to chosen keys buys nothing for this member's own assignment, and its cost

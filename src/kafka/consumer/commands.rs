@@ -1,8 +1,22 @@
 //! The consumer thread's interface: the commands the coordinator sends it, the events it reports,
 //! and the handle that owns the thread.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, mpsc as std_mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::protocol::{
+    Assignment, CommitEntry, CommitId, CommitOutcome, TopicPartition,
+};
+use crate::kafka::committed::ConsumerFaults;
+use crate::kafka::memory_budget::MemoryBudget;
+use crate::ops::metrics::Metrics;
+
+use super::record::Record;
 
 /// What the consumer thread tells the coordinator.
 #[derive(Debug)]

@@ -1,7 +1,19 @@
 //! Kafka commits with the read-back that classifies every partition's outcome.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::checkpoint::protocol::{
+    CommitEntry, CommitError, CommitId, CommitOutcome, TopicPartition,
+};
+use crate::kafka::committed::read_committed;
+
+use super::Shared;
+use super::commands::ConsumerSettings;
+use super::rebalance::SinkContext;
 
 impl Shared {
     /// Commits the entries `refuse` has no reason against; the others are answered with the

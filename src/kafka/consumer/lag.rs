@@ -1,8 +1,23 @@
 //! The lag: what the consumer thread knows of each owned partition, and the thread that reads the
 //! high watermarks for `kbq_consumer_lag_records`.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::KafkaError;
+use tokio::sync::mpsc;
+
+use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::protocol::TopicPartition;
+use crate::kafka::committed;
+use crate::ops::metrics::{Metrics, PartitionLabels};
+
+use super::commands::{ConsumerEvent, ConsumerSettings, PartitionLoad};
 
 /// Per owned partition, what the consumer thread knows for the [`WatermarkReader`].
 #[derive(Default)]

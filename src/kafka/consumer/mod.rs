@@ -24,30 +24,24 @@
 //! budget is used up the thread takes no messages from librdkafka, and a partition above its
 //! share cap is paused; see [`super::memory_budget`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::{
-    Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, PartitionOrigin, TopicPartition,
-};
-use crate::ops::metrics::{Metrics, PartitionLabels};
+use crate::checkpoint::protocol::TopicPartition;
 
-use super::committed::{self, CommittedReads, ConsumerFaults, Watermarks, tpl_of};
-use super::memory_budget::{Charge, MemoryBudget, PartitionBudget};
+use super::memory_budget::MemoryBudget;
 
 mod backpressure;
 mod commands;
@@ -62,7 +56,6 @@ pub use commands::*;
 use lag::{LagBook, WatermarkReader};
 use rebalance::SinkContext;
 pub use record::Record;
-use record::record_of;
 
 /// Read-only re-export: the tools and tests read checkpoints through it.
 pub use super::committed::read_committed;

@@ -1,8 +1,18 @@
 //! The rebalance bridge: librdkafka's callbacks, the assignment read at assign time, and the
 //! handoff on revoke, served inside the callback (the commit lock, see the module above).
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeSet;
+use std::sync::{Mutex, mpsc as std_mpsc};
+use std::time::Instant;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::checkpoint::protocol::{Assignment, PartitionOrigin, TopicPartition};
+use crate::kafka::committed::{self, CommittedReads, Watermarks, tpl_of};
+
+use super::commands::{ConsumerCommand, ConsumerEvent, ConsumerSettings};
+use super::{Shared, partitions_of};
 
 pub(super) struct SinkContext {
     /// Only the consumer thread touches this (in the poll loop or inside a callback it runs);

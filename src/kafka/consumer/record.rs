@@ -1,8 +1,13 @@
 //! A record as the consumer hands it to a writer: key and value copied out of librdkafka into
 //! per-partition arena chunks, charged to the memory budget until dropped.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rdkafka::Message;
+use rdkafka::message::{BorrowedMessage, Headers};
+
+use crate::kafka::memory_budget::{Charge, PartitionBudget};
 
 /// Bytes of the chunks records are copied into, per partition. A chunk lives until its last
 /// record is acknowledged; a partition's records go in order, so beyond what the memory budget

@@ -1,7 +1,18 @@
 //! Seeks: to the position recovery decided, retried, confirmed, and failed closed.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Instant;
+
+use rdkafka::Offset;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::protocol::TopicPartition;
+use crate::kafka::committed;
+
+use super::backpressure::Route;
+use super::commands::{ConsumerEvent, ConsumerSettings};
+use super::rebalance::SinkContext;
+use super::{PendingSeek, SEEK_ATTEMPTS, Shared};
 
 impl Shared {
     /// Seeks `tp` to `to` (attempt `attempt`) with the partition paused; once the seek is made
