@@ -12,6 +12,7 @@ use emulator_support::{create_table, start};
 use kafka_bigquery_sink::bigquery::auth::Auth;
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::bigquery::write_client::{StreamKind, WriteClient, WriteClientOptions};
+use kafka_bigquery_sink::checkpoint::offsets::{RowCount, RowOffset};
 use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
 use kafka_bigquery_sink::emulator::server::Emulator;
 use kafka_bigquery_sink::emulator::store::TableRef;
@@ -104,7 +105,7 @@ fn limits() -> SessionLimits {
 /// rejected ids.
 async fn settle(
     session: &mut AppendSession<u64>,
-) -> Result<(Vec<(i64, Vec<u64>)>, Vec<u64>), SessionError> {
+) -> Result<(Vec<(RowOffset, Vec<u64>)>, Vec<u64>), SessionError> {
     let mut appended = Vec::new();
     let mut rejected = Vec::new();
     while let Some(event) = session.next_event().await? {
@@ -151,15 +152,21 @@ async fn visible_ids(
 #[tokio::test]
 async fn requests_are_acknowledged_in_order_at_their_first_row() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     session.submit(batch(0..3)).await.unwrap();
     session.submit(batch(3..4)).await.unwrap();
     session.submit(batch(4..9)).await.unwrap();
     let (appended, rejected) = settle(&mut session).await.unwrap();
-    let offsets: Vec<i64> = appended.iter().map(|(o, _)| *o).collect();
-    assert_eq!(offsets, vec![0, 3, 4]);
+    let offsets: Vec<RowOffset> = appended.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, vec![RowOffset(0), RowOffset(3), RowOffset(4)]);
     assert!(rejected.is_empty());
-    assert_eq!(session.next_offset(), 9);
+    assert_eq!(session.next_offset(), RowCount(9));
     assert_eq!(
         visible_ids(&emulator, &client, &stream, 9).await,
         (0..9).collect::<Vec<_>>()
@@ -181,13 +188,19 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
             target: None,
         }])
         .unwrap();
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     for i in 0..4u64 {
         session.submit(batch(i * 10..i * 10 + 10)).await.unwrap();
     }
     let (appended, _) = settle(&mut session).await.unwrap();
     assert_eq!(
-        appended.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        appended.iter().map(|(o, _)| o.0).collect::<Vec<_>>(),
         vec![0, 10, 20, 30]
     );
     assert!(session.connections_opened >= 2, "the session reconnected");
@@ -203,7 +216,13 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
 #[tokio::test]
 async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_transient_error() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     session.submit(batch(0..10)).await.unwrap();
     settle(&mut session).await.unwrap();
     // One request in flight, so the calls count deterministically: its first send is applied
@@ -239,12 +258,18 @@ async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_tr
     let (appended, _) = settle(&mut session)
         .await
         .expect("appended, not a conflict");
-    assert_eq!(appended, vec![(10, (10..20).collect::<Vec<_>>())]);
+    assert_eq!(
+        appended,
+        vec![(RowOffset(10), (10..20).collect::<Vec<_>>())]
+    );
     let fired: Vec<u64> = emulator.faults.list().iter().map(|r| r.fired).collect();
     assert_eq!(fired, vec![1, 1], "both faults acted");
     session.submit(batch(20..30)).await.unwrap();
     let (appended, _) = settle(&mut session).await.unwrap();
-    assert_eq!(appended, vec![(20, (20..30).collect::<Vec<_>>())]);
+    assert_eq!(
+        appended,
+        vec![(RowOffset(20), (20..30).collect::<Vec<_>>())]
+    );
     assert_eq!(
         visible_ids(&emulator, &client, &stream, 30).await,
         (0..30).collect::<Vec<_>>()
@@ -270,7 +295,13 @@ async fn an_in_stream_transient_error_resends_the_failed_request_and_everything_
             target: None,
         }])
         .unwrap();
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     for i in 0..4u64 {
         session.submit(batch(i * 5..i * 5 + 5)).await.unwrap();
     }
@@ -286,7 +317,13 @@ async fn an_in_stream_transient_error_resends_the_failed_request_and_everything_
 #[tokio::test]
 async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     session.submit(batch(0..2)).await.unwrap();
     let mut with_bad = Batch::default();
     with_bad.push(row(Some(2)), 2);
@@ -298,7 +335,11 @@ async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
     assert_eq!(rejected, vec![99]);
     assert_eq!(
         appended,
-        vec![(0, vec![0, 1]), (2, vec![2, 3]), (4, vec![4, 5])],
+        vec![
+            (RowOffset(0), vec![0, 1]),
+            (RowOffset(2), vec![2, 3]),
+            (RowOffset(4), vec![4, 5])
+        ],
         "the rows behind the rejected one moved up by one offset"
     );
     assert_eq!(
@@ -316,7 +357,8 @@ async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it
     let (emulator, client, _) = setup().await;
     let default = format!("{TABLE}/streams/_default");
     let mut session =
-        AppendSession::new(client.clone(), default, descriptor(), 0, limits()).without_offsets();
+        AppendSession::new(client.clone(), default, descriptor(), RowCount(0), limits())
+            .without_offsets();
     session.submit(batch(0..2)).await.unwrap();
     let mut with_bad = Batch::default();
     with_bad.push(row(Some(2)), 2);
@@ -341,7 +383,13 @@ async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it
 #[tokio::test]
 async fn a_request_whose_rows_are_all_rejected_disappears() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     let mut bad = Batch::default();
     bad.push(row(None), 100);
     session.submit(bad).await.unwrap();
@@ -363,7 +411,7 @@ async fn a_request_whose_rows_are_all_rejected_disappears() {
         }
     }
     assert!(emptied);
-    assert_eq!(appended, vec![(0, vec![0, 1, 2])]);
+    assert_eq!(appended, vec![(RowOffset(0), vec![0, 1, 2])]);
     assert_eq!(
         visible_ids(&emulator, &client, &stream, 3).await,
         vec![0, 1, 2]
@@ -373,7 +421,13 @@ async fn a_request_whose_rows_are_all_rejected_disappears() {
 #[tokio::test]
 async fn a_stream_finalized_behind_the_writer_makes_it_a_zombie() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     session.submit(batch(0..2)).await.unwrap();
     settle(&mut session).await.unwrap();
     emulator.store.finalize_now(&stream).unwrap();
@@ -387,7 +441,13 @@ async fn a_stream_finalized_behind_the_writer_makes_it_a_zombie() {
 #[tokio::test]
 async fn an_expired_stream_is_reported_lost() {
     let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(client.clone(), stream.clone(), descriptor(), 0, limits());
+    let mut session = AppendSession::new(
+        client.clone(),
+        stream.clone(),
+        descriptor(),
+        RowCount(0),
+        limits(),
+    );
     session.submit(batch(0..2)).await.unwrap();
     settle(&mut session).await.unwrap();
     emulator.store.expire_now(&stream).unwrap();
@@ -626,10 +686,11 @@ async fn more_append_calls_than_one_connection_carries_are_all_answered() {
                 .await
                 .expect("create stream")
                 .name;
-            let mut session = AppendSession::new(client.clone(), stream, descriptor(), 0, limits());
+            let mut session =
+                AppendSession::new(client.clone(), stream, descriptor(), RowCount(0), limits());
             session.submit(batch(i..i + 1)).await.expect("submit");
             let (appended, _) = settle(&mut session).await.expect("appended");
-            assert_eq!(appended, vec![(0, vec![i])]);
+            assert_eq!(appended, vec![(RowOffset(0), vec![i])]);
             // Kept open, as a partition's writer keeps its call.
             sessions.push(session);
         }

@@ -33,6 +33,9 @@ use tokio::time::Instant;
 use crate::backoff::{Backoff, jitter};
 use crate::bigquery::error::{ErrorClass, WriteError};
 use crate::bigquery::write_client::{AppendConnection, AppendReply, WriteClient};
+use crate::checkpoint::offsets::{RowCount, RowOffset};
+
+use super::admission::InflightWindow;
 
 /// Limits of one session.
 #[derive(Debug, Clone)]
@@ -100,7 +103,7 @@ impl<T> Batch<T> {
 pub enum SessionEvent<T> {
     /// Rows `[first_offset, first_offset + tags.len())` of the stream are appended.
     Appended {
-        first_offset: i64,
+        first_offset: RowOffset,
         tags: Vec<T>,
         /// The table's schema changed since the connection started (schema evolution).
         updated_schema: Option<ProtoTableSchema>,
@@ -130,10 +133,11 @@ pub enum SessionError {
     #[error("writer schema rejected on {stream}: {error}")]
     SchemaRejected { stream: String, error: WriteError },
     /// The stream's offsets disagree with ours: something else wrote into our stream.
-    #[error("offset conflict on {stream} at offset {offset}: {error}")]
+    /// `offset` is the row the conflict was seen at, when known.
+    #[error("offset conflict on {stream} at row {}: {error}", .offset.map_or("unknown".to_owned(), |r| r.0.to_string()))]
     OffsetConflict {
         stream: String,
-        offset: i64,
+        offset: Option<RowOffset>,
         error: WriteError,
     },
     /// Reconnecting kept failing, or the error cannot be retried.
@@ -142,7 +146,8 @@ pub enum SessionError {
 }
 
 struct Inflight<T> {
-    offset: i64,
+    /// The request's first row.
+    offset: RowOffset,
     batch: Batch<T>,
     encoded_bytes: usize,
     /// A send of this request at this offset may have been applied (its connection broke before
@@ -165,7 +170,7 @@ pub struct AppendSession<T> {
     /// Whether the current connection has carried the writer schema yet.
     schema_sent: bool,
     /// Offset of the next row to send.
-    next_offset: i64,
+    next_offset: RowCount,
     inflight: VecDeque<Inflight<T>>,
     inflight_bytes: usize,
     /// AppendRows calls opened so far; all but the first are reconnects (a metric).
@@ -186,7 +191,7 @@ impl<T> AppendSession<T> {
         client: WriteClient,
         stream: String,
         writer_schema: prost_types::DescriptorProto,
-        next_offset: i64,
+        next_offset: RowCount,
         limits: SessionLimits,
     ) -> Self {
         AppendSession {
@@ -228,7 +233,7 @@ impl<T> AppendSession<T> {
     }
 
     /// Offset the next appended row will get.
-    pub fn next_offset(&self) -> i64 {
+    pub fn next_offset(&self) -> RowCount {
         self.next_offset
     }
 
@@ -243,19 +248,26 @@ impl<T> AppendSession<T> {
     /// Whether a request of `bytes` may be sent now without exceeding the window (one request
     /// always fits when nothing is in flight).
     pub fn has_room_for(&self, bytes: usize) -> bool {
-        self.inflight.is_empty()
-            || (self.inflight.len() < self.limits.max_inflight_requests
-                && self.inflight_bytes + bytes <= self.limits.max_inflight_bytes)
+        let window = InflightWindow {
+            max_requests: self.limits.max_inflight_requests,
+            max_bytes: self.limits.max_inflight_bytes,
+        };
+        window.admits(self.inflight.len(), self.inflight_bytes, bytes)
     }
 
-    fn build_request(&self, offset: i64, rows: &[Bytes], with_schema: bool) -> AppendRowsRequest {
+    fn build_request(
+        &self,
+        offset: RowOffset,
+        rows: &[Bytes],
+        with_schema: bool,
+    ) -> AppendRowsRequest {
         AppendRowsRequest {
             write_stream: if with_schema {
                 self.stream.clone()
             } else {
                 String::new()
             },
-            offset: self.explicit_offsets.then_some(offset),
+            offset: self.explicit_offsets.then_some(offset.0),
             rows: Some(Rows::ProtoRows(ProtoData {
                 writer_schema: with_schema.then(|| ProtoSchema {
                     proto_descriptor: Some(self.writer_schema.clone()),
@@ -272,8 +284,8 @@ impl<T> AppendSession<T> {
     /// accept that the window grows by one request).
     pub async fn submit(&mut self, batch: Batch<T>) -> Result<(), SessionError> {
         debug_assert!(!batch.is_empty(), "empty appends are rejected by BigQuery");
-        let offset = self.next_offset;
-        self.next_offset += batch.len() as i64;
+        let offset = RowOffset(self.next_offset.0);
+        self.next_offset = RowCount(offset.0 + batch.len() as i64);
         let entry = Inflight {
             offset,
             encoded_bytes: 0,
@@ -422,14 +434,14 @@ impl<T> AppendSession<T> {
                 }) => {
                     let head = self.inflight.pop_front().expect("head");
                     self.inflight_bytes -= head.encoded_bytes;
-                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset) {
+                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset.0) {
                         let error = WriteError::disconnected(format!(
                             "append acknowledged at offset {offset:?}, sent at {}",
-                            head.offset
+                            head.offset.0
                         ));
                         return Err(SessionError::OffsetConflict {
                             stream: self.stream.clone(),
-                            offset: head.offset,
+                            offset: Some(head.offset),
                             error,
                         });
                     }
@@ -468,53 +480,7 @@ impl<T> AppendSession<T> {
                     latency: head.sent_at.elapsed(),
                 }))
             }
-            ErrorClass::RowErrors => {
-                self.drain_rejected_tail().await?;
-                let head = self.inflight.front_mut().expect("head");
-                let mut bad: Vec<usize> = error
-                    .row_errors
-                    .iter()
-                    .filter_map(|e| usize::try_from(e.index).ok())
-                    .filter(|&i| i < head.batch.len())
-                    .collect();
-                bad.sort_unstable();
-                bad.dedup();
-                if bad.is_empty() {
-                    return Err(self.terminal(error, Some(head_offset)));
-                }
-                let mut rejected = Vec::with_capacity(bad.len());
-                let mut keep = Batch {
-                    rows: Vec::with_capacity(head.batch.len() - bad.len()),
-                    tags: Vec::with_capacity(head.batch.len() - bad.len()),
-                };
-                let old = std::mem::take(&mut head.batch);
-                let mut bad_iter = bad.iter().peekable();
-                for (i, (row, tag)) in old.rows.into_iter().zip(old.tags).enumerate() {
-                    if bad_iter.peek() == Some(&&i) {
-                        bad_iter.next();
-                        let reason = error
-                            .row_errors
-                            .iter()
-                            .find(|e| e.index == i as i64)
-                            .map(|e| e.message.clone())
-                            .unwrap_or_default();
-                        rejected.push((tag, row, reason));
-                    } else {
-                        keep.push(row, tag);
-                    }
-                }
-                head.batch = keep;
-                let request_emptied = head.batch.is_empty();
-                if request_emptied {
-                    let head = self.inflight.pop_front().expect("head");
-                    self.inflight_bytes -= head.encoded_bytes;
-                }
-                self.renumber_and_resend(head_offset).await?;
-                Ok(Some(SessionEvent::RowsRejected {
-                    rows: rejected,
-                    request_emptied,
-                }))
-            }
+            ErrorClass::RowErrors => self.take_out_rejected_rows(error, head_offset).await,
             ErrorClass::Transient | ErrorClass::Throttled
                 if self.inflight.front().is_some_and(|h| h.uncertain) =>
             {
@@ -546,6 +512,61 @@ impl<T> AppendSession<T> {
         }
     }
 
+    /// The head request failed with row errors: the rows BigQuery named are taken out and
+    /// reported, the rest of the request (and every request behind it) is renumbered and sent
+    /// again. A row error naming no row of the request is terminal.
+    async fn take_out_rejected_rows(
+        &mut self,
+        error: WriteError,
+        head_offset: RowOffset,
+    ) -> Result<Option<SessionEvent<T>>, SessionError> {
+        self.drain_rejected_tail().await?;
+        let head = self.inflight.front_mut().expect("head");
+        let mut bad: Vec<usize> = error
+            .row_errors
+            .iter()
+            .filter_map(|e| usize::try_from(e.index).ok())
+            .filter(|&i| i < head.batch.len())
+            .collect();
+        bad.sort_unstable();
+        bad.dedup();
+        if bad.is_empty() {
+            return Err(self.terminal(error, Some(head_offset)));
+        }
+        let mut rejected = Vec::with_capacity(bad.len());
+        let mut keep = Batch {
+            rows: Vec::with_capacity(head.batch.len() - bad.len()),
+            tags: Vec::with_capacity(head.batch.len() - bad.len()),
+        };
+        let old = std::mem::take(&mut head.batch);
+        let mut bad_iter = bad.iter().peekable();
+        for (i, (row, tag)) in old.rows.into_iter().zip(old.tags).enumerate() {
+            if bad_iter.peek() == Some(&&i) {
+                bad_iter.next();
+                let reason = error
+                    .row_errors
+                    .iter()
+                    .find(|e| e.index == i as i64)
+                    .map(|e| e.message.clone())
+                    .unwrap_or_default();
+                rejected.push((tag, row, reason));
+            } else {
+                keep.push(row, tag);
+            }
+        }
+        head.batch = keep;
+        let request_emptied = head.batch.is_empty();
+        if request_emptied {
+            let head = self.inflight.pop_front().expect("head");
+            self.inflight_bytes -= head.encoded_bytes;
+        }
+        self.renumber_and_resend(head_offset).await?;
+        Ok(Some(SessionEvent::RowsRejected {
+            rows: rejected,
+            request_emptied,
+        }))
+    }
+
     /// After the head request failed, every request behind it fails too (its offset is past the
     /// end). Read those answers so the connection is in step again. A success among them would
     /// mean the stream's end moved under us.
@@ -569,7 +590,7 @@ impl<T> AppendSession<T> {
                     ));
                     return Err(SessionError::OffsetConflict {
                         stream: self.stream.clone(),
-                        offset: offset.unwrap_or(-1),
+                        offset: offset.map(RowOffset),
                         error,
                     });
                 }
@@ -611,24 +632,21 @@ impl<T> AppendSession<T> {
 
     /// Renumbers every request in flight from `from` (nothing at or after `from` was applied, so
     /// none of them is uncertain any more) and sends them again.
-    async fn renumber_and_resend(&mut self, from: i64) -> Result<(), SessionError> {
-        let mut offset = from;
+    async fn renumber_and_resend(&mut self, from: RowOffset) -> Result<(), SessionError> {
+        let mut offset = from.0;
         for entry in self.inflight.iter_mut() {
-            entry.offset = offset;
+            entry.offset = RowOffset(offset);
             entry.uncertain = false;
             offset += entry.batch.len() as i64;
         }
-        self.next_offset = offset;
-        // The failed request may have been the connection's first, and a rejected first request
-        // does not bind the connection to the stream: name the stream and the schema again.
-        self.schema_sent = false;
-        if self.connection.is_none() {
-            return self.reconnect(None).await;
-        }
+        self.next_offset = RowCount(offset);
         // The failed head may have been the connection's first request, the one that named the
         // stream; whether a failed first request still binds the connection to its stream is
         // the server's business, so the resend names it (and the writer schema) again.
         self.schema_sent = false;
+        if self.connection.is_none() {
+            return self.reconnect(None).await;
+        }
         for index in 0..self.inflight.len() {
             if self.inflight[index].appended {
                 continue;
@@ -640,7 +658,7 @@ impl<T> AppendSession<T> {
         Ok(())
     }
 
-    fn terminal(&self, error: WriteError, offset: Option<i64>) -> SessionError {
+    fn terminal(&self, error: WriteError, offset: Option<RowOffset>) -> SessionError {
         let stream = self.stream.clone();
         match error.class() {
             ErrorClass::StreamFinalized => SessionError::Zombie { stream },
@@ -648,7 +666,7 @@ impl<T> AppendSession<T> {
             ErrorClass::SchemaMismatch => SessionError::SchemaRejected { stream, error },
             ErrorClass::AlreadyExists | ErrorClass::OutOfRange => SessionError::OffsetConflict {
                 stream,
-                offset: offset.unwrap_or(-1),
+                offset,
                 error,
             },
             _ => SessionError::Failed { stream, error },

@@ -7,12 +7,18 @@
 //! an acknowledged row of the stream (rows `0..rows`) or a dead-lettered record whose produce the
 //! broker acknowledged (invariant 6). A bad record never stalls the partition.
 //!
+//! This file is the async shell. What it decides before any I/O lives in pure rooms beside it:
+//! [`admission`](super::admission) (whether a record may be taken, its memory charge, the
+//! in-flight window), [`batch`](super::batch) (what goes into the next request and when it is
+//! sent) and [`prefix`](super::prefix) (what the answers acknowledge). The stream and the
+//! session's failures are in `partition_writer/stream.rs`, bad records in
+//! `partition_writer/bad_record.rs`, CDC changes in `partition_writer/change.rs`.
+//!
 //! The actor is sequential on purpose: AppendSession's recovery (reconnect, resend, resequence)
 //! must never be cancelled half-way, so the actor awaits it outside any `select!`.
 
-use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::Pin;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,81 +26,28 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
-
-use crate::bigquery::write_client::{StreamKind, WriteClient};
-use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
+use crate::bigquery::write_client::WriteClient;
+use crate::checkpoint::offsets::{Acknowledged, Incarnation, KafkaOffset, NextOffset, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
 use crate::kafka::memory_budget::PartitionBudget;
-use crate::ops::metrics::{Metrics, ReasonLabel, TableLabel, TopicLabel};
+use crate::ops::metrics::{Metrics, TableLabel, TopicLabel};
 use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
-use super::append_session::{AppendSession, Batch, SessionError, SessionEvent, SessionLimits};
+use super::admission;
+use super::append_session::{AppendSession, Batch, SessionEvent, SessionLimits};
+use super::batch::{OpenBatch, Placement, RequestLimits, encoded_row_len};
+use super::prefix::{InflightRequest, Prefix};
 use super::stream_quota::StreamCreationLimiter;
-use crate::tables::cdc_plans::ChangePlans;
 
+pub use super::plan_source::{PlanLookup, PlanLookupError, PlanSource, WriterRoute};
+pub use bad_record::BadRecordPolicy;
+
+mod bad_record;
 mod change;
-
-/// Why a schema lookup failed.
-#[derive(Debug, Clone)]
-pub enum PlanLookupError {
-    /// This record's schema can never be used (unknown id, incompatible with the table): the
-    /// record is bad.
-    BadRecord(BadRecord),
-    /// The registry or the table is unreachable: the partition waits and retries, it never
-    /// dead-letters good data (invariant 6).
-    Unavailable(String),
-}
-
-/// The plan for a payload and the offset of the Avro body inside the payload.
-pub type PlanLookup<'a> =
-    Pin<Box<dyn Future<Output = Result<(Arc<Plan>, usize), PlanLookupError>> + Send + 'a>>;
-
-/// Where plans come from: the Schema Registry (by the id in the Confluent header) or a fixed
-/// `.avsc` (raw Avro).
-pub trait PlanSource: Send + Sync {
-    /// The plan for this payload and the Avro body inside it.
-    fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
-
-    /// The plan for this payload when it is known without waiting (a cached schema id), or
-    /// `None` to ask [`plan_for`](Self::plan_for): the common case then costs no boxed future.
-    fn cached_plan(&self, _payload: &[u8]) -> Option<Result<(Arc<Plan>, usize), BadRecord>> {
-        None
-    }
-
-    /// The plan of every payload, when there is only one and the body is the whole payload (a
-    /// fixed `.avsc`): the writer then skips [`plan_for`](Self::plan_for) per record.
-    fn fixed_plan(&self) -> Option<&Arc<Plan>> {
-        None
-    }
-
-    /// An AppendRows response carried `updated_schema`: the table changed under the connection.
-    fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
-}
-
-/// What to do with a record that cannot become a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BadRecordPolicy {
-    DeadLetter,
-    /// Count it and move on (explicit opt-in).
-    Skip,
-    /// Stop the partition.
-    Fail,
-}
-
-/// The table a writer appends to: its topic's route.
-pub struct WriterRoute {
-    /// `projects/{p}/datasets/{d}/tables/{t}`.
-    pub table: String,
-    /// Short table name for metric labels.
-    pub table_label: String,
-    pub plans: Arc<dyn PlanSource>,
-    /// A CDC route: records are changes by primary key (docs/cdc.md).
-    pub cdc: Option<Arc<ChangePlans>>,
-}
+mod stream;
 
 #[derive(Debug, Clone)]
 pub struct WriterSettings {
@@ -206,11 +159,7 @@ pub fn spawn(
         plan: None,
         plan_schema_len: 0,
         open: OpenBatch::default(),
-        meta: VecDeque::new(),
-        acked_rows: 0,
-        acked_next: from,
-        acked_bytes: 0,
-        pending_next: from,
+        prefix: Prefix::new(from),
         stop: Some(stop_rx),
         denied: crate::backoff::DENIED,
         retrying: false,
@@ -231,24 +180,6 @@ enum RowBody {
     Avro(Vec<u8>),
     /// A finished row in the plan's descriptor (a renumbered DELETE by key).
     Proto(Vec<u8>),
-}
-
-/// Rows being collected for the next request.
-#[derive(Default)]
-struct OpenBatch {
-    buffer: Vec<u8>,
-    ranges: Vec<std::ops::Range<usize>>,
-    records: Vec<Record>,
-    /// Exact encoded size of the rows inside ProtoRows (tag + length + bytes per row).
-    rows_encoded: usize,
-    first_at: Option<Instant>,
-}
-
-/// Bookkeeping of one request in flight, in the session's order.
-struct InflightMeta {
-    /// Every record below this is handled once the request is acknowledged.
-    kafka_next: NextOffset,
-    bytes: u64,
 }
 
 /// The metric series a writer updates per record or per request.
@@ -281,14 +212,9 @@ struct PartitionWriter {
     plan: Option<Arc<Plan>>,
     /// Encoded size of `plan`'s descriptor (the writer schema a request may carry).
     plan_schema_len: usize,
-    open: OpenBatch,
-    meta: VecDeque<InflightMeta>,
-    /// The acknowledged prefix.
-    acked_rows: i64,
-    acked_next: NextOffset,
-    acked_bytes: u64,
-    /// Records below this have been taken into a batch or dead-lettered.
-    pending_next: NextOffset,
+    open: OpenBatch<Record>,
+    /// The writer's position, its requests in flight and what their answers acknowledged.
+    prefix: Prefix,
     /// The coordinator's stop, until it came (then `None`).
     stop: Option<StopSignal>,
     /// Pauses between attempts after an error only time or an operator cures; while it is
@@ -320,9 +246,9 @@ impl PartitionWriter {
             Err(end) => end,
         };
         let m = &self.shared.metrics;
-        for meta in self.meta.drain(..) {
+        for request in self.prefix.abandon() {
             m.inflight_requests.dec();
-            m.inflight_bytes.dec_by(meta.bytes as i64);
+            m.inflight_bytes.dec_by(request.bytes as i64);
         }
         if self.session.is_some() {
             m.open_streams.dec();
@@ -366,7 +292,7 @@ impl PartitionWriter {
         let linger = self.shared.settings.linger;
         let mut burst = Vec::with_capacity(BURST);
         loop {
-            let deadline = self.open.first_at.map(|t| t + linger);
+            let deadline = self.open.deadline(linger).map(Instant::from_std);
             tokio::select! {
                 biased;
                 drain = stopped(&mut self.stop) => return Ok(drain),
@@ -378,18 +304,16 @@ impl PartitionWriter {
                     for record in burst.drain(..) {
                         self.take(record).await?;
                     }
-                    // The process's memory budget, or this partition's share of it, is used
-                    // up: no record comes until something is acknowledged, so waiting for a
-                    // fuller batch would only stall (for the whole linger, at few partitions).
+                    // At few partitions a starved batch would stall for the whole linger.
                     let starved = self.account.as_ref().is_some_and(|a| a.starved());
-                    if records.is_empty() && starved {
+                    if self.open.starved(!records.is_empty(), starved) {
                         self.seal().await?;
                     }
                 }
                 _ = sleep_until(deadline) => self.seal().await?,
                 // Idle: no records for a linger period and nothing open. Settle what is in
                 // flight so the checkpoint sees it.
-                _ = tokio::time::sleep(linger), if self.open.records.is_empty() && !self.meta.is_empty() => {
+                _ = tokio::time::sleep(linger), if self.open.is_empty() && self.prefix.has_inflight() => {
                     self.settle_all().await?;
                 }
             }
@@ -411,69 +335,78 @@ impl PartitionWriter {
     }
 
     async fn take(&mut self, record: Record) -> Result<(), End> {
-        if record.offset < self.pending_next.0 {
-            // The consumer is behind the position this incarnation starts from or has reached
-            // (a seek that did not happen, issue 11 #4): taking the record would append rows the
-            // checkpoint already covers. Fail closed rather than write them twice.
-            return Err(End::Failed(format!(
-                "record at offset {} is below the writer's position {}: the consumer is not where the checkpoint says",
-                record.offset, self.pending_next.0
-            )));
-        }
+        let next = admission::admit(self.prefix.position(), kafka_offset(&record))
+            .map_err(|below| End::Failed(below.to_string()))?;
         self.counters.records_consumed.inc();
         self.counters.bytes_consumed.inc_by(record.size() as u64);
         if self.account.is_none() {
             self.account = record.charge.account().cloned();
         }
-        let next = NextOffset(record.offset + 1);
         if let Some(cdc) = self.route.cdc.clone() {
             return self.take_change(record, &cdc, next).await;
         }
         let Some(value) = record.value() else {
-            return self
-                .bad(
-                    record,
-                    BadRecord {
-                        class: "malformed_avro",
-                        reason: "record has no value (tombstone)".into(),
-                    },
-                )
-                .await;
+            let bad = BadRecord {
+                class: "malformed_avro",
+                reason: "record has no value (tombstone)".into(),
+            };
+            return self.bad(record, bad).await;
         };
+        match self.plan_for_value(value).await? {
+            Ok(body_at) => self.append_row(record, RowBody::Value(body_at)).await,
+            Err(bad) => self.bad(record, bad).await,
+        }
+    }
+
+    /// Makes the plan of `value` the writer's plan and returns where its Avro body starts, or
+    /// the bad record it is.
+    async fn plan_for_value(&mut self, value: &[u8]) -> Result<Result<usize, BadRecord>, End> {
         // A source with one plan for every payload (raw Avro) needs no lookup once the writer
         // holds that plan: no boxed future and no shared reference count per record.
-        let fixed = self
-            .route
-            .plans
-            .fixed_plan()
-            .is_some_and(|f| self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, f)));
-        let body_at = if fixed {
-            0
-        } else {
-            let cached = self.route.plans.cached_plan(value);
-            let lookup = if let Some(found) = cached {
-                found
-            } else {
-                loop {
-                    match unless_stopped(&mut self.stop, self.route.plans.plan_for(value)).await? {
-                        Ok(found) => break Ok(found),
-                        Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
-                        Err(PlanLookupError::Unavailable(why)) => {
-                            tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-                            let pause = tokio::time::sleep(self.shared.settings.lookup_backoff);
-                            unless_stopped(&mut self.stop, pause).await?;
-                        }
-                    }
-                }
-            };
-            let (plan, body_at) = match lookup {
-                Ok(found) => found,
-                Err(bad) => return self.bad(record, bad).await,
-            };
-            self.use_plan(plan).await?;
-            body_at
+        let plans = &self.route.plans;
+        if (plans.fixed_plan())
+            .is_some_and(|f| self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, f)))
+        {
+            return Ok(Ok(0));
+        }
+        let found = match plans.cached_plan(value) {
+            Some(found) => found,
+            None => {
+                let plans = plans.clone();
+                self.lookup_plan(|| plans.plan_for(value)).await?
+            }
         };
-        self.append_row(record, RowBody::Value(body_at), next).await
+        match found {
+            Ok((plan, body_at)) => {
+                self.use_plan(plan).await?;
+                Ok(Ok(body_at))
+            }
+            Err(bad) => Ok(Err(bad)),
+        }
+    }
+
+    /// Asks `lookup` until it answers: a plan, or the bad record the payload is. While the
+    /// schema source is unavailable the partition waits (it never dead-letters good data,
+    /// invariant 6) and still answers a stop.
+    async fn lookup_plan<P, F, Fut>(
+        &mut self,
+        mut lookup: F,
+    ) -> Result<Result<(Arc<P>, usize), BadRecord>, End>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<(Arc<P>, usize), PlanLookupError>>,
+    {
+        loop {
+            match unless_stopped(&mut self.stop, lookup()).await? {
+                Ok(found) => return Ok(Ok(found)),
+                Err(PlanLookupError::BadRecord(bad)) => return Ok(Err(bad)),
+                Err(PlanLookupError::Unavailable(why)) => {
+                    tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
+                    let pause = tokio::time::sleep(self.shared.settings.lookup_backoff);
+                    unless_stopped(&mut self.stop, pause).await?;
+                }
+            }
+        }
     }
 
     /// Makes `plan` the writer's plan; a new writer schema first sends what is open.
@@ -501,48 +434,13 @@ impl PartitionWriter {
     }
 
     /// Transcodes one record's row with the writer's plan into the open batch, sending the batch
-    /// first when the row would overflow it.
-    async fn append_row(
-        &mut self,
-        mut record: Record,
-        body: RowBody,
-        next: NextOffset,
-    ) -> Result<(), End> {
-        if self.open.buffer.capacity() == 0 {
-            self.reserve_batch();
+    /// first when the row would overflow it (the rules are [`OpenBatch`]'s).
+    async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<(), End> {
+        let limits = self.request_limits();
+        if self.open.needs_reserve() {
+            self.open.reserve(limits.reserve_len(self.batch_hint));
         }
-        let transcoded = {
-            let header_values: Vec<KafkaHeader<'_>> = record
-                .headers
-                .iter()
-                .map(|(k, v)| KafkaHeader {
-                    key: k,
-                    value: Some(v.as_ref()),
-                })
-                .collect();
-            let meta = KafkaMetadata {
-                topic: &self.tp.topic,
-                partition: self.tp.partition,
-                offset: record.offset,
-                timestamp_millis: record.timestamp_ms,
-                key: record.key(),
-                headers: &header_values,
-            };
-            let plan = self.plan.as_ref().expect("a plan was just chosen");
-            match &body {
-                RowBody::Value(at) => {
-                    let value = record.value().unwrap_or_default();
-                    plan.transcode(&value[*at..], Some(&meta), &mut self.open.buffer)
-                }
-                RowBody::Avro(avro) => plan.transcode(avro, Some(&meta), &mut self.open.buffer),
-                RowBody::Proto(row) => {
-                    let start = self.open.buffer.len();
-                    self.open.buffer.extend_from_slice(row);
-                    Ok(start..self.open.buffer.len())
-                }
-            }
-        };
-        let range = match transcoded {
+        let range = match self.transcode(&record, &body) {
             Ok(range) => range,
             Err(error) => {
                 let bad = BadRecord {
@@ -552,176 +450,105 @@ impl PartitionWriter {
                 return self.bad(record, bad).await;
             }
         };
-        let len = range.len();
-        let encoded = 1 + varint_len(len as u64) + len;
-        // The row, and the gRPC layer's encoded copy of it, live as long as its record (until the
-        // request is acknowledged; the copy may go sooner, which the writer cannot see): their
-        // size replaces the estimate the record was charged with.
-        let estimate = record.row_estimate();
-        record.charge.adjust(2 * (encoded as i64 - estimate as i64));
-        // With many partitions the memory budget asks for smaller requests than configured.
-        let max_request = match &self.account {
-            Some(a) => a.budget().request_cap(),
-            None => usize::MAX,
-        }
-        .min(self.shared.settings.max_request_bytes);
-        if !self.open.records.is_empty()
-            && self.request_bound(self.open.rows_encoded + encoded) > max_request
-        {
-            // This row would overflow the request: send what is open first, then start a new
-            // batch with this row (moving its bytes to the front of the fresh buffer).
-            let row = self.open.buffer[range.clone()].to_vec();
-            self.open.buffer.truncate(range.start);
-            self.seal().await?;
-            self.reserve_batch();
-            self.open.buffer.extend_from_slice(&row);
-            self.push_row(0..row.len(), encoded, record, next);
-        } else {
-            self.push_row(range, encoded, record, next);
-        }
-        if self.open.records.len() >= self.shared.settings.max_rows_per_request {
+        let encoded = encoded_row_len(range.len());
+        let delta = admission::row_charge_delta(encoded, record.row_estimate());
+        record.charge.adjust(delta);
+        let range = match self.open.placement(encoded, &limits) {
+            Placement::Append => range,
+            Placement::SealFirst => {
+                // Send what is open first, then start a new batch with this row (its bytes
+                // moved to the front of the fresh buffer).
+                let row = self.open.detach_row(range);
+                self.seal().await?;
+                self.open.reserve(limits.reserve_len(self.batch_hint));
+                self.open.append_bytes(&row)
+            }
+        };
+        let offset = kafka_offset(&record);
+        let position = self.prefix.position();
+        let now = Instant::now().into_std();
+        self.open
+            .push(range, encoded, record, offset, position, now);
+        self.prefix.taken(NextOffset::after(offset));
+        if self.open.is_full(&limits) {
             self.seal().await?;
         }
         Ok(())
     }
 
-    /// Reserves the open batch's buffer at about the size of the last batch.
-    fn reserve_batch(&mut self) {
-        let hint = self.batch_hint + self.batch_hint / 8;
-        let cap = match &self.account {
-            Some(a) => a.budget().request_cap(),
-            None => usize::MAX,
-        }
-        .min(self.shared.settings.max_request_bytes)
-            + (64 << 10);
-        self.open.buffer.reserve(hint.clamp(16 << 10, cap));
-    }
-
-    fn push_row(
-        &mut self,
-        range: std::ops::Range<usize>,
-        encoded: usize,
-        record: Record,
-        next: NextOffset,
-    ) {
-        if self.open.first_at.is_none() {
-            self.open.first_at = Some(Instant::now());
-        }
-        self.open.ranges.push(range);
-        self.open.records.push(record);
-        self.open.rows_encoded += encoded;
-        self.pending_next = next;
-    }
-
-    /// Upper bound of the encoded request for rows of `rows_encoded` bytes: the rows plus the
-    /// request's other fields (stream name, offset, the writer schema on a connection's first
-    /// request).
-    fn request_bound(&self, rows_encoded: usize) -> usize {
-        rows_encoded + self.plan_schema_len + self.route.table.len() + 128
-    }
-
-    /// A record that cannot become a row, taken in offset order: dead-letter it (acknowledged)
-    /// or apply the policy, then let the prefix pass it.
-    async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
-        let next = NextOffset(record.offset + 1);
-        self.dead_letter(record, bad).await?;
-        self.record_handled_out_of_band(next);
-        Ok(())
-    }
-
-    /// Dead-letters `record` (its produce acknowledged) or applies the policy, and counts it.
-    /// No prefix bookkeeping: a row BigQuery rejected out of a request in flight is already
-    /// covered by that request's `kafka_next`, which must not move (issue 11 #1).
-    async fn dead_letter(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
-        match self.shared.settings.on_bad_record {
-            BadRecordPolicy::Fail => {
-                return Err(End::Failed(format!(
-                    "bad record at offset {}: {}",
-                    record.offset, bad.reason
-                )));
+    /// Transcodes `record`'s row (from `body`) to the end of the open batch's buffer.
+    fn transcode(&mut self, record: &Record, body: &RowBody) -> Result<Range<usize>, RecordError> {
+        let header_values: Vec<KafkaHeader<'_>> = record
+            .headers
+            .iter()
+            .map(|(k, v)| KafkaHeader {
+                key: k,
+                value: Some(v.as_ref()),
+            })
+            .collect();
+        let meta = KafkaMetadata {
+            topic: &self.tp.topic,
+            partition: self.tp.partition,
+            offset: record.offset,
+            timestamp_millis: record.timestamp_ms,
+            key: record.key(),
+            headers: &header_values,
+        };
+        let plan = self.plan.as_ref().expect("a plan was just chosen");
+        match body {
+            RowBody::Value(at) => {
+                let value = record.value().unwrap_or_default();
+                plan.transcode(&value[*at..], Some(&meta), self.open.buffer_mut())
             }
-            BadRecordPolicy::Skip => {
-                tracing::warn!(partition = %self.tp, offset = record.offset, reason = %bad.reason, "bad record skipped");
-            }
-            BadRecordPolicy::DeadLetter => {
-                let producer = self
-                    .shared
-                    .dead_letter
-                    .as_ref()
-                    .expect("validated: dead_letter policy has a producer");
-                let mut backoff = crate::backoff::DEAD_LETTER;
-                loop {
-                    let send = producer.send(&self.tp.topic, self.tp.partition, &record, &bad);
-                    match unless_stopped(&mut self.stop, send).await? {
-                        Ok(()) => break,
-                        Err(e) => {
-                            // The DLQ must acknowledge before the record counts as handled;
-                            // until it does, the partition waits (and still answers a stop).
-                            tracing::warn!(partition = %self.tp, offset = record.offset, error = %e, "dead-letter produce failed, retrying");
-                            unless_stopped(&mut self.stop, backoff.wait()).await?;
-                        }
-                    }
-                }
-                tracing::info!(partition = %self.tp, offset = record.offset, class = bad.class, reason = %bad.reason, "record dead-lettered");
-            }
+            RowBody::Avro(avro) => plan.transcode(avro, Some(&meta), self.open.buffer_mut()),
+            RowBody::Proto(row) => Ok(self.open.append_bytes(row)),
         }
-        self.shared
-            .metrics
-            .dead_letter_records
-            .get_or_create(&ReasonLabel { reason: bad.class })
-            .inc();
-        Ok(())
     }
 
-    /// A record handled without a row: it joins the unit that decides when the prefix passes it.
-    fn record_handled_out_of_band(&mut self, next: NextOffset) {
-        self.pending_next = next;
-        if !self.open.records.is_empty() {
-            // The open batch's acknowledgement will cover it (its kafka_next is pending_next).
-        } else if let Some(last) = self.meta.back_mut() {
-            last.kafka_next = next;
-        } else {
-            self.acked_next = next;
-            self.report();
-        }
+    /// The limits of the next request: the configured ones, lowered by the memory budget when
+    /// many partitions share it.
+    fn request_limits(&self) -> RequestLimits {
+        let settings = &self.shared.settings;
+        RequestLimits::new(
+            settings.max_request_bytes,
+            settings.max_rows_per_request,
+            self.account.as_ref().map(|a| a.budget().request_cap()),
+            &self.route.table,
+            self.plan_schema_len,
+        )
     }
 
     /// Sends the open batch.
     async fn seal(&mut self) -> Result<(), End> {
-        if self.open.records.is_empty() {
+        if self.open.is_empty() {
             return Ok(());
         }
         if self.session.is_none() {
             self.open_stream().await?;
         }
-        let mut open = std::mem::take(&mut self.open);
-        self.batch_hint = open.buffer.len();
+        let Some(sealed) = self.open.seal() else {
+            return Ok(());
+        };
+        self.batch_hint = sealed.buffer.len();
         // The rows keep the whole allocation alive until they are acknowledged, and the budget
         // counts only the rows: give back what the reservation did not use (the allocator
         // shrinks in place).
-        open.buffer.shrink_to_fit();
-        let buffer = Bytes::from(open.buffer);
+        let mut buffer = sealed.buffer;
+        buffer.shrink_to_fit();
+        let buffer = Bytes::from(buffer);
         let mut batch = Batch {
-            rows: Vec::with_capacity(open.ranges.len()),
-            tags: Vec::with_capacity(open.ranges.len()),
+            rows: Vec::with_capacity(sealed.ranges.len()),
+            tags: Vec::with_capacity(sealed.ranges.len()),
         };
-        for (range, record) in open.ranges.into_iter().zip(open.records) {
+        for (range, record) in sealed.ranges.into_iter().zip(sealed.records) {
             batch.push(buffer.slice(range), record);
         }
-        let bytes = open.rows_encoded as u64;
-        loop {
-            let session = self.session.as_ref().expect("session");
-            if session.has_room_for(open.rows_encoded) {
-                break;
-            }
+        while !(self.session.as_ref().expect("session")).has_room_for(sealed.rows_encoded) {
             self.settle_one().await?;
         }
-        self.meta.push_back(InflightMeta {
-            kafka_next: self.pending_next,
-            bytes,
-        });
+        let request = self.prefix.sent(sealed.end, sealed.rows_encoded as u64);
         self.shared.metrics.inflight_requests.inc();
-        self.shared.metrics.inflight_bytes.inc_by(bytes as i64);
+        (self.shared.metrics.inflight_bytes).inc_by(request.bytes as i64);
         let session = self.session.as_mut().expect("session");
         match session.submit(batch).await {
             Ok(()) => Ok(()),
@@ -730,93 +557,8 @@ impl PartitionWriter {
         }
     }
 
-    async fn open_stream(&mut self) -> Result<(), End> {
-        let plan = self.plan.clone().expect("a plan before the first row");
-        if self.shared.settings.default_stream {
-            return self.open_default_stream(plan);
-        }
-        let stream = {
-            unless_stopped(&mut self.stop, self.shared.stream_creation.acquire()).await?;
-            let mut backoff = crate::backoff::CREATE_STREAM;
-            loop {
-                let attempt = (self.shared.client)
-                    .create_write_stream(&self.route.table, StreamKind::Buffered);
-                let e = match unless_stopped(&mut self.stop, attempt).await? {
-                    Ok(stream) => break stream,
-                    Err(e) => e,
-                };
-                self.shared.metrics.bigquery_error("CreateWriteStream", &e);
-                use crate::bigquery::error::ErrorClass::*;
-                let pause = match e.class() {
-                    Transient | Throttled | NotFound => {
-                        tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
-                        backoff.next_delay()
-                    }
-                    Denied => {
-                        self.set_retrying(true);
-                        let pause = self.denied.next_delay();
-                        tracing::error!(partition = %self.tp, error = %e, retry_in = ?pause, "create write stream denied, retrying");
-                        pause
-                    }
-                    _ => {
-                        return Err(End::Failed(format!("cannot create a write stream: {e}")));
-                    }
-                };
-                unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await?;
-            }
-        };
-        self.set_retrying(false);
-        let id = StreamId::from_stream_name(&stream.name)
-            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
-        let m = &self.shared.metrics;
-        m.streams_created
-            .get_or_create(&TableLabel {
-                table: self.route.table_label.clone(),
-            })
-            .inc();
-        m.open_streams.inc();
-        tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
-        let next_offset = self.acked_rows;
-        let metrics = self.shared.metrics.clone();
-        self.session = Some(
-            AppendSession::new(
-                self.shared.client.clone(),
-                stream.name,
-                plan.descriptor().clone(),
-                next_offset,
-                self.shared.settings.session.clone(),
-            )
-            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
-        );
-        self.stream_id = Some(id);
-        Ok(())
-    }
-
-    /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
-    fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
-        let name = format!("{}/streams/_default", self.route.table);
-        let id = StreamId::from_stream_name(&name)
-            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
-        self.shared.metrics.open_streams.inc();
-        tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
-        let metrics = self.shared.metrics.clone();
-        self.session = Some(
-            AppendSession::new(
-                self.shared.client.clone(),
-                name,
-                plan.descriptor().clone(),
-                self.acked_rows,
-                self.shared.settings.session.clone(),
-            )
-            .without_offsets()
-            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
-        );
-        self.stream_id = Some(id);
-        Ok(())
-    }
-
     async fn settle_all(&mut self) -> Result<(), End> {
-        while !self.meta.is_empty() {
+        while self.prefix.has_inflight() {
             self.settle_one().await?;
         }
         Ok(())
@@ -841,12 +583,9 @@ impl PartitionWriter {
                 latency,
             } => {
                 self.set_retrying(false);
-                let meta = self.pop_meta();
-                let rows = tags.len() as i64;
-                self.acked_rows = first_offset + rows;
-                self.acked_next = meta.kafka_next;
-                self.acked_bytes += meta.bytes;
-                self.counters.rows_appended.inc_by(rows as u64);
+                let request = self.prefix.appended(first_offset, tags.len());
+                self.settled(request);
+                self.counters.rows_appended.inc_by(tags.len() as u64);
                 self.counters.append_latency.observe(latency.as_secs_f64());
                 if let Some(schema) = &updated_schema {
                     self.route.plans.table_schema_updated(schema);
@@ -862,12 +601,12 @@ impl PartitionWriter {
                         class: "row_rejected",
                         reason,
                     };
-                    // Already covered by the request's kafka_next: only dead-letter here.
+                    // Already covered by the request's Kafka range: only dead-letter here.
                     self.dead_letter(record, bad).await?;
                 }
                 if request_emptied {
-                    let meta = self.pop_meta();
-                    self.acked_next = meta.kafka_next;
+                    let request = self.prefix.emptied();
+                    self.settled(request);
                     self.report();
                 }
             }
@@ -875,90 +614,29 @@ impl PartitionWriter {
         Ok(())
     }
 
-    fn pop_meta(&mut self) -> InflightMeta {
-        let meta = self
-            .meta
-            .pop_front()
-            .expect("one meta per request in flight");
+    /// A request left the in-flight window.
+    fn settled(&self, request: InflightRequest) {
         self.shared.metrics.inflight_requests.dec();
-        self.shared.metrics.inflight_bytes.dec_by(meta.bytes as i64);
-        meta
+        (self.shared.metrics.inflight_bytes).dec_by(request.bytes as i64);
     }
 
     fn report(&self) {
-        let ack = match &self.stream_id {
-            Some(stream) if self.acked_rows > 0 => Acknowledged::from_append_response(
-                self.incarnation,
-                stream.clone(),
-                RowCount(self.acked_rows),
-                self.acked_next,
-                self.acked_bytes,
-            ),
-            _ => Acknowledged::incarnation_start(self.incarnation, self.acked_next),
-        };
+        let ack = (self.prefix).acknowledged(self.incarnation, self.stream_id.as_ref());
         let _ = self.events.send(WriterEvent::Acknowledged {
             tp: self.tp.clone(),
             ack,
         });
     }
+}
 
-    /// A session call failed. An error a pause may cure — permission denied, credentials, a failed
-    /// precondition, or a transient outage that outlasted the session's reconnects — is waited out
-    /// with a long backoff, readiness false, and the session resends its requests on its next call
-    /// (docs/architecture.md#failure-policies: no permanent stop for these). Anything else ends the
-    /// run.
-    async fn ride_out(&mut self, error: SessionError) -> Result<(), End> {
-        use crate::bigquery::error::ErrorClass;
-        let curable = matches!(
-            &error,
-            SessionError::Failed { error, .. }
-                if matches!(error.class(), ErrorClass::Denied | ErrorClass::Transient | ErrorClass::Throttled)
-        );
-        if !curable {
-            return Err(self.session_end(error));
-        }
-        let pause = self.denied.next_delay();
-        tracing::error!(partition = %self.tp, error = %error, retry_in = ?pause, attempt = self.denied.attempts(), "append failed, retrying after a pause");
-        self.set_retrying(true);
-        unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await
-    }
-
-    /// Counts this partition in `kbq_partitions_retrying` (readiness false) or not.
-    fn set_retrying(&mut self, retrying: bool) {
-        if retrying == self.retrying {
-            return;
-        }
-        self.retrying = retrying;
-        if retrying {
-            self.shared.metrics.partitions_retrying.inc();
-        } else {
-            self.denied.reset();
-            self.shared.metrics.partitions_retrying.dec();
-        }
-    }
-
-    fn session_end(&self, error: SessionError) -> End {
-        let stream = self.stream_id.clone();
-        match (error, stream) {
-            (SessionError::Zombie { .. }, Some(s)) => End::Zombie(s),
-            (SessionError::StreamLost { .. }, Some(s)) => End::Lost(s),
-            // Offsets that disagree with ours (ALREADY_EXISTS on a request sent once,
-            // OUT_OF_RANGE, an ack at another offset): this stream cannot be trusted with more
-            // rows. Abandoning it is safe, the protocol restarts the incarnation on a new
-            // stream from what is known visible (the rows in doubt of a checkpoint naming it
-            // go through recovery.lost_stream); stopping the partition would stall it for good.
-            (SessionError::OffsetConflict { .. }, Some(s)) => End::Conflict(s),
-            (e, _) => End::Failed(e.to_string()),
-        }
-    }
+/// The record's offset as the typed offset it is: `Record` carries librdkafka's raw `i64`, and
+/// this is where the writer's arithmetic on offsets becomes typed.
+fn kafka_offset(record: &Record) -> KafkaOffset {
+    KafkaOffset(record.offset)
 }
 
 fn record_error_class(error: &RecordError) -> &'static str {
     error.class()
-}
-
-fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// The coordinator's stop: its drain budget (none if the handle was dropped). Pending forever

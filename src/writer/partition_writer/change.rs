@@ -14,7 +14,7 @@ use crate::tables::cdc_plans::ChangePlans;
 use crate::transcode::Plan;
 use crate::transcode::change::{ChangeKind, NotAChange, append_change, renumber, sequence_number};
 
-use super::{End, NextOffset, PartitionWriter, PlanLookupError, RowBody, unless_stopped};
+use super::{End, NextOffset, PartitionWriter, RowBody};
 
 /// The class of every CDC bad record on the dead-letter topic; the reason is in the metric.
 const DEAD_LETTER_CLASS: &str = "cdc_change";
@@ -31,13 +31,7 @@ impl PartitionWriter {
             let sequence = sequence_number(cdc.rules.epoch, 0, record.offset);
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
-        let found = loop {
-            match unless_stopped(&mut self.stop, cdc.value_plan(value)).await? {
-                Ok(found) => break Ok(found),
-                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
-                Err(PlanLookupError::Unavailable(why)) => self.wait_for_schema(&why).await?,
-            }
-        };
+        let found = self.lookup_plan(|| cdc.value_plan(value)).await?;
         let (plan, at) = match found {
             Ok(found) => found,
             Err(bad) => return self.bad(record, bad).await,
@@ -59,7 +53,7 @@ impl PartitionWriter {
         append_change(&mut avro, located.kind, &sequence);
         self.use_plan(plan.plan.clone()).await?;
         self.count_change(located.kind);
-        self.append_row(record, RowBody::Avro(avro), next).await
+        self.append_row(record, RowBody::Avro(avro)).await
     }
 
     /// A DELETE of the key in the record's Kafka key (Avro through the registry). The row is
@@ -82,13 +76,7 @@ impl PartitionWriter {
             };
             return self.cdc_bad(record, "cdc_no_key", bad).await;
         };
-        let found = loop {
-            match unless_stopped(&mut self.stop, cdc.key_plan(key)).await? {
-                Ok(found) => break Ok(found),
-                Err(PlanLookupError::BadRecord(bad)) => break Err(bad),
-                Err(PlanLookupError::Unavailable(why)) => self.wait_for_schema(&why).await?,
-            }
-        };
+        let found = self.lookup_plan(|| cdc.key_plan(key)).await?;
         let (key_plan, at) = match found {
             Ok(found) => found,
             Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
@@ -114,13 +102,7 @@ impl PartitionWriter {
             self.use_plan(key_plan).await?;
         }
         self.count_change(ChangeKind::Delete);
-        self.append_row(record, RowBody::Proto(row), next).await
-    }
-
-    async fn wait_for_schema(&mut self, why: &str) -> Result<(), End> {
-        tracing::warn!(partition = %self.tp, reason = %why, "schema unavailable, waiting");
-        let pause = tokio::time::sleep(self.shared.settings.lookup_backoff);
-        unless_stopped(&mut self.stop, pause).await
+        self.append_row(record, RowBody::Proto(row)).await
     }
 
     async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), End> {
