@@ -9,8 +9,8 @@ use crate::checkpoint::offsets::StreamId;
 use crate::ops::metrics::TableLabel;
 use crate::transcode::Plan;
 
-use super::super::append_session::{AppendSession, SessionError};
 use super::{End, PartitionWriter, unless_stopped};
+use crate::writer::append_session::{AppendSession, SessionError};
 
 impl PartitionWriter {
     pub(super) async fn open_stream(&mut self) -> Result<(), End> {
