@@ -8,10 +8,12 @@
 
 #[path = "support/emulator.rs"]
 mod emulator_support;
+#[path = "support/exposition.rs"]
+mod exposition;
 mod support;
 use support::daemon as daemon_support;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +21,7 @@ use std::time::Duration;
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use daemon_support::{Daemon, Registry, free_port, http_get, wait_for};
+use exposition::{Sample, assert_matches_spec, parse, samples_of, scrape, scrape_until, sum};
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::emulator::server::Emulator;
 use kafka_bigquery_sink::emulator::store::TableRef;
@@ -48,141 +51,6 @@ impl Delivery {
             Delivery::AtLeastOnce => "at_least_once",
         }
     }
-}
-
-/// One row of the spec table.
-#[derive(Debug)]
-struct Spec {
-    name: String,
-    kind: String,
-    /// Label name → allowed values (empty: any value).
-    labels: BTreeMap<String, BTreeSet<String>>,
-}
-
-/// Reads the table of `docs/metrics.md`.
-fn spec() -> Vec<Spec> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
-        .expect("docs/metrics.md");
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cells.len() < 5 || !cells[1].starts_with("`kbq_") {
-            continue;
-        }
-        let name = cells[1].trim_matches('`').to_string();
-        let kind = cells[2].to_string();
-        let mut labels = BTreeMap::new();
-        if cells[3] != "—" {
-            // "`a`, `b` (`x`, `y`), `c` (…)": a label name, optionally its values in parentheses.
-            let mut rest = cells[3];
-            while let Some(start) = rest.find('`') {
-                let after = &rest[start + 1..];
-                let end = after.find('`').expect("closing backtick");
-                let label = after[..end].to_string();
-                rest = &after[end + 1..];
-                let mut values = BTreeSet::new();
-                let trimmed = rest.trim_start();
-                if let Some(inner) = trimmed.strip_prefix('(') {
-                    let close = inner.find(')').expect("closing parenthesis");
-                    let listed = &inner[..close];
-                    // Only a list of backticked words is an enumeration; prose is a description.
-                    let words: Vec<&str> = listed.split(',').map(str::trim).collect();
-                    if words.iter().all(|w| w.starts_with('`') && w.ends_with('`')) {
-                        values = words
-                            .iter()
-                            .map(|w| w.trim_matches('`').to_string())
-                            .collect();
-                    }
-                    rest = &inner[close + 1..];
-                }
-                labels.insert(label, values);
-            }
-        }
-        out.push(Spec { name, kind, labels });
-    }
-    out
-}
-
-/// One sample of the exposition: metric name, labels, value.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-/// Parses the text exposition: `# TYPE` lines and samples.
-fn parse(text: &str) -> (HashMap<String, String>, Vec<Sample>) {
-    let mut types = HashMap::new();
-    let mut samples = Vec::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut parts = rest.split_whitespace();
-            let name = parts.next().expect("name").to_string();
-            types.insert(name, parts.next().expect("type").to_string());
-            continue;
-        }
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let (head, value) = line.rsplit_once(' ').expect("sample value");
-        let (name, labels) = match head.split_once('{') {
-            Some((name, rest)) => {
-                let body = rest.strip_suffix('}').expect("closing brace");
-                let mut labels = BTreeMap::new();
-                for pair in split_labels(body) {
-                    let (k, v) = pair.split_once('=').expect("label pair");
-                    labels.insert(k.to_string(), v.trim_matches('"').to_string());
-                }
-                (name.to_string(), labels)
-            }
-            None => (head.to_string(), BTreeMap::new()),
-        };
-        samples.push(Sample {
-            name,
-            labels,
-            value: value.parse().expect("numeric sample"),
-        });
-    }
-    (types, samples)
-}
-
-/// Splits `a="x",b="y,z"` at the commas outside quotes.
-fn split_labels(body: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut quoted = false;
-    for c in body.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                current.push(c);
-            }
-            ',' if !quoted => out.push(std::mem::take(&mut current)),
-            _ => current.push(c),
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// The samples of metric `name` (a counter's `_total`, a histogram's `_count`).
-fn samples_of<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
-    samples.iter().filter(|s| s.name == name).collect()
-}
-
-fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
-    samples_of(samples, name)
-        .into_iter()
-        .filter(|s| {
-            filter
-                .iter()
-                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
-        })
-        .map(|s| s.value)
-        .sum()
 }
 
 struct Fixture {
@@ -373,106 +241,6 @@ delivery: {delivery}
             "{:?}",
             response.text().await
         );
-    }
-}
-
-async fn scrape(addr: SocketAddr) -> String {
-    let (status, body) = http_get(addr, "/metrics").await.expect("/metrics answers");
-    assert_eq!(status, 200);
-    body
-}
-
-/// Waits until `/metrics` satisfies `check`; returns the last scrape.
-async fn scrape_until(
-    addr: SocketAddr,
-    timeout: Duration,
-    check: impl Fn(&[Sample]) -> bool,
-) -> (String, bool) {
-    let started = std::time::Instant::now();
-    loop {
-        let text = http_get(addr, "/metrics")
-            .await
-            .map(|r| r.1)
-            .unwrap_or_default();
-        let (_, samples) = parse(&text);
-        if check(&samples) {
-            return (text, true);
-        }
-        if started.elapsed() > timeout {
-            return (text, false);
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// Checks one scrape against the spec: every metric exported with its type, every sample with
-/// exactly the spec's labels and only the listed values.
-/// `lazy`: families allowed to be absent from this scrape (their label values are only known
-/// once something happens, and nothing happened).
-fn assert_matches_spec(text: &str, lazy: &[&str]) {
-    let (types, samples) = parse(text);
-    let spec = spec();
-    assert!(spec.len() >= 20, "the spec table was read: {spec:?}");
-    for m in &spec {
-        let family = match m.kind.as_str() {
-            "counter" => m
-                .name
-                .strip_suffix("_total")
-                .unwrap_or_else(|| panic!("counter {} must end in _total", m.name)),
-            _ => m.name.as_str(),
-        };
-        // The CDC families exist only for CDC tables (docs/cdc.md).
-        let lazy_here = lazy.contains(&m.name.as_str()) || m.name.starts_with("kbq_cdc_");
-        if lazy_here && !types.contains_key(family) {
-            continue;
-        }
-        assert_eq!(
-            types.get(family).map(String::as_str),
-            Some(m.kind.as_str()),
-            "{} exported as a {}",
-            m.name,
-            m.kind
-        );
-        let names: Vec<String> = match m.kind.as_str() {
-            "histogram" => vec![
-                format!("{family}_bucket"),
-                format!("{family}_count"),
-                format!("{family}_sum"),
-            ],
-            "counter" => vec![m.name.clone()],
-            _ => vec![family.to_string()],
-        };
-        for s in samples.iter().filter(|s| names.contains(&s.name)) {
-            let mut keys: BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
-            keys.remove("le");
-            let want: BTreeSet<&str> = m.labels.keys().map(String::as_str).collect();
-            assert_eq!(keys, want, "labels of {s:?}");
-            for (label, allowed) in &m.labels {
-                if !allowed.is_empty() {
-                    assert!(
-                        allowed.contains(&s.labels[label]),
-                        "{}: {label}={} is not one of {allowed:?}",
-                        m.name,
-                        s.labels[label]
-                    );
-                }
-            }
-            assert!(
-                s.value >= 0.0 && s.value.is_finite(),
-                "{s:?} is a sane value"
-            );
-        }
-    }
-    for s in &samples {
-        assert!(s.name.starts_with("kbq_"), "only kbq_ metrics: {s:?}");
-        let listed = spec.iter().any(|m| {
-            let family = m.name.strip_suffix("_total").unwrap_or(&m.name);
-            s.name == m.name
-                || s.name
-                    .strip_prefix(family)
-                    .is_some_and(|rest| ["_bucket", "_count", "_sum", ""].contains(&rest))
-        });
-        assert!(listed, "{} is exported but not in the spec", s.name);
     }
 }
 
