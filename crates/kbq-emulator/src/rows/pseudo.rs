@@ -3,7 +3,8 @@
 //! The codec remembers their field numbers so that the write path can read a row's
 //! change type and sequence number; validation and rendering skip them like unknown fields.
 
-use super::{ProtoKind, Reader, RowCodec, SchemaError, Wire};
+use super::wire::Wire;
+use super::{ProtoKind, Reader, RowCodec, SchemaError};
 
 pub const CHANGE_TYPE: &str = "_change_type";
 pub const CHANGE_SEQUENCE_NUMBER: &str = "_change_sequence_number";

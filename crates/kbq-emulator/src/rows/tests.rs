@@ -1,9 +1,14 @@
 //! RowCodec against rows encoded by an independent implementation (prost-reflect), for every
 //! column type of docs/mapping.md and every schema and row error the emulator models.
 
+use super::civil::{civil_from_days, days_from_civil, valid_date};
+use super::validate::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS};
 use super::*;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, Value as Pv};
+use prost_types::field_descriptor_proto::{Label, Type};
+use prost_types::{EnumDescriptorProto, FieldDescriptorProto};
 use prost_types::{FieldOptions, FileDescriptorProto};
 
 fn field(name: &str, number: i32, t: Type) -> FieldDescriptorProto {
