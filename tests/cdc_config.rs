@@ -175,16 +175,28 @@ fn bad_cdc_fields_are_named() {
             .iter()
             .any(|e| e.contains("schema_update: add_columns"))
     );
-    let route = "  - topics: [customers]\n    format: protobuf\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
+    // Protobuf and JSON Schema records carry changes like Avro ones; their keys come from the
+    // registry too.
+    for format in ["protobuf", "json_schema"] {
+        let route = format!(
+            "  - topics: [customers]\n    format: {format}\n    cdc:\n      mode: upsert_delete\n"
+        );
+        let errs = errors(&config("at_least_once", &route));
+        assert!(
+            !errs
+                .iter()
+                .any(|e| e.starts_with("routes[0].cdc") || e.starts_with("routes[0].format")),
+            "{format}: {errs:?}"
+        );
+    }
+    // Schemaless JSON has no key schema: the key columns must be listed.
+    let route = "  - topics: [customers]\n    format: json\n    cdc:\n      mode: upsert_delete\n";
     let errs = errors(&config("at_least_once", route));
-    let refusals: Vec<&String> = errs
-        .iter()
-        .filter(|e| e.contains("avro records only"))
-        .collect();
-    assert_eq!(
-        refusals,
-        ["routes[0].cdc: change data capture reads avro records only, not protobuf"],
-        "one refusal, naming the format: {errs:?}"
+    assert!(
+        errs.iter().any(|e| e.starts_with(
+            "routes[0].cdc.primary_key: is required when the kafka key's schema does not come from schema_registry"
+        )),
+        "{errs:?}"
     );
     let route = "  - topics: [customers]\n    cdc:\n      mode: replace\n      primary_key: [id]\n";
     let errs = errors(&config("at_least_once", route));

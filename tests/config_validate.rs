@@ -847,13 +847,12 @@ fn json_inputs_name_the_registry_and_table_fields_they_need_or_refuse() {
         HashMap::new(),
         "json: set either json or avro.schema_file, not both",
     );
-    // A CDC route would read its records as Avro whatever the format said.
+    // A CDC route reads schemaless JSON too (docs/cdc.md), given its key columns.
     let cdc = schemaless.replace("  table: t\n", "  table: t\n  create_table: {}\n")
         + "delivery: at_least_once\nroutes:\n  - topics: [a]\n    table: ta\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
     let errs = errors(&cdc, HashMap::new());
     assert!(
-        errs.iter().any(|e| e
-            .starts_with("routes[0].cdc: change data capture reads avro records only, not json")),
+        !errs.iter().any(|e| e.starts_with("routes[0].cdc")),
         "{errs:#?}"
     );
 }

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError, Delivery, HumanDuration, SchemaUpdate, defaults};
+use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
 /// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
@@ -133,10 +133,11 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
         }
         // Without a key in the config it is read from the Kafka key's registered schema.
         let raw_avro = route.avro.is_some() || config.avro.is_some();
-        if c.primary_key.is_none() && (raw_avro || config.schema_registry.is_none()) {
+        let schemaless = route.format.or(config.top_format()) == Some(InputFormat::Json);
+        if c.primary_key.is_none() && (raw_avro || schemaless || config.schema_registry.is_none()) {
             err(
                 format!("{path}.primary_key"),
-                "is required when the kafka key's schema does not come from schema_registry (raw avro input): list the key columns".into(),
+                "is required when the kafka key's schema does not come from schema_registry (raw avro or schemaless json input): list the key columns".into(),
             );
         }
         if let Some(subject) = &c.key_subject {
@@ -210,8 +211,7 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
                 "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)".into(),
             );
         }
-        // The input format (Avro only) is checked with the other formats' rules in
-        // `Validator::formats`, once.
+        // Every input format carries changes; its own rules are in `Validator::formats`.
     }
 }
 

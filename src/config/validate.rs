@@ -497,16 +497,8 @@ impl Validator {
                 create_table,
                 add_columns,
             });
-            // Without a format, a CDC route reads Avro ids; others are bad records.
-            if let Some(format) = format.filter(|f| r.cdc.is_some() && *f != InputFormat::Avro) {
-                self.err(
-                    format!("routes[{i}].cdc"),
-                    format!(
-                        "change data capture reads avro records only, not {}",
-                        format.as_str()
-                    ),
-                );
-            }
+            // A CDC route reads every format: Avro (raw or registry), Protobuf, JSON Schema and
+            // schemaless JSON (docs/cdc.md); what each needs is checked in `cdc::validate`.
         }
         for s in scopes {
             let Some(format) = s.format else {

@@ -2,17 +2,19 @@
 //! primary key and `max_staleness` to create it with, and the check that an existing table has
 //! the configured primary key.
 
-use std::sync::Arc;
-
 use anyhow::{anyhow, bail};
 
-use super::cdc_plans::{ChangePlans, ChangeRules};
+use super::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+use super::plans::{WriterSchema, writer_schema};
 use crate::bigquery::rest_client::{PrimaryKey, Table, TableConstraints, TableReference};
 use crate::bigquery::table_schema::{FieldType, Mode, TableSchema};
 use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
-use crate::transcode::change::{CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape};
-use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions, table_schema_from_avro};
+use crate::transcode::change::{
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, JsonShape, ProtoShape,
+};
+use crate::transcode::protobuf::MessagePath;
+use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions};
 
 pub(super) fn format(cdc: &CdcConfig) -> ChangeFormat {
     match cdc.format {
@@ -32,6 +34,26 @@ pub(super) fn row_schema(schema: &AvroSchema, cdc: &CdcConfig) -> anyhow::Result
     Ok(row)
 }
 
+/// The schema of the rows inside a writer schema's records, in its own format: what a created
+/// table's columns are derived from.
+pub(super) fn row_writer(writer: WriterSchema, cdc: &CdcConfig) -> anyhow::Result<WriterSchema> {
+    let source = cdc.sequence.source_field.as_deref();
+    let cdc_error = |e: String| anyhow!("cdc: {e}");
+    Ok(match writer {
+        WriterSchema::Avro(s) => WriterSchema::Avro(row_schema(&s, cdc)?),
+        WriterSchema::Protobuf(m) => WriterSchema::Protobuf(
+            ProtoShape::new(&m, &format(cdc), source)
+                .map_err(cdc_error)?
+                .1,
+        ),
+        WriterSchema::Json(s) => {
+            let (_, row) =
+                JsonShape::new(Some(&s), false, &format(cdc), source).map_err(cdc_error)?;
+            WriterSchema::Json(row.unwrap_or(s))
+        }
+    })
+}
+
 /// The column types a primary key may have (BigQuery's table constraints).
 const KEY_TYPES: [FieldType; 8] = [
     FieldType::BigNumeric,
@@ -46,8 +68,9 @@ const KEY_TYPES: [FieldType; 8] = [
 
 /// The primary key a Kafka key's record schema gives: its fields, in order, each of a type a
 /// primary key may have, at most 16. `Err` says why not (the caller names the subject).
-pub(super) fn key_columns(key: &AvroSchema) -> Result<Vec<String>, String> {
-    let columns = table_schema_from_avro(key, &DeriveOptions::default())
+pub(super) fn key_columns(key: &WriterSchema) -> Result<Vec<String>, String> {
+    let columns = key
+        .derive(&DeriveOptions::default())
         .map_err(|e| format!("the key schema is not a record of columns: {e}"))?
         .fields;
     if columns.is_empty() || columns.len() > MAX_KEY_COLUMNS {
@@ -97,17 +120,27 @@ pub(super) async fn with_key(
     } else {
         format!("{}.cdc.primary_key is not set and ", route.path)
     };
-    let key = registry
-        .latest(&subject)
+    let unreadable =
+        |e: &dyn std::fmt::Display| anyhow!("{field}the kafka key's schema cannot be read: {e}");
+    // Any registry format: Avro, Protobuf (the file's first message, which Confluent's
+    // serializers frame as `[0]`) or JSON Schema.
+    let (id, kind) = registry
+        .latest_id(&subject)
         .await
-        .map_err(|e| anyhow!("{field}the kafka key's schema cannot be read: {e}"))?;
-    let columns = key_columns(&key.schema).map_err(|e| {
-        anyhow!(
-            "{field}subject {subject} (schema id {}) gives no primary key: {e}; list the key columns",
-            key.id
-        )
-    })?;
-    tracing::info!(topic, subject = %subject, schema_id = key.id, primary_key = ?columns, "primary key taken from the kafka key's schema");
+        .map_err(|e| unreadable(&e))?;
+    let key = registry
+        .any_schema(id, Some(kind))
+        .await
+        .map_err(|e| unreadable(&e))?;
+    let columns = writer_schema(&key, id, &MessagePath::FIRST)
+        .map_err(|bad| bad.reason)
+        .and_then(|key| key_columns(&key))
+        .map_err(|e| {
+            anyhow!(
+                "{field}subject {subject} (schema id {id}) gives no primary key: {e}; list the key columns"
+            )
+        })?;
+    tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), primary_key = ?columns, "primary key taken from the kafka key's schema");
     let mut out = cdc.clone();
     out.primary_key = Some(columns);
     Ok(out)
@@ -180,17 +213,38 @@ pub(super) fn check_table(
     Ok(())
 }
 
+/// Where a CDC route's writer schemas come from: the fixed Avro schema, schemaless JSON, or the
+/// registry (any of its formats, or the route's pinned one).
+pub(super) fn input<'a>(
+    config: &crate::config::Config,
+    route: &TopicRoute<'_>,
+    registry: Option<std::sync::Arc<SchemaRegistry>>,
+    fixed: Option<&'a AvroSchema>,
+) -> anyhow::Result<ChangeInput<'a>> {
+    use crate::config::InputFormat;
+    Ok(match (fixed, registry) {
+        (Some(schema), _) => ChangeInput::FixedAvro(schema),
+        (None, _) if route.format == Some(InputFormat::Json) => ChangeInput::SchemalessJson,
+        (None, Some(registry)) => ChangeInput::Registry(
+            registry,
+            super::settings::registry_input(config, route.format),
+        ),
+        (None, None) => bail!(
+            "{}.cdc: the route's records need schema_registry",
+            route.path
+        ),
+    })
+}
+
 /// The plans of a CDC route.
 pub(super) fn plans(
     cdc: &CdcConfig,
-    registry: Option<Arc<SchemaRegistry>>,
-    fixed: Option<&AvroSchema>,
+    input: ChangeInput<'_>,
     table: &TableSchema,
     options: PlanOptions,
 ) -> anyhow::Result<ChangePlans> {
     ChangePlans::new(
-        registry,
-        fixed,
+        input,
         table,
         options,
         ChangeRules {
@@ -207,11 +261,13 @@ pub(super) fn plans(
 mod tests {
     use super::*;
 
-    fn key(fields: &str) -> AvroSchema {
-        AvroSchema::parse(&format!(
-            r#"{{"type":"record","name":"Key","namespace":"db.inventory.customers","fields":[{fields}]}}"#
-        ))
-        .unwrap()
+    fn key(fields: &str) -> WriterSchema {
+        WriterSchema::Avro(
+            AvroSchema::parse(&format!(
+                r#"{{"type":"record","name":"Key","namespace":"db.inventory.customers","fields":[{fields}]}}"#
+            ))
+            .unwrap(),
+        )
     }
 
     #[test]
@@ -238,7 +294,10 @@ mod tests {
             .collect();
         let e = key_columns(&key(&seventeen.join(","))).unwrap_err();
         assert!(e.contains("1 to 16 columns") && e.contains("17"), "{e}");
-        let e = key_columns(&AvroSchema::parse(r#""string""#).unwrap()).unwrap_err();
+        let e = key_columns(&WriterSchema::Avro(
+            AvroSchema::parse(r#""string""#).unwrap(),
+        ))
+        .unwrap_err();
         assert!(e.contains("not a record"), "{e}");
     }
 
@@ -251,10 +310,16 @@ mod tests {
         let body = serde_json::json!({"subject": "customers-key", "version": 1, "id": 7,
                                       "schema": key})
         .to_string();
-        let app = axum::Router::new().route(
-            "/subjects/customers-key/versions/latest",
-            axum::routing::get(move || async move { body }),
-        );
+        let by_id = serde_json::json!({ "schema": key }).to_string();
+        let app = axum::Router::new()
+            .route(
+                "/subjects/customers-key/versions/latest",
+                axum::routing::get(move || async move { body }),
+            )
+            .route(
+                "/schemas/ids/7",
+                axum::routing::get(move || async move { by_id }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });

@@ -1,31 +1,44 @@
-//! Plans of a CDC route (docs/cdc.md): per writer schema, where the change is in a record
-//! ([`ChangeShape`]) and the plan that writes its row with the two pseudo-columns; per key schema,
-//! the plan that writes a key-only DELETE row for a tombstone. Cached by schema id for the life
-//! of the process (ids are immutable), like the plans of an ordinary route.
+//! Plans of a CDC route (docs/cdc.md): per writer schema (Avro, Protobuf message or JSON Schema,
+//! or schemaless JSON), where the change is in a record ([`ChangeShape`]) and the plan that writes
+//! its row with the two pseudo-columns; per key schema, the plan that writes a key-only DELETE
+//! row for a tombstone. Cached by schema id (and Protobuf message path) for the life of the
+//! process (ids are immutable), like the plans of an ordinary route.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::plans::{RegistryInput, WriterSchema, writer_schema};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::kafka::dead_letter::BadRecord;
-use crate::registry::{RegistryError, SchemaRegistry};
+use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
 use crate::transcode::change::{
-    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, key_row_schema,
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, JsonShape,
+    ProtoShape, key_row_schema, with_change_fields,
 };
+use crate::transcode::protobuf::{MessagePath, split_message_indexes};
 use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
 
 use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 
-/// A writer schema's change shape and row plan.
+/// A writer schema's change shape and row plan, and how its rows get the pseudo-columns.
 pub struct ChangePlan {
     pub shape: ChangeShape,
     pub plan: Arc<Plan>,
+    pub columns: ChangeColumns,
+}
+
+/// The plan of a Kafka key that writes a key-only DELETE row.
+#[derive(Clone)]
+pub struct KeyPlan {
+    pub plan: Arc<Plan>,
+    pub columns: ChangeColumns,
 }
 
 /// Where the writer schemas come from.
 pub enum ChangeSchemas {
-    Registry(Arc<SchemaRegistry>),
-    /// Raw Avro with one schema: its plan, compiled at start.
+    /// Confluent-framed Avro, Protobuf or JSON Schema (values and keys alike).
+    Registry(Arc<SchemaRegistry>, RegistryInput),
+    /// Raw Avro with one schema, or schemaless JSON: the plan, compiled at start.
     Fixed(Arc<ChangePlan>),
 }
 
@@ -41,15 +54,28 @@ pub struct ChangeRules {
     pub epoch: u64,
 }
 
+/// The tables plans compile against: Avro rows declare the pseudo-columns as fields, so their
+/// plans compile against the table with them; Protobuf and JSON plans get them added after.
+struct Tables {
+    with_pseudo: TableSchema,
+    plain: TableSchema,
+}
+
+/// Plans by schema id and, for Protobuf, the message path.
+type Cache<T> = Mutex<HashMap<(u32, MessagePath), Result<T, BadRecord>>>;
+
 /// How a CDC route turns records into changes.
 pub struct ChangePlans {
     schemas: ChangeSchemas,
-    /// The table with the pseudo-columns as two more STRING columns: the plans write them.
-    table: TableSchema,
+    tables: Tables,
     options: PlanOptions,
     pub rules: ChangeRules,
-    values: Mutex<HashMap<u32, Result<Arc<ChangePlan>, BadRecord>>>,
-    keys: Mutex<HashMap<u32, Result<Arc<Plan>, BadRecord>>>,
+    /// Schemaless JSON: keys are schemaless JSON too.
+    schemaless: bool,
+    values: Cache<Arc<ChangePlan>>,
+    keys: Cache<Arc<KeyPlan>>,
+    /// Whether a schema id is Protobuf (its records carry a message-index array).
+    protobuf_ids: Mutex<HashMap<u32, bool>>,
 }
 
 /// The table schema plans compile against: the table's columns and the pseudo-columns.
@@ -65,8 +91,7 @@ pub fn with_pseudo_columns(table: &TableSchema) -> TableSchema {
     out
 }
 
-/// The table with its REQUIRED columns NULLABLE: a DELETE row needs only the key columns.
-fn relaxed(table: &TableSchema) -> TableSchema {
+fn relax(table: &TableSchema) -> TableSchema {
     let mut out = table.clone();
     for column in &mut out.fields {
         if column.mode() == Mode::Required {
@@ -84,123 +109,295 @@ fn unavailable(e: &RegistryError) -> PlanLookupError {
     PlanLookupError::Unavailable(e.to_string())
 }
 
+/// What a change plan is compiled from.
+pub enum ChangeInput<'a> {
+    Registry(Arc<SchemaRegistry>, RegistryInput),
+    /// Raw Avro with one schema.
+    FixedAvro(&'a AvroSchema),
+    SchemalessJson,
+}
+
 impl ChangePlans {
     pub fn new(
-        schemas: Option<Arc<SchemaRegistry>>,
-        fixed: Option<&AvroSchema>,
+        input: ChangeInput<'_>,
         table: &TableSchema,
         options: PlanOptions,
         rules: ChangeRules,
     ) -> Result<ChangePlans, String> {
-        let table = with_pseudo_columns(table);
-        let schemas = match (fixed, schemas) {
-            (Some(schema), _) => ChangeSchemas::Fixed(Arc::new(
-                compile(schema, &table, &options, &rules).map_err(|b| b.reason)?,
-            )),
-            (None, Some(registry)) => ChangeSchemas::Registry(registry),
-            (None, None) => return Err("a cdc route needs an avro input".into()),
+        let tables = Tables {
+            with_pseudo: with_pseudo_columns(table),
+            plain: table.clone(),
+        };
+        let fixed = |writer: Option<WriterSchema>| {
+            compile(writer.as_ref(), &tables, &options, &rules, false)
+                .map(|p| ChangeSchemas::Fixed(Arc::new(p)))
+                .map_err(|b| b.reason)
+        };
+        let (schemas, schemaless) = match input {
+            ChangeInput::FixedAvro(schema) => {
+                (fixed(Some(WriterSchema::Avro(schema.clone())))?, false)
+            }
+            ChangeInput::SchemalessJson => (fixed(None)?, true),
+            ChangeInput::Registry(registry, input) => {
+                (ChangeSchemas::Registry(registry, input), false)
+            }
         };
         Ok(ChangePlans {
             schemas,
-            table,
+            tables,
             options,
             rules,
+            schemaless,
             values: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
+            protobuf_ids: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The change plan of a value payload and where its Avro body starts.
+    /// The change plan of a value payload and where its body starts.
     pub async fn value_plan(
         &self,
         payload: &[u8],
     ) -> Result<(Arc<ChangePlan>, usize), PlanLookupError> {
-        let registry = match &self.schemas {
+        let (registry, input) = match &self.schemas {
             ChangeSchemas::Fixed(plan) => return Ok((plan.clone(), 0)),
-            ChangeSchemas::Registry(r) => r,
+            ChangeSchemas::Registry(r, input) => (r, input),
         };
-        let (id, body) = split_confluent(payload)
-            .map_err(|e| PlanLookupError::BadRecord(bad("bad_magic", e.to_string())))?;
-        let at = payload.len() - body.len();
-        if let Some(found) = self.values.lock().expect("plan cache").get(&id) {
-            return found
-                .clone()
-                .map(|p| (p, at))
-                .map_err(PlanLookupError::BadRecord);
+        let bad_value = |class: &'static str, reason: String| bad(class, reason);
+        let (writer, cached, at) = self
+            .writer(registry, input, payload, &self.values, bad_value)
+            .await?;
+        if let Some(found) = cached {
+            return found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord);
         }
-        let found = match registry.schema(id).await {
-            Ok(s) => compile(&s.schema, &self.table, &self.options, &self.rules).map(Arc::new),
-            Err(e) if e.is_retryable() => return Err(unavailable(&e)),
-            Err(e) => Err(bad("unknown_schema", e.to_string())),
-        };
-        self.values
-            .lock()
-            .expect("plan cache")
-            .insert(id, found.clone());
-        found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord)
-    }
-
-    /// The plan of a key payload (Avro through the registry) that writes a key-only row with
-    /// the pseudo-columns, and where its Avro body starts.
-    pub async fn key_plan(&self, key: &[u8]) -> Result<(Arc<Plan>, usize), PlanLookupError> {
-        let ChangeSchemas::Registry(registry) = &self.schemas else {
-            return Err(PlanLookupError::BadRecord(bad(
-                "cdc_no_key",
-                "a delete by kafka key needs the key's schema from the schema registry".into(),
-            )));
-        };
-        let (id, body) = split_confluent(key).map_err(|e| {
-            PlanLookupError::BadRecord(bad("cdc_no_key", format!("the kafka key: {e}")))
-        })?;
-        let at = key.len() - body.len();
-        if let Some(found) = self.keys.lock().expect("plan cache").get(&id) {
-            return found
-                .clone()
-                .map(|p| (p, at))
-                .map_err(PlanLookupError::BadRecord);
-        }
-        let found = match registry.schema(id).await {
-            Ok(s) => Plan::compile(
-                &key_row_schema(&s.schema),
-                &relaxed(&self.table),
+        let (key, writer) = writer.expect("not cached");
+        let found = writer.and_then(|w| {
+            compile(
+                Some(&w),
+                &self.tables,
                 &self.options,
+                &self.rules,
+                input.json_validate,
             )
             .map(Arc::new)
-            .map_err(|e| {
-                bad(
+        });
+        cache(&self.values, key, found).map(|p| (p, at))
+    }
+
+    /// The plan of a Kafka key (through the registry, in any of its formats; schemaless JSON
+    /// with schemaless values) that writes a key-only row, and where the key's body starts.
+    pub async fn key_plan(&self, key: &[u8]) -> Result<(Arc<KeyPlan>, usize), PlanLookupError> {
+        let relaxed = relaxed(&self.tables);
+        let (registry, input) = match &self.schemas {
+            ChangeSchemas::Registry(r, input) => (r, input),
+            ChangeSchemas::Fixed(_) if self.schemaless => {
+                let found = self.key_cached((0, MessagePath::FIRST), || {
+                    key_compile(None, &relaxed, &self.options)
+                });
+                return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
+            }
+            ChangeSchemas::Fixed(_) => {
+                return Err(PlanLookupError::BadRecord(bad(
                     "cdc_no_key",
-                    format!("key schema {id} does not fit the table: {e}"),
-                )
-            }),
-            Err(e) if e.is_retryable() => return Err(unavailable(&e)),
-            Err(e) => Err(bad("cdc_no_key", e.to_string())),
+                    "a delete by kafka key needs the key's schema from the schema registry".into(),
+                )));
+            }
         };
-        self.keys
+        let bad_key =
+            |_: &'static str, reason: String| bad("cdc_no_key", format!("the kafka key: {reason}"));
+        let (writer, cached, at) = self
+            .writer(registry, input, key, &self.keys, bad_key)
+            .await?;
+        if let Some(found) = cached {
+            return found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord);
+        }
+        let (id, writer) = writer.expect("not cached");
+        let found = writer.and_then(|w| key_compile(Some(&w), &relaxed, &self.options));
+        cache(&self.keys, id, found).map(|p| (p, at))
+    }
+
+    fn key_cached(
+        &self,
+        id: (u32, MessagePath),
+        compile: impl FnOnce() -> Result<Arc<KeyPlan>, BadRecord>,
+    ) -> Result<Arc<KeyPlan>, BadRecord> {
+        let mut keys = self.keys.lock().expect("plan cache");
+        keys.entry(id).or_insert_with(compile).clone()
+    }
+
+    /// The writer schema of a Confluent-framed payload: from the cache (`cached`), or fetched
+    /// (`writer`, with the cache key to store its plan under); and where the body starts.
+    #[allow(clippy::type_complexity)]
+    async fn writer<T: Clone>(
+        &self,
+        registry: &SchemaRegistry,
+        input: &RegistryInput,
+        payload: &[u8],
+        plans: &Cache<T>,
+        bad: impl Fn(&'static str, String) -> BadRecord,
+    ) -> Result<
+        (
+            Option<((u32, MessagePath), Result<WriterSchema, BadRecord>)>,
+            Option<Result<T, BadRecord>>,
+            usize,
+        ),
+        PlanLookupError,
+    > {
+        let record = |class, reason| PlanLookupError::BadRecord(bad(class, reason));
+        let (id, body) =
+            split_confluent(payload).map_err(|e| record("bad_magic", e.to_string()))?;
+        // A cached plan is found without asking the registry: only the id's format (whether a
+        // message-index array follows the header) must be known.
+        let known = self
+            .protobuf_ids
             .lock()
             .expect("plan cache")
-            .insert(id, found.clone());
-        found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord)
+            .get(&id)
+            .copied();
+        let mut schema = None;
+        let protobuf = match known {
+            Some(protobuf) => protobuf,
+            None => {
+                let fetched = self.fetch(registry, input, id).await?;
+                let protobuf = matches!(fetched, Ok(AnySchema::Protobuf(_)));
+                schema = Some(fetched);
+                protobuf
+            }
+        };
+        let (path, at) = match protobuf {
+            true => {
+                let (path, message) = split_message_indexes(body, input.message_indexes)
+                    .map_err(|e| record(e.class(), format!("schema id {id}: {e}")))?;
+                (path, payload.len() - message.len())
+            }
+            false => (MessagePath::FIRST, payload.len() - body.len()),
+        };
+        if let Some(found) = plans.lock().expect("plan cache").get(&(id, path)) {
+            return Ok((None, Some(found.clone()), at));
+        }
+        let schema = match schema {
+            Some(s) => s,
+            None => self.fetch(registry, input, id).await?,
+        };
+        self.protobuf_ids
+            .lock()
+            .expect("plan cache")
+            .insert(id, protobuf);
+        let writer = schema.and_then(|s| writer_schema(&s, id, &path));
+        Ok((Some(((id, path), writer)), None, at))
+    }
+
+    /// The registered schema of `id`; `Err` inside: final for the id (an unknown schema).
+    async fn fetch(
+        &self,
+        registry: &SchemaRegistry,
+        input: &RegistryInput,
+        id: u32,
+    ) -> Result<Result<AnySchema, BadRecord>, PlanLookupError> {
+        match registry.any_schema(id, input.kind).await {
+            Ok(s) => Ok(Ok(s)),
+            Err(e) if e.is_retryable() => Err(unavailable(&e)),
+            Err(e) => Ok(Err(bad("unknown_schema", e.to_string()))),
+        }
     }
 }
 
+fn cache<T: Clone>(
+    plans: &Cache<T>,
+    key: (u32, MessagePath),
+    found: Result<T, BadRecord>,
+) -> Result<T, PlanLookupError> {
+    plans.lock().expect("plan cache").insert(key, found.clone());
+    found.map_err(PlanLookupError::BadRecord)
+}
+
+/// The table with its REQUIRED columns NULLABLE (a DELETE row needs only the key columns).
+fn relaxed(tables: &Tables) -> Tables {
+    Tables {
+        with_pseudo: relax(&tables.with_pseudo),
+        plain: relax(&tables.plain),
+    }
+}
+
+/// A value schema's change plan (`None`: schemaless JSON, typed by the table).
 fn compile(
-    schema: &AvroSchema,
-    table: &TableSchema,
+    writer: Option<&WriterSchema>,
+    tables: &Tables,
     options: &PlanOptions,
     rules: &ChangeRules,
+    json_validate: bool,
 ) -> Result<ChangePlan, BadRecord> {
-    let (shape, row) = ChangeShape::new(schema, &rules.format, rules.source_field.as_deref())
-        .map_err(|reason| bad("incompatible_schema", reason))?;
-    let plan = Plan::compile(&row, table, options).map_err(|e| {
-        bad(
-            "incompatible_schema",
-            format!("the change rows do not fit the table: {e}"),
-        )
-    })?;
+    let source = rules.source_field.as_deref();
+    let incompatible = |reason: String| bad("incompatible_schema", reason);
+    let unfit = |e: crate::transcode::PlanError| {
+        incompatible(format!("the change rows do not fit the table: {e}"))
+    };
+    let (shape, plan, columns) = match writer {
+        Some(WriterSchema::Avro(schema)) => {
+            let (shape, row) =
+                ChangeShape::new(schema, &rules.format, source).map_err(incompatible)?;
+            let plan = Plan::compile(&row, &tables.with_pseudo, options).map_err(unfit)?;
+            (shape, plan, ChangeColumns::Avro)
+        }
+        Some(WriterSchema::Protobuf(message)) => {
+            let (shape, row) =
+                ProtoShape::new(message, &rules.format, source).map_err(incompatible)?;
+            let plan = Plan::compile_protobuf(&row, &tables.plain, options).map_err(unfit)?;
+            let (plan, columns) = with_change_fields(plan);
+            (ChangeShape::Protobuf(shape), plan, columns)
+        }
+        Some(WriterSchema::Json(schema)) => {
+            let (shape, row) = JsonShape::new(Some(schema), json_validate, &rules.format, source)
+                .map_err(incompatible)?;
+            let plan =
+                Plan::compile_json(row.as_ref(), false, &tables.plain, options).map_err(unfit)?;
+            let (plan, columns) = with_change_fields(plan);
+            (ChangeShape::Json(shape), plan, columns)
+        }
+        None => {
+            let (shape, _) =
+                JsonShape::new(None, false, &rules.format, source).map_err(incompatible)?;
+            let plan = Plan::compile_json(None, false, &tables.plain, options).map_err(unfit)?;
+            let (plan, columns) = with_change_fields(plan);
+            (ChangeShape::Json(shape), plan, columns)
+        }
+    };
     Ok(ChangePlan {
         shape,
         plan: Arc::new(plan),
+        columns,
     })
+}
+
+/// A key schema's plan of key-only rows against the relaxed table (`None`: schemaless JSON).
+fn key_compile(
+    writer: Option<&WriterSchema>,
+    relaxed: &Tables,
+    options: &PlanOptions,
+) -> Result<Arc<KeyPlan>, BadRecord> {
+    let compiled = match writer {
+        Some(WriterSchema::Avro(schema)) => {
+            Plan::compile(&key_row_schema(schema), &relaxed.with_pseudo, options)
+                .map(|p| (p, ChangeColumns::Avro))
+        }
+        Some(WriterSchema::Protobuf(m)) => {
+            Plan::compile_protobuf(m, &relaxed.plain, options).map(with_change_fields)
+        }
+        Some(WriterSchema::Json(s)) => {
+            Plan::compile_json(Some(s), false, &relaxed.plain, options).map(with_change_fields)
+        }
+        None => Plan::compile_json(None, false, &relaxed.plain, options).map(with_change_fields),
+    };
+    let (plan, columns) = compiled.map_err(|e| {
+        bad(
+            "cdc_no_key",
+            format!("the kafka key's schema does not fit the table: {e}"),
+        )
+    })?;
+    Ok(Arc::new(KeyPlan {
+        plan: Arc::new(plan),
+        columns,
+    }))
 }
 
 impl PlanSource for ChangePlans {

@@ -13,7 +13,7 @@ use crate::bigquery::rest_client::{
 };
 use crate::bigquery::table_schema::TableSchema;
 use crate::config::{self, Config, TopicRoute};
-use crate::registry::{AnySchema, SchemaKind, SchemaRegistry};
+use crate::registry::{AnySchema, SchemaRegistry};
 use crate::transcode::protobuf::MessagePath;
 use crate::transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
 
@@ -87,14 +87,6 @@ pub(super) async fn ensure_table(
                     pinned.as_str()
                 );
             }
-            if route.cdc.is_some() && kind != SchemaKind::Avro {
-                bail!(
-                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but change data capture ({}.cdc) reads avro only",
-                    table.resource_name(),
-                    kind.as_str(),
-                    route.path
-                );
-            }
             let registered = registry
                 .any_schema(id, Some(kind))
                 .await
@@ -103,15 +95,21 @@ pub(super) async fn ensure_table(
             match &registered {
                 AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, &options)?,
                 // The file's first message: what Confluent's serializers frame as `[0]`.
-                other => writer_schema(other, id, &MessagePath::FIRST)
-                    .map_err(|bad| anyhow!("{}", bad.reason))?
-                    .derive(&options)
-                    .map_err(|e| {
-                        anyhow!(
-                            "cannot derive a table schema from the {} schema {id}: {e}",
-                            kind.as_str()
-                        )
-                    })?,
+                other => {
+                    let writer = writer_schema(other, id, &MessagePath::FIRST)
+                        .map_err(|bad| anyhow!("{}", bad.reason))?;
+                    match route.cdc {
+                        Some(c) => cdc::row_writer(writer, c)?,
+                        None => writer,
+                    }
+                }
+                .derive(&options)
+                .map_err(|e| {
+                    anyhow!(
+                        "cannot derive a table schema from the {} schema {id}: {e}",
+                        kind.as_str()
+                    )
+                })?,
             }
         }
         (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),

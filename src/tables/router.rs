@@ -238,8 +238,12 @@ impl Router {
             Some(c) => Some(Arc::new(
                 cdc::plans(
                     c,
-                    registry.clone(),
-                    fixed_schema.as_ref(),
+                    cdc::input(
+                        &self.config,
+                        settings,
+                        registry.clone(),
+                        fixed_schema.as_ref(),
+                    )?,
                     &table.schema,
                     plan_options.clone(),
                 )

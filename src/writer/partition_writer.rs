@@ -176,8 +176,8 @@ pub fn spawn(
 enum RowBody {
     /// The record's value, its Avro body starting at this byte.
     Value(usize),
-    /// Avro the writer built (a CDC row with its pseudo-columns).
-    Avro(Vec<u8>),
+    /// A CDC row: the input the plan transcodes, then the pseudo-column bytes that follow.
+    Change(crate::transcode::change::ChangeRow),
     /// A finished row in the plan's descriptor (a renumbered DELETE by key).
     Proto(Vec<u8>),
 }
@@ -500,7 +500,11 @@ impl PartitionWriter {
                 let value = record.value().unwrap_or_default();
                 plan.transcode(&value[*at..], Some(&meta), self.open.buffer_mut())
             }
-            RowBody::Avro(avro) => plan.transcode(avro, Some(&meta), self.open.buffer_mut()),
+            RowBody::Change(change) => {
+                let row = plan.transcode(&change.input, Some(&meta), self.open.buffer_mut())?;
+                let suffix = self.open.append_bytes(&change.suffix);
+                Ok(row.start..suffix.end)
+            }
             RowBody::Proto(row) => Ok(self.open.append_bytes(row)),
         }
     }

@@ -12,7 +12,7 @@ use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
 use crate::tables::cdc_plans::ChangePlans;
 use crate::transcode::Plan;
-use crate::transcode::change::{ChangeKind, NotAChange, append_change, renumber, sequence_number};
+use crate::transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
 
 use super::{End, NextOffset, PartitionWriter, RowBody};
 
@@ -48,15 +48,14 @@ impl PartitionWriter {
         let Some(row) = located.row else {
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
-        let mut avro = Vec::with_capacity(row.len() + sequence.len() + 16);
-        avro.extend_from_slice(&body[row]);
-        append_change(&mut avro, located.kind, &sequence);
+        let change = plan.columns.row(&body[row], located.kind, &sequence);
         self.use_plan(plan.plan.clone()).await?;
         self.count_change(located.kind);
-        self.append_row(record, RowBody::Avro(avro)).await
+        self.append_row(record, RowBody::Change(change)).await
     }
 
-    /// A DELETE of the key in the record's Kafka key (Avro through the registry). The row is
+    /// A DELETE of the key in the record's Kafka key (through the registry in its own format, or
+    /// schemaless JSON beside schemaless values). The row is
     /// written in the writer's current descriptor when its key columns are in it, so that a
     /// tombstone does not switch the connection's writer schema.
     async fn delete_by_key(
@@ -81,10 +80,15 @@ impl PartitionWriter {
             Ok(found) => found,
             Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
         };
-        let mut avro = key[at..].to_vec();
-        append_change(&mut avro, ChangeKind::Delete, &sequence);
         let mut row = Vec::new();
-        if let Err(e) = key_plan.transcode(&avro, None, &mut row) {
+        let written = key_plan.columns.transcode(
+            &key_plan.plan,
+            &key[at..],
+            ChangeKind::Delete,
+            &sequence,
+            &mut row,
+        );
+        if let Err(e) = written {
             let bad = BadRecord {
                 class: DEAD_LETTER_CLASS,
                 reason: format!("the kafka key: {e}"),
@@ -94,21 +98,28 @@ impl PartitionWriter {
         let current: Option<Arc<Plan>> = self.plan.clone();
         let mut renumbered = Vec::with_capacity(row.len());
         let fits = current.is_some_and(|p| {
-            renumber(&row, key_plan.descriptor(), p.descriptor(), &mut renumbered).is_some()
+            renumber(
+                &row,
+                key_plan.plan.descriptor(),
+                p.descriptor(),
+                &mut renumbered,
+            )
+            .is_some()
         });
         if fits {
             row = renumbered;
         } else {
-            self.use_plan(key_plan).await?;
+            self.use_plan(key_plan.plan.clone()).await?;
         }
         self.count_change(ChangeKind::Delete);
         self.append_row(record, RowBody::Proto(row)).await
     }
 
     async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), End> {
-        let class = match &e {
-            NotAChange::Avro(_) => "malformed_avro",
-            _ => DEAD_LETTER_CLASS,
+        let class = if e.is_malformed() {
+            e.class()
+        } else {
+            DEAD_LETTER_CLASS
         };
         let reason = e.class();
         let bad = BadRecord {

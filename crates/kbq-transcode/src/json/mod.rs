@@ -8,13 +8,14 @@ mod derive;
 mod exec;
 mod keys;
 mod ops;
-mod scan;
+pub(crate) mod scan;
 mod schema;
 mod text;
 mod validate;
 
 pub use derive::table_schema_from_json;
 pub use schema::JsonSchema;
+pub(crate) use schema::Kind as SchemaKind;
 pub use validate::validate;
 
 pub(super) use validate::check_record;

@@ -146,6 +146,22 @@ impl JsonSchema {
         Err(format!("more than {MAX_REF_HOPS} $ref hops (a cycle?)"))
     }
 
+    /// The schema of the values at `node` (an envelope's `after`) as a schema of its own: the
+    /// node under `allOf` at the root of a copy of the document it sits in, so that its `#/…`
+    /// references still point into that document's definitions; this schema's references kept.
+    pub fn sub_schema(&self, node: Node<'_>) -> JsonSchema {
+        let mut root = match node.doc {
+            Value::Object(o) => o.clone(),
+            _ => serde_json::Map::new(),
+        };
+        root.retain(|key, _| matches!(key.as_str(), "definitions" | "$defs" | "$schema" | "$id"));
+        root.insert("allOf".into(), Value::Array(vec![node.value.clone()]));
+        JsonSchema {
+            root: Value::Object(root),
+            references: self.references.clone(),
+        }
+    }
+
     /// The shape of a node (references followed, unions of null and one type unwrapped).
     pub fn shape<'s>(&'s self, node: Node<'s>) -> Result<Shape<'s>, String> {
         let mut shape = Shape::default();

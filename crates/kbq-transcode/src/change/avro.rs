@@ -1,12 +1,4 @@
-//! Change events in Avro (docs/cdc.md): where the row is inside a record and what the record
-//! does to its key. Bytes in, bytes out, like the rest of the transcoder.
-//!
-//! Three shapes:
-//! * the Debezium envelope (`before`, `after`, `op`, `source`, …): `c`/`u`/`r` upsert `after`,
-//!   `d` deletes `before`; `t`, `m` and unknown ops are not row changes;
-//! * the unwrapped record of Debezium's `ExtractNewRecordState` (the row itself, with
-//!   `__deleted` and, when added, `__op`);
-//! * a plain record with a configured change-type field.
+//! Change events in Avro: the shape of a writer schema's records (docs/cdc.md).
 //!
 //! A row becomes a change by appending two Avro strings, `_CHANGE_TYPE` and
 //! `_CHANGE_SEQUENCE_NUMBER`, to the row record: [`row_schema`] declares them as the record's
@@ -14,83 +6,17 @@
 
 use std::ops::Range;
 
-use super::error::RecordError;
-use super::reader::AvroReader;
-use super::schema::{AvroSchema, Field, Kind, Node, NodeId, Record};
-
-/// The pseudo-columns, as BigQuery spells them.
-pub const CHANGE_TYPE: &str = "_CHANGE_TYPE";
-pub const CHANGE_SEQUENCE_NUMBER: &str = "_CHANGE_SEQUENCE_NUMBER";
-
-/// How a record carries its change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChangeFormat {
-    Debezium,
-    /// `ExtractNewRecordState` output: `__deleted` (string or boolean) and optional `__op`.
-    Unwrapped,
-    /// A plain record whose field `field` holds the change type.
-    Plain {
-        field: String,
-    },
-}
-
-/// What a record does to its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    Upsert,
-    Delete,
-}
-
-impl ChangeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeKind::Upsert => "UPSERT",
-            ChangeKind::Delete => "DELETE",
-        }
-    }
-}
-
-/// A record that is not a row change, with a reason for the dead-letter topic.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotAChange {
-    #[error("{0}")]
-    Avro(#[from] RecordError),
-    #[error("operation {op:?} has no row-level equivalent in a cdc table")]
-    Operation { op: String },
-    #[error("the {side} row of a {op:?} event is null")]
-    NoRow { op: String, side: &'static str },
-    #[error("change type {value:?} is not an upsert or a delete")]
-    ChangeType { value: String },
-    #[error("sequence source {path} is null or negative")]
-    NoSource { path: String },
-}
-
-impl NotAChange {
-    /// A bounded label for metrics.
-    pub fn class(&self) -> &'static str {
-        match self {
-            NotAChange::Avro(_) => "malformed_avro",
-            NotAChange::Operation { .. } => "cdc_operation",
-            NotAChange::NoRow { .. } => "cdc_no_row",
-            NotAChange::ChangeType { .. } => "cdc_change_type",
-            NotAChange::NoSource { .. } => "cdc_no_sequence_source",
-        }
-    }
-}
-
-/// A located change: the row's Avro bytes inside the body (`None`: the record carries no row,
-/// e.g. a delete whose `before` is null; the key must come from elsewhere), and the kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located {
-    pub row: Option<Range<usize>>,
-    pub kind: ChangeKind,
-    /// The value of the configured sequence source, when there is one.
-    pub source: Option<u64>,
-}
+use super::{
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeKind, Located, NotAChange, plain_kind,
+    unwrapped_kind,
+};
+use crate::error::RecordError;
+use crate::reader::AvroReader;
+use crate::schema::{AvroSchema, Field, Kind, Node, NodeId, Record};
 
 /// Where the parts of a change are in records of one writer schema.
 #[derive(Debug, Clone)]
-pub struct ChangeShape {
+pub struct AvroShape {
     schema: AvroSchema,
     format: ChangeFormat,
     /// Debezium: indexes of `before`, `after`, `op` among the root fields. Unwrapped: `__deleted`
@@ -119,7 +45,7 @@ fn record_under(schema: &AvroSchema, node: NodeId) -> Option<NodeId> {
     matches!(schema.node(node).kind, Kind::Record(_)).then_some(node)
 }
 
-impl ChangeShape {
+impl AvroShape {
     /// The shape of `schema`'s records, and the schema of their rows (with the pseudo-columns).
     /// `source` is a dotted path to a long field (e.g. `source.lsn`) whose value orders changes
     /// ahead of the Kafka offset.
@@ -127,9 +53,9 @@ impl ChangeShape {
         schema: &AvroSchema,
         format: &ChangeFormat,
         source: Option<&str>,
-    ) -> Result<(ChangeShape, AvroSchema), String> {
+    ) -> Result<(AvroShape, AvroSchema), String> {
         let root = root_record(schema)?;
-        let mut shape = ChangeShape {
+        let mut shape = AvroShape {
             schema: schema.clone(),
             format: format.clone(),
             before: None,
@@ -239,26 +165,12 @@ impl ChangeShape {
                     Some(i) => text(i)?,
                     None => None,
                 };
-                let kind = match op.as_deref() {
-                    _ if deleted => ChangeKind::Delete,
-                    Some("d") => ChangeKind::Delete,
-                    None | Some("c" | "u" | "r") => ChangeKind::Upsert,
-                    Some(other) => {
-                        return Err(NotAChange::Operation {
-                            op: other.to_string(),
-                        });
-                    }
-                };
+                let kind = unwrapped_kind(deleted, op.as_deref())?;
                 (whole, kind)
             }
             ChangeFormat::Plain { .. } => {
                 let value = text(self.op.expect("plain has a field"))?.unwrap_or_default();
-                let kind = match value.to_ascii_lowercase().as_str() {
-                    "upsert" | "insert" | "update" | "c" | "u" | "r" => ChangeKind::Upsert,
-                    "delete" | "d" => ChangeKind::Delete,
-                    _ => return Err(NotAChange::ChangeType { value }),
-                };
-                (whole, kind)
+                (whole, plain_kind(&value)?)
             }
         };
         Ok(Located { row, kind, source })
@@ -337,7 +249,7 @@ fn row_schema(schema: &AvroSchema, node: NodeId) -> AvroSchema {
     let string = out.nodes.len();
     out.nodes.push(Node {
         kind: Kind::String,
-        logical: super::schema::Logical::None,
+        logical: crate::schema::Logical::None,
     });
     // A copy of the row record, so that the envelope's own node (which `before` may share)
     // keeps its shape for `locate`.
@@ -361,78 +273,12 @@ pub fn key_row_schema(schema: &AvroSchema) -> AvroSchema {
     row_schema(schema, schema.root)
 }
 
-/// Rewrites a flat proto row (top-level scalar and string fields, as key rows are) from the
-/// field numbers of `from` to those of `to`, matching fields by name: a key-only DELETE row can
-/// then travel in a request of the value rows' writer schema. `None` when a field of the row has
-/// no same-named field of the same type in `to`, or the row is not flat.
-pub fn renumber(
-    row: &[u8],
-    from: &prost_types::DescriptorProto,
-    to: &prost_types::DescriptorProto,
-    out: &mut Vec<u8>,
-) -> Option<()> {
-    let start = out.len();
-    let mut pos = 0;
-    let result = (|| {
-        while pos < row.len() {
-            let key = read_varint(row, &mut pos)?;
-            let (number, wire) = ((key >> 3) as i32, (key & 7) as u8);
-            let value_start = pos;
-            match wire {
-                0 => {
-                    read_varint(row, &mut pos)?;
-                }
-                1 => pos = pos.checked_add(8).filter(|&p| p <= row.len())?,
-                2 => {
-                    let len = read_varint(row, &mut pos)? as usize;
-                    pos = pos.checked_add(len).filter(|&p| p <= row.len())?;
-                }
-                5 => pos = pos.checked_add(4).filter(|&p| p <= row.len())?,
-                _ => return None,
-            }
-            let field = from.field.iter().find(|f| f.number() == number)?;
-            let target = to.field.iter().find(|f| {
-                f.name().eq_ignore_ascii_case(field.name())
-                    && f.r#type == field.r#type
-                    && f.type_name.is_none()
-            })?;
-            let tag = ((target.number() as u64) << 3) | wire as u64;
-            super::proto::put_varint(out, tag);
-            out.extend_from_slice(&row[value_start..pos]);
-        }
-        Some(())
-    })();
-    if result.is_none() {
-        out.truncate(start);
-    }
-    result
-}
-
-fn read_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *buf.get(*pos)?;
-        *pos += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(value);
-        }
-    }
-    None
-}
-
 /// Appends the pseudo-column values to a row's Avro bytes (the fields [`row_schema`] declared).
 pub fn append_change(out: &mut Vec<u8>, kind: ChangeKind, sequence: &str) {
     for text in [kind.as_str(), sequence] {
         put_long(out, text.len() as i64);
         out.extend_from_slice(text.as_bytes());
     }
-}
-
-/// `_CHANGE_SEQUENCE_NUMBER`: three hex sections, always, so that values compare section by
-/// section: the configured epoch, the source position (0 without one), the Kafka offset.
-pub fn sequence_number(epoch: u64, source: u64, offset: i64) -> String {
-    format!("{epoch:X}/{source:X}/{:X}", offset.max(0))
 }
 
 fn put_long(out: &mut Vec<u8>, v: i64) {

@@ -1,0 +1,280 @@
+//! Change events (docs/cdc.md): where the row is inside a record and what the record does to its
+//! key, for every input format. Bytes in, bytes out, like the rest of the transcoder.
+//!
+//! Three shapes, in Avro ([`avro`]), Protobuf ([`protobuf`]) and JSON ([`json`]):
+//! * the Debezium envelope (`before`, `after`, `op`, `source`, …): `c`/`u`/`r` upsert `after`,
+//!   `d` deletes `before`; `t`, `m` and unknown ops are not row changes;
+//! * the unwrapped record of Debezium's `ExtractNewRecordState` (the row itself, with
+//!   `__deleted` and, when added, `__op`);
+//! * a plain record with a configured change-type field.
+//!
+//! A located row becomes a change with BigQuery's two pseudo-columns. Avro rows get them as two
+//! strings appended to the row record ([`avro::row_schema`] declares them, so the ordinary plan
+//! writes them); Protobuf and JSON rows are transcoded by the plan of the row's own schema, whose
+//! descriptor [`with_change_fields`] extends by two string fields, and the two values follow the
+//! plan's output as length-delimited fields (a protobuf message may carry its fields in any
+//! order). No generic value tree either way.
+
+mod avro;
+mod json;
+mod protobuf;
+mod wire;
+
+use std::ops::Range;
+
+use prost_types::FieldDescriptorProto;
+use prost_types::field_descriptor_proto::{Label, Type};
+
+use crate::Plan;
+use crate::error::RecordError;
+use crate::proto::{Tag, WIRE_LEN, put_len_delimited};
+
+pub use avro::{append_change, key_row_schema};
+pub use json::JsonShape;
+pub use protobuf::ProtoShape;
+pub use wire::renumber;
+
+/// The pseudo-columns, as BigQuery spells them.
+pub const CHANGE_TYPE: &str = "_CHANGE_TYPE";
+pub const CHANGE_SEQUENCE_NUMBER: &str = "_CHANGE_SEQUENCE_NUMBER";
+
+/// How a record carries its change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeFormat {
+    Debezium,
+    /// `ExtractNewRecordState` output: `__deleted` (string or boolean) and optional `__op`.
+    Unwrapped,
+    /// A plain record whose field `field` holds the change type.
+    Plain {
+        field: String,
+    },
+}
+
+/// What a record does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Upsert,
+    Delete,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Upsert => "UPSERT",
+            ChangeKind::Delete => "DELETE",
+        }
+    }
+}
+
+/// A record that is not a row change, with a reason for the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAChange {
+    #[error("{0}")]
+    Avro(#[from] RecordError),
+    #[error("{0}")]
+    Protobuf(RecordError),
+    #[error("{0}")]
+    Json(RecordError),
+    #[error("operation {op:?} has no row-level equivalent in a cdc table")]
+    Operation { op: String },
+    #[error("the {side} row of a {op:?} event is null")]
+    NoRow { op: String, side: &'static str },
+    #[error("change type {value:?} is not an upsert or a delete")]
+    ChangeType { value: String },
+    #[error("sequence source {path} is null or negative")]
+    NoSource { path: String },
+}
+
+impl NotAChange {
+    /// A bounded label for metrics.
+    pub fn class(&self) -> &'static str {
+        match self {
+            NotAChange::Avro(_) => "malformed_avro",
+            NotAChange::Protobuf(_) => "malformed_protobuf",
+            NotAChange::Json(e) if e.class() == "schema_violation" => "schema_violation",
+            NotAChange::Json(_) => "malformed_json",
+            NotAChange::Operation { .. } => "cdc_operation",
+            NotAChange::NoRow { .. } => "cdc_no_row",
+            NotAChange::ChangeType { .. } => "cdc_change_type",
+            NotAChange::NoSource { .. } => "cdc_no_sequence_source",
+        }
+    }
+
+    /// Whether the record could not be read at all (its dead-letter class is the format's).
+    pub fn is_malformed(&self) -> bool {
+        matches!(
+            self,
+            NotAChange::Avro(_) | NotAChange::Protobuf(_) | NotAChange::Json(_)
+        )
+    }
+}
+
+/// A located change: the row's bytes inside the body (`None`: the record carries no row, e.g. a
+/// delete whose `before` is null; the key must come from elsewhere), and the kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    pub row: Option<Range<usize>>,
+    pub kind: ChangeKind,
+    /// The value of the configured sequence source, when there is one.
+    pub source: Option<u64>,
+}
+
+/// Where the parts of a change are in records of one writer schema, in any input format.
+#[derive(Debug, Clone)]
+pub enum ChangeShape {
+    Avro(avro::AvroShape),
+    Protobuf(ProtoShape),
+    Json(JsonShape),
+}
+
+impl ChangeShape {
+    /// The shape of an Avro writer schema's records, and the schema of their rows (with the
+    /// pseudo-columns). `source` is a dotted path to a long field (e.g. `source.lsn`) whose value
+    /// orders changes ahead of the Kafka offset.
+    pub fn new(
+        schema: &crate::AvroSchema,
+        format: &ChangeFormat,
+        source: Option<&str>,
+    ) -> Result<(ChangeShape, crate::AvroSchema), String> {
+        let (shape, row) = avro::AvroShape::new(schema, format, source)?;
+        Ok((ChangeShape::Avro(shape), row))
+    }
+
+    /// Locates the change in one record body (after the framing).
+    pub fn locate(&self, body: &[u8]) -> Result<Located, NotAChange> {
+        match self {
+            ChangeShape::Avro(s) => s.locate(body),
+            ChangeShape::Protobuf(s) => s.locate(body),
+            ChangeShape::Json(s) => s.locate(body),
+        }
+    }
+}
+
+/// How the rows of a change plan get their pseudo-column values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeColumns {
+    /// Two Avro strings appended to the row's Avro bytes, which the plan reads as fields.
+    Avro,
+    /// Two length-delimited fields with these numbers after the plan's output.
+    Fields { change_type: u32, sequence: u32 },
+}
+
+/// The input a plan transcodes for one change row, and the bytes that follow its output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeRow {
+    pub input: Vec<u8>,
+    pub suffix: Vec<u8>,
+}
+
+impl ChangeColumns {
+    /// The change row of `row` (the row's bytes in the plan's input format).
+    pub fn row(self, row: &[u8], kind: ChangeKind, sequence: &str) -> ChangeRow {
+        match self {
+            ChangeColumns::Avro => {
+                let mut input = Vec::with_capacity(row.len() + sequence.len() + 16);
+                input.extend_from_slice(row);
+                append_change(&mut input, kind, sequence);
+                ChangeRow {
+                    input,
+                    suffix: Vec::new(),
+                }
+            }
+            ChangeColumns::Fields {
+                change_type,
+                sequence: number,
+            } => {
+                let mut suffix = Vec::with_capacity(sequence.len() + 16);
+                put_len_delimited(
+                    &mut suffix,
+                    Tag::new(change_type, WIRE_LEN),
+                    kind.as_str().as_bytes(),
+                );
+                put_len_delimited(&mut suffix, Tag::new(number, WIRE_LEN), sequence.as_bytes());
+                ChangeRow {
+                    input: row.to_vec(),
+                    suffix,
+                }
+            }
+        }
+    }
+
+    /// One finished row: `row` transcoded by `plan`, then the pseudo-columns (no Kafka
+    /// metadata: a key-only DELETE row has none to carry).
+    pub fn transcode(
+        self,
+        plan: &Plan,
+        row: &[u8],
+        kind: ChangeKind,
+        sequence: &str,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let change = self.row(row, kind, sequence);
+        plan.transcode(&change.input, None, out)?;
+        out.extend_from_slice(&change.suffix);
+        Ok(())
+    }
+}
+
+/// `plan` with the two pseudo-columns added to its root descriptor as string fields numbered
+/// after its own (or the ones it has, when the table it was compiled for lists them).
+pub fn with_change_fields(mut plan: Plan) -> (Plan, ChangeColumns) {
+    let number = |name: &str, fields: &mut Vec<FieldDescriptorProto>| -> u32 {
+        if let Some(f) = fields.iter().find(|f| f.name() == name) {
+            return f.number() as u32;
+        }
+        let next = fields.iter().map(|f| f.number()).max().unwrap_or(0) + 1;
+        fields.push(FieldDescriptorProto {
+            name: Some(name.to_owned()),
+            number: Some(next),
+            label: Some(Label::Optional as i32),
+            r#type: Some(Type::String as i32),
+            ..Default::default()
+        });
+        next as u32
+    };
+    let fields = &mut plan.descriptor.field;
+    let change_type = number(CHANGE_TYPE, fields);
+    let sequence = number(CHANGE_SEQUENCE_NUMBER, fields);
+    (
+        plan,
+        ChangeColumns::Fields {
+            change_type,
+            sequence,
+        },
+    )
+}
+
+/// `_CHANGE_SEQUENCE_NUMBER`: three hex sections, always, so that values compare section by
+/// section: the configured epoch, the source position (0 without one), the Kafka offset.
+pub fn sequence_number(epoch: u64, source: u64, offset: i64) -> String {
+    format!("{epoch:X}/{source:X}/{:X}", offset.max(0))
+}
+
+/// The change an operation code makes: Debezium's `op`, or `__op` of an unwrapped record.
+fn debezium_kind(op: &str) -> Option<ChangeKind> {
+    match op {
+        "c" | "u" | "r" => Some(ChangeKind::Upsert),
+        "d" => Some(ChangeKind::Delete),
+        _ => None,
+    }
+}
+
+/// The change a plain record's change-type value names (any case).
+fn plain_kind(value: &str) -> Result<ChangeKind, NotAChange> {
+    match value.to_ascii_lowercase().as_str() {
+        "upsert" | "insert" | "update" | "c" | "u" | "r" => Ok(ChangeKind::Upsert),
+        "delete" | "d" => Ok(ChangeKind::Delete),
+        _ => Err(NotAChange::ChangeType {
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// The change of an unwrapped record from `__deleted` (`"true"`, or a true boolean) and `__op`.
+fn unwrapped_kind(deleted: bool, op: Option<&str>) -> Result<ChangeKind, NotAChange> {
+    match op {
+        _ if deleted => Ok(ChangeKind::Delete),
+        None => Ok(ChangeKind::Upsert),
+        Some(op) => debezium_kind(op).ok_or_else(|| NotAChange::Operation { op: op.to_string() }),
+    }
+}
