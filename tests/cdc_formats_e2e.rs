@@ -1,9 +1,11 @@
-//! Change data capture from Protobuf and JSON Schema topics end to end (docs/cdc.md): a
-//! Debezium-shaped change stream whose keys and values Confluent's own `ProtobufSerializer` /
-//! `JSONSerializer` wrote (`tests/python/cdc_formats_producer.py`), with the registry as the
-//! serializers left it, through the real broker and the real daemon into the emulator. The table
-//! is created from the registered envelope (the `after` row's columns) with the primary key of
-//! the registered key schema, and must end equal to the source's state per key, across a SIGKILL.
+//! Change data capture from Protobuf, JSON Schema and schemaless JSON topics end to end
+//! (docs/cdc.md): a Debezium-shaped change stream whose keys and values Confluent's own
+//! `ProtobufSerializer` / `JSONSerializer` wrote (`tests/python/cdc_formats_producer.py`; plain
+//! `json.dumps` objects for schemaless JSON), with the registry as the serializers left it,
+//! through the real broker and the real daemon into the emulator. The table is created from the
+//! registered envelope (the `after` row's columns) with the primary key of the registered key
+//! schema (schemaless JSON: an existing table, the configured key), and must end equal to the
+//! source's state per key, across a SIGKILL.
 
 mod support;
 
@@ -11,6 +13,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::emulator::store::{Dataset, Table};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value as Json;
 use support::daemon::Daemon;
@@ -102,9 +106,8 @@ fn produce(producer: &FutureProducer, topic: &str, records: &[Json], part: i64) 
     }
 }
 
-/// A route of `format` whose primary key comes from the key schema; `sequence` is the YAML under
-/// `cdc.sequence`.
-fn config(f: &Fixture, registry: &str, format: &str, sequence: &str) -> PathBuf {
+/// A CDC route of `format` with `route` (YAML lines at the route's indentation).
+fn config(f: &Fixture, registry: &str, format: &str, route: &str) -> PathBuf {
     let group = unique_name("cdc-formats");
     let path = f.dir.path().join(format!("{group}.yaml"));
     let text = format!(
@@ -129,11 +132,7 @@ routes:
   - topics: ["{topic}"]
     table: "{table}"
     format: {format}
-    create_table: {{}}
-    cdc:
-      mode: upsert_delete
-      sequence:
-        {sequence}
+{route}
 dead_letter:
   topic: "{dlq}"
 delivery: at_least_once
@@ -210,19 +209,34 @@ fn wait_converged(f: &Fixture, want: &State, timeout: Duration) {
     }
 }
 
-async fn converges_across_a_kill(format: &str, sequence: &str) {
+async fn converges_across_a_kill(format: &str, route: &str) {
     let Some(python) = python() else {
         return;
     };
     let f = Fixture::with(SinkOptions::partitions(PARTITIONS)).await;
     let stream = generate(&python, format, &f.topic);
     let registry = serve_registry(stream.registry.clone()).await;
-    let route_format = if format == "json" {
-        "json_schema"
-    } else {
-        format
+    let route_format = match format {
+        "json" => "json_schema",
+        "schemaless" => "json",
+        other => other,
     };
-    let config = config(&f, &registry.to_string(), route_format, sequence);
+    if format == "schemaless" {
+        // Schemaless routes write into an existing table, which needs the primary key.
+        let store = &f.emulator.store;
+        store
+            .insert_dataset(Dataset::new("p", "d"))
+            .expect("dataset");
+        let schema: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+            {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+            {"name": "name", "type": "STRING"},
+            {"name": "version", "type": "INTEGER"}]}))
+        .unwrap();
+        let mut table = Table::new(f.table_ref(), schema);
+        table.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["id"]}}));
+        store.insert_table(table).expect("table");
+    }
+    let config = config(&f, &registry.to_string(), route_format, route);
     let producer = producer(&f.bootstrap);
 
     produce(&producer, &f.topic, &stream.records, 1);
@@ -266,11 +280,21 @@ async fn converges_across_a_kill(format: &str, sequence: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_debezium_changes_from_confluents_serializer_converge_across_a_kill() {
     // Ordered by the source position, the offset breaking ties.
-    converges_across_a_kill("protobuf", "source_field: source.lsn").await;
+    let route = "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      sequence: {source_field: source.lsn}";
+    converges_across_a_kill("protobuf", route).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_schema_debezium_changes_from_confluents_serializer_converge_across_a_kill() {
     // Ordered by the Kafka offset.
-    converges_across_a_kill("json", "epoch: 1").await;
+    let route =
+        "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      sequence: {epoch: 1}";
+    converges_across_a_kill("json", route).await;
+}
+
+/// Schemaless JSON (plain objects, keys too) into an existing table with the configured key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemaless_json_debezium_changes_converge_across_a_kill() {
+    let route = "    cdc:\n      mode: upsert_delete\n      primary_key: [id]";
+    converges_across_a_kill("schemaless", route).await;
 }

@@ -6,7 +6,9 @@ against its in-memory `mock://` registry (the key under `<topic>-key`, the envel
 and the registered schemas are Confluent's, not the sink's. The source table's state is kept
 here, key by key.
 
-  cdc_formats_producer.py OUT_FILE --format protobuf|json --topic T --partitions N --seed S
+  cdc_formats_producer.py OUT_FILE --format protobuf|json|schemaless --topic T --partitions N --seed S
+
+`schemaless` writes the same stream as plain JSON objects (keys `{"id": n}`), with no registry.
 
 Writes JSON lines: first {"registry": {"ids", "subjects"}, "states": [state after part 1,
 state after part 2]}, then one line per Kafka record: {"part": 1|2, "partition": p, "key": hex,
@@ -114,7 +116,10 @@ class Serializers:
         self.fmt = fmt
         self.key_ctx = SerializationContext(topic, MessageField.KEY)
         self.value_ctx = SerializationContext(topic, MessageField.VALUE)
-        if fmt == "protobuf":
+        if fmt == "schemaless":
+            # Plain JSON objects: no serializer, no registry.
+            self.key_ser = self.value_ser = lambda value, ctx: json.dumps(value).encode()
+        elif fmt == "protobuf":
             self.key_cls, self.env_cls = protobuf_classes()
             self.key_ser = ProtobufSerializer(self.key_cls, self.client)
             self.value_ser = ProtobufSerializer(self.env_cls, self.client)
@@ -213,7 +218,7 @@ class Source:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--format", choices=["protobuf", "json"], required=True)
+    p.add_argument("--format", choices=["protobuf", "json", "schemaless"], required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
