@@ -20,6 +20,7 @@ use prost_reflect::{DynamicMessage, MessageDescriptor, Value as PValue};
 
 const PROTO: &str = r#"syntax = "proto3";
 package db.inv.customers;
+import "google/protobuf/wrappers.proto";
 message Envelope {
   Value before = 1;
   Value after = 2;
@@ -44,6 +45,12 @@ message Unwrapped {
   string name = 2;
   string __op = 3;
   string __deleted = 4;
+}
+message Wrapped {
+  int64 id = 1;
+  string name = 2;
+  google.protobuf.StringValue __op = 3;
+  google.protobuf.BoolValue __deleted = 4;
 }
 message Plain {
   int64 id = 1;
@@ -246,9 +253,9 @@ fn protobuf_unwrapped_and_plain_records_are_the_row() {
     let format = ChangeFormat::Plain {
         field: "kind".into(),
     };
-    let (shape, _) = ProtoShape::new(&message(5), &format, None).unwrap();
+    let (shape, _) = ProtoShape::new(&message(6), &format, None).unwrap();
     let kind = |k: i32| {
-        let mut m = DynamicMessage::new(message(5));
+        let mut m = DynamicMessage::new(message(6));
         m.set_field_by_name("id", PValue::I64(1));
         m.set_field_by_name("kind", PValue::EnumNumber(k));
         shape
@@ -262,12 +269,43 @@ fn protobuf_unwrapped_and_plain_records_are_the_row() {
     let missing = ChangeFormat::Plain {
         field: "nope".into(),
     };
-    assert!(ProtoShape::new(&message(5), &missing, None).is_err());
+    assert!(ProtoShape::new(&message(6), &missing, None).is_err());
     assert!(
         ProtoShape::new(&message(1), &ChangeFormat::Debezium, None)
             .unwrap_err()
             .contains("not a debezium envelope")
     );
+}
+
+#[test]
+fn protobuf_wrapped_op_and_deleted_are_read_inside_their_wrappers() {
+    let (shape, _) = ProtoShape::new(&message(5), &ChangeFormat::Unwrapped, None).unwrap();
+    let wrapper = |name: &str, value: PValue| {
+        let descriptor = message(5).get_field_by_name(name).unwrap();
+        let prost_reflect::Kind::Message(m) = descriptor.kind() else {
+            panic!("a wrapper")
+        };
+        let mut w = DynamicMessage::new(m);
+        w.set_field_by_name("value", value);
+        PValue::Message(w)
+    };
+    let encode = |op: Option<&str>, deleted: Option<bool>| {
+        let mut m = DynamicMessage::new(message(5));
+        m.set_field_by_name("id", PValue::I64(1));
+        if let Some(op) = op {
+            m.set_field_by_name("__op", wrapper("__op", PValue::String(op.into())));
+        }
+        if let Some(d) = deleted {
+            m.set_field_by_name("__deleted", wrapper("__deleted", PValue::Bool(d)));
+        }
+        prost::Message::encode_to_vec(&m)
+    };
+    let kind = |op, deleted| shape.locate(&encode(op, deleted)).map(|l| l.kind);
+    assert_eq!(kind(Some("u"), Some(false)), Ok(ChangeKind::Upsert));
+    assert_eq!(kind(None, None), Ok(ChangeKind::Upsert));
+    assert_eq!(kind(Some("c"), Some(true)), Ok(ChangeKind::Delete));
+    assert_eq!(kind(Some("d"), None), Ok(ChangeKind::Delete));
+    assert_eq!(kind(Some("t"), None).unwrap_err().class(), "cdc_operation");
 }
 
 #[test]

@@ -20,11 +20,22 @@ use super::{
 struct TextField {
     number: u32,
     kind: Kind,
+    /// A `google.protobuf.StringValue`/`BoolValue` wrapper (Confluent's converter with
+    /// `wrapper.for.nullables`): the value is its field 1.
+    wrapped: bool,
 }
 
 impl TextField {
     fn of(field: &FieldDescriptor, what: &str) -> Result<TextField, String> {
-        let ok = matches!(field.kind(), Kind::String | Kind::Enum(_) | Kind::Bool);
+        let (kind, wrapped) = match field.kind() {
+            Kind::Message(m) => match m.full_name() {
+                "google.protobuf.StringValue" => (Kind::String, true),
+                "google.protobuf.BoolValue" => (Kind::Bool, true),
+                _ => (Kind::Message(m), false),
+            },
+            other => (other, false),
+        };
+        let ok = matches!(kind, Kind::String | Kind::Enum(_) | Kind::Bool);
         if !ok || field.is_list() || field.is_map() {
             return Err(format!(
                 "field {} ({what}) is not a string, an enum or a bool",
@@ -33,13 +44,26 @@ impl TextField {
         }
         Ok(TextField {
             number: field.number(),
-            kind: field.kind(),
+            kind,
+            wrapped,
         })
     }
 
     /// The value as text; an absent field is its default (`""`, the first enum value, false).
     fn read(&self, body: &[u8], fields: &[WireField]) -> String {
-        let found = wire::last(fields, self.number);
+        if !self.wrapped {
+            return self.read_at(body, wire::last(fields, self.number));
+        }
+        let inner = wire::last(fields, self.number)
+            .filter(|f| f.wire == 2)
+            .map(|f| &body[f.value.clone()]);
+        match inner.map(|data| (data, wire::fields(data))) {
+            Some((data, Ok(inner))) => self.read_at(data, wire::last(&inner, 1)),
+            _ => self.read_at(body, None),
+        }
+    }
+
+    fn read_at(&self, body: &[u8], found: Option<&WireField>) -> String {
         match (&self.kind, found) {
             (Kind::String, Some(f)) if f.wire == 2 => {
                 String::from_utf8_lossy(&body[f.value.clone()]).into_owned()
