@@ -7,6 +7,7 @@
 pub mod cdc;
 pub mod cdc_plans;
 mod ensure;
+pub mod evolution;
 pub mod plans;
 pub mod router;
 mod settings;

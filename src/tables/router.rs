@@ -16,7 +16,8 @@ use anyhow::{anyhow, bail};
 use kbq_core::metadata::TableFingerprint;
 use kbq_core::model::RoutedTable;
 
-use super::plans::{FixedPlan, RegistryPlans, SchemaEvolution};
+use super::evolution::SchemaEvolution;
+use super::plans::{FixedPlan, RegistryPlans};
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
 use crate::config::{self, Config, TopicRoute};
