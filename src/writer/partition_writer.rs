@@ -226,7 +226,7 @@ struct PartitionWriter {
 type StopSignal = tokio::sync::oneshot::Receiver<Duration>;
 
 /// How a writer's run ended.
-enum End {
+enum RunEnd {
     Stopped,
     Lost(StreamId),
     /// The stream's offsets disagree with ours: reported as lost, after a pause.
@@ -241,7 +241,7 @@ impl PartitionWriter {
             Ok(drain) => self
                 .drain(drain)
                 .await
-                .map(|()| End::Stopped)
+                .map(|()| RunEnd::Stopped)
                 .unwrap_or_else(|e| e),
             Err(end) => end,
         };
@@ -257,13 +257,13 @@ impl PartitionWriter {
         let tp = self.tp.clone();
         let incarnation = self.incarnation;
         let event = match end {
-            End::Stopped => WriterEvent::Stopped { tp, incarnation },
-            End::Lost(stream) => WriterEvent::StreamLost {
+            RunEnd::Stopped => WriterEvent::Stopped { tp, incarnation },
+            RunEnd::Lost(stream) => WriterEvent::StreamLost {
                 tp,
                 incarnation,
                 stream,
             },
-            End::Conflict(stream) => {
+            RunEnd::Conflict(stream) => {
                 tracing::warn!(partition = %tp, stream = %stream, "write stream offsets conflict with ours: abandoning the stream");
                 // Bounds the rate of new streams should every new stream conflict too.
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -273,12 +273,12 @@ impl PartitionWriter {
                     stream,
                 }
             }
-            End::Zombie(stream) => WriterEvent::Zombie {
+            RunEnd::Zombie(stream) => WriterEvent::Zombie {
                 tp,
                 incarnation,
                 stream,
             },
-            End::Failed(reason) => WriterEvent::Failed {
+            RunEnd::Failed(reason) => WriterEvent::Failed {
                 tp,
                 incarnation,
                 reason,
@@ -288,7 +288,7 @@ impl PartitionWriter {
     }
 
     /// Takes records until told to stop; returns the drain budget of the stop.
-    async fn work(&mut self, records: &mut mpsc::Receiver<Record>) -> Result<Duration, End> {
+    async fn work(&mut self, records: &mut mpsc::Receiver<Record>) -> Result<Duration, RunEnd> {
         let linger = self.shared.settings.linger;
         let mut burst = Vec::with_capacity(BURST);
         loop {
@@ -321,7 +321,7 @@ impl PartitionWriter {
     }
 
     /// Seals what is open, waits (bounded) for every append in flight, reports the prefix.
-    async fn drain(&mut self, budget: Duration) -> Result<(), End> {
+    async fn drain(&mut self, budget: Duration) -> Result<(), RunEnd> {
         let work = async {
             self.seal().await?;
             self.settle_all().await
@@ -334,9 +334,9 @@ impl PartitionWriter {
         }
     }
 
-    async fn take(&mut self, record: Record) -> Result<(), End> {
+    async fn take(&mut self, record: Record) -> Result<(), RunEnd> {
         let next = admission::admit(self.prefix.position(), kafka_offset(&record))
-            .map_err(|below| End::Failed(below.to_string()))?;
+            .map_err(|below| RunEnd::Failed(below.to_string()))?;
         self.counters.records_consumed.inc();
         self.counters.bytes_consumed.inc_by(record.size() as u64);
         if self.account.is_none() {
@@ -360,7 +360,7 @@ impl PartitionWriter {
 
     /// Makes the plan of `value` the writer's plan and returns where its Avro body starts, or
     /// the bad record it is.
-    async fn plan_for_value(&mut self, value: &[u8]) -> Result<Result<usize, BadRecord>, End> {
+    async fn plan_for_value(&mut self, value: &[u8]) -> Result<Result<usize, BadRecord>, RunEnd> {
         // A source with one plan for every payload (raw Avro) needs no lookup once the writer
         // holds that plan: no boxed future and no shared reference count per record.
         let plans = &self.route.plans;
@@ -391,7 +391,7 @@ impl PartitionWriter {
     async fn lookup_plan<P, F, Fut>(
         &mut self,
         mut lookup: F,
-    ) -> Result<Result<(Arc<P>, usize), BadRecord>, End>
+    ) -> Result<Result<(Arc<P>, usize), BadRecord>, RunEnd>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<(Arc<P>, usize), PlanLookupError>>,
@@ -410,7 +410,7 @@ impl PartitionWriter {
     }
 
     /// Makes `plan` the writer's plan; a new writer schema first sends what is open.
-    async fn use_plan(&mut self, plan: Arc<Plan>) -> Result<(), End> {
+    async fn use_plan(&mut self, plan: Arc<Plan>) -> Result<(), RunEnd> {
         // Plans are cached and shared: the same Arc is the same descriptor, which spares the
         // deep comparison and the descriptor's size computation on every record.
         if !self.plan.as_ref().is_some_and(|p| Arc::ptr_eq(p, &plan)) {
@@ -435,7 +435,7 @@ impl PartitionWriter {
 
     /// Transcodes one record's row with the writer's plan into the open batch, sending the batch
     /// first when the row would overflow it (the rules are [`OpenBatch`]'s).
-    async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<(), End> {
+    async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<(), RunEnd> {
         let limits = self.request_limits();
         if self.open.needs_reserve() {
             self.open.reserve(limits.reserve_len(self.batch_hint));
@@ -523,7 +523,7 @@ impl PartitionWriter {
     }
 
     /// Sends the open batch.
-    async fn seal(&mut self) -> Result<(), End> {
+    async fn seal(&mut self) -> Result<(), RunEnd> {
         if self.open.is_empty() {
             return Ok(());
         }
@@ -561,7 +561,7 @@ impl PartitionWriter {
         }
     }
 
-    async fn settle_all(&mut self) -> Result<(), End> {
+    async fn settle_all(&mut self) -> Result<(), RunEnd> {
         while self.prefix.has_inflight() {
             self.settle_one().await?;
         }
@@ -569,7 +569,7 @@ impl PartitionWriter {
     }
 
     /// Handles the next answer of the session.
-    async fn settle_one(&mut self) -> Result<(), End> {
+    async fn settle_one(&mut self) -> Result<(), RunEnd> {
         let Some(session) = self.session.as_mut() else {
             return Ok(());
         };
@@ -662,13 +662,13 @@ async fn stopped(stop: &mut Option<StopSignal>) -> Duration {
 async fn unless_stopped<T>(
     stop: &mut Option<StopSignal>,
     work: impl Future<Output = T>,
-) -> Result<T, End> {
+) -> Result<T, RunEnd> {
     if stop.is_none() {
         return Ok(work.await);
     }
     tokio::select! {
         biased;
-        _ = stopped(stop) => Err(End::Stopped),
+        _ = stopped(stop) => Err(RunEnd::Stopped),
         out = work => Ok(out),
     }
 }

@@ -7,7 +7,7 @@ use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::ReasonLabel;
 
-use super::{End, PartitionWriter, kafka_offset, unless_stopped};
+use super::{PartitionWriter, RunEnd, kafka_offset, unless_stopped};
 
 /// What to do with a record that cannot become a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum BadRecordPolicy {
 impl PartitionWriter {
     /// A record that cannot become a row, taken in offset order: dead-letter it (acknowledged)
     /// or apply the policy, then let the prefix pass it.
-    pub(super) async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
+    pub(super) async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), RunEnd> {
         let next = NextOffset::after(kafka_offset(&record));
         self.dead_letter(record, bad).await?;
         self.record_handled_out_of_band(next);
@@ -32,10 +32,14 @@ impl PartitionWriter {
     /// Dead-letters `record` (its produce acknowledged) or applies the policy, and counts it.
     /// No prefix bookkeeping: a row BigQuery rejected out of a request in flight is already
     /// covered by that request's `kafka_next`, which must not move (issue 11 #1).
-    pub(super) async fn dead_letter(&mut self, record: Record, bad: BadRecord) -> Result<(), End> {
+    pub(super) async fn dead_letter(
+        &mut self,
+        record: Record,
+        bad: BadRecord,
+    ) -> Result<(), RunEnd> {
         match self.shared.settings.on_bad_record {
             BadRecordPolicy::Fail => {
-                return Err(End::Failed(format!(
+                return Err(RunEnd::Failed(format!(
                     "bad record at offset {}: {}",
                     record.offset, bad.reason
                 )));

@@ -14,7 +14,7 @@ use crate::tables::cdc_plans::ChangePlans;
 use crate::transcode::Plan;
 use crate::transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
 
-use super::{End, NextOffset, PartitionWriter, RowBody};
+use super::{NextOffset, PartitionWriter, RowBody, RunEnd};
 
 /// The class of every CDC bad record on the dead-letter topic; the reason is in the metric.
 const DEAD_LETTER_CLASS: &str = "cdc_change";
@@ -25,7 +25,7 @@ impl PartitionWriter {
         record: Record,
         cdc: &ChangePlans,
         next: NextOffset,
-    ) -> Result<(), End> {
+    ) -> Result<(), RunEnd> {
         let Some(value) = record.value() else {
             // A tombstone: the key's row goes (Debezium sends one after each delete event).
             let sequence = sequence_number(cdc.rules.epoch, 0, record.offset);
@@ -64,7 +64,7 @@ impl PartitionWriter {
         cdc: &ChangePlans,
         next: NextOffset,
         sequence: String,
-    ) -> Result<(), End> {
+    ) -> Result<(), RunEnd> {
         if !cdc.rules.deletes {
             return self.ignored(next, "tombstone");
         }
@@ -115,7 +115,7 @@ impl PartitionWriter {
         self.append_row(record, RowBody::Proto(row)).await
     }
 
-    async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), End> {
+    async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), RunEnd> {
         let class = if e.is_malformed() {
             e.class()
         } else {
@@ -134,7 +134,7 @@ impl PartitionWriter {
         record: Record,
         reason: &'static str,
         bad: BadRecord,
-    ) -> Result<(), End> {
+    ) -> Result<(), RunEnd> {
         self.shared
             .metrics
             .cdc_bad_records
@@ -147,7 +147,7 @@ impl PartitionWriter {
     }
 
     /// A change the route's mode does not apply (a delete under `upsert`): counted, no row.
-    fn ignored(&mut self, next: NextOffset, what: &'static str) -> Result<(), End> {
+    fn ignored(&mut self, next: NextOffset, what: &'static str) -> Result<(), RunEnd> {
         tracing::debug!(partition = %self.tp, offset = next.0 - 1, what, "change ignored by the upsert mode");
         self.count("ignored");
         self.record_handled_out_of_band(next);

@@ -9,91 +9,92 @@ use crate::checkpoint::offsets::StreamId;
 use crate::ops::metrics::TableLabel;
 use crate::transcode::Plan;
 
-use super::{End, PartitionWriter, unless_stopped};
+use super::{PartitionWriter, RunEnd, unless_stopped};
 use crate::writer::append_session::{AppendSession, SessionError};
 
 impl PartitionWriter {
-    pub(super) async fn open_stream(&mut self) -> Result<(), End> {
+    /// Opens the writer's stream and its append session, before the first request.
+    pub(super) async fn open_stream(&mut self) -> Result<(), RunEnd> {
         let plan = self.plan.clone().expect("a plan before the first row");
         if self.shared.settings.default_stream {
-            return self.open_default_stream(plan);
+            // At least once: the `_default` stream exists with the table and takes no offsets.
+            let name = format!("{}/streams/_default", self.route.table);
+            tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+            return self.start_session(name, &plan, false);
         }
-        let stream = {
-            unless_stopped(&mut self.stop, self.shared.stream_creation.acquire()).await?;
-            let mut backoff = crate::backoff::CREATE_STREAM;
-            loop {
-                let attempt = (self.shared.client)
-                    .create_write_stream(&self.route.table, StreamKind::Buffered);
-                let e = match unless_stopped(&mut self.stop, attempt).await? {
-                    Ok(stream) => break stream,
-                    Err(e) => e,
-                };
-                self.shared.metrics.bigquery_error("CreateWriteStream", &e);
-                use crate::bigquery::error::ErrorClass::*;
-                let pause = match e.class() {
-                    Transient | Throttled | NotFound => {
-                        tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
-                        backoff.next_delay()
-                    }
-                    Denied => {
-                        self.set_retrying(true);
-                        let pause = self.denied.next_delay();
-                        tracing::error!(partition = %self.tp, error = %e, retry_in = ?pause, "create write stream denied, retrying");
-                        pause
-                    }
-                    _ => {
-                        return Err(End::Failed(format!("cannot create a write stream: {e}")));
-                    }
-                };
-                unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await?;
-            }
-        };
-        self.set_retrying(false);
-        let id = StreamId::from_stream_name(&stream.name)
-            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
-        let m = &self.shared.metrics;
-        m.streams_created
+        let name = self.create_buffered_stream().await?;
+        self.start_session(name, &plan, true)?;
+        self.shared
+            .metrics
+            .streams_created
             .get_or_create(&TableLabel {
                 table: self.route.table_label.clone(),
             })
             .inc();
-        m.open_streams.inc();
+        let id = self.stream_id.as_ref().expect("just opened");
         tracing::info!(partition = %self.tp, stream = %id, incarnation = self.incarnation.0, "opened write stream");
-        let next_offset = self.prefix.rows();
-        let metrics = self.shared.metrics.clone();
-        self.session = Some(
-            AppendSession::new(
-                self.shared.client.clone(),
-                stream.name,
-                plan.descriptor().clone(),
-                next_offset,
-                self.shared.settings.session.clone(),
-            )
-            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
-        );
-        self.stream_id = Some(id);
         Ok(())
     }
 
-    /// At-least-once mode: the `_default` stream exists with the table and takes no offsets.
-    fn open_default_stream(&mut self, plan: Arc<Plan>) -> Result<(), End> {
-        let name = format!("{}/streams/_default", self.route.table);
+    /// Creates this incarnation's BUFFERED stream behind the quota limiter, retrying what time
+    /// cures (a denial slowly, readiness false); returns its name.
+    async fn create_buffered_stream(&mut self) -> Result<String, RunEnd> {
+        unless_stopped(&mut self.stop, self.shared.stream_creation.acquire()).await?;
+        let mut backoff = crate::backoff::CREATE_STREAM;
+        loop {
+            let attempt =
+                (self.shared.client).create_write_stream(&self.route.table, StreamKind::Buffered);
+            let e = match unless_stopped(&mut self.stop, attempt).await? {
+                Ok(stream) => {
+                    self.set_retrying(false);
+                    return Ok(stream.name);
+                }
+                Err(e) => e,
+            };
+            self.shared.metrics.bigquery_error("CreateWriteStream", &e);
+            use crate::bigquery::error::ErrorClass::*;
+            let pause = match e.class() {
+                Transient | Throttled | NotFound => {
+                    tracing::warn!(partition = %self.tp, error = %e, "create write stream failed, retrying");
+                    backoff.next_delay()
+                }
+                Denied => {
+                    self.set_retrying(true);
+                    let pause = self.denied.next_delay();
+                    tracing::error!(partition = %self.tp, error = %e, retry_in = ?pause, "create write stream denied, retrying");
+                    pause
+                }
+                _ => return Err(RunEnd::Failed(format!("cannot create a write stream: {e}"))),
+            };
+            unless_stopped(&mut self.stop, tokio::time::sleep(pause)).await?;
+        }
+    }
+
+    /// The append session on stream `name`, starting at the rows acknowledged so far. Both
+    /// delivery modes build it here, so both count every AppendRows error (one metrics path).
+    fn start_session(
+        &mut self,
+        name: String,
+        plan: &Plan,
+        explicit_offsets: bool,
+    ) -> Result<(), RunEnd> {
         let id = StreamId::from_stream_name(&name)
-            .map_err(|e| End::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
-        self.shared.metrics.open_streams.inc();
-        tracing::info!(partition = %self.tp, incarnation = self.incarnation.0, "appending to the default stream");
+            .map_err(|e| RunEnd::Failed(format!("bad stream name {}: {}", e.id, e.why)))?;
         let metrics = self.shared.metrics.clone();
-        self.session = Some(
-            AppendSession::new(
-                self.shared.client.clone(),
-                name,
-                plan.descriptor().clone(),
-                self.prefix.rows(),
-                self.shared.settings.session.clone(),
-            )
-            .without_offsets()
-            .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e))),
-        );
+        let session = AppendSession::new(
+            self.shared.client.clone(),
+            name,
+            plan.descriptor().clone(),
+            self.prefix.rows(),
+            self.shared.settings.session.clone(),
+        )
+        .observe_errors(Arc::new(move |e| metrics.bigquery_error("AppendRows", e)));
+        self.session = Some(if explicit_offsets {
+            session
+        } else {
+            session.without_offsets()
+        });
+        self.shared.metrics.open_streams.inc();
         self.stream_id = Some(id);
         Ok(())
     }
@@ -103,7 +104,7 @@ impl PartitionWriter {
     /// with a long backoff, readiness false, and the session resends its requests on its next call
     /// (docs/architecture.md#failure-policies: no permanent stop for these). Anything else ends the
     /// run.
-    pub(super) async fn ride_out(&mut self, error: SessionError) -> Result<(), End> {
+    pub(super) async fn ride_out(&mut self, error: SessionError) -> Result<(), RunEnd> {
         use crate::bigquery::error::ErrorClass;
         let curable = matches!(
             &error,
@@ -133,18 +134,18 @@ impl PartitionWriter {
         }
     }
 
-    fn session_end(&self, error: SessionError) -> End {
+    fn session_end(&self, error: SessionError) -> RunEnd {
         let stream = self.stream_id.clone();
         match (error, stream) {
-            (SessionError::Zombie { .. }, Some(s)) => End::Zombie(s),
-            (SessionError::StreamLost { .. }, Some(s)) => End::Lost(s),
+            (SessionError::Zombie { .. }, Some(s)) => RunEnd::Zombie(s),
+            (SessionError::StreamLost { .. }, Some(s)) => RunEnd::Lost(s),
             // Offsets that disagree with ours (ALREADY_EXISTS on a request sent once,
             // OUT_OF_RANGE, an ack at another offset): this stream cannot be trusted with more
             // rows. Abandoning it is safe, the protocol restarts the incarnation on a new
             // stream from what is known visible (the rows in doubt of a checkpoint naming it
             // go through recovery.lost_stream); stopping the partition would stall it for good.
-            (SessionError::OffsetConflict { .. }, Some(s)) => End::Conflict(s),
-            (e, _) => End::Failed(e.to_string()),
+            (SessionError::OffsetConflict { .. }, Some(s)) => RunEnd::Conflict(s),
+            (e, _) => RunEnd::Failed(e.to_string()),
         }
     }
 }
