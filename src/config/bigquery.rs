@@ -1,7 +1,11 @@
 //! The destination: the BigQuery project, dataset and table settings.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::HumanDuration;
 
 /// The destination.
 #[derive(Clone, Debug, Deserialize)]

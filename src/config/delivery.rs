@@ -1,7 +1,10 @@
 //! Delivery: the checkpoint cycle, the writers, the dead-letter topic and the recovery policies.
 
-#[allow(unused_imports)]
-use super::*;
+use serde::Deserialize;
+
+use super::{
+    ByteSize, Config, CreateTableConfig, HumanDuration, MetadataColumns, Properties, defaults,
+};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,8 +1,7 @@
 //! The librdkafka properties of the consumer and the dead-letter producer: the user's, the
 //! sink's defaults and the settings the sink forces.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{Config, DeadLetterConfig, KafkaConfig, Properties, defaults};
 
 /// The consumer properties the sink forces, with the reason given when a user sets them.
 pub const FORCED_CONSUMER_PROPERTIES: &[(&str, &str, &str)] = &[

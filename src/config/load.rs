@@ -1,8 +1,12 @@
 //! Loading: YAML with `${ENV}` substitution, and parse errors rendered with their field path and
 //! line.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::Config;
+use super::validate::validate;
 
 /// One problem in a config, at a field path such as `writer.max_request_bytes` or
 /// `kafka.properties."enable.auto.commit"`.

@@ -7,16 +7,9 @@
 //! without a default is an error naming it) and reports parse errors with their field path and
 //! line. [`validate`] then checks the rules between fields and returns every violation at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
-
-use crate::kafka::topic_pattern::TopicPattern;
 
 mod bigquery;
 mod cdc;

@@ -1,7 +1,10 @@
 //! The operator's side: the metrics endpoint and the logs.
 
-#[allow(unused_imports)]
-use super::*;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::defaults;
 
 /// The Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`).
 #[derive(Clone, Debug, Deserialize)]

@@ -1,7 +1,13 @@
 //! Routes: which table settings apply to a topic.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{
+    AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, MapMode, MetadataColumns,
+    SchemaUpdate, UnknownFields, limits,
+};
 
 /// One entry of `routes`: which topics, and the table settings that replace those of
 /// `bigquery` for them. A setting left out is taken from `bigquery`; `metadata_columns` and

@@ -1,8 +1,17 @@
 //! Validation: the rules between fields, checked without I/O; every violation is reported at
 //! once with its field path.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::kafka::topic_pattern::TopicPattern;
+
+use super::{
+    CheckpointConfig, Config, ConfigError, CreateTableConfig, Credentials,
+    FORCED_CONSUMER_PROPERTIES, InputFormat, KafkaConfig, LostOffsets, LostStream, MetadataColumns,
+    OnBadRecord, SchemaUpdate, WriterConfig, cdc, limits, resolve_missing_columns,
+    resolve_partition_filters,
+};
 
 /// The longest checkpoint metadata the daemon can write (the codec's own bound, so the two
 /// cannot drift).
@@ -806,6 +815,7 @@ impl Validator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ByteSize, HumanDuration, Secret, defaults, table_for_topic, yaml_paths};
 
     #[test]
     fn durations_take_units_and_sums() {

@@ -1,8 +1,12 @@
 //! The config's value types: durations and sizes written with units, secrets that never print,
 //! and librdkafka property maps.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 
 /// A duration written with a unit: `250ms`, `5s`, `2m`, `1h`, `7d` or a sum such as `1m30s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
