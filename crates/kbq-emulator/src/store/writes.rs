@@ -244,63 +244,17 @@ impl Store {
                 entity: parent.to_string(),
             });
         }
-        let mut failures = Vec::new();
-        let mut streams: Vec<Arc<WriteStream>> = Vec::new();
-        for name in names {
-            match self.open_stream(name) {
-                Ok(s) if !Arc::ptr_eq(&s.table, &table) => failures.push(StreamFailure {
-                    code: storage_code::STREAM_NOT_FOUND,
-                    entity: name.clone(),
-                    message: format!("Stream does not belong to table {parent}. Entity: {name}"),
-                }),
-                Ok(s) => {
-                    if !streams.iter().any(|x| Arc::ptr_eq(x, &s)) {
-                        streams.push(s);
-                    }
-                }
-                Err(_) => failures.push(StreamFailure {
-                    code: storage_code::STREAM_NOT_FOUND,
-                    entity: name.clone(),
-                    message: format!("Requested entity was not found. Entity: {name}"),
-                }),
-            }
-        }
+        let (mut streams, mut failures) = self.commit_candidates(parent, names, &table);
         // Lock every stream (in id order, so concurrent commits cannot deadlock) and check them
         // all before changing any: the commit is all-or-nothing.
         streams.sort_by(|a, b| a.id.cmp(&b.id));
         let mut guards: Vec<(&Arc<WriteStream>, MutexGuard<'_, StreamInner>)> =
             streams.iter().map(|s| (s, s.lock())).collect();
-        for (s, inner) in &guards {
-            let name = names
+        failures.extend(
+            guards
                 .iter()
-                .find(|n| StreamName::parse(n).map(|p| p.canonical()) == Some(s.name.clone()))
-                .cloned()
-                .unwrap_or_else(|| s.name.clone());
-            if s.kind != StreamKind::Pending {
-                failures.push(StreamFailure {
-                    code: storage_code::INVALID_STREAM_TYPE,
-                    entity: name.clone(),
-                    message: format!(
-                        "Stream must be created in pending mode, actual: {}",
-                        s.kind.internal_name()
-                    ),
-                });
-            } else if inner.phase == StreamPhase::Committed {
-                failures.push(StreamFailure {
-                    code: storage_code::STREAM_ALREADY_COMMITTED,
-                    entity: name.clone(),
-                    message: format!("Stream has already been committed. Entity: {name}"),
-                });
-            } else if inner.phase != StreamPhase::Finalized {
-                failures.push(StreamFailure {
-                    code: storage_code::INVALID_STREAM_STATE,
-                    entity: name.clone(),
-                    message: format!(
-                        "Stream is not finalized and cannot be committed. Entity: {name}"
-                    ),
-                });
-            }
-        }
+                .filter_map(|(s, inner)| commit_refusal(s, inner, names)),
+        );
         if !failures.is_empty() {
             return Ok(CommitOutcome::Failed(failures));
         }
@@ -324,6 +278,38 @@ impl Store {
             s.touch();
         }
         Ok(CommitOutcome::Committed { commit_time_us })
+    }
+
+    /// The distinct streams of a batch commit that exist on `table`, and a failure for every
+    /// name that does not.
+    fn commit_candidates(
+        &self,
+        parent: &str,
+        names: &[String],
+        table: &Arc<TableState>,
+    ) -> (Vec<Arc<WriteStream>>, Vec<StreamFailure>) {
+        let mut failures = Vec::new();
+        let mut streams: Vec<Arc<WriteStream>> = Vec::new();
+        for name in names {
+            match self.open_stream(name) {
+                Ok(s) if !Arc::ptr_eq(&s.table, table) => failures.push(StreamFailure {
+                    code: storage_code::STREAM_NOT_FOUND,
+                    entity: name.clone(),
+                    message: format!("Stream does not belong to table {parent}. Entity: {name}"),
+                }),
+                Ok(s) => {
+                    if !streams.iter().any(|x| Arc::ptr_eq(x, &s)) {
+                        streams.push(s);
+                    }
+                }
+                Err(_) => failures.push(StreamFailure {
+                    code: storage_code::STREAM_NOT_FOUND,
+                    entity: name.clone(),
+                    message: format!("Requested entity was not found. Entity: {name}"),
+                }),
+            }
+        }
+        (streams, failures)
     }
 
     /// Re-applies a logged commit at restart; returns the chunks that became visible.
@@ -378,5 +364,39 @@ impl Store {
         for (batch, range) in chunks {
             visible.push(batch, range);
         }
+    }
+}
+
+/// Why a locked stream of a batch commit cannot be committed, if it cannot: not PENDING, already
+/// committed, or not finalized. `entity` echoes the name as the caller spelled it.
+fn commit_refusal(s: &WriteStream, inner: &StreamInner, names: &[String]) -> Option<StreamFailure> {
+    let name = names
+        .iter()
+        .find(|n| StreamName::parse(n).map(|p| p.canonical()) == Some(s.name.clone()))
+        .cloned()
+        .unwrap_or_else(|| s.name.clone());
+    if s.kind != StreamKind::Pending {
+        Some(StreamFailure {
+            code: storage_code::INVALID_STREAM_TYPE,
+            entity: name.clone(),
+            message: format!(
+                "Stream must be created in pending mode, actual: {}",
+                s.kind.internal_name()
+            ),
+        })
+    } else if inner.phase == StreamPhase::Committed {
+        Some(StreamFailure {
+            code: storage_code::STREAM_ALREADY_COMMITTED,
+            entity: name.clone(),
+            message: format!("Stream has already been committed. Entity: {name}"),
+        })
+    } else if inner.phase != StreamPhase::Finalized {
+        Some(StreamFailure {
+            code: storage_code::INVALID_STREAM_STATE,
+            entity: name.clone(),
+            message: format!("Stream is not finalized and cannot be committed. Entity: {name}"),
+        })
+    } else {
+        None
     }
 }
