@@ -148,6 +148,14 @@ impl Validator {
         if k.group_id.trim().is_empty() {
             self.err("kafka.group_id", "must not be empty");
         }
+        self.kafka_subscription(k);
+        self.kafka_topics(k);
+        self.kafka_properties(k);
+    }
+
+    /// `kafka.topics` or `kafka.topic_pattern`, one of them, and a pattern both librdkafka and
+    /// (under `group.protocol=consumer`) the broker accept.
+    fn kafka_subscription(&mut self, k: &KafkaConfig) {
         match (&k.topic_pattern, k.topics.is_empty()) {
             (None, true) => self.err("kafka.topics", "set kafka.topics or kafka.topic_pattern"),
             (Some(_), false) => self.err(
@@ -178,6 +186,10 @@ impl Validator {
             }
             _ => {}
         }
+    }
+
+    /// Each listed topic is a valid name, listed once.
+    fn kafka_topics(&mut self, k: &KafkaConfig) {
         let mut seen = std::collections::BTreeSet::new();
         for (i, topic) in k.topics.iter().enumerate() {
             if !is_kafka_topic_name(topic) {
@@ -192,6 +204,10 @@ impl Validator {
                 );
             }
         }
+    }
+
+    /// librdkafka properties that the sink forces or that have a field of their own.
+    fn kafka_properties(&mut self, k: &KafkaConfig) {
         for (key, value, why) in FORCED_CONSUMER_PROPERTIES {
             if let Some(set) = k.properties.get(*key)
                 && !set.trim().eq_ignore_ascii_case(value)
