@@ -481,102 +481,64 @@ impl Validator {
     /// refusal names the field that asks for it (the route's own, else the top-level one it
     /// inherits).
     pub(super) fn formats(&mut self, c: &Config) {
-        let top_path = if c.json.is_some() {
-            "json"
-        } else {
-            "schema_registry.format"
-        };
-        let b = &c.bigquery;
-        let mut scopes = vec![Scope {
-            format_path: top_path.into(),
-            format: c.top_format(),
-            raw_avro: c.avro.is_some(),
-            create_table: b
-                .create_table
-                .is_some()
-                .then(|| "bigquery.create_table".into()),
-            add_columns: (b.schema_update == SchemaUpdate::AddColumns)
-                .then(|| "bigquery.schema_update".into()),
-        }];
-        for (i, r) in c.routes.iter().enumerate() {
-            let create_table = match (&r.create_table, &b.create_table) {
-                (Some(_), _) => Some(format!("routes[{i}].create_table")),
-                (None, Some(_)) => Some("bigquery.create_table".into()),
-                (None, None) => None,
-            };
-            let add_columns = match r.schema_update {
-                Some(SchemaUpdate::AddColumns) => Some(format!("routes[{i}].schema_update")),
-                Some(_) => None,
-                None => (b.schema_update == SchemaUpdate::AddColumns)
-                    .then(|| "bigquery.schema_update".into()),
-            };
-            let format = r.format.or(c.top_format());
-            scopes.push(Scope {
-                format_path: match r.format {
-                    Some(_) => format!("routes[{i}].format"),
-                    None => top_path.into(),
-                },
-                format,
-                // A route reads the top-level schema file unless it has its own (`route_for`).
-                raw_avro: r.avro.is_some() || c.avro.is_some(),
-                create_table,
-                add_columns,
-            });
-            // A CDC route reads every format: Avro (raw or registry), Protobuf, JSON Schema and
-            // schemaless JSON (docs/cdc.md); what each needs is checked in `cdc::validate`.
+        for s in format_scopes(c) {
+            self.format_scope(c, s);
         }
-        for s in scopes {
-            let Some(format) = s.format else {
-                // Each schema id's registered type: `top_format` is `None` only with a registry.
-                continue;
-            };
-            let name = format.as_str();
-            match format {
-                InputFormat::Avro => {
-                    if !s.raw_avro && c.schema_registry.is_none() && c.json.is_some() {
-                        self.err(
-                            &s.format_path,
-                            "avro needs schema_registry or avro.schema_file",
-                        );
-                    }
+    }
+
+    /// What one scope's input format needs: a registry or a schema file, and no table
+    /// creation or new columns for schemaless JSON.
+    fn format_scope(&mut self, c: &Config, s: Scope) {
+        let Some(format) = s.format else {
+            // Each schema id's registered type: `top_format` is `None` only with a registry.
+            return;
+        };
+        let name = format.as_str();
+        match format {
+            InputFormat::Avro => {
+                if !s.raw_avro && c.schema_registry.is_none() && c.json.is_some() {
+                    self.err(
+                        &s.format_path,
+                        "avro needs schema_registry or avro.schema_file",
+                    );
                 }
-                InputFormat::Protobuf | InputFormat::JsonSchema => {
-                    if s.raw_avro {
-                        self.err(
-                            &s.format_path,
-                            format!(
-                                "{name} records are read through schema_registry (raw input is avro only)"
-                            ),
-                        );
-                    } else if c.schema_registry.is_none() {
-                        self.err(&s.format_path, format!("{name} needs schema_registry"));
-                    }
+            }
+            InputFormat::Protobuf | InputFormat::JsonSchema => {
+                if s.raw_avro {
+                    self.err(
+                        &s.format_path,
+                        format!(
+                            "{name} records are read through schema_registry (raw input is avro only)"
+                        ),
+                    );
+                } else if c.schema_registry.is_none() {
+                    self.err(&s.format_path, format!("{name} needs schema_registry"));
                 }
-                InputFormat::Json => {
-                    if s.raw_avro {
-                        self.err(
-                            &s.format_path,
-                            "json is not read beside avro.schema_file (its schema would be ignored)",
-                        );
-                    }
-                    if let Some(path) = s.create_table {
-                        self.err(
-                            &path,
-                            format!(
-                                "create_table is not supported for schemaless json ({}): there is no schema to create the table from; create the table first",
-                                s.format_path
-                            ),
-                        );
-                    }
-                    if let Some(path) = s.add_columns {
-                        self.err(
-                            &path,
-                            format!(
-                                "add_columns is not supported for schemaless json ({}): there is no schema to add columns from",
-                                s.format_path
-                            ),
-                        );
-                    }
+            }
+            InputFormat::Json => {
+                if s.raw_avro {
+                    self.err(
+                        &s.format_path,
+                        "json is not read beside avro.schema_file (its schema would be ignored)",
+                    );
+                }
+                if let Some(path) = s.create_table {
+                    self.err(
+                        &path,
+                        format!(
+                            "create_table is not supported for schemaless json ({}): there is no schema to create the table from; create the table first",
+                            s.format_path
+                        ),
+                    );
+                }
+                if let Some(path) = s.add_columns {
+                    self.err(
+                        &path,
+                        format!(
+                            "add_columns is not supported for schemaless json ({}): there is no schema to add columns from",
+                            s.format_path
+                        ),
+                    );
                 }
             }
         }
@@ -826,6 +788,56 @@ impl Validator {
             self.err("log.level", format!("not a level or filter: {e}"));
         }
     }
+}
+
+/// The scopes whose input format is checked: the top level, then each route with what it
+/// inherits from the top level.
+fn format_scopes(c: &Config) -> Vec<Scope> {
+    let top_path = if c.json.is_some() {
+        "json"
+    } else {
+        "schema_registry.format"
+    };
+    let b = &c.bigquery;
+    let mut scopes = vec![Scope {
+        format_path: top_path.into(),
+        format: c.top_format(),
+        raw_avro: c.avro.is_some(),
+        create_table: b
+            .create_table
+            .is_some()
+            .then(|| "bigquery.create_table".into()),
+        add_columns: (b.schema_update == SchemaUpdate::AddColumns)
+            .then(|| "bigquery.schema_update".into()),
+    }];
+    for (i, r) in c.routes.iter().enumerate() {
+        let create_table = match (&r.create_table, &b.create_table) {
+            (Some(_), _) => Some(format!("routes[{i}].create_table")),
+            (None, Some(_)) => Some("bigquery.create_table".into()),
+            (None, None) => None,
+        };
+        let add_columns = match r.schema_update {
+            Some(SchemaUpdate::AddColumns) => Some(format!("routes[{i}].schema_update")),
+            Some(_) => None,
+            None => (b.schema_update == SchemaUpdate::AddColumns)
+                .then(|| "bigquery.schema_update".into()),
+        };
+        let format = r.format.or(c.top_format());
+        scopes.push(Scope {
+            format_path: match r.format {
+                Some(_) => format!("routes[{i}].format"),
+                None => top_path.into(),
+            },
+            format,
+            // A route reads the top-level schema file unless it has its own (`route_for`).
+            raw_avro: r.avro.is_some() || c.avro.is_some(),
+            create_table,
+            add_columns,
+        });
+        // A CDC route reads every format: Avro (raw or registry), Protobuf, JSON Schema and
+        // schemaless JSON (docs/cdc.md); what each needs is checked in `cdc::validate`.
+    }
+    scopes
 }
 
 #[cfg(test)]
