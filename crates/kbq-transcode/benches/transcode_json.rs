@@ -11,43 +11,12 @@ mod common;
 use std::hint::black_box;
 
 use chrono::DateTime;
-use common::Order;
 use criterion::{Criterion, Throughput};
-use kafka_bigquery_sink::transcode::{Plan, PlanOptions};
+use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value as PValue};
-use serde_json::{Value as Json, json};
-
-/// The order in JSON: the values of the Avro and Protobuf benchmarks' record.
-fn order(v: &Order) -> Vec<u8> {
-    let created = DateTime::from_timestamp_micros(v.created_micros()).unwrap();
-    let cents = v.cents();
-    serde_json::to_vec(&json!({
-        "order_id": v.order_id(),
-        "customer_id": v.customer_id(),
-        "customer_email": v.email(),
-        "created_at": created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-        "status": "PAID",
-        "channel": "mobile-app",
-        "total": format!("{}.{:02}", cents / 100, cents % 100).parse::<serde_json::Number>().unwrap(),
-        "currency": "EUR",
-        "item_count": 3,
-        "weight_kg": 2.75,
-        "gift": v.gift(),
-        "coupon": Json::Null,
-        "notes": common::NOTES,
-        "user_agent": common::AGENT,
-        "session_id": v.session(),
-        "warehouse_id": 42,
-        "priority": 2,
-        "shipping": {"street": common::STREET, "city": "Berlin", "postcode": "10115",
-                     "country": "DE", "lat": 52.532, "lon": 13.384},
-        "line_ids": v.line_ids().collect::<Vec<_>>(),
-        "tags": common::TAGS,
-    }))
-    .unwrap()
-}
+use serde_json::Value as Json;
 
 /// The naive path: a value tree, a `DynamicMessage` by column name, then bytes.
 fn naive(input: &[u8], row: &MessageDescriptor) -> Vec<u8> {
@@ -99,9 +68,8 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let plan = Plan::compile_json(None, false, &common::table(), &PlanOptions::default()).unwrap();
+    let (plan, inputs) = common::json_setup();
     let row = common::row_message(&plan);
-    let inputs = (0..common::RECORDS).map(|i| order(&Order { i })).collect();
     Setup { plan, row, inputs }
 }
 

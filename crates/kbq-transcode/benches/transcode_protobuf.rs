@@ -10,99 +10,11 @@ mod common;
 
 use std::hint::black_box;
 
-use common::Order;
 use criterion::{Criterion, Throughput};
-use kafka_bigquery_sink::transcode::protobuf::{MessagePath, ProtoSchema};
-use kafka_bigquery_sink::transcode::{AvroSchema, Plan, PlanOptions};
+use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
-use prost_reflect::{
-    DescriptorPool, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value as PValue,
-};
-
-const PROTO: &str = r#"
-syntax = "proto3";
-package shop;
-import "google/protobuf/timestamp.proto";
-import "google/type/decimal.proto";
-message Order {
-  string order_id = 1;
-  int64 customer_id = 2;
-  string customer_email = 3;
-  google.protobuf.Timestamp created_at = 4;
-  string status = 5;
-  optional string channel = 6;
-  google.type.Decimal total = 7;
-  string currency = 8;
-  int32 item_count = 9;
-  double weight_kg = 10;
-  bool gift = 11;
-  optional string coupon = 12;
-  string notes = 13;
-  string user_agent = 14;
-  string session_id = 15;
-  int64 warehouse_id = 16;
-  int32 priority = 17;
-  Address shipping = 18;
-  repeated int64 line_ids = 19;
-  repeated string tags = 20;
-}
-message Address {
-  string street = 1; string city = 2; string postcode = 3; string country = 4;
-  double lat = 5; double lon = 6;
-}
-"#;
-
-fn proto_order(pool: &DescriptorPool, v: &Order) -> Vec<u8> {
-    let m = |name: &str| DynamicMessage::new(pool.get_message_by_name(name).unwrap());
-    let mut o = m("shop.Order");
-    let s = |x: &str| PValue::String(x.to_owned());
-    o.set_field_by_name("order_id", PValue::String(v.order_id()));
-    o.set_field_by_name("customer_id", PValue::I64(v.customer_id()));
-    o.set_field_by_name("customer_email", PValue::String(v.email()));
-    let mut ts = m("google.protobuf.Timestamp");
-    ts.set_field_by_name("seconds", PValue::I64(v.created_micros() / 1_000_000));
-    ts.set_field_by_name(
-        "nanos",
-        PValue::I32((v.created_micros() % 1_000_000) as i32 * 1000),
-    );
-    o.set_field_by_name("created_at", PValue::Message(ts));
-    o.set_field_by_name("status", s("PAID"));
-    o.set_field_by_name("channel", s("mobile-app"));
-    let mut total = m("google.type.Decimal");
-    let c = v.cents();
-    total.set_field_by_name(
-        "value",
-        PValue::String(format!("{}.{:02}", c / 100, c % 100)),
-    );
-    o.set_field_by_name("total", PValue::Message(total));
-    o.set_field_by_name("currency", s("EUR"));
-    o.set_field_by_name("item_count", PValue::I32(3));
-    o.set_field_by_name("weight_kg", PValue::F64(2.75));
-    o.set_field_by_name("gift", PValue::Bool(v.gift()));
-    o.set_field_by_name("notes", s(common::NOTES));
-    o.set_field_by_name("user_agent", s(common::AGENT));
-    o.set_field_by_name("session_id", PValue::String(v.session()));
-    o.set_field_by_name("warehouse_id", PValue::I64(42));
-    o.set_field_by_name("priority", PValue::I32(2));
-    let mut a = m("shop.Address");
-    a.set_field_by_name("street", s(common::STREET));
-    a.set_field_by_name("city", s("Berlin"));
-    a.set_field_by_name("postcode", s("10115"));
-    a.set_field_by_name("country", s("DE"));
-    a.set_field_by_name("lat", PValue::F64(52.532));
-    a.set_field_by_name("lon", PValue::F64(13.384));
-    o.set_field_by_name("shipping", PValue::Message(a));
-    o.set_field_by_name(
-        "line_ids",
-        PValue::List(v.line_ids().map(PValue::I64).collect()),
-    );
-    o.set_field_by_name(
-        "tags",
-        PValue::List(common::TAGS.iter().map(|t| s(t)).collect()),
-    );
-    o.encode_to_vec()
-}
+use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value as PValue};
 
 /// The naive Protobuf path: decode into a dynamic message, copy each field into the row's
 /// dynamic message by name (well-known types converted), encode.
@@ -167,20 +79,8 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let table = common::table();
-    let schema = ProtoSchema::compile(PROTO, &[]).unwrap();
-    let writer = schema.message(&MessagePath::FIRST).unwrap();
-    let proto_plan = Plan::compile_protobuf(&writer, &table, &PlanOptions::default()).unwrap();
-    let avro_plan = Plan::compile(
-        &AvroSchema::parse(common::AVRO_SCHEMA).unwrap(),
-        &table,
-        &PlanOptions::default(),
-    )
-    .unwrap();
-    let proto = (0..common::RECORDS)
-        .map(|i| proto_order(schema.pool(), &Order { i }))
-        .collect();
-    let avro = common::avro_orders(&apache_avro::Schema::parse_str(common::AVRO_SCHEMA).unwrap());
+    let (proto_plan, writer, proto) = common::proto_setup();
+    let (avro_plan, avro) = common::avro_setup();
     let naive = Naive {
         writer,
         row: common::row_message(&proto_plan),

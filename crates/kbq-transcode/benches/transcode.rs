@@ -12,7 +12,7 @@ use std::hint::black_box;
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use criterion::{Criterion, Throughput};
-use kafka_bigquery_sink::transcode::{AvroSchema, Plan, PlanOptions};
+use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value as PValue};
@@ -81,13 +81,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let schema = Schema::parse_str(common::AVRO_SCHEMA).unwrap();
-    let avro = common::avro_orders(&schema);
-    let plan = Plan::compile(
-        &AvroSchema::parse(common::AVRO_SCHEMA).unwrap(),
-        &common::table(),
-        &PlanOptions::default(),
-    )
-    .unwrap();
+    let (plan, avro) = common::avro_setup();
     let desc = common::row_message(&plan);
     Setup {
         plan,

@@ -10,11 +10,15 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use apache_avro::types::Value as Avro;
+use chrono::DateTime;
 use criterion::Criterion;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{Plan, file_for};
-use prost_reflect::{DescriptorPool, MessageDescriptor};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::protobuf::{MessagePath, ProtoSchema};
+use kbq_transcode::{AvroSchema, Plan, PlanOptions, file_for};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, Value as PValue};
 use prost_types::FileDescriptorSet;
+use serde_json::{Value as Json, json};
 
 /// The order as an Avro writer schema.
 pub const AVRO_SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
@@ -175,6 +179,148 @@ pub fn avro_orders(schema: &apache_avro::Schema) -> Vec<Vec<u8>> {
     (0..RECORDS)
         .map(|i| writer.write_value_to_vec(Order { i }.avro()).unwrap())
         .collect()
+}
+
+/// The order as a Protobuf writer message (`shop.Order`, the schema's first message).
+pub const PROTO: &str = r#"
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/type/decimal.proto";
+message Order {
+  string order_id = 1;
+  int64 customer_id = 2;
+  string customer_email = 3;
+  google.protobuf.Timestamp created_at = 4;
+  string status = 5;
+  optional string channel = 6;
+  google.type.Decimal total = 7;
+  string currency = 8;
+  int32 item_count = 9;
+  double weight_kg = 10;
+  bool gift = 11;
+  optional string coupon = 12;
+  string notes = 13;
+  string user_agent = 14;
+  string session_id = 15;
+  int64 warehouse_id = 16;
+  int32 priority = 17;
+  Address shipping = 18;
+  repeated int64 line_ids = 19;
+  repeated string tags = 20;
+}
+message Address {
+  string street = 1; string city = 2; string postcode = 3; string country = 4;
+  double lat = 5; double lon = 6;
+}
+"#;
+
+pub fn proto_order(pool: &DescriptorPool, v: &Order) -> Vec<u8> {
+    let m = |name: &str| DynamicMessage::new(pool.get_message_by_name(name).unwrap());
+    let mut o = m("shop.Order");
+    let s = |x: &str| PValue::String(x.to_owned());
+    o.set_field_by_name("order_id", PValue::String(v.order_id()));
+    o.set_field_by_name("customer_id", PValue::I64(v.customer_id()));
+    o.set_field_by_name("customer_email", PValue::String(v.email()));
+    let mut ts = m("google.protobuf.Timestamp");
+    ts.set_field_by_name("seconds", PValue::I64(v.created_micros() / 1_000_000));
+    ts.set_field_by_name(
+        "nanos",
+        PValue::I32((v.created_micros() % 1_000_000) as i32 * 1000),
+    );
+    o.set_field_by_name("created_at", PValue::Message(ts));
+    o.set_field_by_name("status", s("PAID"));
+    o.set_field_by_name("channel", s("mobile-app"));
+    let mut total = m("google.type.Decimal");
+    let c = v.cents();
+    total.set_field_by_name(
+        "value",
+        PValue::String(format!("{}.{:02}", c / 100, c % 100)),
+    );
+    o.set_field_by_name("total", PValue::Message(total));
+    o.set_field_by_name("currency", s("EUR"));
+    o.set_field_by_name("item_count", PValue::I32(3));
+    o.set_field_by_name("weight_kg", PValue::F64(2.75));
+    o.set_field_by_name("gift", PValue::Bool(v.gift()));
+    o.set_field_by_name("notes", s(NOTES));
+    o.set_field_by_name("user_agent", s(AGENT));
+    o.set_field_by_name("session_id", PValue::String(v.session()));
+    o.set_field_by_name("warehouse_id", PValue::I64(42));
+    o.set_field_by_name("priority", PValue::I32(2));
+    let mut a = m("shop.Address");
+    a.set_field_by_name("street", s(STREET));
+    a.set_field_by_name("city", s("Berlin"));
+    a.set_field_by_name("postcode", s("10115"));
+    a.set_field_by_name("country", s("DE"));
+    a.set_field_by_name("lat", PValue::F64(52.532));
+    a.set_field_by_name("lon", PValue::F64(13.384));
+    o.set_field_by_name("shipping", PValue::Message(a));
+    o.set_field_by_name(
+        "line_ids",
+        PValue::List(v.line_ids().map(PValue::I64).collect()),
+    );
+    o.set_field_by_name("tags", PValue::List(TAGS.iter().map(|t| s(t)).collect()));
+    o.encode_to_vec()
+}
+
+/// The order in JSON: the values of the Avro and Protobuf benchmarks' record.
+pub fn json_order(v: &Order) -> Vec<u8> {
+    let created = DateTime::from_timestamp_micros(v.created_micros()).unwrap();
+    let cents = v.cents();
+    serde_json::to_vec(&json!({
+        "order_id": v.order_id(),
+        "customer_id": v.customer_id(),
+        "customer_email": v.email(),
+        "created_at": created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        "status": "PAID",
+        "channel": "mobile-app",
+        "total": format!("{}.{:02}", cents / 100, cents % 100).parse::<serde_json::Number>().unwrap(),
+        "currency": "EUR",
+        "item_count": 3,
+        "weight_kg": 2.75,
+        "gift": v.gift(),
+        "coupon": Json::Null,
+        "notes": NOTES,
+        "user_agent": AGENT,
+        "session_id": v.session(),
+        "warehouse_id": 42,
+        "priority": 2,
+        "shipping": {"street": STREET, "city": "Berlin", "postcode": "10115",
+                     "country": "DE", "lat": 52.532, "lon": 13.384},
+        "line_ids": v.line_ids().collect::<Vec<_>>(),
+        "tags": TAGS,
+    }))
+    .unwrap()
+}
+
+/// The Avro plan and the first [`RECORDS`] orders in raw Avro.
+pub fn avro_setup() -> (Plan, Vec<Vec<u8>>) {
+    let plan = Plan::compile(
+        &AvroSchema::parse(AVRO_SCHEMA).unwrap(),
+        &table(),
+        &PlanOptions::default(),
+    )
+    .unwrap();
+    let inputs = avro_orders(&apache_avro::Schema::parse_str(AVRO_SCHEMA).unwrap());
+    (plan, inputs)
+}
+
+/// The Protobuf plan, its writer message and the first [`RECORDS`] orders in Protobuf.
+pub fn proto_setup() -> (Plan, MessageDescriptor, Vec<Vec<u8>>) {
+    let schema = ProtoSchema::compile(PROTO, &[]).unwrap();
+    let writer = schema.message(&MessagePath::FIRST).unwrap();
+    let plan = Plan::compile_protobuf(&writer, &table(), &PlanOptions::default()).unwrap();
+    let inputs = (0..RECORDS)
+        .map(|i| proto_order(schema.pool(), &Order { i }))
+        .collect();
+    (plan, writer, inputs)
+}
+
+/// The schemaless JSON plan and the first [`RECORDS`] orders in JSON.
+pub fn json_setup() -> (Plan, Vec<Vec<u8>>) {
+    let plan = Plan::compile_json(None, false, &table(), &PlanOptions::default()).unwrap();
+    let inputs = (0..RECORDS).map(|i| json_order(&Order { i })).collect();
+    (plan, inputs)
 }
 
 pub fn table() -> TableSchema {
