@@ -312,17 +312,7 @@ impl Wide {
         for (i, limb) in twos.iter().enumerate() {
             le[i * 8..i * 8 + 8].copy_from_slice(&limb.to_le_bytes());
         }
-        let mut n = le.len();
-        // Drop bytes that only repeat the sign, keeping the sign bit of the last byte right.
-        while n > 1 {
-            let (last, prev) = (le[n - 1], le[n - 2]);
-            if (last == 0 && prev & 0x80 == 0) || (last == 0xff && prev & 0x80 != 0) {
-                n -= 1;
-            } else {
-                break;
-            }
-        }
-        out.extend_from_slice(&le[..n]);
+        out.extend_from_slice(&le[..twos_len(&twos)]);
         Ok(())
     }
 
@@ -355,6 +345,25 @@ impl Wide {
             s.insert(0, '-');
         }
         s
+    }
+}
+
+/// The fewest little-endian bytes that hold `twos` as a two's-complement number: the bytes
+/// that only repeat the sign are dropped, found a limb at a time (a byte at a time from the top
+/// of all 40 was most of the cost of a short decimal).
+fn twos_len(twos: &[u64; LIMBS]) -> usize {
+    let fill = if twos[LIMBS - 1] >> 63 == 1 {
+        u64::MAX
+    } else {
+        0
+    };
+    match twos.iter().rposition(|l| *l != fill) {
+        // 0 or −1: one byte.
+        None => 1,
+        Some(k) => {
+            let bits = k * 64 + (64 - (twos[k] ^ fill).leading_zeros() as usize) + 1;
+            bits.div_ceil(8)
+        }
     }
 }
 
@@ -440,6 +449,39 @@ mod tests {
             numeric(&[0x00, 0x80], 9, DecimalTarget::Numeric).unwrap(),
             vec![0x80, 0x00]
         );
+    }
+
+    #[test]
+    fn the_shortest_twos_complement_keeps_the_sign_bit() {
+        // The byte-at-a-time definition: drop the top byte while it only repeats the sign of
+        // the byte below it.
+        fn reference(twos: &[u64; LIMBS]) -> usize {
+            let le: Vec<u8> = twos.iter().flat_map(|l| l.to_le_bytes()).collect();
+            let mut n = le.len();
+            while n > 1 {
+                let (last, prev) = (le[n - 1], le[n - 2]);
+                if (last == 0 && prev & 0x80 == 0) || (last == 0xff && prev & 0x80 != 0) {
+                    n -= 1;
+                } else {
+                    break;
+                }
+            }
+            n
+        }
+        let mut cases = vec![[0u64; LIMBS], [u64::MAX; LIMBS]];
+        for limb in 0..LIMBS {
+            for bit in 0..64 {
+                for v in [1u64 << bit, (1u64 << bit) - 1, (1u64 << bit) | 1] {
+                    let mut w = [0u64; LIMBS];
+                    w[limb] = v;
+                    cases.push(w);
+                    cases.push(negate(w));
+                }
+            }
+        }
+        for twos in cases {
+            assert_eq!(twos_len(&twos), reference(&twos), "{twos:x?}");
+        }
     }
 
     #[test]

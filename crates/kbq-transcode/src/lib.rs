@@ -19,6 +19,7 @@ mod proto;
 pub mod protobuf;
 mod reader;
 mod schema;
+mod utf8;
 mod wire;
 
 use std::ops::Range;

@@ -32,13 +32,20 @@ impl Tag {
         }
     }
 
+    /// The encoded key's length in bytes (1 to 5).
+    #[inline(always)]
+    pub fn encoded_len(&self) -> u8 {
+        self.len
+    }
+
     #[inline(always)]
     pub fn put(&self, out: &mut Vec<u8>) {
-        // Field numbers below 16 (most columns) have one-byte keys: a push, not a memcpy.
-        if self.len == 1 {
-            out.push(self.bytes[0]);
-        } else {
-            out.extend_from_slice(&self.bytes[..self.len as usize]);
+        // Field numbers below 16 (most columns) have one-byte keys, below 2048 two-byte keys:
+        // fixed-size copies the compiler inlines, not a call to memcpy.
+        match self.len {
+            1 => out.push(self.bytes[0]),
+            2 => out.extend_from_slice(&[self.bytes[0], self.bytes[1]]),
+            n => out.extend_from_slice(&self.bytes[..n as usize]),
         }
     }
 }
@@ -54,6 +61,19 @@ pub fn put_varint(out: &mut Vec<u8>, v: u64) {
 
 #[inline(never)]
 fn put_long_varint(out: &mut Vec<u8>, mut v: u64) {
+    if v < 1 << 56 {
+        // Up to eight bytes at once: the 7-bit groups spread over a word in three shifts, the
+        // continuation bits set on every byte but the last, one fixed-size copy, then the
+        // bytes past the varint's end dropped again.
+        let n = varint_len(v);
+        let x = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
+        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x0fff_c000_0fff_c000) << 2);
+        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x3f80_3f80_3f80_3f80) << 1);
+        let x = x | (0x8080_8080_8080_8080 & ((1u64 << (8 * (n - 1))) - 1));
+        out.extend_from_slice(&x.to_le_bytes());
+        out.truncate(out.len() - (8 - n));
+        return;
+    }
     let mut buf = [0u8; 10];
     let mut n = 0;
     while v >= 0x80 {
@@ -118,6 +138,40 @@ mod tests {
             let mut out = Vec::new();
             put_varint(&mut out, v);
             assert_eq!(out.len(), varint_len(v), "{v}");
+        }
+    }
+
+    /// Varints as the specification writes them, seven bits at a time.
+    fn reference_varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    #[test]
+    fn put_varint_writes_every_length_as_the_specification_does() {
+        let mut values = vec![
+            0u64,
+            1,
+            0x7f,
+            u64::MAX,
+            i64::MIN as u64,
+            (1 << 56) - 1,
+            1 << 56,
+        ];
+        for bits in 1..64 {
+            values.extend([(1u64 << bits) - 1, 1 << bits, (1 << bits) + 1]);
+            values.push(0x9e37_79b9_7f4a_7c15 >> (64 - bits));
+        }
+        for v in values {
+            let mut out = vec![0xaa];
+            put_varint(&mut out, v);
+            assert_eq!(out[1..], reference_varint(v)[..], "{v:#x}");
+            assert_eq!(out[0], 0xaa);
         }
     }
 

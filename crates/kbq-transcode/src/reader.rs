@@ -146,9 +146,7 @@ impl<'a> AvroReader<'a> {
         let n = self.len()?;
         let offset = self.pos;
         let s = self.fixed(n, "a string")?;
-        // Most strings are ASCII, which a word-at-a-time scan confirms faster than a full
-        // UTF-8 decode.
-        if !s.is_ascii() && std::str::from_utf8(s).is_err() {
+        if !crate::utf8::valid(s) {
             return Err(RecordError::InvalidUtf8 { offset });
         }
         Ok(s)

@@ -83,6 +83,7 @@ impl Compiler<'_> {
                 fields.push(FieldOp::new(
                     FieldKind::Skip,
                     format!("{prefix}{}", fd.name()).into(),
+                    fd.number(),
                 ));
                 continue;
             };
@@ -130,7 +131,7 @@ impl Compiler<'_> {
                     .or_default()
                     .push(index);
             }
-            fields.push(FieldOp::new(kind, path));
+            fields.push(FieldOp::new(kind, path, fd.number()));
         }
         let missing_required = columns
             .iter()

@@ -12,7 +12,7 @@ use crate::convert::{
     Wide, date_days, datetime_packed, days_from_civil, time_packed, timestamp_micros,
 };
 use crate::exec::{check_json, put_decimal, put_f64, put_i64, value_error};
-use crate::proto::{Tag, close_len, open_len, put_len_delimited};
+use crate::proto::{Tag, close_len, open_len, put_len_delimited, put_varint, varint_len};
 
 use super::ops::{Conv, Fast, FieldKind, FieldOp, MessageOp, Special, Src};
 
@@ -66,6 +66,22 @@ impl<'a> Reader<'a> {
             self.pos += 1;
             return Ok(b as u64);
         }
+        if let Some(word) = self.buf.get(self.pos..self.pos + 8) {
+            // Up to eight bytes at once: the first byte without its continuation bit ends the
+            // varint, and the 7-bit groups below it are gathered in three shifts.
+            let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            let stops = !w & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                let n = (stops.trailing_zeros() as usize + 1) / 8;
+                self.pos += n;
+                return Ok(gather(w & (u64::MAX >> (64 - 8 * n))));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64, RecordError> {
         let start = self.offset();
         let mut value = 0u64;
         let mut shift = 0u32;
@@ -116,17 +132,19 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's bytes, and the offset they start at.
-    #[inline]
+    #[inline(always)]
     fn len_delimited(&mut self) -> Result<(&'a [u8], usize), RecordError> {
         let len = self.varint()?;
         let at = self.offset();
-        if len > (self.buf.len() - self.pos) as u64 {
+        let rest = &self.buf[self.pos..];
+        if len > rest.len() as u64 {
             return Err(RecordError::ProtoTruncated {
                 offset: at,
                 what: "a length-delimited field",
             });
         }
-        Ok((self.take(len as usize, "a length-delimited field")?, at))
+        self.pos += len as usize;
+        Ok((&rest[..len as usize], at))
     }
 
     /// Skips one value of `wire` type (a whole group for a start-group tag).
@@ -210,16 +228,27 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Which fields of a message occurred on the wire.
+/// The value of a varint of at most eight bytes, given as a little-endian word with the bytes
+/// after its last one cleared.
+#[inline(always)]
+fn gather(w: u64) -> u64 {
+    let x = w & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
+}
+
+/// Which fields of a message occurred on the wire: one word for up to 64 fields (a shift and
+/// an or per field; a 128-bit set cost several instructions per field more).
 enum Seen {
-    Small(u128),
+    Small(u64),
     Large(Vec<u64>),
 }
 
 impl Seen {
     #[inline]
     fn new(n: usize) -> Seen {
-        if n <= 128 {
+        if n <= 64 {
             Seen::Small(0)
         } else {
             Seen::Large(vec![0; n.div_ceil(64)])
@@ -266,11 +295,34 @@ pub fn run_message(
     let at = op.tag.map(|t| open_len(out, t));
     let mut seen = Seen::new(op.tracked);
     let mut r = Reader::new(buf, base);
+    // Where the field occurrences that are already the row's bytes begin (`NO_RUN`: none
+    // pending): a run of them is copied in one piece when the next field needs writing.
+    let mut run = NO_RUN;
     while !r.done() {
+        let key_pos = r.pos;
         let key_at = r.offset();
         let key = r.varint()?;
         let (number, wire) = (key >> 3, (key & 7) as u8);
-        let Some(i) = op.lookup.get(number).filter(|_| number != 0) else {
+        let found = op.lookup.get(number).filter(|_| number != 0);
+        if let Some(i) = found {
+            let field = &op.fields[i];
+            if field.same_key as usize == r.pos - key_pos {
+                let value_pos = r.pos;
+                if same(field, wire, &mut r)? {
+                    seen.mark(i);
+                    if run == NO_RUN {
+                        run = key_pos;
+                    }
+                    continue;
+                }
+                r.pos = value_pos;
+            }
+        }
+        if run != NO_RUN {
+            out.extend_from_slice(&buf[run..key_pos]);
+            run = NO_RUN;
+        }
+        let Some(i) = found else {
             if number == 0 || wire == WIRE_END_GROUP {
                 return Err(RecordError::ProtoWireType {
                     offset: key_at,
@@ -351,6 +403,9 @@ pub fn run_message(
             }
         }
     }
+    if run != NO_RUN {
+        out.extend_from_slice(&buf[run..]);
+    }
     for (i, bytes) in op.defaults.iter() {
         if !seen.has(*i as usize) {
             out.extend_from_slice(bytes);
@@ -378,6 +433,43 @@ pub fn run_message(
     Ok(())
 }
 
+/// No run of copied fields is pending.
+const NO_RUN: usize = usize::MAX;
+
+/// Reads a [`Fast`] field whose row tag is its own key ([`FieldOp::same_key`]) and checks it as
+/// [`fast`] would; true when the occurrence's bytes are exactly what [`fast`] would write
+/// (canonical varints, a bool of 0 or 1, an int32 as protobuf sign-extends it), so that they
+/// can be copied as they are. False leaves the reader anywhere: the caller rewinds.
+#[inline(always)]
+fn same(field: &FieldOp, wire: u8, r: &mut Reader<'_>) -> Result<bool, RecordError> {
+    let start = r.pos;
+    Ok(match (field.fast, wire) {
+        (Fast::Str(_), WIRE_LEN) => {
+            let (b, _) = r.len_delimited()?;
+            utf8(b, &field.column)?;
+            r.pos - start - b.len() == varint_len(b.len() as u64)
+        }
+        (Fast::Bytes(_), WIRE_LEN) => {
+            let (b, _) = r.len_delimited()?;
+            r.pos - start - b.len() == varint_len(b.len() as u64)
+        }
+        (Fast::Int64(_), WIRE_VARINT) => {
+            let v = r.varint()?;
+            r.pos - start == varint_len(v)
+        }
+        (Fast::Int32(_), WIRE_VARINT) => {
+            let v = r.varint()?;
+            r.pos - start == varint_len(v) && v == v as i32 as i64 as u64
+        }
+        (Fast::Bool(_), WIRE_VARINT) => r.varint()? <= 1 && r.pos - start == 1,
+        (Fast::Double(_), WIRE_I64) => {
+            r.take(8, "a fixed64")?;
+            true
+        }
+        _ => false,
+    })
+}
+
 /// The field as one fused step ([`Fast`]); false when it takes the general path.
 #[inline(always)]
 fn fast(
@@ -392,7 +484,21 @@ fn fast(
             put_len_delimited(out, tag, utf8(b, &field.column)?);
         }
         (Fast::Bytes(tag), WIRE_LEN) => put_len_delimited(out, tag, r.len_delimited()?.0),
-        (Fast::Int64(tag), WIRE_VARINT) => put_i64(out, tag, r.varint()? as i64),
+        (Fast::Int64(tag), WIRE_VARINT) => {
+            let start = r.pos;
+            let v = r.varint()?;
+            let n = r.pos - start;
+            tag.put(out);
+            // A canonical varint is the row's bytes: eight of them copied in one piece and
+            // the surplus dropped, rather than decoded and encoded again.
+            match r.buf.get(start..start + 8) {
+                Some(word) if n <= 8 && n == varint_len(v) => {
+                    out.extend_from_slice(&<[u8; 8]>::try_from(word).expect("eight bytes"));
+                    out.truncate(out.len() - (8 - n));
+                }
+                _ => put_varint(out, v),
+            }
+        }
         (Fast::Int32(tag), WIRE_VARINT) => put_i64(out, tag, r.varint()? as i32 as i64),
         (Fast::Bool(tag), WIRE_VARINT) => {
             let b = r.varint()? != 0;
@@ -438,7 +544,7 @@ fn bytes(v: Val<'_>) -> &[u8] {
 
 #[inline]
 fn utf8<'a>(b: &'a [u8], column: &Arc<str>) -> Result<&'a [u8], RecordError> {
-    if !b.is_ascii() && std::str::from_utf8(b).is_err() {
+    if !crate::utf8::valid(b) {
         return Err(value_error(column, "string is not valid utf-8".into()));
     }
     Ok(b)
@@ -562,9 +668,31 @@ fn int_or_zero(v: Option<Val<'_>>) -> i64 {
     v.map_or(0, int)
 }
 
+/// A `Timestamp` as writers lay it out: `seconds` then `nanos`, each there or not, nothing else.
+/// `None` for any other layout, which [`fields`] reads (with its checks and errors).
+#[inline]
+fn seconds_nanos(bytes: &[u8]) -> Option<(i64, i64)> {
+    let mut r = Reader::new(bytes, 0);
+    let (mut seconds, mut nanos) = (0, 0);
+    if r.buf.first() == Some(&0x08) {
+        r.pos = 1;
+        seconds = r.varint().ok()? as i64;
+    }
+    if r.buf.get(r.pos) == Some(&0x10) {
+        r.pos += 1;
+        nanos = r.varint().ok()? as i32 as i64;
+    }
+    r.done().then_some((seconds, nanos))
+}
+
 fn timestamp(bytes: &[u8], base: usize, column: &Arc<str>) -> Result<i64, RecordError> {
-    let [seconds, nanos] = fields(bytes, base, [Src::Int64, Src::Int32])?;
-    let (seconds, nanos) = (int_or_zero(seconds), int_or_zero(nanos));
+    let (seconds, nanos) = match seconds_nanos(bytes) {
+        Some(pair) => pair,
+        None => {
+            let [seconds, nanos] = fields(bytes, base, [Src::Int64, Src::Int32])?;
+            (int_or_zero(seconds), int_or_zero(nanos))
+        }
+    };
     if !(0..1_000_000_000).contains(&nanos) {
         return Err(value_error(
             column,
@@ -676,4 +804,165 @@ fn write_special(
 
 fn bytes_of(v: Val<'_>) -> &[u8] {
     bytes(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protobuf::{MessagePath, ProtoSchema};
+    use crate::{Plan, PlanOptions};
+
+    /// A varint as the specification writes it.
+    fn varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    #[test]
+    fn varints_of_every_length_read_as_the_specification_says() {
+        let mut values = vec![0u64, 1, 0x7f, 0x80, u64::MAX, i64::MIN as u64];
+        for bits in 1..64 {
+            values.extend([
+                (1u64 << bits) - 1,
+                1 << bits,
+                0x9e37_79b9_7f4a_7c15 >> (64 - bits),
+            ]);
+        }
+        for v in values {
+            // Alone (the byte-at-a-time path near the end) and followed by more data (the word
+            // at a time path), whose continuation bits must not leak into the value.
+            for tail in [&[][..], &[0xff; 12][..], &[0x00; 12][..]] {
+                let mut bytes = varint(v);
+                let n = bytes.len();
+                bytes.extend_from_slice(tail);
+                let mut r = Reader::new(&bytes, 0);
+                assert_eq!(r.varint().unwrap(), v, "{v:#x} before {tail:?}");
+                assert_eq!(r.pos, n);
+            }
+        }
+        let overlong = [0xffu8; 11];
+        assert!(matches!(
+            Reader::new(&overlong, 0).varint(),
+            Err(RecordError::ProtoBadVarint { offset: 0 })
+        ));
+        let cut = [0xffu8; 9];
+        assert!(matches!(
+            Reader::new(&cut, 0).varint(),
+            Err(RecordError::ProtoTruncated { .. })
+        ));
+    }
+
+    fn plan() -> Plan {
+        let schema = ProtoSchema::compile(
+            r#"syntax = "proto3";
+               message M { string s = 1; int64 l = 2; int32 i = 3; bool b = 4; double d = 5;
+                           bytes y = 6; repeated string t = 7; repeated int64 r = 8; }"#,
+            &[],
+        )
+        .unwrap();
+        let table = serde_json::from_str(
+            r#"{"fields":[{"name":"s","type":"STRING"},{"name":"l","type":"INT64"},
+               {"name":"i","type":"INT64"},{"name":"b","type":"BOOL"},
+               {"name":"d","type":"FLOAT64"},{"name":"y","type":"BYTES"},
+               {"name":"t","type":"STRING","mode":"REPEATED"},
+               {"name":"r","type":"INT64","mode":"REPEATED"}]}"#,
+        )
+        .unwrap();
+        let writer = schema.message(&MessagePath::FIRST).unwrap();
+        Plan::compile_protobuf(&writer, &table, &PlanOptions::default()).unwrap()
+    }
+
+    fn run(plan: &Plan, input: &[u8]) -> Result<Vec<u8>, RecordError> {
+        let mut out = vec![0xaa];
+        let range = plan.transcode(input, None, &mut out)?;
+        assert_eq!(range.start, 1);
+        Ok(out.split_off(1))
+    }
+
+    /// Every field of the plan has the row's tag as its own key, so whole runs of the input are
+    /// copied; an occurrence the row writes differently (a non-canonical key, length or varint,
+    /// a bool above 1, an int32 with bits above its 32) must be rewritten, and the run must stop
+    /// before it and before any skipped field.
+    #[test]
+    fn copied_runs_equal_the_field_by_field_encoding() {
+        let plan = plan();
+        let canonical = [
+            &[0x0a, 3, b'a', b'b', b'c'][..],
+            &[0x10, 0xac, 0x02],
+            &[0x18, 0x05],
+            &[0x20, 0x01],
+            &[0x29, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f],
+            &[0x32, 2, 0xff, 0x00],
+            &[0x3a, 1, b'x'],
+            &[0x3a, 0],
+        ]
+        .concat();
+        assert_eq!(run(&plan, &canonical).unwrap(), canonical);
+        let defaults = [
+            &[0x0a, 0][..],
+            &[0x10, 0],
+            &[0x18, 0],
+            &[0x20, 0],
+            &[0x29, 0, 0, 0, 0, 0, 0, 0, 0],
+            &[0x32, 0],
+        ]
+        .concat();
+        let rewritten: [(&[u8], &[u8]); 10] = [
+            // An overlong key (field 2 as two bytes), an overlong length, an overlong varint.
+            (&[0x90, 0x00, 0x07], &[0x10, 0x07]),
+            (
+                &[0x0a, 0x83, 0x00, b'a', b'b', b'c'],
+                &[0x0a, 3, b'a', b'b', b'c'],
+            ),
+            (&[0x10, 0x87, 0x80, 0x00], &[0x10, 0x07]),
+            // A bool of 2 is true; an int32 keeps only its low 32 bits, sign-extended.
+            (&[0x20, 0x02], &[0x20, 0x01]),
+            (&[0x18, 0x85, 0x80, 0x80, 0x80, 0x10], &[0x18, 0x05]),
+            (
+                &[0x18, 0xff, 0xff, 0xff, 0xff, 0x0f],
+                &[
+                    0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+                ],
+            ),
+            // A negative int32 as protobuf writes it is copied.
+            (
+                &[
+                    0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+                ],
+                &[
+                    0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+                ],
+            ),
+            // Unknown fields are skipped, not copied with their neighbours.
+            (&[0x48, 0x01, 0x52, 1, b'z'], &[]),
+            // A packed int64 is written unpacked, each canonical element as it is.
+            (
+                &[0x42, 4, 0x01, 0xac, 0x02, 0x02],
+                &[0x40, 0x01, 0x40, 0xac, 0x02, 0x40, 0x02],
+            ),
+            (&[0x42, 3, 0x81, 0x00, 0x05], &[0x40, 0x01, 0x40, 0x05]),
+        ];
+        for (odd, row) in rewritten {
+            // The odd occurrence between two copied ones, and the same at the very start.
+            let input = [&canonical[..5], odd, &canonical[5..]].concat();
+            let expected = [&canonical[..5], row, &canonical[5..]].concat();
+            assert_eq!(run(&plan, &input).unwrap(), expected, "{odd:02x?}");
+            let input = [odd, &canonical[..]].concat();
+            let expected = [row, &canonical[..]].concat();
+            assert_eq!(run(&plan, &input).unwrap(), expected, "{odd:02x?}");
+            // Alone: the fields it is not get their defaults.
+            let alone = run(&plan, odd).unwrap();
+            assert!(alone.starts_with(row), "{odd:02x?}: {alone:02x?}");
+        }
+        assert_eq!(run(&plan, &[]).unwrap(), defaults);
+        // Checks still apply to copied fields: invalid UTF-8, a cut-off value.
+        assert!(run(&plan, &[0x0a, 2, 0xc3, 0x28]).is_err());
+        assert!(run(&plan, &[0x0a, 2, b'a', b'b', 0x29, 0, 0]).is_err());
+        assert!(run(&plan, &[0x0a, 2, b'a', b'b', 0x10]).is_err());
+    }
 }

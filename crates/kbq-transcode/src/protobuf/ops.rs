@@ -60,14 +60,25 @@ pub struct FieldOp {
     pub kind: FieldKind,
     /// The same field as one fused step when it is one of the common scalars, else `None`.
     pub fast: Fast,
+    /// When the [`Fast`] step's row tag is the very key the writer puts on the wire (the same
+    /// field number and wire type): the length of that key, else 0. Such a field's occurrence,
+    /// once checked, is the row's bytes already and is copied as it is (`exec`'s runs).
+    pub same_key: u8,
     /// Column path for messages.
     pub column: Arc<str>,
 }
 
 impl FieldOp {
-    pub fn new(kind: FieldKind, column: Arc<str>) -> FieldOp {
+    /// The op of writer field `number`.
+    pub fn new(kind: FieldKind, column: Arc<str>, number: u32) -> FieldOp {
+        let fast = Fast::of(&kind);
+        let same_key = match fast.tag() {
+            Some((tag, wire)) if tag == Tag::new(number, wire as u32) => tag.encoded_len(),
+            _ => 0,
+        };
         FieldOp {
-            fast: Fast::of(&kind),
+            fast,
+            same_key,
             kind,
             column,
         }
@@ -96,6 +107,16 @@ pub enum Fast {
 }
 
 impl Fast {
+    /// The row's tag and the wire type the step reads.
+    fn tag(self) -> Option<(Tag, u8)> {
+        Some(match self {
+            Fast::None => return None,
+            Fast::Str(tag) | Fast::Bytes(tag) => (tag, 2),
+            Fast::Int64(tag) | Fast::Int32(tag) | Fast::Bool(tag) => (tag, 0),
+            Fast::Double(tag) => (tag, 1),
+        })
+    }
+
     fn of(kind: &FieldKind) -> Fast {
         let FieldKind::Scalar { src, conv, tag, .. } = kind else {
             return Fast::None;
