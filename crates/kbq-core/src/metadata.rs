@@ -274,25 +274,6 @@ pub fn worst_case_len() -> usize {
         + max_i64
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "kafka.offset_metadata_max_bytes={limit} is below the worst-case checkpoint metadata length {needed}"
-)]
-pub struct MetadataLimitError {
-    pub limit: usize,
-    pub needed: usize,
-}
-
-/// Checks the configured broker limit (default 4096) against the worst case.
-pub fn check_limit(limit: usize) -> Result<(), MetadataLimitError> {
-    let needed = worst_case_len();
-    if needed <= limit {
-        Ok(())
-    } else {
-        Err(MetadataLimitError { limit, needed })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,7 +382,5 @@ mod tests {
             visible_through: NextOffset(i64::MAX),
         };
         assert!(worst.encode(MetadataVersion::CURRENT).len() <= worst_case_len());
-        assert_eq!(check_limit(4096), Ok(()));
-        assert!(check_limit(64).is_err());
     }
 }
