@@ -202,7 +202,7 @@ async fn recover_partition(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match client.flush_rows(&name, through.0).await {
+            match client.flush_rows(&name, through).await {
                 Ok(_) => break,
                 // The cursor is already past r: every row of the checkpoint is visible.
                 Err(e) if e.class() == ErrorClass::AlreadyExists => break,

@@ -202,7 +202,7 @@ fn offsets_received(rx: &mut mpsc::Receiver<Record>, n: usize) -> Vec<i64> {
     let mut out = Vec::new();
     while out.len() < n {
         match rx.try_recv() {
-            Ok(r) => out.push(r.offset),
+            Ok(r) => out.push(r.offset.0),
             Err(_) => {
                 assert!(Instant::now() < deadline, "received only {out:?}");
                 std::thread::sleep(Duration::from_millis(10));
@@ -427,7 +427,7 @@ fn a_position_deleted_by_retention_is_reported_as_out_of_range_with_the_log_star
         let mut got = Vec::new();
         while Instant::now() < deadline {
             if let Ok(r) = rx.try_recv() {
-                got.push(r.offset);
+                got.push(r.offset.0);
             }
             std::thread::sleep(Duration::from_millis(5));
         }

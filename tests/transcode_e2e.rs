@@ -146,7 +146,7 @@ async fn transcoded_rows_read_back_from_the_emulator_as_typed_values() {
         .unwrap();
     let meta = KafkaMetadata {
         topic: "orders",
-        offset: 41,
+        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(41),
         ..Default::default()
     };
     let mut batch = Vec::new();

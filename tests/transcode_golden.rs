@@ -744,7 +744,7 @@ fn kafka_metadata_columns_are_appended_from_the_callers_struct() {
     let meta = KafkaMetadata {
         topic: "orders",
         partition: 3,
-        offset: 42,
+        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(42),
         timestamp_millis: Some(1_000),
         key: Some(b"k"),
         headers: &headers,

@@ -572,7 +572,7 @@ fn kafka_metadata_columns_follow_the_message() {
     let meta = KafkaMetadata {
         topic: "orders",
         partition: 3,
-        offset: 77,
+        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(77),
         ..KafkaMetadata::default()
     };
     let mut out = Vec::new();

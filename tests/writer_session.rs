@@ -129,7 +129,10 @@ async fn visible_ids(
     rows: i64,
 ) -> Vec<u64> {
     if rows > 0 {
-        client.flush_rows(stream, rows - 1).await.expect("flush");
+        client
+            .flush_rows(stream, RowOffset(rows - 1))
+            .await
+            .expect("flush");
     }
     let page = emulator
         .store
@@ -569,7 +572,7 @@ async fn order_writer(
 fn kafka_record(offset: i64, value: &[u8]) -> kafka_bigquery_sink::kafka::consumer::Record {
     let mut arena = bytes::BytesMut::new();
     kafka_bigquery_sink::kafka::consumer::Record::new(
-        offset,
+        kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(offset),
         None,
         None,
         Some(value),

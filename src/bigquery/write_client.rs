@@ -21,6 +21,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use kbq_core::offsets::{RowCount, RowOffset};
+
 use super::auth::Auth;
 use super::error::WriteError;
 
@@ -82,6 +84,8 @@ pub type TransportFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, WriteErr
 
 /// The calls of the Storage Write API the sink makes, as a seam under [`WriteClient`]: the daemon
 /// speaks gRPC, the deterministic simulation answers in process (see `docs/simulation.md`).
+/// It stands where the wire does, so its offsets are the wire's raw integers; [`WriteClient`]
+/// types them for both paths at once.
 pub trait WriteTransport: Send + Sync + std::fmt::Debug {
     fn create_write_stream(
         &self,
@@ -234,42 +238,42 @@ impl WriteClient {
             .into_inner())
     }
 
-    /// Makes the rows of a BUFFERED stream up to and including `offset` visible; returns the
-    /// flushed offset.
-    pub async fn flush_rows(&self, stream: &str, offset: i64) -> Result<i64, WriteError> {
+    /// Makes the rows of a BUFFERED stream up to and including `through` visible; returns the
+    /// flushed offset. The raw offsets of the wire (or of the transport) are typed here, once.
+    pub async fn flush_rows(
+        &self,
+        stream: &str,
+        through: RowOffset,
+    ) -> Result<RowOffset, WriteError> {
         if let Some(t) = &self.transport {
-            return t.flush_rows(stream.to_string(), offset).await;
+            return t
+                .flush_rows(stream.to_string(), through.0)
+                .await
+                .map(RowOffset);
         }
         let message = FlushRowsRequest {
             write_stream: stream.to_string(),
-            offset: Some(offset),
+            offset: Some(through.0),
         };
         let request = self.unary(message, "write_stream", stream).await?;
-        Ok(self
-            .grpc
-            .clone()
-            .flush_rows(request)
-            .await?
-            .into_inner()
-            .offset)
+        let flushed = self.grpc.clone().flush_rows(request).await?.into_inner();
+        Ok(RowOffset(flushed.offset))
     }
 
     /// Returns the stream's row count.
-    pub async fn finalize_write_stream(&self, stream: &str) -> Result<i64, WriteError> {
+    pub async fn finalize_write_stream(&self, stream: &str) -> Result<RowCount, WriteError> {
         if let Some(t) = &self.transport {
-            return t.finalize_write_stream(stream.to_string()).await;
+            return t
+                .finalize_write_stream(stream.to_string())
+                .await
+                .map(RowCount);
         }
         let message = FinalizeWriteStreamRequest {
             name: stream.to_string(),
         };
         let request = self.unary(message, "name", stream).await?;
-        Ok(self
-            .grpc
-            .clone()
-            .finalize_write_stream(request)
-            .await?
-            .into_inner()
-            .row_count)
+        let finalized = (self.grpc.clone().finalize_write_stream(request).await?).into_inner();
+        Ok(RowCount(finalized.row_count))
     }
 
     pub async fn batch_commit_write_streams(
@@ -430,7 +434,7 @@ enum Call {
 pub enum AppendReply {
     /// Appended. `offset` is the stream offset of the request's first row (absent on `_default`).
     Appended {
-        offset: Option<i64>,
+        offset: Option<RowOffset>,
         updated_schema: Option<ProtoTableSchema>,
     },
     /// The request failed and appended nothing; the connection stays usable.
@@ -477,7 +481,7 @@ pub(crate) fn reply(response: AppendRowsResponse) -> AppendReply {
             AppendReply::Failed(WriteError::from_rpc_status(&status, response.row_errors))
         }
         Some(append_rows_response::Response::AppendResult(result)) => AppendReply::Appended {
-            offset: result.offset,
+            offset: result.offset.map(RowOffset),
             updated_schema: response.updated_schema,
         },
         None => AppendReply::Failed(WriteError::disconnected("append response without a result")),

@@ -144,7 +144,7 @@ pub fn watermarks<C: ConsumerContext>(
         .iter()
         .map(|tp| {
             let pair = match (low.get(tp), high.get(tp)) {
-                (Some(Ok(l)), Some(Ok(h))) => Ok((NextOffset(*l), NextOffset(*h))),
+                (Some(Ok(l)), Some(Ok(h))) => Ok((*l, *h)),
                 (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e.clone()),
                 _ => Err("no watermark in the answer".to_string()),
             };
@@ -158,7 +158,7 @@ pub fn high_watermarks<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     partitions: &[TopicPartition],
     timeout: Duration,
-) -> HashMap<TopicPartition, Result<i64, String>> {
+) -> HashMap<TopicPartition, Result<NextOffset, String>> {
     list_offsets(consumer, partitions, Offset::End, timeout)
 }
 
@@ -168,7 +168,7 @@ fn list_offsets<C: ConsumerContext>(
     partitions: &[TopicPartition],
     at: Offset,
     timeout: Duration,
-) -> HashMap<TopicPartition, Result<i64, String>> {
+) -> HashMap<TopicPartition, Result<NextOffset, String>> {
     if partitions.is_empty() {
         return HashMap::new();
     }
@@ -187,7 +187,7 @@ fn list_offsets<C: ConsumerContext>(
                 let tp = TopicPartition::new(e.topic(), e.partition());
                 let offset = match (e.error(), e.offset()) {
                     (Err(err), _) => Err(format!("list offsets: {err}")),
-                    (Ok(()), Offset::Offset(o)) if o >= 0 => Ok(o),
+                    (Ok(()), Offset::Offset(o)) if o >= 0 => Ok(NextOffset(o)),
                     (Ok(()), other) => Err(format!("list offsets answered {other:?}")),
                 };
                 (tp, offset)

@@ -115,7 +115,7 @@ impl DeadLetterProducer {
             }
         };
         let partition = source_partition.to_string();
-        let offset = record.offset.to_string();
+        let offset = record.offset.0.to_string();
         let timestamp = record.timestamp_ms.map(|t| t.to_string());
         let mut hdrs = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
         for (k, v) in &record.headers {

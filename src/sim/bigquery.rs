@@ -279,13 +279,14 @@ impl SimAppend {
                     let (id, part) = w.fields;
                     let ids: Vec<i64> = rows.iter().map(|r| row_field(r, id)).collect();
                     let st = w.streams.get_mut(&sim).expect("a stream of ours");
-                    assert_eq!(st.rows.len() as i64, *at, "the store appends at the end");
+                    assert_eq!(st.rows.len() as i64, at.0, "the store appends at the end");
                     st.rows.extend(&ids);
                     let part = rows.first().map(|r| row_field(r, part) as usize);
                     st.partition = st.partition.or(part);
                     w.trace(format!(
-                        "bq append {} @{at} r{}: rows {:?}",
+                        "bq append {} @{} r{}: rows {:?}",
                         short(&sim),
+                        at.0,
                         self.process,
                         ids
                     ));
@@ -295,7 +296,9 @@ impl SimAppend {
                             let rows: Vec<i64> = e.row_errors.iter().map(|r| r.index).collect();
                             format!("failed {:?}, row errors at {rows:?}", e.code)
                         }
-                        AppendReply::Appended { offset, .. } => format!("appended at {offset:?}"),
+                        AppendReply::Appended { offset, .. } => {
+                            format!("appended at {:?}", offset.map(|o| o.0))
+                        }
                     };
                     w.trace(format!(
                         "bq append {} @{offset:?} r{}: {what}",

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::driver::Sim;
 use super::world::lock;
 use super::{HANDOFF_DEADLINE, TOPIC};
-use crate::checkpoint::offsets::NextOffset;
+use crate::checkpoint::offsets::{KafkaOffset, NextOffset};
 use crate::checkpoint::protocol::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
     TopicPartition,
@@ -253,7 +253,7 @@ impl Sim {
                 };
                 let payload = value.as_ref().map(|s| avro_record(*position, *p as i64, s));
                 let record = Record::new(
-                    *position,
+                    KafkaOffset(*position),
                     None,
                     None,
                     payload.as_deref(),

@@ -34,10 +34,10 @@ impl DeadLetterSink for SimDlq {
                 let mut w = lock(&self.world);
                 w.trace(format!(
                     "dlq p{partition}@{} {}: {}",
-                    record.offset, bad.class, bad.reason
+                    record.offset.0, bad.class, bad.reason
                 ));
                 w.dead_letters
-                    .entry((partition as usize, record.offset))
+                    .entry((partition as usize, record.offset.0))
                     .or_default()
                     .push(format!("{}: {}", bad.class, bad.reason));
             }

@@ -434,9 +434,10 @@ impl<T> AppendSession<T> {
                 }) => {
                     let head = self.inflight.pop_front().expect("head");
                     self.inflight_bytes -= head.encoded_bytes;
-                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset.0) {
+                    if self.explicit_offsets && offset.is_some_and(|o| o != head.offset) {
                         let error = WriteError::disconnected(format!(
-                            "append acknowledged at offset {offset:?}, sent at {}",
+                            "append acknowledged at offset {:?}, sent at {}",
+                            offset.map(|o| o.0),
                             head.offset.0
                         ));
                         return Err(SessionError::OffsetConflict {
@@ -586,11 +587,12 @@ impl<T> AppendSession<T> {
                 Ok(Ok(AppendReply::Failed(_))) => {}
                 Ok(Ok(AppendReply::Appended { offset, .. })) => {
                     let error = WriteError::disconnected(format!(
-                        "append behind a failed request succeeded at offset {offset:?}"
+                        "append behind a failed request succeeded at offset {:?}",
+                        offset.map(|o| o.0)
                     ));
                     return Err(SessionError::OffsetConflict {
                         stream: self.stream.clone(),
-                        offset: offset.map(RowOffset),
+                        offset,
                         error,
                     });
                 }

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::offsets::{Acknowledged, Incarnation, KafkaOffset, NextOffset, StreamId};
+use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
@@ -335,7 +335,7 @@ impl PartitionWriter {
     }
 
     async fn take(&mut self, record: Record) -> Result<(), RunEnd> {
-        let next = admission::admit(self.prefix.position(), kafka_offset(&record))
+        let next = admission::admit(self.prefix.position(), record.offset)
             .map_err(|below| RunEnd::Failed(below.to_string()))?;
         self.counters.records_consumed.inc();
         self.counters.bytes_consumed.inc_by(record.size() as u64);
@@ -464,7 +464,7 @@ impl PartitionWriter {
                 self.open.append_bytes(&row)
             }
         };
-        let offset = kafka_offset(&record);
+        let offset = record.offset;
         let position = self.prefix.position();
         let now = Instant::now().into_std();
         self.open
@@ -631,12 +631,6 @@ impl PartitionWriter {
             ack,
         });
     }
-}
-
-/// The record's offset as the typed offset it is: `Record` carries librdkafka's raw `i64`, and
-/// this is where the writer's arithmetic on offsets becomes typed.
-fn kafka_offset(record: &Record) -> KafkaOffset {
-    KafkaOffset(record.offset)
 }
 
 fn record_error_class(error: &RecordError) -> &'static str {

@@ -13,7 +13,7 @@
 use std::fmt;
 
 /// One Kafka record offset, inclusive: the record itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct KafkaOffset(pub i64);
 
 /// A Kafka position, exclusive: the next record to consume. This is what Kafka stores as a

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use base64::Engine;
+use kbq_core::offsets::KafkaOffset;
 
 use super::convert::{
     DecimalTarget, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Wide, date_days, datetime_packed,
@@ -20,7 +21,7 @@ use super::reader::AvroReader;
 pub struct KafkaMetadata<'a> {
     pub topic: &'a str,
     pub partition: i32,
-    pub offset: i64,
+    pub offset: KafkaOffset,
     /// Milliseconds since the epoch, as Kafka carries it.
     pub timestamp_millis: Option<i64>,
     pub key: Option<&'a [u8]>,
@@ -564,7 +565,7 @@ pub(super) fn write_metadata(
         put_i64(out, c.tag, m.partition as i64);
     }
     if let Some(c) = &ops.offset {
-        put_i64(out, c.tag, m.offset);
+        put_i64(out, c.tag, m.offset.0);
     }
     if let Some(c) = &ops.timestamp {
         match m.timestamp_millis {

@@ -146,7 +146,7 @@ pub(crate) async fn flush(
     label: &TableLabel,
 ) -> FlushOutcome {
     let started = Instant::now();
-    let result = client.flush_rows(stream, through.0).await;
+    let result = client.flush_rows(stream, through).await;
     metrics
         .flush_latency
         .get_or_create(label)

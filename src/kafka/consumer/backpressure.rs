@@ -10,6 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use tokio::sync::mpsc;
 
+use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed::tpl_of;
 use crate::kafka::memory_budget::PartitionBudget;
@@ -81,7 +82,7 @@ pub(super) struct Route {
     /// Its account in the memory budget (a new one per `Start`).
     pub(super) account: Option<Arc<PartitionBudget>>,
     /// After the last record routed (0: none yet).
-    pub(super) next: i64,
+    pub(super) next: NextOffset,
 }
 
 impl Shared {
@@ -134,7 +135,7 @@ impl Shared {
             settings.read_headers,
             &mut route.arena,
         );
-        route.next = record.offset + 1;
+        route.next = NextOffset::after(record.offset);
         let capped = match (&settings.memory, &route.account) {
             (Some(budget), Some(account)) => budget.over_cap(account, partitions),
             _ => false,

@@ -6,6 +6,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::{
     CommitEntry, CommitError, CommitId, CommitOutcome, TopicPartition,
 };
@@ -68,8 +69,8 @@ impl Shared {
         }
         let result = consumer.commit(&tpl, CommitMode::Sync);
         drop(tpl);
-        let offsets: HashMap<TopicPartition, i64> =
-            entries.iter().map(|e| (e.tp.clone(), e.offset.0)).collect();
+        let offsets: HashMap<TopicPartition, NextOffset> =
+            entries.iter().map(|e| (e.tp.clone(), e.offset)).collect();
         let outcome = Self::commit_outcome(consumer, settings, commit, entries, result);
         if let CommitOutcome::PerPartition(results) = &outcome {
             for (tp, result) in results {
@@ -80,7 +81,7 @@ impl Shared {
                         }
                     }
                     Err(reason) => {
-                        tracing::warn!(commit = commit.0, partition = %tp, offset = offsets.get(tp).copied(), reason = %reason, "kafka commit failed for partition");
+                        tracing::warn!(commit = commit.0, partition = %tp, offset = offsets.get(tp).map(|o| o.0), reason = %reason, "kafka commit failed for partition");
                     }
                 }
             }

@@ -29,9 +29,9 @@ pub(super) struct LagBook {
 pub(super) struct Standing {
     /// The offset the lag counts from: the committed offset (read at assignment, written by
     /// our commits), else where the partition started.
-    pub(super) base: Option<i64>,
-    pub(super) fetched: Option<i64>,
-    pub(super) routed: Option<i64>,
+    pub(super) base: Option<NextOffset>,
+    pub(super) fetched: Option<NextOffset>,
+    pub(super) routed: Option<NextOffset>,
 }
 
 impl LagBook {
@@ -44,11 +44,11 @@ impl LagBook {
             .or_default());
     }
 
-    pub(super) fn set(&self, tp: &TopicPartition, offset: i64) {
+    pub(super) fn set(&self, tp: &TopicPartition, offset: NextOffset) {
         self.with(tp, |s| s.base = Some(offset));
     }
 
-    pub(super) fn set_if_absent(&self, tp: &TopicPartition, offset: i64) {
+    pub(super) fn set_if_absent(&self, tp: &TopicPartition, offset: NextOffset) {
         self.with(tp, |s| {
             s.base.get_or_insert(offset);
         });
@@ -120,13 +120,13 @@ impl WatermarkReader {
                                 metrics
                                     .consumer_lag
                                     .get_or_create(&lag_labels(&tp))
-                                    .set((high - base).max(0));
+                                    .set(i64::try_from(base.distance_to(high)).unwrap_or(i64::MAX));
                             }
                             loads.push(PartitionLoad {
                                 tp,
-                                high: NextOffset(high),
-                                fetched: standing.fetched.map(NextOffset),
-                                routed: standing.routed.map(NextOffset),
+                                high,
+                                fetched: standing.fetched,
+                                routed: standing.routed,
                             });
                         }
                     }

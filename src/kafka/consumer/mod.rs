@@ -214,7 +214,7 @@ impl Shared {
                     sink,
                     arena: BytesMut::new(),
                     account,
-                    next: 0,
+                    next: NextOffset::default(),
                 };
                 self.seek_and_route(consumer, settings, tp, from, 0, Some(route));
             }
@@ -297,11 +297,11 @@ impl Shared {
                 .as_ref()
                 .and_then(|list| list.find_partition(&tp.topic, tp.partition))
                 .and_then(|e| match e.offset() {
-                    Offset::Offset(o) => Some(o),
+                    Offset::Offset(o) => Some(NextOffset(o)),
                     _ => None,
                 })
-                .or_else(|| self.positions.get(tp).map(|p| p.0));
-            let routed = self.routes.get(tp).map(|r| r.next).filter(|n| *n > 0);
+                .or_else(|| self.positions.get(tp).copied());
+            let routed = (self.routes.get(tp).map(|r| r.next)).filter(|n| n.0 > 0);
             self.lag.with(tp, |s| {
                 s.fetched = fetched;
                 if routed.is_some() {

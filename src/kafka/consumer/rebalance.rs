@@ -204,7 +204,7 @@ impl Shared {
             .unwrap_or_else(|| Err("no watermarks in the answer".into()))
             .map_err(|e| format!("cannot read the watermarks: {e}"))?;
         if let Some(c) = &committed {
-            self.lag.set(tp, c.offset.0);
+            self.lag.set(tp, c.offset);
         }
         let origin = match self.initial_partitions.get(&tp.topic) {
             Some(&n) if tp.partition >= n => PartitionOrigin::AddedAtRuntime,

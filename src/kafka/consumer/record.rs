@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use rdkafka::Message;
 use rdkafka::message::{BorrowedMessage, Headers};
 
+use crate::checkpoint::offsets::KafkaOffset;
 use crate::kafka::memory_budget::{Charge, PartitionBudget};
 
 /// Bytes of the chunks records are copied into, per partition. A chunk lives until its last
@@ -17,7 +18,7 @@ pub(super) const ARENA_CHUNK: usize = 32 << 10;
 /// One Kafka record, owned, as a writer needs it.
 #[derive(Debug)]
 pub struct Record {
-    pub offset: i64,
+    pub offset: KafkaOffset,
     /// Milliseconds since the epoch, if the record has a timestamp.
     pub timestamp_ms: Option<i64>,
     /// The value's bytes followed by the key's, a slice of a chunk shared with the records
@@ -34,7 +35,7 @@ pub struct Record {
 
 impl Record {
     pub fn new(
-        offset: i64,
+        offset: KafkaOffset,
         timestamp_ms: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
@@ -102,8 +103,9 @@ pub(super) fn record_of(
                 .collect()
         })
         .unwrap_or_default();
+    // librdkafka's raw offset becomes typed here, once.
     let mut record = Record::new(
-        message.offset(),
+        KafkaOffset(message.offset()),
         message.timestamp().to_millis(),
         message.key(),
         message.payload(),

@@ -39,7 +39,7 @@ impl Shared {
             Ok(()) => {
                 self.positions.insert(tp.clone(), to);
                 // The lag of a partition without a committed offset counts from its start.
-                self.lag.set_if_absent(&tp, to.0);
+                self.lag.set_if_absent(&tp, to);
                 self.lag.with(&tp, |s| s.routed = None);
                 if let Some(route) = route {
                     self.routes.insert(tp.clone(), route);

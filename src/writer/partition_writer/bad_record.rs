@@ -7,7 +7,7 @@ use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::ReasonLabel;
 
-use super::{PartitionWriter, RunEnd, kafka_offset, unless_stopped};
+use super::{PartitionWriter, RunEnd, unless_stopped};
 
 /// What to do with a record that cannot become a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ impl PartitionWriter {
     /// A record that cannot become a row, taken in offset order: dead-letter it (acknowledged)
     /// or apply the policy, then let the prefix pass it.
     pub(super) async fn bad(&mut self, record: Record, bad: BadRecord) -> Result<(), RunEnd> {
-        let next = NextOffset::after(kafka_offset(&record));
+        let next = NextOffset::after(record.offset);
         self.dead_letter(record, bad).await?;
         self.record_handled_out_of_band(next);
         Ok(())
@@ -41,11 +41,11 @@ impl PartitionWriter {
             BadRecordPolicy::Fail => {
                 return Err(RunEnd::Failed(format!(
                     "bad record at offset {}: {}",
-                    record.offset, bad.reason
+                    record.offset.0, bad.reason
                 )));
             }
             BadRecordPolicy::Skip => {
-                tracing::warn!(partition = %self.tp, offset = record.offset, reason = %bad.reason, "bad record skipped");
+                tracing::warn!(partition = %self.tp, offset = record.offset.0, reason = %bad.reason, "bad record skipped");
             }
             BadRecordPolicy::DeadLetter => {
                 let producer = self
@@ -61,12 +61,12 @@ impl PartitionWriter {
                         Err(e) => {
                             // The DLQ must acknowledge before the record counts as handled;
                             // until it does, the partition waits (and still answers a stop).
-                            tracing::warn!(partition = %self.tp, offset = record.offset, error = %e, "dead-letter produce failed, retrying");
+                            tracing::warn!(partition = %self.tp, offset = record.offset.0, error = %e, "dead-letter produce failed, retrying");
                             unless_stopped(&mut self.stop, backoff.wait()).await?;
                         }
                     }
                 }
-                tracing::info!(partition = %self.tp, offset = record.offset, class = bad.class, reason = %bad.reason, "record dead-lettered");
+                tracing::info!(partition = %self.tp, offset = record.offset.0, class = bad.class, reason = %bad.reason, "record dead-lettered");
             }
         }
         self.shared

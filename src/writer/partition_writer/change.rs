@@ -28,7 +28,7 @@ impl PartitionWriter {
     ) -> Result<(), RunEnd> {
         let Some(value) = record.value() else {
             // A tombstone: the key's row goes (Debezium sends one after each delete event).
-            let sequence = sequence_number(cdc.rules.epoch, 0, record.offset);
+            let sequence = sequence_number(cdc.rules.epoch, 0, record.offset.0);
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
         let found = self.lookup_plan(|| cdc.value_plan(value)).await?;
@@ -44,7 +44,11 @@ impl PartitionWriter {
         if located.kind == ChangeKind::Delete && !cdc.rules.deletes {
             return self.ignored(next, "delete");
         }
-        let sequence = sequence_number(cdc.rules.epoch, located.source.unwrap_or(0), record.offset);
+        let sequence = sequence_number(
+            cdc.rules.epoch,
+            located.source.unwrap_or(0),
+            record.offset.0,
+        );
         let Some(row) = located.row else {
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
