@@ -486,12 +486,12 @@ fn the_lag_of_a_partition_that_stopped_taking_records_keeps_counting_new_records
     let load = thread.wait("a load report", |e| match e {
         ConsumerEvent::Loads(loads) => loads
             .into_iter()
-            .find(|l| l.tp == tp && l.high == NextOffset(250) && l.routed.is_some()),
+            .find(|l| l.tp == tp && l.high == NextOffset(250) && l.dispatched.is_some()),
         _ => None,
     });
     assert_eq!(load.high, NextOffset(250));
     assert!(
-        load.routed.is_some_and(|r| r < NextOffset(50))
+        load.dispatched.is_some_and(|r| r < NextOffset(50))
             && load.fetched.is_some_and(|f| f < NextOffset(250)),
         "{load:?}"
     );

@@ -82,7 +82,7 @@ impl StallWatch {
             w.acked = Some(from);
             // The records handed to the old incarnation are not this one's.
             if let Some(load) = &mut w.load {
-                load.routed = None;
+                load.dispatched = None;
             }
             w.since = now;
         }
@@ -114,7 +114,7 @@ impl StallWatch {
         for (tp, w) in &mut self.partitions {
             let waiting = w.load.as_ref().is_some_and(|load| match w.acked {
                 Some(acked) => {
-                    load.routed.is_some_and(|r| r > acked)
+                    load.dispatched.is_some_and(|r| r > acked)
                         || load.fetched.is_some_and(|f| f < load.high)
                 }
                 None => load.high > w.base,
@@ -158,12 +158,12 @@ mod tests {
         TopicPartition::new("t", 0)
     }
 
-    fn load(high: i64, fetched: Option<i64>, routed: Option<i64>) -> PartitionLoad {
+    fn load(high: i64, fetched: Option<i64>, dispatched: Option<i64>) -> PartitionLoad {
         PartitionLoad {
             tp: tp(),
             high: NextOffset(high),
             fetched: fetched.map(NextOffset),
-            routed: routed.map(NextOffset),
+            dispatched: dispatched.map(NextOffset),
         }
     }
 
@@ -205,7 +205,7 @@ mod tests {
     fn a_partition_that_fetches_nothing_while_records_wait_is_stalled() {
         let t0 = Instant::now();
         let mut w = running(t0);
-        // A paused zombie: everything routed was acknowledged, the position sits below high.
+        // A paused zombie: everything dispatched was acknowledged, the position sits below high.
         w.loaded(load(300, Some(10), Some(10)));
         assert_eq!(w.check(t0 + AFTER).len(), 1);
     }

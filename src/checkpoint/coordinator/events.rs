@@ -108,7 +108,7 @@ impl Coordinator {
         self.count_rebalance(if lost { "lost" } else { "revoke" });
         for tp in partitions {
             tracing::info!(partition = %tp, lost, "partition revoked: handing off");
-            self.routing.forget(&tp);
+            self.resolving.forget(&tp);
             self.unknown.remove(&tp);
             self.feed(Event::RevokeBegan { tp, lost });
         }
@@ -150,7 +150,7 @@ impl Coordinator {
             }),
             // A topic seen for the first time (a pattern subscription): its table is read or
             // created before its recovery starts.
-            None => self.routing.start(&self.settings.router, tp, assignment),
+            None => self.resolving.start(&self.settings.router, tp, assignment),
         }
     }
 
@@ -169,7 +169,7 @@ impl Coordinator {
 
     /// A route resolved for an assigned partition: its recovery starts; or the table cannot be
     /// read or created: the partition fails closed (nothing consumed, readiness false).
-    pub(super) fn routed(
+    pub(super) fn route_resolved(
         &mut self,
         tp: TopicPartition,
         assignment: Assignment,

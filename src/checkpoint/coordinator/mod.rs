@@ -11,7 +11,7 @@
 //! Nothing here decides anything about delivery: the machine does; this module only moves bytes
 //! and measures. Its rooms: the inputs translated into the machine's events (`events`), the
 //! actions executed (`actions`), the I/O tasks (`io`), the one metrics path (`outcomes`), the one
-//! readiness rule (`readiness`), routes being resolved (`routing`), and the simulation's stepping
+//! readiness rule (`readiness`), routes being resolved (`resolving`), and the simulation's stepping
 //! API (`stepping`, tests only).
 
 mod actions;
@@ -19,7 +19,7 @@ mod events;
 mod io;
 mod outcomes;
 mod readiness;
-mod routing;
+mod resolving;
 #[cfg(test)]
 mod stepping;
 
@@ -47,7 +47,7 @@ use super::offsets::{Incarnation, NextOffset};
 use super::protocol::{Assignment, Event, TopicPartition};
 use super::stall::StallWatch;
 use io::sleep_until;
-use routing::Routing;
+use resolving::Resolving;
 
 #[derive(Clone)]
 pub struct CoordinatorSettings {
@@ -100,7 +100,7 @@ pub struct Coordinator {
     /// The cycle in flight committed offsets or flushed rows (else it was empty).
     cycle_worked: bool,
     /// Routes being resolved for assigned partitions of topics seen for the first time.
-    routing: Routing,
+    resolving: Resolving,
     /// Owned partitions whose committed offset or watermarks could not be read yet.
     unknown: HashSet<TopicPartition>,
     stalls: StallWatch,
@@ -127,7 +127,7 @@ pub(crate) enum Input {
     /// Finished I/O, or the follow-up event of an action: for the machine as it is.
     Machine(Event),
     /// A topic's route resolved (or not) for an assigned partition.
-    Routed {
+    RouteResolved {
         tp: TopicPartition,
         assignment: Assignment,
         route: Result<Arc<Route>, String>,
@@ -179,7 +179,7 @@ impl Coordinator {
             visible: HashMap::new(),
             cycle_abandoned: false,
             cycle_worked: false,
-            routing: Routing::new(),
+            resolving: Resolving::new(),
             unknown: HashSet::new(),
             stalls,
             denied,
@@ -209,8 +209,8 @@ impl Coordinator {
                 _ = ticker.tick() => Input::Tick,
                 Some(event) = self.consumer_events.recv() => Input::Consumer(event),
                 Some(event) = self.writer_rx.recv() => Input::Writer(event),
-                Some((tp, assignment, route)) = self.routing.next(), if !self.routing.is_idle() => {
-                    Input::Routed { tp, assignment, route }
+                Some((tp, assignment, route)) = self.resolving.next(), if !self.resolving.is_idle() => {
+                    Input::RouteResolved { tp, assignment, route }
                 }
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => match done {
                     Ok(event) => Input::Machine(event),
@@ -249,11 +249,11 @@ impl Coordinator {
             Input::Consumer(event) => return self.consumer_event(event),
             Input::Writer(event) => self.on_writer(event),
             Input::Machine(event) => self.feed(event),
-            Input::Routed {
+            Input::RouteResolved {
                 tp,
                 assignment,
                 route,
-            } => self.routed(tp, assignment, route),
+            } => self.route_resolved(tp, assignment, route),
             Input::Tick => self.tick(),
             Input::Shutdown => {
                 tracing::info!("shutdown requested: final checkpoint");

@@ -11,8 +11,8 @@ use super::{Coordinator, Exit, Input, SAY_AGAIN};
 impl Coordinator {
     /// Moves every input that is ready into its source's queue: consumer, writers, finished I/O.
     pub(crate) fn take_ready(&mut self, queues: &mut [VecDeque<Input>; 3]) {
-        // Routes are resolved up front in the simulation: nothing waits in `routing`.
-        debug_assert!(self.routing.is_idle());
+        // Routes are resolved up front in the simulation: nothing waits in `resolving`.
+        debug_assert!(self.resolving.is_idle());
         while let Ok(e) = self.consumer_events.try_recv() {
             queues[0].push_back(Input::Consumer(e));
         }

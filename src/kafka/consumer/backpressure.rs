@@ -1,4 +1,4 @@
-//! Backpressure: routing records to their writers, pausing a partition whose writer is full or
+//! Backpressure: dispatching records to their writers' outlets, pausing a partition whose writer is full or
 //! whose share of the memory budget is used up, and the stashes of records polled meanwhile.
 
 use std::collections::VecDeque;
@@ -20,20 +20,20 @@ use super::commands::ConsumerSettings;
 use super::rebalance::SinkContext;
 use super::record::{Record, record_of};
 
-/// A multiply-rotate hash for the route table, looked up once per message: SipHash's
-/// resistance to chosen keys buys nothing for this member's own assignment, and its cost
-/// showed in the consumer thread's profile.
+/// A multiply-rotate hash for the table of outlets (keyed by partition), looked up once per
+/// message: SipHash's resistance to chosen keys buys nothing for this member's own assignment,
+/// and its cost showed in the consumer thread's profile.
 #[derive(Default)]
-pub(super) struct RouteHasher(u64);
+pub(super) struct PartitionHasher(u64);
 
-impl RouteHasher {
+impl PartitionHasher {
     #[inline]
     pub(super) fn add(&mut self, word: u64) {
         self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 
-impl Hasher for RouteHasher {
+impl Hasher for PartitionHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
@@ -74,14 +74,15 @@ impl Hasher for RouteHasher {
     }
 }
 
-/// Where a started partition's records go.
-pub(super) struct Route {
+/// Where a started partition's records go: its writer's channel, the chunk they are copied
+/// into, their memory account. (Not a config route: that is a topic's table, `tables::Route`.)
+pub(super) struct Outlet {
     pub(super) sink: mpsc::Sender<Record>,
     /// The tail of the chunk this partition's next records are copied into.
     pub(super) arena: BytesMut,
     /// Its account in the memory budget (a new one per `Start`).
     pub(super) account: Option<Arc<PartitionBudget>>,
-    /// After the last record routed (0: none yet).
+    /// After the last record dispatched (0: none yet).
     pub(super) next: NextOffset,
 }
 
@@ -94,10 +95,10 @@ impl Shared {
         }
     }
 
-    /// Resumes `tp` when nothing holds it back: it is routed, has no stash, is not paused by
+    /// Resumes `tp` when nothing holds it back: it has an outlet, no stash, is not paused by
     /// the coordinator and is under its share of the memory budget.
     pub(super) fn settle(&mut self, consumer: &BaseConsumer<SinkContext>, tp: &TopicPartition) {
-        let run = self.routes.contains_key(tp)
+        let run = self.outlets.contains_key(tp)
             && self.stashes.get(tp).is_none_or(VecDeque::is_empty)
             && !self.ordered_paused.contains(tp)
             && !self.capped.contains(tp);
@@ -116,27 +117,27 @@ impl Shared {
 
     /// Hands a newly polled message to its writer (or its stash when the writer is full, pausing
     /// the partition); pauses a partition that holds its share cap of the memory budget.
-    pub(super) fn route(
+    pub(super) fn dispatch(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
         tp: &TopicPartition,
         message: &BorrowedMessage<'_>,
     ) {
-        let partitions = self.routes.len();
-        let Some(route) = self.routes.get_mut(tp) else {
+        let partitions = self.outlets.len();
+        let Some(outlet) = self.outlets.get_mut(tp) else {
             // Not started (recovering) or stopping: the partition is paused and will be sought
             // to its start offset, so a prefetched record can be dropped.
             return;
         };
         let record = record_of(
             message,
-            route.account.as_ref(),
+            outlet.account.as_ref(),
             settings.read_headers,
-            &mut route.arena,
+            &mut outlet.arena,
         );
-        route.next = NextOffset::after(record.offset);
-        let capped = match (&settings.memory, &route.account) {
+        outlet.next = NextOffset::after(record.offset);
+        let capped = match (&settings.memory, &outlet.account) {
             (Some(budget), Some(account)) => budget.over_cap(account, partitions),
             _ => false,
         };
@@ -151,7 +152,7 @@ impl Shared {
                 stash.push_back(record);
                 stash
             }
-            _ => match route.sink.try_send(record) {
+            _ => match outlet.sink.try_send(record) {
                 Ok(()) => {
                     if capped {
                         self.capped.insert(tp.clone());
@@ -165,7 +166,7 @@ impl Shared {
                     stash
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.routes.remove(tp);
+                    self.outlets.remove(tp);
                     return;
                 }
             },
@@ -191,12 +192,12 @@ impl Shared {
         if self.capped.is_empty() {
             return;
         }
-        let partitions = self.routes.len();
+        let partitions = self.outlets.len();
         let ready: Vec<TopicPartition> = self
             .capped
             .iter()
             .filter(|tp| {
-                self.routes
+                self.outlets
                     .get(*tp)
                     .and_then(|r| r.account.as_ref())
                     .is_none_or(|a| budget.back_under_cap(a, partitions))
@@ -213,7 +214,7 @@ impl Shared {
     pub(super) fn drain_stashes(&mut self, consumer: &BaseConsumer<SinkContext>) {
         let mut emptied = Vec::new();
         for (tp, stash) in self.stashes.iter_mut() {
-            let Some(Route { sink, .. }) = self.routes.get(tp) else {
+            let Some(Outlet { sink, .. }) = self.outlets.get(tp) else {
                 continue;
             };
             while let Some(record) = stash.pop_front() {

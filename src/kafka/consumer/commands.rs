@@ -60,7 +60,7 @@ pub enum ConsumerEvent {
     /// (the committed offset could not be read); ask again later.
     OwnershipUnknown { tp: TopicPartition, reason: String },
     /// The seek of a [`ConsumerCommand::Start`] or [`ConsumerCommand::Seek`] could not be made
-    /// after its retries: nothing of `tp` is routed, and the partition stays paused.
+    /// after its retries: nothing of `tp` is dispatched, and the partition stays paused.
     SeekFailed { tp: TopicPartition, reason: String },
     /// librdkafka stopped fetching a started partition because its position `position` is
     /// below the log start `low` (`auto.offset.reset=error`): retention deleted records that
@@ -82,7 +82,7 @@ pub enum ConsumerEvent {
 /// What the coordinator asks the consumer thread to do.
 #[derive(Debug)]
 pub enum ConsumerCommand {
-    /// Seek `tp` to `from`, route its records to `sink`, resume it.
+    /// Seek `tp` to `from`, send its records to `sink`, resume it.
     Start {
         tp: TopicPartition,
         from: NextOffset,
@@ -93,7 +93,7 @@ pub enum ConsumerCommand {
         tp: TopicPartition,
         to: NextOffset,
     },
-    /// Stop routing records of `tp` (its writer is stopping) and pause it.
+    /// Stop dispatching records of `tp` (its writer is stopping) and pause it.
     Stop {
         tp: TopicPartition,
     },
@@ -142,7 +142,7 @@ pub struct PartitionLoad {
     /// librdkafka skipped (`None`: not known since the last seek).
     pub fetched: Option<NextOffset>,
     /// After the last record handed to (or stashed for) the partition's writer.
-    pub routed: Option<NextOffset>,
+    pub dispatched: Option<NextOffset>,
 }
 
 /// Settings of the consumer thread.

@@ -31,7 +31,7 @@ pub(super) struct Standing {
     /// our commits), else where the partition started.
     pub(super) base: Option<NextOffset>,
     pub(super) fetched: Option<NextOffset>,
-    pub(super) routed: Option<NextOffset>,
+    pub(super) dispatched: Option<NextOffset>,
 }
 
 impl LagBook {
@@ -126,7 +126,7 @@ impl WatermarkReader {
                                 tp,
                                 high,
                                 fetched: standing.fetched,
-                                routed: standing.routed,
+                                dispatched: standing.dispatched,
                             });
                         }
                     }

@@ -1,4 +1,4 @@
-//! The consumer task: one OS thread owns the rdkafka consumer, polls it, routes records to the
+//! The consumer task: one OS thread owns the rdkafka consumer, polls it, dispatches records to the
 //! writer of their partition, and executes the coordinator's commands between polls.
 //!
 //! Why a thread and not an async task: librdkafka's rebalance callbacks are synchronous and run
@@ -51,7 +51,7 @@ mod rebalance;
 mod record;
 mod seeks;
 
-use backpressure::{Route, RouteHasher};
+use backpressure::{Outlet, PartitionHasher};
 pub use commands::*;
 use lag::{LagBook, WatermarkReader};
 use rebalance::SinkContext;
@@ -109,7 +109,7 @@ pub fn spawn(
         shared: Mutex::new(Shared {
             commands: command_rx,
             events: event_tx,
-            routes: HashMap::default(),
+            outlets: HashMap::default(),
             stashes: HashMap::new(),
             paused: BTreeSet::new(),
             ordered_paused: BTreeSet::new(),
@@ -161,7 +161,7 @@ pub fn spawn(
 struct Shared {
     commands: std_mpsc::Receiver<ConsumerCommand>,
     events: mpsc::UnboundedSender<ConsumerEvent>,
-    routes: HashMap<TopicPartition, Route, BuildHasherDefault<RouteHasher>>,
+    outlets: HashMap<TopicPartition, Outlet, BuildHasherDefault<PartitionHasher>>,
     stashes: HashMap<TopicPartition, VecDeque<Record>>,
     /// Partitions paused in librdkafka now, for whatever reason.
     paused: BTreeSet<TopicPartition>,
@@ -175,7 +175,7 @@ struct Shared {
     /// handoff commit the coordinator builds after the callback left at its deadline would
     /// otherwise land in the next generation, over the new owner's checkpoint.
     owned: BTreeSet<TopicPartition>,
-    /// Seeks that failed and wait for their retry; the partition stays paused and unrouted.
+    /// Seeks that failed and wait for their retry; the partition stays paused, without an outlet.
     seeking: HashMap<TopicPartition, PendingSeek>,
     /// Where each started partition was last sought to: its position until a record arrives.
     positions: HashMap<TopicPartition, NextOffset>,
@@ -183,12 +183,12 @@ struct Shared {
     shutdown: bool,
 }
 
-/// A seek to retry, and the route the partition gets once it is made.
+/// A seek to retry, and the outlet the partition gets once it is made.
 struct PendingSeek {
     to: NextOffset,
     attempt: u32,
     due: Instant,
-    route: Option<Route>,
+    outlet: Option<Outlet>,
 }
 
 impl Shared {
@@ -205,30 +205,30 @@ impl Shared {
                 drop(sink);
             }
             ConsumerCommand::Start { tp, from, sink } => {
-                self.routes.remove(&tp);
+                self.outlets.remove(&tp);
                 self.stashes.remove(&tp);
                 self.ordered_paused.remove(&tp);
                 self.capped.remove(&tp);
                 let account = settings.memory.as_ref().map(MemoryBudget::partition);
-                let route = Route {
+                let outlet = Outlet {
                     sink,
                     arena: BytesMut::new(),
                     account,
                     next: NextOffset::default(),
                 };
-                self.seek_and_route(consumer, settings, tp, from, 0, Some(route));
+                self.seek_and_open(consumer, settings, tp, from, 0, Some(outlet));
             }
             ConsumerCommand::Seek { tp, to } => {
                 self.stashes.remove(&tp);
                 self.ordered_paused.remove(&tp);
-                let route = self
-                    .routes
+                let outlet = self
+                    .outlets
                     .remove(&tp)
-                    .or_else(|| self.seeking.remove(&tp).and_then(|p| p.route));
-                self.seek_and_route(consumer, settings, tp, to, 0, route);
+                    .or_else(|| self.seeking.remove(&tp).and_then(|p| p.outlet));
+                self.seek_and_open(consumer, settings, tp, to, 0, outlet);
             }
             ConsumerCommand::Stop { tp } => {
-                self.routes.remove(&tp);
+                self.outlets.remove(&tp);
                 self.stashes.remove(&tp);
                 self.capped.remove(&tp);
                 self.seeking.remove(&tp);
@@ -289,7 +289,7 @@ impl Shared {
         }
     }
 
-    /// Writes each owned partition's fetch position and routed end into the lag book.
+    /// Writes each owned partition's fetch position and dispatched end into the lag book.
     fn publish_standing(&self, consumer: &BaseConsumer<SinkContext>) {
         let now = consumer.position().ok();
         for tp in &self.owned {
@@ -301,11 +301,11 @@ impl Shared {
                     _ => None,
                 })
                 .or_else(|| self.positions.get(tp).copied());
-            let routed = (self.routes.get(tp).map(|r| r.next)).filter(|n| n.0 > 0);
+            let dispatched = (self.outlets.get(tp).map(|r| r.next)).filter(|n| n.0 > 0);
             self.lag.with(tp, |s| {
                 s.fetched = fetched;
-                if routed.is_some() {
-                    s.routed = routed;
+                if dispatched.is_some() {
+                    s.dispatched = dispatched;
                 }
             });
         }
@@ -335,7 +335,7 @@ fn run(consumer: BaseConsumer<SinkContext>) {
             shared.drain_stashes(&consumer);
             shared.uncap(&consumer, settings);
             if let Some(budget) = &settings.memory {
-                budget.set_partitions(shared.routes.len());
+                budget.set_partitions(shared.outlets.len());
             }
             if shared.shutdown {
                 break;
@@ -370,7 +370,7 @@ fn run(consumer: BaseConsumer<SinkContext>) {
                     current = TopicPartition::new(message.topic(), message.partition());
                 }
                 let mut shared = consumer.context().shared.lock().expect("consumer state");
-                shared.route(&consumer, settings, &current, &message);
+                shared.dispatch(&consumer, settings, &current, &message);
             }
             Some(Err(error)) => {
                 if is_fatal(&error) {

@@ -84,7 +84,7 @@ impl ConsumerContext for SinkContext {
                 if !excluded.is_empty() {
                     // Assigned by the group (the broker matches a pattern itself under
                     // KIP-848), so librdkafka holds them; paused, they are never fetched, and
-                    // without a route a prefetched record is dropped.
+                    // without an outlet a prefetched record is dropped.
                     for tp in &excluded {
                         tracing::warn!(partition = %tp, "excluded topic assigned: its partition stays paused and is never consumed");
                     }
@@ -227,8 +227,9 @@ impl Shared {
         lost: bool,
     ) {
         for tp in &partitions {
-            // The writer gets its stop from the coordinator; from here on nothing more is routed.
-            self.routes.remove(tp);
+            // The writer gets its stop from the coordinator; from here on nothing more is
+            // dispatched.
+            self.outlets.remove(tp);
             self.stashes.remove(tp);
             self.ordered_paused.remove(tp);
             self.capped.remove(tp);

@@ -9,24 +9,24 @@ use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed;
 
-use super::backpressure::Route;
+use super::backpressure::Outlet;
 use super::commands::{ConsumerEvent, ConsumerSettings};
 use super::rebalance::SinkContext;
 use super::{PendingSeek, SEEK_ATTEMPTS, Shared};
 
 impl Shared {
     /// Seeks `tp` to `to` (attempt `attempt`) with the partition paused; once the seek is made
-    /// and confirmed, the partition gets `route` and resumes. A failed seek is retried after a
+    /// and confirmed, the partition gets `outlet` and resumes. A failed seek is retried after a
     /// backoff, then fails the partition closed: resuming at librdkafka's old position would
     /// skip the records in between, and the next commit would jump over them.
-    pub(super) fn seek_and_route(
+    pub(super) fn seek_and_open(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
         tp: TopicPartition,
         to: NextOffset,
         attempt: u32,
-        route: Option<Route>,
+        outlet: Option<Outlet>,
     ) {
         self.pause(consumer, &tp);
         match committed::seek(
@@ -40,9 +40,9 @@ impl Shared {
                 self.positions.insert(tp.clone(), to);
                 // The lag of a partition without a committed offset counts from its start.
                 self.lag.set_if_absent(&tp, to);
-                self.lag.with(&tp, |s| s.routed = None);
-                if let Some(route) = route {
-                    self.routes.insert(tp.clone(), route);
+                self.lag.with(&tp, |s| s.dispatched = None);
+                if let Some(outlet) = outlet {
+                    self.outlets.insert(tp.clone(), outlet);
                 }
                 self.settle(consumer, &tp);
             }
@@ -56,7 +56,7 @@ impl Shared {
                         to,
                         attempt,
                         due: Instant::now() + wait,
-                        route,
+                        outlet,
                     },
                 );
             }
@@ -83,7 +83,7 @@ impl Shared {
             .collect();
         for tp in due {
             let p = self.seeking.remove(&tp).expect("listed");
-            self.seek_and_route(consumer, settings, tp, p.to, p.attempt, p.route);
+            self.seek_and_open(consumer, settings, tp, p.to, p.attempt, p.outlet);
         }
     }
 
@@ -96,7 +96,7 @@ impl Shared {
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
     ) {
-        let started: Vec<TopicPartition> = self.routes.keys().cloned().collect();
+        let started: Vec<TopicPartition> = self.outlets.keys().cloned().collect();
         if started.is_empty() {
             return;
         }

@@ -1,4 +1,5 @@
-//! Assigned partitions whose topic's route is being resolved (a topic seen for the first time).
+//! Assigned partitions waiting for their topic's route to resolve (a topic seen for the first
+//! time).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use crate::tables::{Route, Router};
 
 /// Assigned partitions whose topic's route (and table) is being resolved: the protocol hears of
 /// them only once it is, so their recovery reads the right table.
-pub(crate) struct Routing {
+pub(crate) struct Resolving {
     tasks: JoinSet<(TopicPartition, u64, Result<Arc<Route>, String>)>,
     /// The assignment waiting per partition, under a generation: a resolution that finishes
     /// after the partition was revoked (or assigned again) is dropped.
@@ -18,9 +19,9 @@ pub(crate) struct Routing {
     next: u64,
 }
 
-impl Routing {
+impl Resolving {
     pub(crate) fn new() -> Self {
-        Routing {
+        Resolving {
             tasks: JoinSet::new(),
             waiting: HashMap::new(),
             next: 0,
