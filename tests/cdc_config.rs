@@ -220,3 +220,28 @@ fn several_topics_into_one_cdc_table_without_a_source_position_is_explained() {
     let c = Config::from_yaml(&config("at_least_once", route), HashMap::new()).unwrap();
     assert!(warnings(&c).is_empty());
 }
+
+#[test]
+fn schemas_enable_applies_to_schemaless_json_only() {
+    let route = |format: &str, setting: &str| {
+        format!(
+            "  - topics: [customers]\n    table: customers\n    format: {format}\n    cdc:\n      mode: upsert_delete\n      primary_key: [id]\n      schemas_enable: {setting}\n"
+        )
+    };
+    for setting in ["true", "false"] {
+        let yaml = config("at_least_once", &route("json", setting));
+        assert_eq!(errors(&yaml), Vec::<String>::new(), "{setting}");
+        let c = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+        let cdc = c.route_for("customers").cdc.expect("the route's cdc");
+        assert_eq!(cdc.schemas_enable, Some(setting == "true"));
+        for format in ["avro", "protobuf", "json_schema"] {
+            let errs = errors(&config("at_least_once", &route(format, setting)));
+            assert!(
+                errs.iter().any(|e| e.starts_with(
+                    "routes[0].cdc.schemas_enable: only applies to schemaless json input"
+                )),
+                "{format}: {errs:?}"
+            );
+        }
+    }
+}

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::emulator::rows::RowCodec;
 use kafka_bigquery_sink::transcode::change::{
-    ChangeColumns, ChangeFormat, ChangeKind, JsonShape, Located, NotAChange, ProtoShape, renumber,
-    sequence_number, with_change_fields,
+    ChangeColumns, ChangeFormat, ChangeKind, ConnectEnvelope, JsonShape, Located, NotAChange,
+    ProtoShape, renumber, sequence_number, with_change_fields,
 };
 use kafka_bigquery_sink::transcode::json::{JsonSchema, table_schema_from_json};
 use kafka_bigquery_sink::transcode::protobuf::{
@@ -544,4 +544,144 @@ fn json_unwrapped_and_plain_records_and_a_schemaless_key() {
     let (cells, change, sequence) = as_bigquery_reads(&plan, &row);
     assert_eq!(cells["f"][0]["v"], "42");
     assert_eq!((change.as_str(), sequence.as_str()), ("DELETE", "0/0/9"));
+}
+
+/// `{"schema": …, "payload": …}` around `payload`, as Kafka Connect's `JsonConverter` writes
+/// with `schemas.enable=true` (the schema's content is not read).
+fn connect(payload: &str) -> Vec<u8> {
+    format!(r#"{{"schema": {{"type": "struct", "optional": false, "fields": []}}, "payload": {payload}}}"#)
+        .into_bytes()
+}
+
+#[test]
+fn schemaless_json_in_kafka_connects_envelope_is_read_from_its_payload() {
+    let old = r#"{"id": 1, "name": "old", "email": null}"#;
+    let new = r#"{"name": "new", "id": 1, "email": "n@x"}"#;
+    let formats = [
+        (ChangeFormat::Debezium, json_envelope("u", old, new, "4660")),
+        (
+            ChangeFormat::Unwrapped,
+            br#"{"id": 1, "name": "new", "email": "n@x", "__op": "u", "source": {"lsn": 4660}}"#
+                .to_vec(),
+        ),
+        (
+            ChangeFormat::Plain {
+                field: "kind".into(),
+            },
+            br#"{"id": 1, "name": "new", "email": "n@x", "kind": "update", "source": {"lsn": 4660}}"#
+                .to_vec(),
+        ),
+    ];
+    for (format, plain) in formats {
+        let (shape, plan, columns) = json_plan(None, format.clone(), Some("source.lsn"));
+        let wrapped_shape = shape.clone().with_envelope(ConnectEnvelope::On);
+        let wrapped = connect(std::str::from_utf8(&plain).unwrap());
+        let located = wrapped_shape.locate(&wrapped).unwrap();
+        // The row is a range of the record's own bytes: the same text as without the envelope.
+        let unwrapped = shape.locate(&plain).unwrap();
+        assert_eq!(
+            &wrapped[located.row.clone().unwrap()],
+            &plain[unwrapped.row.clone().unwrap()],
+            "{format:?}"
+        );
+        assert_eq!(
+            (located.kind, located.source),
+            (ChangeKind::Upsert, Some(0x1234))
+        );
+        let row = write(&located, &plan, columns, &wrapped, 7);
+        assert_eq!(
+            row,
+            write(&unwrapped, &plan, columns, &plain, 7),
+            "{format:?}"
+        );
+        let (cells, change, sequence) = as_bigquery_reads(&plan, &row);
+        assert_eq!(cells["f"][1]["v"], "new", "{format:?}");
+        assert_eq!((change.as_str(), sequence.as_str()), ("UPSERT", "3/1234/7"));
+
+        // A null payload is Connect's null value: a delete by the Kafka key.
+        let null = wrapped_shape.locate(&connect("null")).unwrap();
+        assert_eq!((null.row, null.kind), (None, ChangeKind::Delete));
+        // With the setting on, anything but the exact envelope is a bad record with a reason.
+        for bad in [
+            plain.clone(),
+            connect("[1]"),
+            format!(
+                r#"{{"schema": null, "payload": {}, "x": 1}}"#,
+                String::from_utf8_lossy(&plain)
+            )
+            .into_bytes(),
+            format!(r#"{{"payload": {}}}"#, String::from_utf8_lossy(&plain)).into_bytes(),
+        ] {
+            let e = wrapped_shape.locate(&bad).unwrap_err();
+            assert_eq!(e.class(), "cdc_json_envelope", "{format:?} {e}");
+            assert!(
+                e.to_string().contains("schemas_enable is on") || e.to_string().contains("payload"),
+                "{e}"
+            );
+        }
+        // Malformed JSON inside the payload is malformed JSON.
+        let e = wrapped_shape.locate(&connect(r#"{"id": 1,"#)).unwrap_err();
+        assert_eq!(e.class(), "malformed_json", "{e}");
+
+        // Unset (guarded): the envelope is refused, naming the setting, never a row without its
+        // payload; plain records are read as before.
+        let guarded = shape.clone().with_envelope(ConnectEnvelope::Guarded);
+        let e = guarded.locate(&wrapped).unwrap_err();
+        assert_eq!(e.class(), "cdc_json_envelope", "{format:?}");
+        assert!(
+            e.to_string().contains("set cdc.schemas_enable: true"),
+            "{e}"
+        );
+        assert_eq!(guarded.locate(&plain), shape.locate(&plain));
+    }
+    // `schemas_enable: false`: plain JSON taken as it is, even of exactly these two members
+    // (a table whose columns are `schema` and `payload`).
+    let (off, _, _) = json_plan(None, ChangeFormat::Unwrapped, None);
+    let off = off.with_envelope(ConnectEnvelope::Off);
+    let wrapped = connect(r#"{"id": 1}"#);
+    assert_eq!(off.locate(&wrapped).unwrap().row, Some(0..wrapped.len()));
+}
+
+#[test]
+fn a_schemaless_kafka_key_in_kafka_connects_envelope_deletes_by_its_payload() {
+    let key = connect(r#"{"id": 42}"#);
+    let range = ConnectEnvelope::On
+        .record(&key)
+        .unwrap()
+        .expect("a payload");
+    assert_eq!(&key[range.clone()], br#"{"id": 42}"#);
+    let key_plan = Plan::compile_json(None, false, &relaxed(), &PlanOptions::default()).unwrap();
+    let (key_plan, key_columns) = with_change_fields(key_plan);
+    let mut key_row = Vec::new();
+    key_columns
+        .transcode(
+            &key_plan,
+            &key[range],
+            ChangeKind::Delete,
+            "0/0/9",
+            &mut key_row,
+        )
+        .unwrap();
+    let (_, plan, _) = json_plan(None, ChangeFormat::Debezium, None);
+    let mut row = Vec::new();
+    renumber(&key_row, key_plan.descriptor(), plan.descriptor(), &mut row).expect("fits");
+    let (cells, change, _) = as_bigquery_reads(&plan, &row);
+    assert_eq!(
+        (cells["f"][0]["v"].as_str(), change.as_str()),
+        (Some("42"), "DELETE")
+    );
+
+    assert_eq!(ConnectEnvelope::On.record(&connect("null")).unwrap(), None);
+    let plain = br#"{"id": 42}"#;
+    let e = ConnectEnvelope::On.record(plain).unwrap_err();
+    assert_eq!(e.class(), "cdc_json_envelope");
+    let e = ConnectEnvelope::Guarded.record(&key).unwrap_err();
+    assert_eq!(e.class(), "cdc_json_envelope");
+    for envelope in [ConnectEnvelope::Guarded, ConnectEnvelope::Off] {
+        assert_eq!(envelope.record(plain).unwrap(), Some(0..plain.len()));
+    }
+    assert_eq!(
+        ConnectEnvelope::Off.record(&key).unwrap(),
+        Some(0..key.len())
+    );
 }

@@ -1,7 +1,8 @@
 //! Change data capture from Protobuf, JSON Schema and schemaless JSON topics end to end
 //! (docs/cdc.md): a Debezium-shaped change stream whose keys and values Confluent's own
 //! `ProtobufSerializer` / `JSONSerializer` wrote (`tests/python/cdc_formats_producer.py`; plain
-//! `json.dumps` objects for schemaless JSON), with the registry as the serializers left it,
+//! `json.dumps` objects for schemaless JSON, in Kafka Connect's `{"schema", "payload"}` envelope
+//! for `schemas_enable`), with the registry as the serializers left it,
 //! through the real broker and the real daemon into the emulator. The table is created from the
 //! registered envelope (the `after` row's columns) with the primary key of the registered key
 //! schema (schemaless JSON: an existing table, the configured key), and must end equal to the
@@ -218,10 +219,10 @@ async fn converges_across_a_kill(format: &str, route: &str) {
     let registry = serve_registry(stream.registry.clone()).await;
     let route_format = match format {
         "json" => "json_schema",
-        "schemaless" => "json",
+        "schemaless" | "connect" => "json",
         other => other,
     };
-    if format == "schemaless" {
+    if route_format == "json" {
         // Schemaless routes write into an existing table, which needs the primary key.
         let store = &f.emulator.store;
         store
@@ -297,4 +298,12 @@ async fn json_schema_debezium_changes_from_confluents_serializer_converge_across
 async fn schemaless_json_debezium_changes_converge_across_a_kill() {
     let route = "    cdc:\n      mode: upsert_delete\n      primary_key: [id]";
     converges_across_a_kill("schemaless", route).await;
+}
+
+/// Schemaless JSON from Kafka Connect's `JsonConverter` with `schemas.enable=true`: keys and
+/// values in the `{"schema", "payload"}` envelope, ordered by the `source.lsn` of the payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemaless_json_in_kafka_connects_envelope_converges_across_a_kill() {
+    let route = "    cdc:\n      mode: upsert_delete\n      primary_key: [id]\n      schemas_enable: true\n      sequence: {source_field: source.lsn}";
+    converges_across_a_kill("connect", route).await;
 }

@@ -40,6 +40,12 @@ pub struct CdcConfig {
     /// How `_CHANGE_SEQUENCE_NUMBER` is made: `epoch/source/offset` in hex.
     #[serde(default)]
     pub sequence: SequenceConfig,
+    /// Schemaless JSON only: `true` when keys and values come from Kafka Connect's
+    /// `JsonConverter` with `schemas.enable=true` (`{"schema": …, "payload": …}`; the payload
+    /// is the record), `false` for plain JSON. Unset: plain JSON, and a record of exactly those
+    /// two members is a bad record instead of a row without its payload.
+    #[serde(default)]
+    pub schemas_enable: Option<bool>,
 }
 
 impl CdcConfig {
@@ -209,6 +215,12 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
             err(
                 path.clone(),
                 "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)".into(),
+            );
+        }
+        if c.schemas_enable.is_some() && !schemaless {
+            err(
+                format!("{path}.schemas_enable"),
+                "only applies to schemaless json input (format: json): records read through schema_registry or avro.schema_file have no kafka connect envelope".into(),
             );
         }
         // Every input format carries changes; its own rules are in `Validator::formats`.

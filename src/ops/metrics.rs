@@ -131,12 +131,13 @@ pub const DEAD_LETTER_REASONS: [&str; 8] = [
 pub const CDC_CHANGES: [&str; 3] = ["upsert", "delete", "ignored"];
 
 /// The `reason` label values of `kbq_cdc_bad_records_total`.
-pub const CDC_BAD_REASONS: [&str; 9] = [
+pub const CDC_BAD_REASONS: [&str; 10] = [
     "cdc_operation",
     "cdc_no_row",
     "cdc_change_type",
     "cdc_no_sequence_source",
     "cdc_no_key",
+    "cdc_json_envelope",
     "malformed_avro",
     "malformed_protobuf",
     "malformed_json",

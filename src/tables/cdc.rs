@@ -11,7 +11,8 @@ use crate::bigquery::table_schema::{FieldType, Mode, TableSchema};
 use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
 use crate::transcode::change::{
-    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, JsonShape, ProtoShape,
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, ConnectEnvelope, JsonShape,
+    ProtoShape,
 };
 use crate::transcode::protobuf::MessagePath;
 use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions};
@@ -252,6 +253,11 @@ pub(super) fn plans(
             source_field: cdc.sequence.source_field.clone(),
             deletes: cdc.mode == CdcMode::UpsertDelete,
             epoch: cdc.sequence.epoch,
+            json_envelope: match cdc.schemas_enable {
+                None => ConnectEnvelope::Guarded,
+                Some(false) => ConnectEnvelope::Off,
+                Some(true) => ConnectEnvelope::On,
+            },
         },
     )
     .map_err(|e| anyhow!("{e}"))

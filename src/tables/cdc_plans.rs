@@ -12,8 +12,8 @@ use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSche
 use crate::kafka::dead_letter::BadRecord;
 use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
 use crate::transcode::change::{
-    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, JsonShape,
-    ProtoShape, key_row_schema, with_change_fields,
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, ConnectEnvelope,
+    JsonShape, ProtoShape, key_row_schema, with_change_fields,
 };
 use crate::transcode::protobuf::{MessagePath, split_message_indexes};
 use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
@@ -32,6 +32,8 @@ pub struct ChangePlan {
 pub struct KeyPlan {
     pub plan: Arc<Plan>,
     pub columns: ChangeColumns,
+    /// Schemaless JSON keys: whether they come in Kafka Connect's envelope.
+    pub envelope: ConnectEnvelope,
 }
 
 /// Where the writer schemas come from.
@@ -52,6 +54,8 @@ pub struct ChangeRules {
     pub deletes: bool,
     /// The first section of every sequence number.
     pub epoch: u64,
+    /// Schemaless JSON: Kafka Connect's envelope around keys and values (`schemas_enable`).
+    pub json_envelope: ConnectEnvelope,
 }
 
 /// The tables plans compile against: Avro rows declare the pseudo-columns as fields, so their
@@ -192,7 +196,7 @@ impl ChangePlans {
             ChangeSchemas::Registry(r, input) => (r, input),
             ChangeSchemas::Fixed(_) if self.schemaless => {
                 let found = self.key_cached((0, MessagePath::FIRST), || {
-                    key_compile(None, &relaxed, &self.options)
+                    key_compile(None, &relaxed, &self.options, self.rules.json_envelope)
                 });
                 return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
             }
@@ -212,7 +216,8 @@ impl ChangePlans {
             return found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord);
         }
         let (id, writer) = writer.expect("not cached");
-        let found = writer.and_then(|w| key_compile(Some(&w), &relaxed, &self.options));
+        let found = writer
+            .and_then(|w| key_compile(Some(&w), &relaxed, &self.options, ConnectEnvelope::Off));
         cache(&self.keys, id, found).map(|p| (p, at))
     }
 
@@ -357,6 +362,7 @@ fn compile(
         None => {
             let (shape, _) =
                 JsonShape::new(None, false, &rules.format, source).map_err(incompatible)?;
+            let shape = shape.with_envelope(rules.json_envelope);
             let plan = Plan::compile_json(None, false, &tables.plain, options).map_err(unfit)?;
             let (plan, columns) = with_change_fields(plan);
             (ChangeShape::Json(shape), plan, columns)
@@ -374,6 +380,7 @@ fn key_compile(
     writer: Option<&WriterSchema>,
     relaxed: &Tables,
     options: &PlanOptions,
+    envelope: ConnectEnvelope,
 ) -> Result<Arc<KeyPlan>, BadRecord> {
     let compiled = match writer {
         Some(WriterSchema::Avro(schema)) => {
@@ -397,6 +404,7 @@ fn key_compile(
     Ok(Arc::new(KeyPlan {
         plan: Arc::new(plan),
         columns,
+        envelope,
     }))
 }
 

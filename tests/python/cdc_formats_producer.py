@@ -6,9 +6,11 @@ against its in-memory `mock://` registry (the key under `<topic>-key`, the envel
 and the registered schemas are Confluent's, not the sink's. The source table's state is kept
 here, key by key.
 
-  cdc_formats_producer.py OUT_FILE --format protobuf|json|schemaless --topic T --partitions N --seed S
+  cdc_formats_producer.py OUT_FILE --format protobuf|json|schemaless|connect --topic T --partitions N --seed S
 
-`schemaless` writes the same stream as plain JSON objects (keys `{"id": n}`), with no registry.
+`schemaless` writes the same stream as plain JSON objects (keys `{"id": n}`), with no registry;
+`connect` as Kafka Connect's JsonConverter does with `schemas.enable=true` (Debezium's default):
+every key and value is `{"schema": <Connect schema>, "payload": <the object>}`.
 
 Writes JSON lines: first {"registry": {"ids", "subjects"}, "states": [state after part 1,
 state after part 2]}, then one line per Kafka record: {"part": 1|2, "partition": p, "key": hex,
@@ -110,6 +112,38 @@ JSON_KEY = {
 }
 
 
+def connect_field(field, kind, optional=False, **more):
+    return dict({"type": kind, "optional": optional, "field": field}, **more)
+
+
+CONNECT_ROW = [connect_field("id", "int64"), connect_field("name", "string"),
+               connect_field("version", "int64")]
+
+CONNECT_KEY = {"type": "struct", "fields": [connect_field("id", "int64")], "optional": False,
+               "name": f"{PACKAGE}.Key"}
+
+CONNECT_VALUE = {
+    "type": "struct",
+    "optional": False,
+    "name": f"{PACKAGE}.Envelope",
+    "fields": [
+        connect_field("before", "struct", True, fields=CONNECT_ROW, name=f"{PACKAGE}.Value"),
+        connect_field("after", "struct", True, fields=CONNECT_ROW, name=f"{PACKAGE}.Value"),
+        connect_field("source", "struct", fields=[connect_field("connector", "string"),
+                                                  connect_field("lsn", "int64")],
+                      name="io.debezium.connector.postgresql.Source"),
+        connect_field("op", "string"),
+        connect_field("ts_ms", "int64", True),
+    ],
+}
+
+
+def connect_envelope(schema):
+    """JsonConverter's serializer with schemas.enable=true (compact, as Jackson writes it)."""
+    return lambda value, ctx: json.dumps(
+        {"schema": schema, "payload": value}, separators=(",", ":")).encode()
+
+
 class Serializers:
     def __init__(self, fmt, topic):
         self.client = SchemaRegistryClient.new_client({"url": "mock://cdc-formats"})
@@ -119,6 +153,9 @@ class Serializers:
         if fmt == "schemaless":
             # Plain JSON objects: no serializer, no registry.
             self.key_ser = self.value_ser = lambda value, ctx: json.dumps(value).encode()
+        elif fmt == "connect":
+            self.key_ser = connect_envelope(CONNECT_KEY)
+            self.value_ser = connect_envelope(CONNECT_VALUE)
         elif fmt == "protobuf":
             self.key_cls, self.env_cls = protobuf_classes()
             self.key_ser = ProtobufSerializer(self.key_cls, self.client)
@@ -218,7 +255,7 @@ class Source:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--format", choices=["protobuf", "json", "schemaless"], required=True)
+    p.add_argument("--format", choices=["protobuf", "json", "schemaless", "connect"], required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)

@@ -84,10 +84,25 @@ impl PartitionWriter {
             Ok(found) => found,
             Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
         };
+        let key = &key[at..];
+        let body = match key_plan.envelope.record(key) {
+            Ok(Some(range)) => &key[range],
+            found => {
+                let why = match found {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "the payload of its kafka connect envelope is null".into(),
+                };
+                let bad = BadRecord {
+                    class: DEAD_LETTER_CLASS,
+                    reason: format!("the kafka key: {why}"),
+                };
+                return self.cdc_bad(record, "cdc_no_key", bad).await;
+            }
+        };
         let mut row = Vec::new();
         let written = key_plan.columns.transcode(
             &key_plan.plan,
-            &key[at..],
+            body,
             ChangeKind::Delete,
             &sequence,
             &mut row,

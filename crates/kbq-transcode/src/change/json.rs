@@ -2,7 +2,9 @@
 //! top-level object are found by one scan of its text; the row is the text of `after` (or
 //! `before`), or the whole record, which the JSON plan of the row transcodes like any record.
 //! With a registered schema, the record is validated against it first when the route asks for
-//! that, and a created table's columns come from the schema of `after`.
+//! that, and a created table's columns come from the schema of `after`. Schemaless JSON may come
+//! in Kafka Connect's envelope (`{"schema": …, "payload": …}`, [`ConnectEnvelope`]): the same
+//! scan then reads the members of `payload`, and the row is a range of the record's own bytes.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -21,6 +23,61 @@ pub struct JsonShape {
     /// The registered schema every record is checked against first.
     validate: Option<Arc<JsonSchema>>,
     source: Option<(String, Vec<String>)>,
+    envelope: ConnectEnvelope,
+}
+
+/// Kafka Connect's `JsonConverter` with `schemas.enable=true` (its default, and Debezium's)
+/// writes every key and value as an object of exactly two members, `schema` and `payload`; the
+/// record is the payload. Configured per route, never guessed: a plain row may have those two
+/// columns (docs/cdc.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConnectEnvelope {
+    /// Plain JSON, taken as it is (registry formats; schemaless with `schemas_enable: false`).
+    #[default]
+    Off,
+    /// Plain JSON, but a record of exactly the envelope's two members is refused: read as a
+    /// row, it would lose its payload (schemaless JSON without `schemas_enable`).
+    Guarded,
+    /// Every record is the envelope; its `payload` is the record (`schemas_enable: true`).
+    On,
+}
+
+/// Why a record does not fit the route's [`ConnectEnvelope`] setting.
+pub(super) const NOT_AN_ENVELOPE: &str = "schemas_enable is on, but the record is not kafka connect's json envelope (an object of exactly the members schema and payload)";
+pub(super) const AN_ENVELOPE: &str = "the record is kafka connect's json envelope (schema and payload, from JsonConverter with schemas.enable=true): set cdc.schemas_enable: true to read its payload, or false if these are the row's own two columns";
+pub(super) const PAYLOAD_NOT_AN_OBJECT: &str =
+    "the payload of kafka connect's json envelope is not an object or null";
+
+impl ConnectEnvelope {
+    /// Where the record is in `data` (a Kafka key or value): all of it, or the envelope's
+    /// payload; `None` for a null payload.
+    pub fn record(self, data: &[u8]) -> Result<Option<Range<usize>>, NotAChange> {
+        if self == ConnectEnvelope::Off {
+            return Ok(Some(0..data.len()));
+        }
+        let scanned = object(data, &[], false).map_err(NotAChange::Json)?;
+        self.check(data, &scanned)
+    }
+
+    /// [`Self::record`] from one scan of the outer object.
+    fn check(self, data: &[u8], scanned: &Scanned) -> Result<Option<Range<usize>>, NotAChange> {
+        let envelope = scanned.count == 2 && scanned.schema && scanned.payload.is_some();
+        let refused = |problem| Err(NotAChange::ConnectEnvelope { problem });
+        match self {
+            ConnectEnvelope::Off => Ok(Some(0..data.len())),
+            ConnectEnvelope::Guarded if envelope => refused(AN_ENVELOPE),
+            ConnectEnvelope::Guarded => Ok(Some(0..data.len())),
+            ConnectEnvelope::On if !envelope => refused(NOT_AN_ENVELOPE),
+            ConnectEnvelope::On => {
+                let payload = scanned.payload.clone().expect("checked");
+                match data[payload.start] {
+                    b'{' => Ok(Some(payload)),
+                    b'n' => Ok(None),
+                    _ => refused(PAYLOAD_NOT_AN_OBJECT),
+                }
+            }
+        }
+    }
 }
 
 impl JsonShape {
@@ -36,6 +93,7 @@ impl JsonShape {
             format: format.clone(),
             validate: schema.filter(|_| validate).cloned(),
             source: source.map(|p| (p.to_string(), p.split('.').map(str::to_string).collect())),
+            envelope: ConnectEnvelope::Off,
         };
         let Some(schema) = schema else {
             return Ok((shape, None));
@@ -70,6 +128,12 @@ impl JsonShape {
         Ok((shape, Some(row)))
     }
 
+    /// The shape with records in (or guarded against) Kafka Connect's envelope.
+    pub fn with_envelope(mut self, envelope: ConnectEnvelope) -> JsonShape {
+        self.envelope = envelope;
+        self
+    }
+
     /// Locates the change in one record's JSON text.
     pub fn locate(&self, body: &[u8]) -> Result<Located, NotAChange> {
         if let Some(schema) = &self.validate {
@@ -80,16 +144,28 @@ impl JsonShape {
             ChangeFormat::Unwrapped => &["__op", "__deleted"],
             ChangeFormat::Plain { field } => &[field.as_str()],
         };
-        let found = members(body, names).map_err(NotAChange::Json)?;
+        let descend = self.envelope == ConnectEnvelope::On;
+        let scanned = object(body, names, descend).map_err(NotAChange::Json)?;
+        let found = &scanned.found;
+        let Some(record) = self.envelope.check(body, &scanned)? else {
+            // A null payload is Connect's null value: a tombstone, deleting by the Kafka key.
+            return Ok(Located {
+                row: None,
+                kind: ChangeKind::Delete,
+                source: None,
+            });
+        };
         let source = match &self.source {
             None => None,
-            Some((path, parts)) => match source_value(body, parts).map_err(NotAChange::Json)? {
-                Some(v) => Some(v),
-                None => return Err(NotAChange::NoSource { path: path.clone() }),
-            },
+            Some((path, parts)) => {
+                match source_value(&body[record.clone()], parts).map_err(NotAChange::Json)? {
+                    Some(v) => Some(v),
+                    None => return Err(NotAChange::NoSource { path: path.clone() }),
+                }
+            }
         };
         let text = |i: usize| value_text(body, found[i].as_ref());
-        let whole = Some(0..body.len());
+        let whole = Some(record);
         let (row, kind) = match &self.format {
             ChangeFormat::Debezium => {
                 let op = text(0).unwrap_or_default();
@@ -116,26 +192,65 @@ impl JsonShape {
     }
 }
 
-/// The value ranges of the named members of the object in `data` (the last of duplicates).
-fn members(data: &[u8], names: &[&str]) -> Result<Vec<Option<Range<usize>>>, RecordError> {
+/// What one scan of an object found: the value ranges of the named members (the last of
+/// duplicates), how many members it has, and whether they include an envelope's `schema` and
+/// `payload` (the payload's value range).
+#[derive(Debug, Default)]
+struct Scanned {
+    found: Vec<Option<Range<usize>>>,
+    count: usize,
+    schema: bool,
+    payload: Option<Range<usize>>,
+}
+
+/// One scan of the object in `data` for the named members. With `descend`, the names are looked
+/// up in the object that is the value of `payload` instead, in the same pass (ranges are offsets
+/// in `data` either way).
+fn object(data: &[u8], names: &[&str], descend: bool) -> Result<Scanned, RecordError> {
     let mut s = Scanner::new(data);
     if s.peek()? != Token::Object {
         return Err(malformed(s.pos, "an object"));
     }
-    s.open(b'{');
     let mut found = vec![None; names.len()];
+    let mut scanned = scan(&mut s, 1, names, &mut found, descend)?;
+    s.end()?;
+    scanned.found = found;
+    Ok(scanned)
+}
+
+/// [`object`]'s scan of the object at `s` (on its `{`), `depth` deep.
+fn scan(
+    s: &mut Scanner<'_>,
+    depth: usize,
+    names: &[&str],
+    found: &mut [Option<Range<usize>>],
+    descend: bool,
+) -> Result<Scanned, RecordError> {
+    s.open(b'{');
+    let mut out = Scanned::default();
     let mut first = true;
     while let Some(key) = s.next_key(first)? {
         first = false;
-        s.peek()?;
+        out.count += 1;
+        let token = s.peek()?;
         let start = s.pos;
-        s.skip(1)?;
-        if let Some(i) = names.iter().position(|n| n.as_bytes() == &*key) {
-            found[i] = Some(start..s.pos);
+        let key: &[u8] = &key;
+        if descend && key == b"payload" && token == Token::Object {
+            found.fill(None);
+            scan(s, depth + 1, names, found, false)?;
+        } else {
+            s.skip(depth)?;
+            if !descend && let Some(i) = names.iter().position(|n| n.as_bytes() == key) {
+                found[i] = Some(start..s.pos);
+            }
+        }
+        match key {
+            b"schema" => out.schema = true,
+            b"payload" => out.payload = Some(start..s.pos),
+            _ => {}
         }
     }
-    s.end()?;
-    Ok(found)
+    Ok(out)
 }
 
 /// A string member as text, a boolean as `true`/`false`; `None` for null, absent or another type.
@@ -156,7 +271,7 @@ fn source_value(body: &[u8], parts: &[String]) -> Result<Option<u64>, RecordErro
         if s.peek()? != Token::Object {
             return Ok(None);
         }
-        let Some(range) = members(data, &[part.as_str()])?.pop().flatten() else {
+        let Some(range) = object(data, &[part.as_str()], false)?.found.pop().flatten() else {
             return Ok(None);
         };
         data = &data[range];

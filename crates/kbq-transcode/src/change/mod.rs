@@ -30,7 +30,7 @@ use crate::error::RecordError;
 use crate::proto::{Tag, WIRE_LEN, put_len_delimited};
 
 pub use avro::{append_change, key_row_schema};
-pub use json::JsonShape;
+pub use json::{ConnectEnvelope, JsonShape};
 pub use protobuf::ProtoShape;
 pub use wire::renumber;
 
@@ -83,6 +83,9 @@ pub enum NotAChange {
     ChangeType { value: String },
     #[error("sequence source {path} is null or negative")]
     NoSource { path: String },
+    /// Schemaless JSON that does not fit the route's Kafka Connect envelope setting.
+    #[error("{problem}")]
+    ConnectEnvelope { problem: &'static str },
 }
 
 impl NotAChange {
@@ -97,6 +100,7 @@ impl NotAChange {
             NotAChange::NoRow { .. } => "cdc_no_row",
             NotAChange::ChangeType { .. } => "cdc_change_type",
             NotAChange::NoSource { .. } => "cdc_no_sequence_source",
+            NotAChange::ConnectEnvelope { .. } => "cdc_json_envelope",
         }
     }
 
