@@ -10,23 +10,22 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::anyhow;
 use rdkafka::TopicPartitionList;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::Offset;
 
-use crate::emulator::server::{Emulator, EmulatorConfig};
-use crate::emulator::store::TableRef;
+use crate::emulator::store::{Dataset, Store, TableRef};
 
 use super::cdc_check::{COLUMNS, KeyCheck, verify};
 use super::cdc_source::{Counts, ENVELOPE, KEY, KEY_ID, Source, VALUE_ID};
-use super::registry::LocalRegistry;
-use super::sink::{Sink, free_loopback_port, metric, scrape};
+use super::runner::{Scenario, Services, Setup, supervise};
+use super::sink::metric;
 use super::{QuickstartArgs, Report};
 
 const TOPIC: &str = "dbserver1.inventory.customers";
@@ -42,8 +41,6 @@ const PRODUCE_TICKS: u64 = 40;
 /// Sink #1 is killed once this share of the change events is produced and it holds changes
 /// written past the committed offsets.
 const CRASH_AT: f64 = 0.5;
-/// No committed progress for this long: give up and check.
-const STALL: Duration = Duration::from_secs(90);
 
 /// What one run saw.
 pub(super) struct Outcome {
@@ -177,205 +174,202 @@ pub(super) async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result
         "quickstart --cdc: {} Debezium change events of a {}-row source table through kafka-bigquery-sink into a CDC table, with a crash in the middle",
         args.changes, args.keys
     );
-    let kafka =
-        MockCluster::new(1).map_err(|e| anyhow!("cannot start the mock kafka cluster: {e}"))?;
-    kafka
-        .create_topic(TOPIC, args.partitions, 1)
-        .map_err(|e| anyhow!("cannot create topic {TOPIC}: {e}"))?;
-    kafka
-        .create_topic(DEAD_LETTER_TOPIC, 1, 1)
-        .map_err(|e| anyhow!("cannot create topic {DEAD_LETTER_TOPIC}: {e}"))?;
-    let bootstrap = kafka.bootstrap_servers();
-    let emulator = Emulator::start(EmulatorConfig::local())
-        .await
-        .context("cannot start the bigquery emulator")?;
-    emulator
-        .store
-        .insert_dataset(crate::emulator::store::Dataset::new(PROJECT, DATASET))
-        .map_err(|e| anyhow!("cannot create the dataset: {e}"))?;
-    let table = TableRef::new(PROJECT, DATASET, TABLE);
     // Debezium's converter registers the value and key schemas under the TopicNameStrategy
     // subjects; the sink reads both to create the table.
-    let registry = LocalRegistry::start(
-        HashMap::from([(VALUE_ID, ENVELOPE.to_string()), (KEY_ID, KEY.to_string())]),
-        HashMap::from([
-            (format!("{TOPIC}-value"), VALUE_ID),
-            (format!("{TOPIC}-key"), KEY_ID),
-        ]),
+    let services = Services::start(
+        Setup {
+            topic: TOPIC,
+            dead_letter_topic: DEAD_LETTER_TOPIC,
+            partitions: args.partitions,
+            table: format!("{PROJECT}.{DATASET}.{TABLE}"),
+            schemas: HashMap::from([(VALUE_ID, ENVELOPE.to_string()), (KEY_ID, KEY.to_string())]),
+            subjects: HashMap::from([
+                (format!("{TOPIC}-value"), VALUE_ID),
+                (format!("{TOPIC}-key"), KEY_ID),
+            ]),
+            config: sink_config,
+        },
+        workdir,
     )
-    .await
-    .context("cannot start the schema registry")?;
-    let metrics_addr = free_loopback_port().context("cannot find a free port for /metrics")?;
-    let metrics_url = format!("http://{metrics_addr}/metrics");
-    let config_path = workdir.join("sink.yaml");
-    std::fs::write(
-        &config_path,
-        sink_config(&bootstrap, &registry.url(), emulator.addr, metrics_addr),
+    .await?;
+    let store = services.emulator.store.clone();
+    store
+        .insert_dataset(Dataset::new(PROJECT, DATASET))
+        .map_err(|e| anyhow!("cannot create the dataset: {e}"))?;
+    let table = TableRef::new(PROJECT, DATASET, TABLE);
+    let mut changes = Changes {
+        changes: args.changes,
+        producer: ClientConfig::new()
+            .set("bootstrap.servers", &services.bootstrap)
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create()
+            .map_err(|e| anyhow!("cannot create the producer: {e}"))?,
+        group: GroupOffsets::new(&services.bootstrap, args.partitions)?,
+        source: Source::new(SEED, args.keys, args.partitions)?,
+        ends: vec![0; args.partitions as usize],
+        per_tick: args.changes.div_ceil(PRODUCE_TICKS),
+        crash_point: ((args.changes as f64 * CRASH_AT) as u64).max(1),
+        store: store.clone(),
+        table: table.clone(),
+        written: vec![(0, 0)],
+        crash: None,
+        appended: 0,
+        committed: Vec::new(),
+    };
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let run = supervise(&mut changes, &services, workdir, started, timeout).await?;
+    if let Some(text) = &run.last_metrics {
+        *changes.written.last_mut().expect("one per sink") = changes_written(text);
+    }
+    let check = verify(&store, &table, &changes.source.state)?;
+    let primary_key = (store.get_table(&table))
+        .map(|t| t.primary_key())
+        .unwrap_or_default();
+    let dead_letters = GroupOffsets::end_of(&services.bootstrap, DEAD_LETTER_TOPIC)?;
+    Ok(Outcome {
+        partitions: args.partitions,
+        counts: changes.source.counts.clone(),
+        records: changes.ends.iter().sum(),
+        crash: changes.crash,
+        written: changes.written,
+        primary_key,
+        check,
+        dead_letters,
+        wall: started.elapsed(),
+        metrics_url: services.metrics_url.clone(),
+        clean_stop: run.clean_stop,
+        stalled: run.stalled,
+    })
+}
+
+/// The CDC scenario as the supervisor drives it: the change log streamed a slice per tick,
+/// progress counted in the group's committed offsets.
+struct Changes {
+    /// Change events to produce (tombstones not counted).
+    changes: u64,
+    producer: BaseProducer,
+    group: GroupOffsets,
+    source: Source,
+    /// Records produced per partition.
+    ends: Vec<u64>,
+    per_tick: u64,
+    crash_point: u64,
+    store: Arc<Store>,
+    table: TableRef,
+    /// UPSERT and DELETE rows each sink wrote.
+    written: Vec<(u64, u64)>,
+    crash: Option<Crash>,
+    /// Records the current sink wrote, from its metrics.
+    appended: u64,
+    /// The group's committed offset per partition, as of this tick.
+    committed: Vec<u64>,
+}
+
+/// UPSERT and DELETE rows a sink wrote, from its metrics.
+fn changes_written(text: &str) -> (u64, u64) {
+    (
+        metric(text, "kbq_cdc_changes_total", Some("change=\"upsert\"")) as u64,
+        metric(text, "kbq_cdc_changes_total", Some("change=\"delete\"")) as u64,
     )
-    .context("cannot write the sink config")?;
-    println!(
-        "  kafka (librdkafka mock cluster)  {bootstrap}, topic {TOPIC} with {} partitions",
-        args.partitions
-    );
-    println!(
-        "  bigquery emulator                http://{}  table {PROJECT}.{DATASET}.{TABLE}",
-        emulator.addr
-    );
-    println!("  schema registry                  {}", registry.url());
-    println!("  sink metrics                     {metrics_url}");
-    println!(
-        "  sink config                      {}",
-        config_path.display()
-    );
-    println!();
+}
 
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .map_err(|e| anyhow!("cannot create the producer: {e}"))?;
-    let group = GroupOffsets::new(&bootstrap, args.partitions)?;
-    let mut source = Source::new(SEED, args.keys, args.partitions)?;
-    let mut ends = vec![0u64; args.partitions as usize];
-    let per_tick = args.changes.div_ceil(PRODUCE_TICKS);
-    let crash_point = ((args.changes as f64 * CRASH_AT) as u64).max(1);
-    let scraper = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .context("http client")?;
-    let exe = std::env::current_exe().context("cannot find this executable")?;
+impl Changes {
+    fn produced(&self) -> u64 {
+        self.ends.iter().sum()
+    }
 
-    let mut sink = Sink::spawn(&exe, &config_path, workdir, 1)?;
-    let mut written = vec![(0u64, 0u64)];
-    let mut crash: Option<Crash> = None;
-    let mut appended = 0u64;
-    let mut last_tick = Instant::now();
-    let mut last_change = (Instant::now(), 0u64);
-    let mut stalled = None;
-    let deadline = Duration::from_secs(args.timeout_secs);
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        // Production: the next slice of the change log, acknowledged before the tick ends.
+    fn all_produced(&self) -> bool {
+        self.source.counts.events() >= self.changes
+    }
+}
+
+impl Scenario for Changes {
+    /// The next slice of the change log, acknowledged before the tick ends.
+    fn produce(&mut self) -> anyhow::Result<()> {
         let mut n = 0;
-        while n < per_tick && source.counts.events() < args.changes {
-            for change in source.next_change()? {
+        while n < self.per_tick && !self.all_produced() {
+            for change in self.source.next_change()? {
                 let mut record = BaseRecord::<[u8], [u8]>::to(TOPIC)
                     .partition(change.partition)
                     .key(change.key.as_slice());
                 if let Some(value) = &change.value {
                     record = record.payload(value.as_slice());
                 }
-                producer
+                (self.producer)
                     .send(record)
                     .map_err(|(e, _)| anyhow!("cannot produce: {e}"))?;
-                ends[change.partition as usize] += 1;
+                self.ends[change.partition as usize] += 1;
             }
             n += 1;
         }
         if n > 0 {
-            producer
+            (self.producer)
                 .flush(Duration::from_secs(30))
                 .map_err(|e| anyhow!("cannot flush the producer: {e}"))?;
         }
-        let produced: u64 = ends.iter().sum();
-        if let Some(status) = sink.exited() {
-            bail!(
-                "sink #{} exited early ({status}); see {}",
-                sink.incarnation,
-                sink.log.display()
-            );
-        }
-        if let Some(text) = scrape(&scraper, &metrics_url).await {
-            appended = metric(&text, "kbq_rows_appended_total", None) as u64;
-            *written.last_mut().expect("one per sink") = (
-                metric(&text, "kbq_cdc_changes_total", Some("change=\"upsert\"")) as u64,
-                metric(&text, "kbq_cdc_changes_total", Some("change=\"delete\"")) as u64,
-            );
-        }
-        let committed = group.committed()?;
-        let committed_total: u64 = committed.iter().sum();
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            println!(
-                "  {:>6.1}s  changes {:>7}/{}  records {:>7}  written {:>7}  committed {:>7}  table rows {:>6}  sink #{} pid {}",
-                started.elapsed().as_secs_f64(),
-                source.counts.events(),
-                args.changes,
-                produced,
-                appended,
-                committed_total,
-                emulator.store.visible_row_count(&table).unwrap_or(0),
-                sink.incarnation,
-                sink.pid
-            );
-            last_tick = Instant::now();
-        }
-        let all_produced = source.counts.events() >= args.changes;
-        // The crash: while sink #1 holds changes written to BigQuery whose offsets are not
-        // committed (or, if it is too quick for that, once it has written everything).
-        if crash.is_none()
-            && source.counts.events() >= crash_point
-            && (appended > committed_total || (all_produced && appended >= produced))
-        {
-            let pid = sink.pid;
-            sink.kill();
-            // Read after the kill: a dead sink commits nothing more.
-            let committed: u64 = group.committed()?.iter().sum();
-            println!(
-                "  crash: SIGKILL to sink #1 (pid {pid}) with at least {appended} records written and offsets committed up to {committed}; starting sink #2"
-            );
-            crash = Some(Crash {
-                pid,
-                produced,
-                appended,
-                committed,
-            });
-            sink = Sink::spawn(&exe, &config_path, workdir, 2)?;
-            written.push((0, 0));
-            continue;
-        }
-        if crash.is_some() && all_produced && committed.iter().zip(&ends).all(|(c, e)| c >= e) {
-            break;
-        }
-        if committed_total != last_change.1 {
-            last_change = (Instant::now(), committed_total);
-        }
-        if started.elapsed() > deadline || last_change.0.elapsed() > STALL {
-            stalled = Some(format!(
-                "the group's offsets reached {committed_total} of {produced} records (nothing new for {:.0}s)",
-                last_change.0.elapsed().as_secs_f64()
-            ));
-            break;
-        }
+        Ok(())
     }
-    if let Some(text) = scrape(&scraper, &metrics_url).await {
-        *written.last_mut().expect("one per sink") = (
-            metric(&text, "kbq_cdc_changes_total", Some("change=\"upsert\"")) as u64,
-            metric(&text, "kbq_cdc_changes_total", Some("change=\"delete\"")) as u64,
-        );
+
+    fn observe(&mut self, metrics: Option<&str>) -> anyhow::Result<u64> {
+        if let Some(text) = metrics {
+            self.appended = metric(text, "kbq_rows_appended_total", None) as u64;
+            *self.written.last_mut().expect("one per sink") = changes_written(text);
+        }
+        self.committed = self.group.committed()?;
+        Ok(self.committed.iter().sum())
     }
-    let clean_stop = sink.terminate(Duration::from_secs(60));
-    let check = verify(&emulator.store, &table, &source.state)?;
-    let primary_key = emulator
-        .store
-        .get_table(&table)
-        .map(|t| t.primary_key())
-        .unwrap_or_default();
-    let dead_letters = GroupOffsets::end_of(&bootstrap, DEAD_LETTER_TOPIC)?;
-    Ok(Outcome {
-        partitions: args.partitions,
-        counts: source.counts.clone(),
-        records: ends.iter().sum(),
-        crash,
-        written,
-        primary_key,
-        check,
-        dead_letters,
-        wall: started.elapsed(),
-        metrics_url,
-        clean_stop,
-        stalled,
-    })
+
+    fn status(&mut self, committed: u64, _since: Duration) -> String {
+        format!(
+            "changes {:>7}/{}  records {:>7}  written {:>7}  committed {:>7}  table rows {:>6}",
+            self.source.counts.events(),
+            self.changes,
+            self.produced(),
+            self.appended,
+            committed,
+            self.store.visible_row_count(&self.table).unwrap_or(0),
+        )
+    }
+
+    /// While sink #1 holds changes written to BigQuery whose offsets are not committed (or, if
+    /// it is too quick for that, once it has written everything).
+    fn crash_due(&mut self, committed: u64) -> bool {
+        self.source.counts.events() >= self.crash_point
+            && (self.appended > committed
+                || (self.all_produced() && self.appended >= self.produced()))
+    }
+
+    fn crashed(&mut self, pid: u32, _committed: u64) -> anyhow::Result<String> {
+        // Read after the kill: a dead sink commits nothing more.
+        let committed: u64 = self.group.committed()?.iter().sum();
+        let appended = self.appended;
+        self.crash = Some(Crash {
+            pid,
+            produced: self.produced(),
+            appended,
+            committed,
+        });
+        Ok(format!(
+            "crash: SIGKILL to sink #1 (pid {pid}) with at least {appended} records written and offsets committed up to {committed}; starting sink #2"
+        ))
+    }
+
+    fn restarted(&mut self) {
+        self.written.push((0, 0));
+    }
+
+    fn done(&self, _committed: u64) -> bool {
+        self.all_produced() && self.committed.iter().zip(&self.ends).all(|(c, e)| c >= e)
+    }
+
+    fn stall_reason(&self, committed: u64, stalled_for: Duration) -> String {
+        format!(
+            "the group's offsets reached {committed} of {} records (nothing new for {:.0}s)",
+            self.produced(),
+            stalled_for.as_secs_f64()
+        )
+    }
 }
 
 /// The sink's consumer group, read from the outside: its committed offset per partition.

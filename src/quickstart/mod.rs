@@ -12,7 +12,8 @@
 //!
 //! Two modes, one room each: the default ([`orders`]: append-only orders, exactly once, checked
 //! per Kafka offset) and `--cdc` ([`cdc`]: a Debezium change stream into a CDC table, checked
-//! key by key against the source's state).
+//! key by key against the source's state). Both are scenarios of one runner ([`runner`]), which
+//! starts the services, supervises the sink through the crash and stops it.
 
 mod cdc;
 mod cdc_check;
@@ -22,6 +23,7 @@ mod orders;
 mod production;
 pub mod records;
 pub mod registry;
+mod runner;
 mod sink;
 
 use std::fs::File;

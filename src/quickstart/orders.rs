@@ -8,18 +8,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
-use rdkafka::mocking::MockCluster;
+use anyhow::{anyhow, bail};
 
-use crate::emulator::server::{Emulator, EmulatorConfig};
 use crate::emulator::store::{Dataset, Store, Table, TableRef};
 use crate::transcode::{AvroSchema, DeriveOptions, MapMode, MetadataColumns};
 
 use super::check::{Check, Progress, verify};
 use super::production::{PRODUCE_AHEAD, Production};
 use super::records::SCHEMA;
-use super::registry::LocalRegistry;
-use super::sink::{Sink, free_loopback_port, metric, scrape};
+use super::runner::{Scenario, Services, Setup, supervise};
+use super::sink::metric;
 use super::{QuickstartArgs, Report};
 
 pub(super) const TOPIC: &str = "orders";
@@ -33,8 +31,6 @@ pub(super) const PARTITION_COLUMN: &str = "kafka_partition";
 pub(super) const OFFSET_COLUMN: &str = "kafka_offset";
 /// The sink is killed once this share of the records is visible.
 const CRASH_AT: f64 = 0.4;
-/// No new visible row for this long while production waits for the sink: give up and check.
-const STALL: Duration = Duration::from_secs(90);
 
 /// What one run saw.
 pub(super) struct Outcome {
@@ -178,207 +174,61 @@ pub(super) async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result
         "quickstart: {} generated orders (~1 KB of Avro each) through kafka-bigquery-sink, exactly once, with a crash in the middle",
         args.records
     );
-
-    let kafka =
-        MockCluster::new(1).map_err(|e| anyhow!("cannot start the mock kafka cluster: {e}"))?;
-    kafka
-        .create_topic(TOPIC, args.partitions, 1)
-        .map_err(|e| anyhow!("cannot create topic {TOPIC}: {e}"))?;
-    kafka
-        .create_topic(DEAD_LETTER_TOPIC, 1, 1)
-        .map_err(|e| anyhow!("cannot create topic {DEAD_LETTER_TOPIC}: {e}"))?;
-    let bootstrap = kafka.bootstrap_servers();
-
-    let emulator = Emulator::start(EmulatorConfig::local())
-        .await
-        .context("cannot start the bigquery emulator")?;
-    let table = create_table(&emulator.store)?;
-    let registry = LocalRegistry::start(
-        HashMap::from([(SCHEMA_ID, SCHEMA.to_string())]),
-        HashMap::new(),
+    let services = Services::start(
+        Setup {
+            topic: TOPIC,
+            dead_letter_topic: DEAD_LETTER_TOPIC,
+            partitions: args.partitions,
+            table: format!("{PROJECT}.{DATASET}.{TABLE}"),
+            schemas: HashMap::from([(SCHEMA_ID, SCHEMA.to_string())]),
+            subjects: HashMap::new(),
+            config: sink_config,
+        },
+        workdir,
     )
-    .await
-    .context("cannot start the schema registry")?;
-    let metrics_addr = free_loopback_port().context("cannot find a free port for /metrics")?;
-    let metrics_url = format!("http://{metrics_addr}/metrics");
-    let config_path = workdir.join("sink.yaml");
-    std::fs::write(
-        &config_path,
-        sink_config(&bootstrap, &registry.url(), emulator.addr, metrics_addr),
-    )
-    .context("cannot write the sink config")?;
-    println!(
-        "  kafka (librdkafka mock cluster)  {bootstrap}, topic {TOPIC} with {} partitions",
-        args.partitions
-    );
-    println!(
-        "  bigquery emulator                http://{}  table {PROJECT}.{DATASET}.{TABLE}",
-        emulator.addr
-    );
-    println!("  schema registry                  {}", registry.url());
-    println!("  sink metrics                     {metrics_url}");
-    println!(
-        "  sink config                      {}",
-        config_path.display()
-    );
-    println!();
-
+    .await?;
+    let store = services.emulator.store.clone();
+    let table = create_table(&store)?;
     let crash_point = (((args.records as f64) * CRASH_AT) as u64).max(1);
-    let production = Production::start(
-        bootstrap.clone(),
-        args.records,
-        args.partitions,
+    let mut orders = Orders {
+        records: args.records,
+        production: Production::start(
+            services.bootstrap.clone(),
+            args.records,
+            args.partitions,
+            crash_point,
+        ),
+        progress: Progress::new(&store, &table, args.partitions)?,
+        store,
+        table,
         crash_point,
-    );
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let scraper = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .context("http client")?;
-
-    let mut progress = Progress::new(&emulator.store, &table, args.partitions)?;
-    let sink_started = Instant::now();
-    let mut sink = Sink::spawn(&exe, &config_path, workdir, 1)?;
-    let mut checkpoints = vec![0u64];
-    let mut crash: Option<Crash> = None;
-    let mut restarted_at: Option<Instant> = None;
-    let deadline = Duration::from_secs(args.timeout_secs);
-    let mut last_visible = 0u64;
-    let mut last_tick = Instant::now();
-    let mut last_metrics = String::new();
-    let mut last_change = (Instant::now(), 0u64);
-    let mut stalled: Option<String> = None;
-    let all_visible_at = loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(failure) = production.failure() {
-            sink.kill();
-            bail!("producing to the mock cluster failed: {failure}");
-        }
-        if let Some(status) = sink.exited() {
-            bail!(
-                "sink #{} exited early ({status}); see {}",
-                sink.incarnation,
-                sink.log.display()
-            );
-        }
-        if let Some(text) = scrape(&scraper, &metrics_url).await {
-            *checkpoints.last_mut().expect("one per sink") = metric(
-                &text,
-                "kbq_checkpoints_total",
-                Some("outcome=\"committed\""),
-            ) as u64;
-            last_metrics = text;
-        }
-        let visible = progress.update(&emulator.store, &table);
-        for (p, end) in progress.ends.iter().enumerate() {
-            production.advance(p, *end);
-        }
-        if let (Some(at), Some(c)) = (restarted_at, crash.as_mut())
-            && c.resumed_after.is_none()
-            && visible > c.at_visible
-        {
-            c.resumed_after = Some(at.elapsed());
-        }
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            let rate =
-                (visible.saturating_sub(last_visible)) as f64 / last_tick.elapsed().as_secs_f64();
-            println!(
-                "  {:>6.1}s  produced {:>8}/{}  visible {:>8}  {:>7.0} rows/s  checkpoints {:>3}  sink #{} pid {}",
-                started.elapsed().as_secs_f64(),
-                production.delivered(),
-                args.records,
-                visible,
-                rate,
-                checkpoints.iter().sum::<u64>(),
-                sink.incarnation,
-                sink.pid
-            );
-            last_visible = visible;
-            last_tick = Instant::now();
-        }
-        // The crash: once sink #1 has made the first part visible, the rest is released and the
-        // sink is killed as soon as it holds appended rows that are not yet visible (or, if it
-        // is too quick for that, once everything is visible).
-        if crash.is_none() && visible >= crash_point {
-            production.release();
-            let appended = metric(&last_metrics, "kbq_rows_appended_total", None) as u64;
-            let flushed = metric(&last_metrics, "kbq_rows_flushed_total", None) as u64;
-            if appended > flushed || visible >= args.records {
-                let pid = sink.pid;
-                sink.kill();
-                let unflushed = appended.saturating_sub(flushed);
-                println!(
-                    "  crash: SIGKILL to sink #1 (pid {pid}) with {visible} rows visible and {unflushed} appended but not yet visible; starting sink #2"
-                );
-                crash = Some(Crash {
-                    at_visible: visible,
-                    unflushed,
-                    pid,
-                    resumed_after: None,
-                });
-                sink = Sink::spawn(&exe, &config_path, workdir, 2)?;
-                checkpoints.push(0);
-                restarted_at = Some(Instant::now());
-                continue;
-            }
-        }
-        if visible >= args.records && production.done() && crash.is_some() {
-            break Instant::now();
-        }
-        // Stop waiting when nothing moves any more (or the deadline passes) and let the check
-        // say which records never arrived.
-        if visible != last_change.1 {
-            last_change = (Instant::now(), visible);
-        }
-        let stalled_for = last_change.0.elapsed();
-        if sink_started.elapsed() > deadline || (stalled_for > STALL && production.waiting()) {
-            stalled = Some(format!(
-                "only {visible} of {} records became visible (nothing new for {:.0}s)",
-                args.records,
-                stalled_for.as_secs_f64()
-            ));
-            break Instant::now();
-        }
+        checkpoints: vec![0],
+        crash: None,
+        restarted_at: None,
+        last_visible: 0,
+        last_metrics: String::new(),
     };
-    let sink_elapsed = all_visible_at - sink_started;
-
-    // One more scrape for the final figures, then a clean stop: SIGTERM runs the final cycle.
-    let mut recovery = Vec::new();
-    if let Some(text) = scrape(&scraper, &metrics_url).await {
-        *checkpoints.last_mut().expect("one per sink") = metric(
-            &text,
-            "kbq_checkpoints_total",
-            Some("outcome=\"committed\""),
-        ) as u64;
-        if crash.is_some() {
-            for outcome in [
-                "reflushed",
-                "resolve_failed",
-                "resolved",
-                "rewound",
-                "anomaly",
-                "failed",
-            ] {
-                let n = metric(
-                    &text,
-                    "kbq_recovery_actions_total",
-                    Some(&format!("outcome=\"{outcome}\"")),
-                ) as u64;
-                if n > 0 {
-                    recovery.push((outcome.to_string(), n));
-                }
-            }
-        }
-    }
-    let clean_stop = sink.terminate(Duration::from_secs(60));
-    if stalled.is_some() {
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let run = supervise(&mut orders, &services, workdir, started, timeout).await?;
+    let recovery = match &run.last_metrics {
+        Some(text) => orders.final_figures(text),
+        None => Vec::new(),
+    };
+    let Orders {
+        production,
+        store,
+        table,
+        checkpoints,
+        crash,
+        ..
+    } = orders;
+    if run.stalled.is_some() {
         // Let a waiting producer finish: the check then counts what never became visible.
         production.release();
         production.advance_all(u64::MAX - PRODUCE_AHEAD);
     }
     let produced = production.join()?;
-
-    let (visible, check) = verify(&emulator.store, &table, &produced.ends)?;
+    let (visible, check) = verify(&store, &table, &produced.ends)?;
     Ok(Outcome {
         records: args.records,
         partitions: args.partitions,
@@ -388,13 +238,156 @@ pub(super) async fn run(args: &QuickstartArgs, workdir: &Path) -> anyhow::Result
         crash,
         checkpoints,
         recovery,
-        sink_elapsed,
+        sink_elapsed: run.elapsed,
         wall: started.elapsed(),
-        metrics_url,
-        registry_lookups: registry.lookups(),
-        clean_stop,
-        stalled,
+        metrics_url: services.metrics_url.clone(),
+        registry_lookups: services.registry.lookups(),
+        clean_stop: run.clean_stop,
+        stalled: run.stalled,
     })
+}
+
+/// The append-only scenario as the supervisor drives it: the producer held at the crash point
+/// and kept a window ahead of what is visible, progress counted in visible rows.
+struct Orders {
+    records: u64,
+    production: Production,
+    progress: Progress,
+    store: Arc<Store>,
+    table: TableRef,
+    crash_point: u64,
+    /// Checkpoints committed, per sink.
+    checkpoints: Vec<u64>,
+    crash: Option<Crash>,
+    restarted_at: Option<Instant>,
+    /// Visible rows at the last progress line.
+    last_visible: u64,
+    last_metrics: String,
+}
+
+impl Orders {
+    /// Takes the last sink's checkpoint count from its final metrics; returns the recovery
+    /// actions it took after the crash, by outcome.
+    fn final_figures(&mut self, text: &str) -> Vec<(String, u64)> {
+        *self.checkpoints.last_mut().expect("one per sink") = committed_checkpoints(text);
+        if self.crash.is_none() {
+            return Vec::new();
+        }
+        let outcomes = [
+            "reflushed",
+            "resolve_failed",
+            "resolved",
+            "rewound",
+            "anomaly",
+            "failed",
+        ];
+        (outcomes.into_iter())
+            .filter_map(|outcome| {
+                let label = format!("outcome=\"{outcome}\"");
+                let n = metric(text, "kbq_recovery_actions_total", Some(&label)) as u64;
+                (n > 0).then(|| (outcome.to_string(), n))
+            })
+            .collect()
+    }
+}
+
+fn committed_checkpoints(text: &str) -> u64 {
+    metric(text, "kbq_checkpoints_total", Some("outcome=\"committed\"")) as u64
+}
+
+impl Scenario for Orders {
+    fn produce(&mut self) -> anyhow::Result<()> {
+        match self.production.failure() {
+            Some(failure) => bail!("producing to the mock cluster failed: {failure}"),
+            None => Ok(()),
+        }
+    }
+
+    fn observe(&mut self, metrics: Option<&str>) -> anyhow::Result<u64> {
+        if let Some(text) = metrics {
+            *self.checkpoints.last_mut().expect("one per sink") = committed_checkpoints(text);
+            self.last_metrics = text.to_string();
+        }
+        let visible = self.progress.update(&self.store, &self.table);
+        for (p, end) in self.progress.ends.iter().enumerate() {
+            self.production.advance(p, *end);
+        }
+        if let (Some(at), Some(c)) = (self.restarted_at, self.crash.as_mut())
+            && c.resumed_after.is_none()
+            && visible > c.at_visible
+        {
+            c.resumed_after = Some(at.elapsed());
+        }
+        Ok(visible)
+    }
+
+    fn status(&mut self, visible: u64, since: Duration) -> String {
+        let rate = (visible.saturating_sub(self.last_visible)) as f64 / since.as_secs_f64();
+        self.last_visible = visible;
+        format!(
+            "produced {:>8}/{}  visible {:>8}  {:>7.0} rows/s  checkpoints {:>3}",
+            self.production.delivered(),
+            self.records,
+            visible,
+            rate,
+            self.checkpoints.iter().sum::<u64>(),
+        )
+    }
+
+    /// Once sink #1 has made the first part visible, the rest is released and the sink is
+    /// killed as soon as it holds appended rows that are not yet visible (or, if it is too
+    /// quick for that, once everything is visible).
+    fn crash_due(&mut self, visible: u64) -> bool {
+        if visible < self.crash_point {
+            return false;
+        }
+        self.production.release();
+        let (appended, flushed) = self.appended_and_flushed();
+        appended > flushed || visible >= self.records
+    }
+
+    fn crashed(&mut self, pid: u32, visible: u64) -> anyhow::Result<String> {
+        let (appended, flushed) = self.appended_and_flushed();
+        let unflushed = appended.saturating_sub(flushed);
+        self.crash = Some(Crash {
+            at_visible: visible,
+            unflushed,
+            pid,
+            resumed_after: None,
+        });
+        Ok(format!(
+            "crash: SIGKILL to sink #1 (pid {pid}) with {visible} rows visible and {unflushed} appended but not yet visible; starting sink #2"
+        ))
+    }
+
+    fn restarted(&mut self) {
+        self.checkpoints.push(0);
+        self.restarted_at = Some(Instant::now());
+    }
+
+    fn done(&self, visible: u64) -> bool {
+        visible >= self.records && self.production.done()
+    }
+
+    fn may_stall(&self) -> bool {
+        self.production.waiting()
+    }
+
+    fn stall_reason(&self, visible: u64, stalled_for: Duration) -> String {
+        format!(
+            "only {visible} of {} records became visible (nothing new for {:.0}s)",
+            self.records,
+            stalled_for.as_secs_f64()
+        )
+    }
+}
+
+impl Orders {
+    fn appended_and_flushed(&self) -> (u64, u64) {
+        let appended = metric(&self.last_metrics, "kbq_rows_appended_total", None) as u64;
+        let flushed = metric(&self.last_metrics, "kbq_rows_flushed_total", None) as u64;
+        (appended, flushed)
+    }
 }
 
 /// The table, with the Kafka metadata columns that make the check (and `resolve`) possible.
