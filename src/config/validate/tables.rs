@@ -1,0 +1,248 @@
+//! Where rows go: the `bigquery` section, tables created or evolved, metadata columns, routes,
+//! and routes that would write one table with different settings.
+
+use std::collections::BTreeMap;
+
+use crate::config::{Config, CreateTableConfig, Credentials, MetadataColumns, limits};
+
+use super::{Validator, is_column_name, is_http_url, is_kafka_topic_name, is_label, quoted_key};
+
+impl Validator {
+    pub(super) fn bigquery(&mut self, c: &Config) {
+        let b = &c.bigquery;
+        if b.project.trim().is_empty() {
+            self.err("bigquery.project", "must not be empty");
+        }
+        if b.dataset.is_empty()
+            || !b
+                .dataset
+                .bytes()
+                .all(|x| x.is_ascii_alphanumeric() || x == b'_')
+        {
+            self.err(
+                "bigquery.dataset",
+                "must be letters, digits and underscores",
+            );
+        }
+        self.table_setting("bigquery.table", &b.table);
+        if let Some(endpoint) = &b.endpoint
+            && !is_http_url(endpoint)
+        {
+            self.err("bigquery.endpoint", "must be an http:// or https:// URL");
+        }
+        if b.credentials == Credentials::None && b.endpoint.is_none() {
+            self.err(
+                "bigquery.credentials",
+                "none is only for an emulator: set bigquery.endpoint, or use adc or key_file",
+            );
+        }
+        if let Credentials::KeyFile(p) = &b.credentials
+            && p.as_os_str().is_empty()
+        {
+            self.err("bigquery.credentials.key_file", "must not be empty");
+        }
+        if let Some(ct) = &b.create_table {
+            self.create_table("bigquery.create_table", ct);
+        }
+        self.metadata_columns("bigquery.metadata_columns", &b.metadata_columns);
+    }
+
+    /// `bigquery.table` or a route's `table`: a table id or a `{topic}` template.
+    pub(super) fn table_setting(&mut self, path: &str, table: &str) {
+        let without_placeholder = table.replace("{topic}", "");
+        if table.trim().is_empty() {
+            self.err(path, "must not be empty");
+        } else if without_placeholder.contains(['{', '}']) {
+            self.err(path, "the only placeholder is {topic}");
+        } else if without_placeholder.contains(['.', '/']) {
+            self.err(
+                path,
+                "a table id, not a path (set project and dataset separately)",
+            );
+        } else if without_placeholder.len() > limits::MAX_TABLE_ID_BYTES {
+            self.err(
+                path,
+                format!("at most {} bytes", limits::MAX_TABLE_ID_BYTES),
+            );
+        }
+    }
+
+    pub(super) fn create_table(&mut self, path: &str, ct: &CreateTableConfig) {
+        if ct.clustering.len() > limits::MAX_CLUSTERING_FIELDS {
+            self.err(
+                format!("{path}.clustering"),
+                format!("at most {} columns", limits::MAX_CLUSTERING_FIELDS),
+            );
+        }
+        for (i, col) in ct.clustering.iter().enumerate() {
+            if !is_column_name(col) {
+                self.err(
+                    format!("{path}.clustering[{i}]"),
+                    format!("`{col}` is not a column name"),
+                );
+            }
+        }
+        if ct.require_partition_filter && ct.time_partitioning.is_none() {
+            self.err(
+                format!("{path}.require_partition_filter"),
+                format!("requires {path}.time_partitioning"),
+            );
+        }
+        if let Some(tp) = &ct.time_partitioning {
+            if let Some(field) = &tp.field
+                && !is_column_name(field)
+            {
+                self.err(
+                    format!("{path}.time_partitioning.field"),
+                    format!("`{field}` is not a column name"),
+                );
+            }
+            if tp.expiration.is_some_and(|e| e.0.is_zero()) {
+                self.err(
+                    format!("{path}.time_partitioning.expiration"),
+                    "must be above zero (leave it out to keep partitions)",
+                );
+            }
+        }
+        for (key, value) in &ct.labels {
+            if !is_label(key, true) {
+                self.err(
+                    format!("{path}.labels.{}", quoted_key(key)),
+                    "a label key is lowercase letters, digits, `_` or `-`, starts with a letter, at most 63",
+                );
+            }
+            if !is_label(value, false) {
+                self.err(
+                    format!("{path}.labels.{}", quoted_key(key)),
+                    "a label value is lowercase letters, digits, `_` or `-`, at most 63",
+                );
+            }
+        }
+    }
+
+    pub(super) fn metadata_columns(&mut self, path: &str, cols: &MetadataColumns) {
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for (field, col) in cols.named() {
+            let field_path = format!("{path}.{field}");
+            if !is_column_name(col) {
+                self.err(&field_path, format!("`{col}` is not a column name"));
+            } else if let Some(other) = seen.insert(col.to_ascii_lowercase(), field) {
+                self.err(
+                    &field_path,
+                    format!("column `{col}` is also {path}.{other}"),
+                );
+            }
+        }
+    }
+
+    pub(super) fn routes(&mut self, c: &Config) {
+        for (i, r) in c.routes.iter().enumerate() {
+            let path = format!("routes[{i}]");
+            match (&r.topic_pattern, r.topics.is_empty()) {
+                (None, true) => self.err(
+                    format!("{path}.topics"),
+                    "set topics or topic_pattern: which topics the route takes",
+                ),
+                (Some(_), false) => self.err(
+                    format!("{path}.topic_pattern"),
+                    "set either topics or topic_pattern, not both",
+                ),
+                (Some(p), true) => {
+                    if let Err(e) = regex::Regex::new(&format!("^(?:{p})$")) {
+                        self.err(
+                            format!("{path}.topic_pattern"),
+                            format!("not a regular expression: {e}"),
+                        );
+                    }
+                }
+                (None, false) => {}
+            }
+            for (j, topic) in r.topics.iter().enumerate() {
+                if !is_kafka_topic_name(topic) {
+                    self.err(
+                        format!("{path}.topics[{j}]"),
+                        format!("`{topic}` is not a valid topic name"),
+                    );
+                } else if c.kafka.topic_pattern.is_none() && !c.kafka.topics.contains(topic) {
+                    self.err(
+                        format!("{path}.topics[{j}]"),
+                        format!("`{topic}` is not in kafka.topics"),
+                    );
+                }
+            }
+            if let Some(table) = &r.table {
+                self.table_setting(&format!("{path}.table"), table);
+            }
+            if let Some(ct) = &r.create_table {
+                self.create_table(&format!("{path}.create_table"), ct);
+            }
+            if let Some(cols) = &r.metadata_columns {
+                self.metadata_columns(&format!("{path}.metadata_columns"), cols);
+            }
+            if let Some(avro) = &r.avro
+                && avro.schema_file.as_os_str().is_empty()
+            {
+                self.err(format!("{path}.avro.schema_file"), "must not be empty");
+            }
+        }
+        self.table_collisions(c);
+    }
+
+    /// One table is written with one set of settings: two listed topics that a `{topic}`
+    /// template sanitises into the same id, or two routes naming the same fixed table, are
+    /// refused. Several topics into one table is a fixed `table` in one route (or at the top).
+    pub(super) fn table_collisions(&mut self, c: &Config) {
+        let mut by_table: BTreeMap<String, (usize, &str, Option<usize>)> = BTreeMap::new();
+        for (i, topic) in c.kafka.topics.iter().enumerate() {
+            let route = c.route_for(topic);
+            match by_table.get(&route.table) {
+                None => {
+                    by_table.insert(route.table.clone(), (i, topic, route.route));
+                }
+                Some((_, other, other_route)) if *other_route != route.route => {
+                    let name = |r: &Option<usize>| {
+                        r.map_or("bigquery".to_string(), |r| format!("routes[{r}]"))
+                    };
+                    self.err(
+                        format!("kafka.topics[{i}]"),
+                        format!(
+                            "`{topic}` ({}) and `{other}` ({}) both write table `{}` with different settings: route them together",
+                            route.path,
+                            name(other_route),
+                            route.table
+                        ),
+                    );
+                }
+                Some((_, other, _)) if route.table_template.contains("{topic}") => {
+                    self.err(
+                        format!("kafka.topics[{i}]"),
+                        format!(
+                            "`{topic}` and `{other}` both become table `{}` through the {{topic}} template ({}): to write them into one table on purpose, give them a fixed table in a route",
+                            route.table, route.path
+                        ),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        // With a pattern subscription the topics are unknown here: compare the fixed tables.
+        let mut fixed: BTreeMap<&str, String> = BTreeMap::new();
+        if c.unrouted_topics().is_none_or(|t| !t.is_empty()) && !c.bigquery.table.contains('{') {
+            fixed.insert(&c.bigquery.table, "bigquery.table".into());
+        }
+        for (i, r) in c.routes.iter().enumerate() {
+            let table = r.table.as_deref().unwrap_or(&c.bigquery.table);
+            if table.contains('{') {
+                continue;
+            }
+            if let Some(other) = fixed.insert(table, format!("routes[{i}].table")) {
+                self.err(
+                    format!("routes[{i}].table"),
+                    format!(
+                        "table `{table}` is also written by {other}: list all its topics in one route"
+                    ),
+                );
+            }
+        }
+    }
+}
