@@ -35,6 +35,9 @@
 //! exactly-once recovery for them: its own unit tests and `tests/checkpoint_model.rs`), retention,
 //! row errors and the dead-letter topic, a zombie writer appending after its assignment was lost
 //! (the model stops it at once).
+//!
+//! The harness is shared with `tests/checkpoint_model.rs` (`tests/support/model*.rs`): the
+//! models of Kafka and BigQuery, the faults, the shell's inbox, the schedule and the seeds.
 
 // The model indexes its per-partition arrays by partition number, like Kafka does.
 #![allow(clippy::needless_range_loop)]
@@ -45,17 +48,24 @@ use kafka_bigquery_sink::checkpoint::offsets::{
     Acknowledged, Incarnation, NextOffset, RowCount, StreamId,
 };
 use kafka_bigquery_sink::checkpoint::protocol::{
-    Action, Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, CommittedRead, Event,
-    MissingCheckpointPolicy, PartitionOrigin, ProtocolConfig, RoutedTable, TopicPartition,
+    Action, CommitEntry, CommitError, CommitId, CommitOutcome, Event, MissingCheckpointPolicy,
+    ProtocolConfig, RoutedTable, TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+#[path = "support/model.rs"]
+mod model;
+#[path = "support/model_bigquery.rs"]
+mod model_bigquery;
+#[path = "support/model_kafka.rs"]
+mod model_kafka;
 #[path = "support/seeds.rs"]
 mod seeds;
 
-const PARTITIONS: usize = 2;
-const REPLICAS: usize = 2;
+use model::{Delivery, Model, PARTITIONS, REPLICAS, Shell, Trace, delivery};
+use model_bigquery::BigQuery;
+use model_kafka::Kafka;
 /// `writer.max_inflight_requests` and `writer.max_rows_per_request` of the model's writers.
 const MAX_INFLIGHT: usize = 2;
 const MAX_ROWS: i64 = 3;
@@ -66,15 +76,6 @@ fn tp(p: usize) -> TopicPartition {
 
 fn table() -> TableFingerprint {
     TableFingerprint::of_table_path("projects/p/datasets/d/tables/orders")
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Delivery {
-    Ok,
-    /// The effect happened, the answer was lost.
-    AnswerLost,
-    /// The request never took effect and an error came back.
-    NotApplied,
 }
 
 #[derive(Debug, Clone)]
@@ -93,14 +94,6 @@ enum Op {
     OffsetsExpire,
     Shutdown(usize),
     ShutdownDeadline(usize),
-}
-
-fn delivery() -> impl Strategy<Value = Delivery> {
-    prop_oneof![
-        6 => Just(Delivery::Ok),
-        1 => Just(Delivery::AnswerLost),
-        1 => Just(Delivery::NotApplied),
-    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -154,17 +147,12 @@ struct Process {
     finished: bool,
 }
 
+#[derive(Default)]
 struct World {
     config: ProtocolConfig,
-    high: [i64; PARTITIONS],
-    committed: [Option<(i64, String)>; PARTITIONS],
-    generation: u64,
-    members: BTreeSet<usize>,
-    owner: [Option<usize>; PARTITIONS],
-    fail_next_commit: [bool; PARTITIONS],
-    marked: bool,
-    /// How often each record of each partition is visible.
-    visible: [BTreeMap<i64, u32>; PARTITIONS],
+    kafka: Kafka,
+    /// The table's `_default` stream and its marker.
+    bq: BigQuery,
     procs: [Option<Process>; REPLICAS],
     /// The highest prefix any writer acknowledged, and the offset of the last commit that
     /// landed (the log start before any): the duplicate bound's terms.
@@ -178,57 +166,24 @@ struct World {
     resent: [u64; PARTITIONS],
     /// What the last drained writer of each partition acknowledged.
     drained: [Option<i64>; PARTITIONS],
-    trace: Vec<String>,
+    trace: Trace,
 }
 
 impl World {
     fn new(config: ProtocolConfig, initial: i64) -> Self {
         World {
             config,
-            high: [initial; PARTITIONS],
-            committed: [None, None],
-            generation: 0,
-            members: BTreeSet::new(),
-            owner: [None; PARTITIONS],
-            fail_next_commit: [false; PARTITIONS],
-            marked: false,
-            visible: [BTreeMap::new(), BTreeMap::new()],
-            procs: [None, None],
-            max_acked: [0; PARTITIONS],
-            landed: [0; PARTITIONS],
-            expired: [false; PARTITIONS],
-            windows: [0; PARTITIONS],
-            expired_windows: [0; PARTITIONS],
-            resent: [0; PARTITIONS],
-            drained: [None; PARTITIONS],
-            trace: Vec::new(),
+            kafka: Kafka::new(initial),
+            ..World::default()
         }
     }
 
+    #[track_caller]
     fn fail(&self, why: String) -> ! {
-        let tail: Vec<_> = self.trace.iter().rev().take(300).rev().cloned().collect();
-        panic!("{why}\n--- last steps ---\n{}", tail.join("\n"));
+        self.trace.fail(why)
     }
 
     // ---- processes and the group
-
-    fn start(&mut self, r: usize) {
-        if self.procs[r].is_some() {
-            return;
-        }
-        self.procs[r] = Some(Process {
-            ledger: AtLeastOnceLedger::new(self.config.clone()),
-            generation: 0,
-            owned: BTreeSet::new(),
-            writers: BTreeMap::new(),
-            inbox: VecDeque::new(),
-            outbox: Vec::new(),
-            knows_marked: false,
-            finished: false,
-        });
-        self.members.insert(r);
-        self.rebalance(0);
-    }
 
     fn crash(&mut self, r: usize, lands: bool) {
         let Some(mut proc) = self.procs[r].take() else {
@@ -238,7 +193,7 @@ impl World {
         if lands {
             for (p, w) in std::mem::take(&mut proc.writers) {
                 for (a, b) in w.inflight {
-                    self.land(p, a, b);
+                    self.bq.land(p, a, b);
                 }
             }
             // Commits handed to librdkafka complete before the group moves on.
@@ -253,7 +208,7 @@ impl World {
                 }
             }
         }
-        if self.members.remove(&r) {
+        if self.kafka.members.remove(&r) {
             self.rebalance(0);
         }
     }
@@ -262,36 +217,36 @@ impl World {
     /// off (drained, its handoff commit delivered) before its next owner reads its offset, as
     /// the revoke callback waits for the ledger's release.
     fn rebalance(&mut self, rotate: usize) {
-        let members: Vec<usize> = self.members.iter().copied().collect();
+        let members: Vec<usize> = self.kafka.members.iter().copied().collect();
         for p in 0..PARTITIONS {
             let next = (!members.is_empty()).then(|| members[(p + rotate) % members.len()]);
-            if let Some(old) = self.owner[p]
+            if let Some(old) = self.kafka.owner[p]
                 && Some(old) != next
             {
                 self.hand_off(old, p);
             }
         }
-        self.generation += 1;
+        self.kafka.generation += 1;
         for p in 0..PARTITIONS {
             let next = (!members.is_empty()).then(|| members[(p + rotate) % members.len()]);
             let Some(r) = next else {
-                self.owner[p] = None;
+                self.kafka.owner[p] = None;
                 continue;
             };
-            let generation = self.generation;
+            let generation = self.kafka.generation;
             let Some(proc) = self.procs[r].as_mut() else {
                 continue;
             };
             proc.generation = generation;
-            self.owner[p] = Some(r);
+            self.kafka.owner[p] = Some(r);
             if proc.owned.insert(p) {
                 let event = Event::Assigned {
                     tp: tp(p),
                     table: RoutedTable {
                         table: table(),
-                        marked: self.marked,
+                        marked: self.bq.is_marked(&table()),
                     },
-                    assignment: self.assignment(p),
+                    assignment: self.kafka.assignment(p),
                 };
                 self.send(r, event);
             }
@@ -299,8 +254,8 @@ impl World {
     }
 
     fn hand_off(&mut self, r: usize, p: usize) {
-        self.owner[p] = None;
-        let armed = self.fail_next_commit[p];
+        self.kafka.owner[p] = None;
+        let armed = self.kafka.fail_next_commits[p] > 0;
         self.drained[p] = None;
         if self.procs[r]
             .as_ref()
@@ -337,7 +292,7 @@ impl World {
         // A clean handoff repeats nothing: once the table is marked, the handoff commit carries
         // everything the drained writer acknowledged (unless the commit was made to fail).
         let knows_marked = self.procs[r].as_ref().is_some_and(|proc| proc.knows_marked);
-        let durable = self.committed[p].as_ref().map(|(k, _)| *k);
+        let durable = self.kafka.committed[p].as_ref().map(|(k, _)| *k);
         if knows_marked
             && !armed
             && let Some(acked) = self.drained[p].take()
@@ -350,7 +305,7 @@ impl World {
     }
 
     fn session_lost(&mut self, r: usize) {
-        if self.procs[r].is_none() || !self.members.remove(&r) {
+        if self.procs[r].is_none() || !self.kafka.members.remove(&r) {
             return;
         }
         self.trace.push(format!("session lost r{r}"));
@@ -362,7 +317,7 @@ impl World {
             .copied()
             .collect();
         for p in owned {
-            self.owner[p] = None;
+            self.kafka.owner[p] = None;
             self.send(
                 r,
                 Event::RevokeBegan {
@@ -373,24 +328,11 @@ impl World {
         }
         self.rebalance(0);
         // It rejoins at once.
-        self.members.insert(r);
+        self.kafka.members.insert(r);
         self.rebalance(0);
     }
 
-    fn assignment(&self, p: usize) -> Assignment {
-        Assignment {
-            committed: self.committed[p].as_ref().map(|(k, m)| CommittedRead {
-                offset: NextOffset(*k),
-                metadata: m.clone().into_bytes(),
-            }),
-            low: NextOffset(0),
-            high: NextOffset(self.high[p]),
-            origin: PartitionOrigin::Existing,
-        }
-    }
-
-    // ---- the event pump (the shell's inbox)
-
+    /// The shell's inbox, and what the ledger has heard about the marker.
     fn send(&mut self, r: usize, event: Event) {
         if let Some(proc) = self.procs[r].as_mut() {
             proc.knows_marked |= matches!(
@@ -403,36 +345,38 @@ impl World {
                     ..
                 }
             );
-            proc.inbox.push_back(event);
         }
-        self.pump(r);
+        self.post(r, event);
+    }
+}
+
+impl Shell for World {
+    type Machine = AtLeastOnceLedger;
+
+    fn replica(&mut self, r: usize) -> Option<(&mut AtLeastOnceLedger, &mut VecDeque<Event>)> {
+        self.procs[r]
+            .as_mut()
+            .map(|proc| (&mut proc.ledger, &mut proc.inbox))
     }
 
-    fn pump(&mut self, r: usize) {
-        loop {
-            let Some(proc) = self.procs[r].as_mut() else {
-                return;
-            };
-            let Some(event) = proc.inbox.pop_front() else {
-                break;
-            };
-            self.trace.push(format!("r{r} <- {event:?}"));
-            let actions = proc.ledger.handle(event);
-            for action in actions {
-                self.act(r, action);
-            }
-        }
-        if self.procs[r].as_ref().is_some_and(|p| p.finished) {
-            self.procs[r] = None;
-            if self.members.remove(&r) {
-                self.rebalance(0);
-            }
+    fn trace(&mut self) -> &mut Trace {
+        &mut self.trace
+    }
+
+    fn finished(&self, r: usize) -> bool {
+        self.procs[r].as_ref().is_some_and(|p| p.finished)
+    }
+
+    fn leave(&mut self, r: usize) {
+        self.procs[r] = None;
+        if self.kafka.members.remove(&r) {
+            self.rebalance(0);
         }
     }
 
     fn act(&mut self, r: usize, action: Action) {
         self.trace.push(format!("r{r} -> {action:?}"));
-        if matches!(action, Action::CommitOffsets { .. }) && !self.marked {
+        if matches!(action, Action::CommitOffsets { .. }) && !self.bq.is_marked(&table()) {
             self.fail(format!("r{r} commits before the table carries the marker"));
         }
         let proc = self.procs[r].as_mut().expect("acting process is alive");
@@ -469,7 +413,7 @@ impl World {
                 proc.owned.remove(&p);
                 if let Some(w) = proc.writers.remove(&p) {
                     for (a, b) in w.inflight {
-                        self.land(p, a, b);
+                        self.bq.land(p, a, b);
                     }
                 }
             }
@@ -478,10 +422,12 @@ impl World {
             other => self.fail(format!("r{r}: the ledger asked for {other:?}")),
         }
     }
+}
 
+impl World {
     fn start_writer(&mut self, r: usize, p: usize, incarnation: Incarnation, from: i64) {
         // What this start may write again: the visible records at or above `from`.
-        let again = self.visible[p].range(from..).count() as u64;
+        let again = self.bq.visible(p).range(from..).count() as u64;
         if self.expired[p] {
             self.expired_windows[p] += again;
         } else {
@@ -507,21 +453,15 @@ impl World {
             },
         ) {
             for (a, b) in old.inflight {
-                self.land(p, a, b);
+                self.bq.land(p, a, b);
             }
         }
     }
 
-    // ---- BigQuery's `_default` stream
-
-    fn land(&mut self, p: usize, a: i64, b: i64) {
-        for x in a..b {
-            *self.visible[p].entry(x).or_default() += 1;
-        }
-    }
+    // ---- the writer on BigQuery's `_default` stream
 
     fn append(&mut self, r: usize, p: usize) {
-        let high = self.high[p];
+        let high = self.kafka.high[p];
         let Some(w) = self.procs[r]
             .as_mut()
             .and_then(|proc| proc.writers.get_mut(&p))
@@ -562,13 +502,13 @@ impl World {
                         b as u64,
                     ),
                 };
-                self.land(p, a, b);
+                self.bq.land(p, a, b);
                 self.max_acked[p] = self.max_acked[p].max(b);
                 Some(Some(event))
             }
             Delivery::AnswerLost => {
                 // Landed; the writer sends it again.
-                self.land(p, a, b);
+                self.bq.land(p, a, b);
                 self.resent[p] += (b - a) as u64;
                 Some(None)
             }
@@ -589,12 +529,13 @@ impl World {
         self.trace.push(format!("deliver r{r} {req:?} {d:?}"));
         match req {
             Request::Label => {
-                if !matches!(d, Delivery::NotApplied) {
-                    self.marked = true;
+                if d.applied() {
+                    self.bq.mark(&table());
                 }
-                let outcome = match d {
-                    Delivery::Ok => Ok(()),
-                    _ => Err("timed out".into()),
+                let outcome = if d.failed() {
+                    Err("timed out".into())
+                } else {
+                    Ok(())
                 };
                 self.send(
                     r,
@@ -630,16 +571,17 @@ impl World {
         let mut results = Vec::new();
         for e in entries {
             let p = e.tp.partition as usize;
-            let result = if generation != self.generation {
+            let result = if generation != self.kafka.generation {
                 Err(CommitError::Request("ILLEGAL_GENERATION".into()))
-            } else if std::mem::take(&mut self.fail_next_commit[p]) {
+            } else if self.kafka.commit_fails(p) {
                 Err(CommitError::Partition("OFFSET_METADATA_TOO_LARGE".into()))
             } else {
                 Ok(())
             };
             if result.is_ok() {
                 let k = e.offset.0;
-                if let Some(x) = (0..k).find(|x| !self.visible[p].contains_key(x)) {
+                let visible = self.bq.visible(p);
+                if let Some(x) = (0..k).find(|x| !visible.contains_key(x)) {
                     self.fail(format!(
                         "a commit of p{p} at {k} lands while record {x} is not visible"
                     ));
@@ -648,7 +590,7 @@ impl World {
                     Ok(CommitMetadata::AtLeastOnce { table: t }) if t == table() => {}
                     other => self.fail(format!("a commit of p{p} carries {other:?}")),
                 }
-                self.committed[p] = Some((k, e.metadata.clone()));
+                self.kafka.committed[p] = Some((k, e.metadata.clone()));
                 self.landed[p] = k;
                 self.expired[p] = false;
             }
@@ -684,7 +626,7 @@ impl World {
             .map(|e| (e.tp.partition as usize, e.offset.0))
             .collect();
         for (&p, w) in &proc.writers {
-            let durable = self.committed[p].as_ref().map(|(k, _)| *k);
+            let durable = self.kafka.committed[p].as_ref().map(|(k, _)| *k);
             if proc.ledger.is_running(&tp(p)) && durable != Some(w.acked) {
                 match sent.get(&p) {
                     Some(&k) if k == w.acked => {}
@@ -697,10 +639,37 @@ impl World {
         }
     }
 
+    fn all_visible(&self, p: usize) -> bool {
+        let visible = self.bq.visible(p);
+        (0..self.kafka.high[p]).all(|x| visible.contains_key(&x))
+    }
+}
+
+impl Model for World {
+    type Op = Op;
+
+    fn start(&mut self, r: usize) {
+        if self.procs[r].is_some() {
+            return;
+        }
+        self.procs[r] = Some(Process {
+            ledger: AtLeastOnceLedger::new(self.config.clone()),
+            generation: 0,
+            owned: BTreeSet::new(),
+            writers: BTreeMap::new(),
+            inbox: VecDeque::new(),
+            outbox: Vec::new(),
+            knows_marked: false,
+            finished: false,
+        });
+        self.kafka.members.insert(r);
+        self.rebalance(0);
+    }
+
     fn step(&mut self, op: &Op) {
         self.trace.push(format!("== {op:?}"));
         match *op {
-            Op::Produce(p, n) => self.high[p] += n as i64,
+            Op::Produce(p, n) => self.kafka.high[p] += n as i64,
             Op::Append(r, p) => self.append(r, p),
             Op::Answer(r, p, d) => self.answer(r, p, d),
             Op::Tick(r) => self.tick(r),
@@ -709,13 +678,12 @@ impl World {
             Op::Start(r) => self.start(r),
             Op::Rebalance(rotate) => self.rebalance(rotate),
             Op::SessionLost(r) => self.session_lost(r),
-            Op::CommitFailsFor(p) => self.fail_next_commit[p] = true,
+            Op::CommitFailsFor(p) => self.kafka.fail_next_commits[p] = 1,
             Op::OffsetsExpire => {
                 // Only an empty group's offsets expire (`offsets.retention.minutes`).
-                if self.members.is_empty() {
-                    for p in 0..PARTITIONS {
-                        self.expired[p] |= self.committed[p].take().is_some();
-                    }
+                let had = self.kafka.expire_offsets();
+                for p in 0..PARTITIONS {
+                    self.expired[p] |= had[p];
                 }
             }
             Op::Shutdown(r) => self.send(r, Event::Shutdown),
@@ -745,16 +713,13 @@ impl World {
         }
     }
 
-    fn all_visible(&self, p: usize) -> bool {
-        (0..self.high[p]).all(|x| self.visible[p].contains_key(&x))
-    }
-
-    fn check(&self) {
+    fn check(&mut self) {
         for p in 0..PARTITIONS {
-            if let Some(x) = (0..self.high[p]).find(|x| !self.visible[p].contains_key(x)) {
+            let visible = self.bq.visible(p);
+            if let Some(x) = (0..self.kafka.high[p]).find(|x| !visible.contains_key(x)) {
                 self.fail(format!("record {x} of p{p} was lost"));
             }
-            let duplicates: u64 = self.visible[p].values().map(|n| (*n - 1) as u64).sum();
+            let duplicates: u64 = visible.values().map(|n| (*n - 1) as u64).sum();
             let explained = self.windows[p] + self.expired_windows[p] + self.resent[p];
             if duplicates > explained {
                 self.fail(format!(
@@ -775,51 +740,31 @@ fn config() -> ProtocolConfig {
 /// One generated history: `(initial, ops)`.
 type History = (i64, Vec<Op>);
 
-fn history() -> impl Strategy<Value = History> {
-    (0..6i64, prop::collection::vec(op(), 1..100))
+fn suite() -> seeds::Suite<impl Strategy<Value = History>> {
+    seeds::Suite {
+        test: "ledger_model",
+        filter: "no_record",
+        histories: (0..6i64, prop::collection::vec(op(), 1..100)),
+        run: |(initial, ops)| {
+            run(*initial, ops);
+        },
+    }
 }
 
 fn run(initial: i64, ops: &[Op]) -> World {
-    let mut world = World::new(config(), initial);
-    world.start(0);
-    world.start(1);
-    for op in ops {
-        world.step(op);
-    }
-    world.quiesce();
-    world.check();
-    world
+    model::run(World::new(config(), initial), ops)
 }
 
-fn run_history(h: &History) {
-    run(h.0, &h.1);
-}
-
-/// The seeds the test command runs: committed, so that the test passes or fails the same way on
-/// every machine; fresh seeds only through `scripts/model-soak.sh --ledger`.
-const COMMITTED_SEEDS: std::ops::Range<u64> = 0..3000;
-
-fn check_seed(seed: u64) -> Result<(), String> {
-    seeds::check_seed(&history(), seed, &run_history)
-}
-
-fn failing_seed(seed: u64, why: &str) -> String {
-    seeds::failing_seed("ledger_model", "no_record", seed, why)
-}
-
+/// Every committed seed, or only `KBQ_MODEL_SEED` when it is set (to replay a failure).
 #[test]
 fn no_record_is_lost_and_duplicates_stay_within_the_bound() {
-    for seed in seeds::seeds_to_run(COMMITTED_SEEDS) {
-        if let Err(why) = check_seed(seed) {
-            panic!("{}", failing_seed(seed, &why));
-        }
-    }
+    suite().run_committed_seeds();
 }
 
 #[test]
 #[ignore = "runs fresh random seeds: scripts/model-soak.sh --ledger"]
 fn soak_with_fresh_random_seeds() {
-    seeds::soak(&check_seed, &failing_seed);
+    suite().soak();
 }
 
 /// The generator reaches what the bound is about: crashes that repeat records, lost answers,
@@ -828,13 +773,14 @@ fn soak_with_fresh_random_seeds() {
 fn the_fault_injection_reaches_every_duplicate_source() {
     let (mut windows, mut expired, mut resent, mut handoffs) = (0, 0, 0, 0);
     for seed in 0..300 {
-        let (initial, ops) = seeds::history_of(&history(), seed);
+        let (initial, ops) = suite().history(seed);
         let w = run(initial, &ops);
         windows += w.windows.iter().sum::<u64>();
         expired += w.expired_windows.iter().sum::<u64>();
         resent += w.resent.iter().sum::<u64>();
         handoffs += w
             .trace
+            .0
             .iter()
             .filter(|l| l.contains("HandedOff") && l.contains("committed: true"))
             .count();

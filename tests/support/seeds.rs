@@ -7,16 +7,65 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::fmt::Debug;
 
+/// The seeds the test command runs, one generated history per seed. Committed, so that a model
+/// test passes or fails the same way on every machine and every run; fresh seeds are drawn only
+/// by `scripts/model-soak.sh`, and a seed it reports failing is replayed with `KBQ_MODEL_SEED`.
+pub const COMMITTED_SEEDS: std::ops::Range<u64> = 0..3000;
+
+/// A model test's histories and how one runs: `run` panics on a broken invariant.
+pub struct Suite<S: Strategy> {
+    /// The test binary (`cargo test --test <test>`) and the filter that selects its fixed-seed
+    /// test, for the replay command a failure prints.
+    pub test: &'static str,
+    pub filter: &'static str,
+    pub histories: S,
+    pub run: fn(&S::Value),
+}
+
+impl<S: Strategy> Suite<S>
+where
+    S::Value: Debug,
+{
+    /// The history seed `seed` generates, without running it.
+    pub fn history(&self, seed: u64) -> S::Value {
+        history_of(&self.histories, seed)
+    }
+
+    fn check(&self, seed: u64) -> Result<(), String> {
+        check_seed(&self.histories, seed, &self.run)
+    }
+
+    fn failing(&self, seed: u64, why: &str) -> String {
+        failing_seed(self.test, self.filter, seed, why)
+    }
+
+    /// Every committed seed, or only `KBQ_MODEL_SEED` when it is set (to replay a failure): the
+    /// first failing seed panics with its shrunk input and its replay command.
+    pub fn run_committed_seeds(&self) {
+        for seed in seeds_to_run(COMMITTED_SEEDS) {
+            if let Err(why) = self.check(seed) {
+                panic!("{}", self.failing(seed, &why));
+            }
+        }
+    }
+
+    /// Fresh random seeds for as long as `scripts/model-soak.sh` asks.
+    pub fn soak(&self) {
+        soak(&|seed| self.check(seed), &|seed, why| {
+            self.failing(seed, why)
+        });
+    }
+}
+
 /// The random source of seed `seed`: the same history on every machine and proptest version
 /// (ChaCha is proptest's portable algorithm).
-pub fn seeded_rng(seed: u64) -> TestRng {
+fn seeded_rng(seed: u64) -> TestRng {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
-/// The history seed `seed` generates, without running it.
-pub fn history_of<S: Strategy>(strategy: &S, seed: u64) -> S::Value {
+fn history_of<S: Strategy>(strategy: &S, seed: u64) -> S::Value {
     let mut runner = TestRunner::new_with_rng(Config::default(), seeded_rng(seed));
     strategy
         .new_tree(&mut runner)
@@ -43,7 +92,7 @@ thread_local! {
 /// Runs the history of seed `seed`; on a failure, shrinks it (proptest's own simplify and
 /// complicate steps) and returns the reason with the minimal input, ready to be kept as a
 /// regression test.
-pub fn check_seed<S>(strategy: &S, seed: u64, run: &dyn Fn(&S::Value)) -> Result<(), String>
+fn check_seed<S>(strategy: &S, seed: u64, run: &dyn Fn(&S::Value)) -> Result<(), String>
 where
     S: Strategy,
     S::Value: Debug,
@@ -90,7 +139,7 @@ where
 }
 
 /// The message of a failing seed: the seed and how to replay it.
-pub fn failing_seed(test: &str, filter: &str, seed: u64, why: &str) -> String {
+fn failing_seed(test: &str, filter: &str, seed: u64, why: &str) -> String {
     format!(
         "model seed {seed} fails; replay it with \
          `KBQ_MODEL_SEED={seed} cargo test --test {test} {filter}`\n{why}"
@@ -98,7 +147,7 @@ pub fn failing_seed(test: &str, filter: &str, seed: u64, why: &str) -> String {
 }
 
 /// The committed seeds, or only `KBQ_MODEL_SEED` when it is set (to replay a failure).
-pub fn seeds_to_run(committed: std::ops::Range<u64>) -> Vec<u64> {
+fn seeds_to_run(committed: std::ops::Range<u64>) -> Vec<u64> {
     match std::env::var("KBQ_MODEL_SEED") {
         Ok(seed) => vec![seed.parse().expect("KBQ_MODEL_SEED is a u64")],
         Err(_) => committed.collect(),
@@ -108,7 +157,7 @@ pub fn seeds_to_run(committed: std::ops::Range<u64>) -> Vec<u64> {
 /// Fresh random seeds for as long as asked (`scripts/model-soak.sh`): `KBQ_MODEL_SOAK_SEEDS`
 /// seeds, or seeds until `KBQ_MODEL_SOAK_MINUTES` have passed. Every failing seed is printed
 /// (`FAILING SEED <seed>`) and the run goes on; it fails at the end if any did.
-pub fn soak(check: &dyn Fn(u64) -> Result<(), String>, failing: &dyn Fn(u64, &str) -> String) {
+fn soak(check: &dyn Fn(u64) -> Result<(), String>, failing: &dyn Fn(u64, &str) -> String) {
     use std::hash::{BuildHasher, Hasher};
     use std::time::{Duration, Instant};
     let env = |name: &str| {
