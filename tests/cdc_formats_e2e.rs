@@ -1,6 +1,6 @@
 //! Change data capture from Protobuf, JSON Schema and schemaless JSON topics end to end
 //! (docs/cdc.md): a Debezium-shaped change stream whose keys and values Confluent's own
-//! `ProtobufSerializer` / `JSONSerializer` wrote (`tests/python/cdc_formats_producer.py`; plain
+//! `ProtobufSerializer` / `JSONSerializer` wrote (`tests/python/cdc_producer.py`; plain
 //! `json.dumps` objects for schemaless JSON, in Kafka Connect's `{"schema", "payload"}` envelope
 //! for `schemas_enable`), with the registry as the serializers left it,
 //! through the real broker and the real daemon into the emulator. The table is created from the
@@ -10,14 +10,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::emulator::store::{Dataset, Table};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value as Json;
+use support::cdc::{Change, State, producer_script, state_from_json, wait_converged};
 use support::daemon::Daemon;
 use support::kafka::{producer, unique_name};
 use support::python::python;
@@ -26,23 +25,21 @@ use support::sink::{Fixture, SinkOptions};
 
 const PARTITIONS: i32 = 3;
 
-/// The source table's state: id → (name, version).
-type State = BTreeMap<i64, (String, i64)>;
-
-/// The stream the Python producer wrote: the registry, the states after each part, the records.
+/// The stream the Python producer wrote: the registry, the states after each part, the
+/// records of each part.
 struct Stream {
     registry: Json,
     states: Vec<State>,
-    records: Vec<Json>,
+    parts: [Vec<Change>; 2],
 }
 
 fn generate(python: &Path, format: &str, topic: &str) -> Stream {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("stream.jsonl");
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/cdc_formats_producer.py");
+    let script = producer_script();
     let status = std::process::Command::new(python)
         .arg(&script)
+        .arg("parts")
         .arg(&file)
         .args(["--format", format, "--topic", topic, "--partitions"])
         .arg(PARTITIONS.to_string())
@@ -54,13 +51,15 @@ fn generate(python: &Path, format: &str, topic: &str) -> Stream {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let state = |s: &Json| -> State {
-        s.as_object()
-            .unwrap()
+    let bytes = |v: &Json| v.as_str().map(hex);
+    let part = |n: i64| -> Vec<Change> {
+        lines[1..]
             .iter()
-            .map(|(id, v)| {
-                let name = v[0].as_str().unwrap().to_string();
-                (id.parse().unwrap(), (name, v[1].as_i64().unwrap()))
+            .filter(|r| r["part"] == n)
+            .map(|r| Change {
+                partition: r["partition"].as_i64().unwrap() as i32,
+                key: bytes(&r["key"]),
+                value: bytes(&r["value"]),
             })
             .collect()
     };
@@ -70,144 +69,17 @@ fn generate(python: &Path, format: &str, topic: &str) -> Stream {
             .as_array()
             .unwrap()
             .iter()
-            .map(state)
+            .map(state_from_json)
             .collect(),
-        records: lines[1..].to_vec(),
-    }
-}
-
-/// Produces the records of one part, in order, keys and tombstones as written.
-fn produce(producer: &FutureProducer, topic: &str, records: &[Json], part: i64) {
-    let bytes = |v: &Json| v.as_str().map(hex);
-    let pending: Vec<_> = records
-        .iter()
-        .filter(|r| r["part"] == part)
-        .map(|r| {
-            let (key, value) = (bytes(&r["key"]), bytes(&r["value"]));
-            let partition = r["partition"].as_i64().unwrap() as i32;
-            let mut record: FutureRecord<'_, [u8], [u8]> =
-                FutureRecord::to(topic).partition(partition);
-            if let Some(k) = &key {
-                record = record.key(k.as_slice());
-            }
-            if let Some(v) = &value {
-                record = record.payload(v.as_slice());
-            }
-            producer
-                .send_result(record)
-                .map_err(|(e, _)| e)
-                .expect("enqueue")
-        })
-        .collect();
-    for f in pending {
-        futures::executor::block_on(f)
-            .expect("delivery")
-            .map_err(|(e, _)| e)
-            .expect("acknowledged");
+        parts: [part(1), part(2)],
     }
 }
 
 /// A CDC route of `format` with `route` (YAML lines at the route's indentation).
 fn config(f: &Fixture, registry: &str, format: &str, route: &str) -> PathBuf {
+    let route = format!("    format: {format}\n{route}");
     let group = unique_name("cdc-formats");
-    let path = f.dir.path().join(format!("{group}.yaml"));
-    let text = format!(
-        r#"
-kafka:
-  bootstrap_servers: "{bootstrap}"
-  group_id: "{group}"
-  topics: ["{topic}"]
-  properties:
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
-schema_registry:
-  url: "http://{registry}"
-  retries: 2
-bigquery:
-  project: p
-  dataset: d
-  table: unused
-  endpoint: "http://{emulator}"
-  credentials: none
-routes:
-  - topics: ["{topic}"]
-    table: "{table}"
-    format: {format}
-{route}
-dead_letter:
-  topic: "{dlq}"
-delivery: at_least_once
-checkpoint:
-  interval: 200ms
-writer:
-  linger: 20ms
-metrics:
-  listen: "127.0.0.1:0"
-log:
-  format: json
-shutdown_deadline: 20s
-"#,
-        bootstrap = f.bootstrap,
-        topic = f.topic,
-        table = f.table,
-        emulator = f.emulator.addr,
-        dlq = f.dlq,
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The table as a query reads it: id → (name, version).
-fn table_state(f: &Fixture) -> State {
-    let Some(schema) = f.emulator.store.get_table(&f.table_ref()).map(|t| t.schema) else {
-        return State::new();
-    };
-    let Ok(page) = f
-        .emulator
-        .store
-        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
-    else {
-        return State::new();
-    };
-    let column = |name: &str| schema.fields.iter().position(|c| c.name == name).unwrap();
-    let (id, name, version) = (column("id"), column("name"), column("version"));
-    page.rows
-        .iter()
-        .map(|r| {
-            let cells = r.codec.render(&r.data, &schema);
-            let cell = |i: usize| cells["f"][i]["v"].as_str().unwrap_or_default().to_string();
-            (
-                cell(id).parse().unwrap(),
-                (cell(name), cell(version).parse().unwrap()),
-            )
-        })
-        .collect()
-}
-
-/// Waits until the table equals `want`; on timeout, names the keys that differ.
-fn wait_converged(f: &Fixture, want: &State, timeout: Duration) {
-    let started = Instant::now();
-    loop {
-        let got = table_state(f);
-        if &got == want {
-            return;
-        }
-        if started.elapsed() > timeout {
-            let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(k)).collect();
-            let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(k)).collect();
-            let wrong: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(k).is_some_and(|g| g != *v))
-                .take(5)
-                .collect();
-            panic!(
-                "table != source after {timeout:?}: {} rows, {} keys expected; missing {missing:?}, extra {extra:?}, wrong {wrong:?}",
-                got.len(),
-                want.len()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    support::cdc::config(f, &format!("http://{registry}"), &group, &route, "")
 }
 
 async fn converges_across_a_kill(format: &str, route: &str) {
@@ -240,7 +112,7 @@ async fn converges_across_a_kill(format: &str, route: &str) {
     let config = config(&f, &registry.to_string(), route_format, route);
     let producer = producer(&f.bootstrap);
 
-    produce(&producer, &f.topic, &stream.records, 1);
+    support::cdc::produce(&producer, &f.topic, &stream.parts[0]);
     let mut daemon = Daemon::start_named(&config, &format!("{format}-first"));
     wait_converged(&f, &stream.states[0], Duration::from_secs(90));
     let table = f.emulator.store.get_table(&f.table_ref()).expect("created");
@@ -270,7 +142,7 @@ async fn converges_across_a_kill(format: &str, route: &str) {
     // A crash, then more changes: what was appended after the last commit is sent again on
     // restart with its old sequence numbers, behind newer changes of the same keys.
     daemon.kill();
-    produce(&producer, &f.topic, &stream.records, 2);
+    support::cdc::produce(&producer, &f.topic, &stream.parts[1]);
     let mut daemon = Daemon::start_named(&config, &format!("{format}-after-the-kill"));
     wait_converged(&f, &stream.states[1], Duration::from_secs(90));
     assert_eq!(f.dead_letter_count(), 1, "no new bad records");

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,8 @@ use apache_avro::types::Value;
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
+use support::cdc::{Change, State, producer_script, state_from_json, table_state, wait_converged};
 use support::daemon::{Daemon, Registry};
 use support::kafka::{producer, unique_name};
 use support::sink::{Fixture, SinkOptions, confluent};
@@ -34,16 +35,6 @@ pub const KEY: &str = r#"{"type":"record","name":"Key","namespace":"db.inventory
 
 const VALUE_ID: u32 = 11;
 const KEY_ID: u32 = 12;
-
-/// The source table's state: id → (name, version).
-type State = BTreeMap<i64, (String, i64)>;
-
-/// One Kafka record of the change stream: partition, key, value (`None`: a tombstone).
-struct Change {
-    partition: i32,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-}
 
 /// Writes Debezium change events for a source table and keeps its state.
 struct Source {
@@ -149,30 +140,8 @@ impl Source {
     }
 
     fn produce(&mut self, producer: &FutureProducer, topic: &str) {
-        let pending: Vec<_> = self
-            .out
-            .drain(..)
-            .map(|c| {
-                let mut record: FutureRecord<'_, [u8], [u8]> =
-                    FutureRecord::to(topic).partition(c.partition);
-                if let Some(k) = &c.key {
-                    record = record.key(k.as_slice());
-                }
-                if let Some(v) = &c.value {
-                    record = record.payload(v.as_slice());
-                }
-                producer
-                    .send_result(record)
-                    .map_err(|(e, _)| e)
-                    .expect("enqueue")
-            })
-            .collect();
-        for f in pending {
-            futures::executor::block_on(f)
-                .expect("delivery")
-                .map_err(|(e, _)| e)
-                .expect("acknowledged");
-        }
+        support::cdc::produce(producer, topic, &self.out);
+        self.out.clear();
     }
 }
 
@@ -200,132 +169,20 @@ async fn setup(partitions: i32) -> (Fixture, String) {
     (f, format!("http://{addr}"))
 }
 
+/// The route of these tests: a created table with a configured key and `max_staleness`.
+const ROUTE: &str = "    create_table: {}
+    cdc:
+      mode: upsert_delete
+      primary_key: [id]
+      max_staleness: 10m";
+
 fn config(f: &Fixture, registry: &str, group: &str) -> PathBuf {
     config_with(f, registry, group, "")
 }
 
 /// [`config`] with more lines under `writer:`.
 fn config_with(f: &Fixture, registry: &str, group: &str, writer: &str) -> PathBuf {
-    let path = f.dir.path().join(format!("{group}.yaml"));
-    let text = format!(
-        r#"
-kafka:
-  bootstrap_servers: "{bootstrap}"
-  group_id: "{group}"
-  topics: ["{topic}"]
-  properties:
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
-schema_registry:
-  url: "{registry}"
-  retries: 2
-bigquery:
-  project: p
-  dataset: d
-  table: unused
-  endpoint: "http://{emulator}"
-  credentials: none
-routes:
-  - topics: ["{topic}"]
-    table: "{table}"
-    create_table: {{}}
-    cdc:
-      mode: upsert_delete
-      primary_key: [id]
-      max_staleness: 10m
-dead_letter:
-  topic: "{dlq}"
-delivery: at_least_once
-checkpoint:
-  interval: 200ms
-writer:
-  linger: 20ms
-{writer}
-metrics:
-  listen: "127.0.0.1:0"
-log:
-  format: json
-shutdown_deadline: 20s
-"#,
-        bootstrap = f.bootstrap,
-        topic = f.topic,
-        table = f.table,
-        emulator = f.emulator.addr,
-        dlq = f.dlq,
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn table_schema(f: &Fixture) -> Option<TableSchema> {
-    f.emulator.store.get_table(&f.table_ref()).map(|t| t.schema)
-}
-
-/// The table as a query reads it: id → (name, version).
-fn table_state(f: &Fixture) -> State {
-    let Some(schema) = table_schema(f) else {
-        return State::new();
-    };
-    let Ok(page) = f
-        .emulator
-        .store
-        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
-    else {
-        return State::new();
-    };
-    let column = |name: &str| {
-        schema
-            .fields
-            .iter()
-            .position(|c| c.name == name)
-            .expect("column")
-    };
-    let (id, name, version) = (column("id"), column("name"), column("version"));
-    page.rows
-        .iter()
-        .map(|r| {
-            let cells = r.codec.render(&r.data, &schema);
-            let cell = |i: usize| cells["f"][i]["v"].as_str().unwrap_or_default().to_string();
-            (
-                cell(id).parse().unwrap(),
-                (cell(name), cell(version).parse().unwrap()),
-            )
-        })
-        .collect()
-}
-
-/// Waits until the table equals `want`; on timeout, names the keys that differ.
-fn wait_converged(f: &Fixture, want: &State, timeout: Duration) {
-    let started = Instant::now();
-    loop {
-        let got = table_state(f);
-        if &got == want {
-            return;
-        }
-        if started.elapsed() > timeout {
-            let missing: Vec<_> = want
-                .keys()
-                .filter(|k| !got.contains_key(k))
-                .take(5)
-                .collect();
-            let extra: Vec<_> = got
-                .keys()
-                .filter(|k| !want.contains_key(k))
-                .take(5)
-                .collect();
-            let wrong: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(k).is_some_and(|g| g != *v))
-                .take(5)
-                .collect();
-            panic!(
-                "table != source after {timeout:?}: {} rows, {} keys expected; missing {missing:?}, extra {extra:?}, wrong {wrong:?}",
-                got.len(),
-                want.len()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    support::cdc::config(f, registry, group, ROUTE, writer)
 }
 
 /// The daemon with its logs in memory (shown if the test fails while it runs).
@@ -564,7 +421,7 @@ async fn converges_under_kills(
         return;
     };
     let partitions = options.partitions;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/cdc_producer.py");
+    let script = producer_script();
     let printed = std::process::Command::new(&python)
         .arg(&script)
         .arg("--print-schemas")
@@ -588,6 +445,7 @@ async fn converges_under_kills(
     let started = Instant::now();
     let mut producer = std::process::Command::new(&python)
         .arg(&script)
+        .arg("live")
         .args(["--bootstrap", &f.bootstrap, "--topic", &f.topic])
         .args(["--partitions", &partitions.to_string()])
         .args(["--value-id", "21", "--key-id", "22"])
@@ -633,17 +491,7 @@ async fn converges_under_kills(
     assert!(producer.wait().unwrap().success(), "cdc_producer.py failed");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
-    let want: State = written["state"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(id, v)| {
-            (
-                id.parse().unwrap(),
-                (v[0].as_str().unwrap().to_string(), v[1].as_i64().unwrap()),
-            )
-        })
-        .collect();
+    let want: State = state_from_json(&written["state"]);
     assert!(want.len() > 50, "a source table worth the name");
     wait_converged(&f, &want, Duration::from_secs(120));
     let fired: Vec<(u64, u64)> = f
