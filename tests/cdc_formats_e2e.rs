@@ -1,12 +1,13 @@
 //! Change data capture from Protobuf, JSON Schema and schemaless JSON topics end to end
-//! (docs/cdc.md): a Debezium-shaped change stream whose keys and values Confluent's own
-//! `ProtobufSerializer` / `JSONSerializer` wrote (`tests/python/cdc_producer.py`; plain
-//! `json.dumps` objects for schemaless JSON, in Kafka Connect's `{"schema", "payload"}` envelope
-//! for `schemas_enable`), with the registry as the serializers left it,
-//! through the real broker and the real daemon into the emulator. The table is created from the
-//! registered envelope (the `after` row's columns) with the primary key of the registered key
-//! schema (schemaless JSON: an existing table, the configured key), and must end equal to the
-//! source's state per key, across a SIGKILL.
+//! (docs/cdc.md): a change stream whose keys and values Confluent's own `ProtobufSerializer` /
+//! `JSONSerializer` wrote (`tests/python/cdc_producer.py`; plain `json.dumps` objects for
+//! schemaless JSON, in Kafka Connect's `{"schema", "payload"}` envelope for `schemas_enable`),
+//! with the registry as the serializers left it, through the real broker and the real daemon
+//! into the emulator. Debezium's envelope in every format; the unwrapped and plain shapes in
+//! Protobuf and JSON Schema. The table is created from the registered schema (the row's
+//! columns: `after`'s for the envelope) with the primary key of the registered key schema
+//! (schemaless JSON: an existing table, the configured key), and must end equal to the source's
+//! state per key, across a SIGKILL.
 
 mod support;
 
@@ -33,7 +34,7 @@ struct Stream {
     parts: [Vec<Change>; 2],
 }
 
-fn generate(python: &Path, format: &str, topic: &str) -> Stream {
+fn generate(python: &Path, format: &str, shape: &str, topic: &str) -> Stream {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("stream.jsonl");
     let script = producer_script();
@@ -41,7 +42,15 @@ fn generate(python: &Path, format: &str, topic: &str) -> Stream {
         .arg(&script)
         .arg("parts")
         .arg(&file)
-        .args(["--format", format, "--topic", topic, "--partitions"])
+        .args([
+            "--format",
+            format,
+            "--shape",
+            shape,
+            "--topic",
+            topic,
+            "--partitions",
+        ])
         .arg(PARTITIONS.to_string())
         .status()
         .unwrap();
@@ -82,12 +91,53 @@ fn config(f: &Fixture, registry: &str, format: &str, route: &str) -> PathBuf {
     support::cdc::config(f, &format!("http://{registry}"), &group, &route, "")
 }
 
+/// Where the change is in the records (docs/cdc.md), with what that means for the test: the
+/// created table's columns and the text of the truncate's dead-letter reason.
+#[derive(Clone, Copy)]
+enum Shape {
+    Debezium,
+    /// `ExtractNewRecordState`: the row with `__op` and `__deleted`, which become columns.
+    Unwrapped,
+    /// The row with a change-type field `kind` (a column too).
+    Plain,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Debezium => "debezium",
+            Shape::Unwrapped => "unwrapped",
+            Shape::Plain => "plain",
+        }
+    }
+
+    fn columns(self) -> &'static [&'static str] {
+        match self {
+            Shape::Debezium => &["id", "name", "version"],
+            Shape::Unwrapped => &["__deleted", "__op", "id", "name", "version"],
+            Shape::Plain => &["id", "kind", "name", "version"],
+        }
+    }
+
+    /// The truncate's reason names its operation or change type.
+    fn truncate(self) -> &'static str {
+        match self {
+            Shape::Debezium | Shape::Unwrapped => "\"t\"",
+            Shape::Plain => "\"TRUNCATE\"",
+        }
+    }
+}
+
 async fn converges_across_a_kill(format: &str, route: &str) {
+    converges_in_shape(format, Shape::Debezium, route).await;
+}
+
+async fn converges_in_shape(format: &str, shape: Shape, route: &str) {
     let Some(python) = python() else {
         return;
     };
     let f = Fixture::with(SinkOptions::partitions(PARTITIONS)).await;
-    let stream = generate(&python, format, &f.topic);
+    let stream = generate(&python, format, shape.name(), &f.topic);
     let registry = serve_registry(stream.registry.clone()).await;
     let route_format = match format {
         "json" => "json_schema",
@@ -113,7 +163,8 @@ async fn converges_across_a_kill(format: &str, route: &str) {
     let producer = producer(&f.bootstrap);
 
     support::cdc::produce(&producer, &f.topic, &stream.parts[0]);
-    let mut daemon = Daemon::start_named(&config, &format!("{format}-first"));
+    let name = format!("{format}-{}", shape.name());
+    let mut daemon = Daemon::start_named(&config, &format!("{name}-first"));
     wait_converged(&f, &stream.states[0], Duration::from_secs(90));
     let table = f.emulator.store.get_table(&f.table_ref()).expect("created");
     assert_eq!(
@@ -128,22 +179,18 @@ async fn converges_across_a_kill(format: &str, route: &str) {
         .map(|c| c.name.as_str())
         .collect();
     columns.sort();
-    assert_eq!(
-        columns,
-        ["id", "name", "version"],
-        "the after row's columns only"
-    );
+    assert_eq!(columns, shape.columns(), "the row's columns only");
     let letters = f.dead_letters(1);
     assert_eq!(letters.len(), 1, "the truncate: {letters:?}");
     assert_eq!(letters[0].2, "cdc_change");
-    assert!(letters[0].3.contains("\"t\""), "{letters:?}");
+    assert!(letters[0].3.contains(shape.truncate()), "{letters:?}");
     assert!(daemon.metric_with("kbq_cdc_changes_total", &["change=\"delete\""]) > 0.0);
 
     // A crash, then more changes: what was appended after the last commit is sent again on
     // restart with its old sequence numbers, behind newer changes of the same keys.
     daemon.kill();
     support::cdc::produce(&producer, &f.topic, &stream.parts[1]);
-    let mut daemon = Daemon::start_named(&config, &format!("{format}-after-the-kill"));
+    let mut daemon = Daemon::start_named(&config, &format!("{name}-after-the-kill"));
     wait_converged(&f, &stream.states[1], Duration::from_secs(90));
     assert_eq!(f.dead_letter_count(), 1, "no new bad records");
     assert!(daemon.errors().is_empty(), "{:?}", daemon.errors());
@@ -178,4 +225,35 @@ async fn schemaless_json_debezium_changes_converge_across_a_kill() {
 async fn schemaless_json_in_kafka_connects_envelope_converges_across_a_kill() {
     let route = "    cdc:\n      mode: upsert_delete\n      primary_key: [id]\n      schemas_enable: true\n      sequence: {source_field: source.lsn}";
     converges_across_a_kill("connect", route).await;
+}
+
+/// The unwrapped shape (Debezium's `ExtractNewRecordState` with `delete.handling.mode:
+/// rewrite`): deletes are the before row with `__deleted: "true"`, then a tombstone; a delete
+/// without a before row is its tombstone alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_unwrapped_changes_converge_across_a_kill() {
+    let route =
+        "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      format: unwrapped";
+    converges_in_shape("protobuf", Shape::Unwrapped, route).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_unwrapped_changes_converge_across_a_kill() {
+    let route =
+        "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      format: unwrapped";
+    converges_in_shape("json", Shape::Unwrapped, route).await;
+}
+
+/// Plain rows with a change-type field: a Protobuf enum (INSERT is its default, off the wire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_plain_changes_converge_across_a_kill() {
+    let route = "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      format: plain\n      change_type_field: kind";
+    converges_in_shape("protobuf", Shape::Plain, route).await;
+}
+
+/// Plain rows with a change-type field: a JSON Schema string enum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_plain_changes_converge_across_a_kill() {
+    let route = "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      format: plain\n      change_type_field: kind";
+    converges_in_shape("json", Shape::Plain, route).await;
 }
