@@ -179,7 +179,7 @@ fn interval(d: std::time::Duration) -> String {
 
 /// An existing table must have exactly the configured primary key: BigQuery applies upserts and
 /// deletes by the table's key, so another key would merge or split rows the source keeps apart.
-pub(super) fn check_table(
+pub(crate) fn check_table(
     table: &Table,
     cdc: &CdcConfig,
     reference: &TableReference,
@@ -238,7 +238,7 @@ pub(super) fn input<'a>(
 }
 
 /// The plans of a CDC route.
-pub(super) fn plans(
+pub(crate) fn plans(
     cdc: &CdcConfig,
     input: ChangeInput<'_>,
     table: &TableSchema,
