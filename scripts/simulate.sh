@@ -5,7 +5,10 @@
 #   scripts/simulate.sh --minutes 60          fresh seeds for an hour of wall time
 #   scripts/simulate.sh --seeds 500           500 fresh seeds
 #   scripts/simulate.sh --seed 123            replay one seed (prints its trace hash)
-#   options: --release (an optimised build: ~10x faster per seed, one long compile),
+#   options: --mode M (the route the seeds run: exactly_once, at_least_once, cdc (upsert_delete,
+#            every fourth seed upsert), or all: the modes in turn by seed, CDC half of them; the
+#            default is all for fresh seeds, exactly_once for --seed),
+#            --release (an optimised build: ~10x faster per seed, one long compile),
 #            --first-seed N (start of the seed range; default: from the clock),
 #            --faulty-seconds S (virtual time with faults per seed, default 120),
 #            --on-missing-checkpoint fail (the default policy, not earliest: docs/operations.md)
@@ -22,11 +25,12 @@ while [ $# -gt 0 ]; do
     --minutes) export KBQ_SIM_MINUTES="$2"; shift 2 ;;
     --seeds) export KBQ_SIM_SEEDS="$2"; shift 2 ;;
     --seed) export KBQ_SIM_SEED="$2"; shift 2 ;;
+    --mode) export KBQ_SIM_MODE="$2"; shift 2 ;;
     --first-seed) export KBQ_SIM_FIRST_SEED="$2"; shift 2 ;;
     --faulty-seconds) export KBQ_SIM_FAULTY_SECONDS="$2"; shift 2 ;;
     --on-missing-checkpoint) export KBQ_SIM_MISSING_CHECKPOINT="$2"; shift 2 ;;
     --release) profile=(--release); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done

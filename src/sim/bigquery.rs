@@ -24,7 +24,6 @@ use crate::bigquery::write_client::{
 use crate::emulator::grpc::{AppendOutcome, AppendSession as EmulatorSession};
 use crate::emulator::status::BqError;
 use crate::emulator::store::StoreError;
-use crate::tables::plans::FixedPlan;
 
 #[derive(Debug)]
 pub(super) struct SimWrite {
@@ -212,12 +211,16 @@ pub(super) struct SimAppend {
     pub(super) inner: Mutex<AppendCall>,
 }
 
+/// An answer of the AppendRows call: its delay, the reply, and the records (partition, offset)
+/// whose rows a `_default` append applied.
+pub(super) type Answer = (Duration, Result<AppendReply, WriteError>, Vec<(usize, i64)>);
+
 pub(super) struct AppendCall {
     pub(super) session: EmulatorSession,
     /// The sink's name of the call's stream.
     pub(super) stream: String,
-    /// The answers, in order, each after its delay.
-    pub(super) replies: VecDeque<(Duration, Result<AppendReply, WriteError>)>,
+    /// The answers, in order.
+    pub(super) replies: VecDeque<Answer>,
     /// The call broke: the next read fails.
     pub(super) broken: bool,
 }
@@ -257,7 +260,7 @@ impl SimAppend {
             ));
             let e = WriteError::from_status(&tonic::Status::resource_exhausted("simulated: quota"));
             call.replies
-                .push_back((Duration::ZERO, Ok(AppendReply::Failed(e))));
+                .push_back((Duration::ZERO, Ok(AppendReply::Failed(e)), Vec::new()));
             return;
         }
         let rows: Vec<Bytes> = match &request.rows {
@@ -269,6 +272,7 @@ impl SimAppend {
             _ => Vec::new(),
         };
         let outcome = call.session.handle(request);
+        let mut applied = Vec::new();
         let reply = match outcome {
             AppendOutcome::Reply(response) => {
                 let reply = crate::bigquery::write_client::reply(*response);
@@ -290,6 +294,19 @@ impl SimAppend {
                         self.process,
                         ids
                     ));
+                } else if let AppendReply::Appended { offset: None, .. } = &reply {
+                    // The `_default` stream: the rows are visible now.
+                    let (id, part) = w.fields;
+                    applied = (rows.iter())
+                        .map(|r| (row_field(r, part) as usize, row_field(r, id)))
+                        .collect();
+                    w.trace(format!(
+                        "bq append {} r{}: rows {:?}",
+                        short(&sim),
+                        self.process,
+                        applied
+                    ));
+                    w.appended_default(self.process, &applied);
                 } else {
                     let what = match &reply {
                         AppendReply::Failed(e) => {
@@ -335,7 +352,7 @@ impl SimAppend {
         } else {
             Duration::ZERO
         };
-        call.replies.push_back((delay, reply));
+        call.replies.push_back((delay, reply, applied));
     }
 }
 
@@ -357,11 +374,21 @@ impl AppendTransport for SimAppend {
                 (next, call.broken)
             };
             match next {
-                (Some((delay, reply)), _) => {
+                (Some((delay, reply, applied)), _) => {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
                     self.gate.pass().await;
+                    if !applied.is_empty() {
+                        // The session learns that these rows are appended: it has no reason
+                        // to send them again unless the consumer delivers them again.
+                        let mut w = lock(&self.world.0);
+                        for at in applied {
+                            if let Some(d) = w.ledger[self.process].get_mut(&at) {
+                                d.unanswered = d.unanswered.saturating_sub(1);
+                            }
+                        }
+                    }
                     reply
                 }
                 // Nothing sent that is unanswered: the session never reads then.
@@ -407,15 +434,4 @@ pub(super) fn row_field(row: &[u8], number: u64) -> i64 {
         }
     }
     -1
-}
-
-pub(super) fn field_number(plan: &FixedPlan, name: &str) -> u64 {
-    use crate::writer::partition_writer::PlanSource;
-    let plan = plan.fixed_plan().expect("a fixed plan");
-    plan.descriptor()
-        .field
-        .iter()
-        .find(|f| f.name() == name)
-        .and_then(|f| f.number)
-        .expect("the column is in the descriptor") as u64
 }

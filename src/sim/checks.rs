@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::bigquery::short;
 use super::driver::Sim;
-use super::rest::visible_rows;
-use super::world::World;
+use super::rest::{table_rows, visible_rows};
+use super::world::{Fate, World};
 use super::{MAX_PAYLOAD, PARTITIONS, TABLE, TOPIC};
 use crate::checkpoint::metadata::CommitMetadata;
 use crate::checkpoint::protocol::CommitEntry;
@@ -61,7 +61,68 @@ impl World {
                 None => {}
             }
         }
+        if let Ok(CommitMetadata::AtLeastOnce { .. }) =
+            CommitMetadata::parse(entry.metadata.as_bytes())
+        {
+            self.check_acknowledged(p, k);
+        }
         self.committed[p] = Some((k, entry.metadata.clone()));
+    }
+
+    /// At least once: a landed commit of `K` says that every record below `K` is appended (or
+    /// dead-lettered, or a CDC change the route ignores); a restart starts at `K`, so a record
+    /// below it that is not would be lost.
+    fn check_acknowledged(&mut self, p: usize, k: i64) {
+        for x in 0..k {
+            let fate = self.logs[p][x as usize].fate(self.mode);
+            let done = match fate {
+                Fate::Row => self.appended.contains_key(&(p, x)),
+                Fate::Bad => self.dead_letters.contains_key(&(p, x)),
+                Fate::Ignored => true,
+            };
+            if !done {
+                self.violate(format!(
+                    "at least once: p{p} committed K={k} but record {x} ({fate:?}) is neither \
+                     appended nor dead-lettered (a restart from K loses it)"
+                ));
+                return;
+            }
+        }
+    }
+
+    /// At least once: rows of records `(partition, offset)` were appended to `_default` by
+    /// replica `process`. Only good records become rows, and a record is appended again only
+    /// as at-least-once allows it: the consumer delivered it again (a restart from an earlier
+    /// offset), or an append of it was applied but its answer never reached the session (a
+    /// resend after a broken call or a timeout).
+    pub(super) fn appended_default(&mut self, process: usize, rows: &[(usize, i64)]) {
+        for &(p, x) in rows {
+            let copies = self.appended.entry((p, x)).or_default();
+            *copies += 1;
+            let copies = *copies;
+            if copies > 1 {
+                self.count("duplicates");
+            }
+            let fate = self.logs[p][x as usize].fate(self.mode);
+            if fate != Fate::Row {
+                self.violate(format!("p{p}@{x} ({fate:?}) became a row"));
+            }
+            let delivered = self.ledger[process].entry((p, x)).or_default();
+            if delivered.unused > 0 {
+                delivered.unused -= 1;
+            } else if delivered.unanswered > 0 {
+                delivered.unanswered -= 1;
+            } else {
+                self.violate(format!(
+                    "at least once: r{process} appended p{p}@{x} again (copy {copies}) though every \
+                     earlier append of it was answered and the consumer did not deliver it again"
+                ));
+            }
+            self.ledger[process]
+                .get_mut(&(p, x))
+                .expect("just set")
+                .unanswered += 1;
+        }
     }
 
     /// Invariant 1: a FlushRows only through a row that a landed commit names.
@@ -110,6 +171,7 @@ impl Sim {
                     visible_through, ..
                 },
             )) => k == w.logs[p].len() as i64 && visible_through.0 == k,
+            Some((k, CommitMetadata::AtLeastOnce { .. })) => k == w.logs[p].len() as i64,
             None => w.logs[p].is_empty(),
             _ => false,
         }) && self.group.pending.is_none()
@@ -142,7 +204,7 @@ impl Sim {
             for (x, value) in w.logs[p].iter().enumerate() {
                 let x = x as i64;
                 let n = seen.get(&(p, x)).copied().unwrap_or(0);
-                let bad = value.as_ref().is_none_or(|v| v.len() > MAX_PAYLOAD);
+                let bad = value.payload.as_ref().is_none_or(|v| v.len() > MAX_PAYLOAD);
                 let dead = w.dead_letters.get(&(p, x));
                 if bad {
                     if n > 0 {
@@ -172,6 +234,101 @@ impl Sim {
         if duplicates > rewound {
             return Some(format!(
                 "{duplicates} duplicates but only {rewound} records were rewound"
+            ));
+        }
+        None
+    }
+
+    /// At least once, after settling: every good record is a row (at least once; each repeat
+    /// was judged where it was appended), every bad one is dead-lettered with its reason and
+    /// never a row, and the table holds exactly the rows appended.
+    pub(super) fn check_at_least_once(&self) -> Option<String> {
+        let w = self.w();
+        for p in 0..PARTITIONS {
+            for (x, produced) in w.logs[p].iter().enumerate() {
+                let x = x as i64;
+                let n = w.appended.get(&(p, x)).copied().unwrap_or(0);
+                let dead = w.dead_letters.get(&(p, x));
+                match produced.fate(w.mode) {
+                    Fate::Row if n == 0 => {
+                        return Some(format!("record p{p}@{x} was never appended: lost"));
+                    }
+                    Fate::Row | Fate::Ignored if dead.is_some() => {
+                        return Some(format!("good record p{p}@{x} was dead-lettered: {dead:?}"));
+                    }
+                    Fate::Bad if dead.is_none_or(|d| d.iter().any(|r| r.is_empty())) => {
+                        return Some(format!(
+                            "bad record p{p}@{x} was not dead-lettered with a reason"
+                        ));
+                    }
+                    Fate::Ignored | Fate::Bad if n > 0 => {
+                        return Some(format!("p{p}@{x} should be no row but was appended"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if w.mode == super::Mode::AtLeastOnce {
+            let mut visible: BTreeMap<(usize, i64), u32> = BTreeMap::new();
+            for row in visible_rows(&w) {
+                *visible.entry(row).or_default() += 1;
+            }
+            if visible != w.appended {
+                return Some("the table's rows are not the rows appended".into());
+            }
+        }
+        None
+    }
+
+    /// CDC, after settling: the table's applied state per key is the reference state computed
+    /// from the produced changes (each key's last change in its partition's order that the route
+    /// applies; a deleted key absent), with no extra or missing key.
+    pub(super) fn check_cdc(&self) -> Option<String> {
+        let w = self.w();
+        let mut expected: BTreeMap<i64, (i64, usize, String)> = BTreeMap::new();
+        for p in 0..PARTITIONS {
+            for (x, produced) in w.logs[p].iter().enumerate() {
+                let (Some((k, op)), Fate::Row) = (produced.change, produced.fate(w.mode)) else {
+                    continue;
+                };
+                if op == 'd' {
+                    expected.remove(&k);
+                } else {
+                    let payload = produced.payload.clone().expect("a row change");
+                    expected.insert(k, (x as i64, p, payload));
+                }
+            }
+        }
+        let mut applied: BTreeMap<i64, (i64, usize, String)> = BTreeMap::new();
+        for row in table_rows(&w) {
+            let int = |c: &str| row[c].parse::<i64>().unwrap_or(-1);
+            let k = int("k");
+            let value = (int("id"), int("part") as usize, row["payload"].clone());
+            if let Some(other) = applied.insert(k, value.clone()) {
+                return Some(format!("key {k} has two rows: {other:?} and {value:?}"));
+            }
+        }
+        for (k, want) in &expected {
+            match applied.get(k) {
+                None => {
+                    return Some(format!(
+                        "key {k} is missing: the reference holds p{}@{} {:?}",
+                        want.1, want.0, want.2
+                    ));
+                }
+                Some(got) if got != want => {
+                    return Some(format!(
+                        "key {k} holds p{}@{} {:?}, the reference p{}@{} {:?}",
+                        got.1, got.0, got.2, want.1, want.0, want.2
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((k, got)) = applied.iter().find(|(k, _)| !expected.contains_key(k)) {
+            return Some(format!(
+                "key {k} is extra: it holds p{}@{} {:?}, the reference has no row",
+                got.1, got.0, got.2
             ));
         }
         None

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::driver::Sim;
-use super::world::lock;
+use super::world::{Produced, lock};
 use super::{HANDOFF_DEADLINE, TOPIC};
 use crate::checkpoint::offsets::{KafkaOffset, NextOffset};
 use crate::checkpoint::protocol::{
@@ -62,25 +62,67 @@ pub(super) enum Callback {
     Revoke(Vec<usize>, bool),
 }
 
+fn avro_long(v: i64, out: &mut Vec<u8>) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn avro_string(s: &str, out: &mut Vec<u8>) {
+    avro_long(s.len() as i64, out);
+    out.extend_from_slice(s.as_bytes());
+}
+
 pub(super) fn avro_record(id: i64, part: i64, payload: &str) -> Vec<u8> {
-    fn long(v: i64, out: &mut Vec<u8>) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            let b = (z & 0x7f) as u8;
-            z >>= 7;
-            if z == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
+    let mut out = Vec::new();
+    avro_long(id, &mut out);
+    avro_long(part, &mut out);
+    avro_string(payload, &mut out);
+    out
+}
+
+/// A produced record as the Kafka value and key the sink reads: the append-only route's
+/// record, or (CDC mode) the Debezium envelope of `CDC_AVRO` keyed by `k`.
+fn kafka_record(produced: &Produced, offset: i64, part: i64) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let Some((k, op)) = produced.change else {
+        let value = (produced.payload.as_ref()).map(|s| avro_record(offset, part, s));
+        return (value, None);
+    };
+    let mut key = Vec::new();
+    avro_long(k, &mut key);
+    let Some(payload) = &produced.payload else {
+        return (None, Some(key));
+    };
+    let row = |out: &mut Vec<u8>| {
+        avro_long(1, out);
+        avro_long(k, out);
+        out.extend(avro_record(offset, part, payload));
+    };
+    let mut value = Vec::new();
+    match op {
+        // `before` holds the deleted row.
+        'd' => {
+            row(&mut value);
+            avro_long(0, &mut value);
+        }
+        't' => {
+            avro_long(0, &mut value);
+            avro_long(0, &mut value);
+        }
+        _ => {
+            avro_long(0, &mut value);
+            row(&mut value);
         }
     }
-    let mut out = Vec::new();
-    long(id, &mut out);
-    long(part, &mut out);
-    long(payload.len() as i64, &mut out);
-    out.extend_from_slice(payload.as_bytes());
-    out
+    avro_string(&op.to_string(), &mut value);
+    (Some(value), Some(key))
 }
 
 impl Sim {
@@ -239,29 +281,33 @@ impl Sim {
         }
         // Fetch: route records to the writers that run.
         let world = self.world.clone();
-        let w = lock(&world);
+        let mut w = lock(&world);
         let proc = self.procs[r].as_mut().expect("checked");
         let c = &mut proc.consumer;
         for (p, (sink, position)) in c.routes.iter_mut() {
             if c.paused.contains(p) {
                 continue;
             }
-            let log = &w.logs[*p];
             for _ in 0..32 {
-                let Some(value) = log.get(*position as usize) else {
+                let Some(produced) = w.logs[*p].get(*position as usize) else {
                     break;
                 };
-                let payload = value.as_ref().map(|s| avro_record(*position, *p as i64, s));
+                let (value, key) = kafka_record(produced, *position, *p as i64);
                 let record = Record::new(
                     KafkaOffset(*position),
                     None,
-                    None,
-                    payload.as_deref(),
+                    key.as_deref(),
+                    value.as_deref(),
                     Vec::new(),
                     &mut c.arena,
                 );
                 match sink.try_send(record) {
-                    Ok(()) => *position += 1,
+                    Ok(()) => {
+                        if w.mode.at_least_once() {
+                            w.ledger[r].entry((*p, *position)).or_default().unused += 1;
+                        }
+                        *position += 1;
+                    }
                     Err(_) => break,
                 }
             }

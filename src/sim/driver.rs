@@ -12,18 +12,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::bigquery::field_number;
 use super::group::Group;
 use super::process::Process;
-use super::world::{DEAD, RUNNING, Shared, World, lock};
-use super::{AVRO, MAX_PAYLOAD, PARTITIONS, Params, REPLICAS, Report, STEP, TABLE};
-use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use super::route::{self, SimRoute};
+use super::world::{DEAD, Fate, RUNNING, Shared, World, lock};
+use super::{Mode, PARTITIONS, Params, REPLICAS, Report, STEP};
 use crate::checkpoint::protocol::MissingCheckpointPolicy;
-use crate::config::Config;
-use crate::emulator::store::{Dataset, Store, StoreConfig, Table, TableRef};
+use crate::emulator::store::{Store, StoreConfig};
 use crate::ops::metrics::Metrics;
-use crate::tables::plans::FixedPlan;
-use crate::transcode::{AvroSchema, PlanOptions};
 
 pub(super) struct Sim {
     pub(super) world: Shared,
@@ -32,8 +28,8 @@ pub(super) struct Sim {
     pub(super) restart_at: [Option<Instant>; REPLICAS],
     /// Metrics of every process that ever ran (the rewinds they counted).
     pub(super) all_metrics: Vec<Arc<Metrics>>,
-    pub(super) plan: Arc<FixedPlan>,
-    pub(super) config: Arc<Config>,
+    pub(super) route: SimRoute,
+    pub(super) mode: Mode,
     pub(super) processes: usize,
     pub(super) missing_checkpoint: MissingCheckpointPolicy,
 }
@@ -42,30 +38,7 @@ impl Sim {
     pub(super) fn new(params: &Params) -> Sim {
         let seed = params.seed;
         let store = Store::new(StoreConfig::default());
-        let table_ref = TableRef::parse(TABLE).expect("table");
-        store
-            .insert_dataset(Dataset::new(&table_ref.project, &table_ref.dataset))
-            .expect("dataset");
-        let mut payload = TableFieldSchema::new("payload", FieldType::String, Mode::Nullable);
-        payload.max_length = Some(MAX_PAYLOAD.to_string());
-        let schema = TableSchema {
-            fields: vec![
-                TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
-                TableFieldSchema::new("part", FieldType::Int64, Mode::Required),
-                payload,
-            ],
-        };
-        store
-            .insert_table(Table::new(table_ref, schema.clone()))
-            .expect("table");
-        let avro = AvroSchema::parse(AVRO).expect("avro");
-        let plan = Arc::new(FixedPlan::new(&avro, &schema, &PlanOptions::default()).expect("plan"));
-        let yaml = "kafka:\n  bootstrap_servers: 127.0.0.1:9\n  group_id: sim\n  topics: [events]\n\
-                    avro:\n  schema_file: s.avsc\nbigquery:\n  project: p\n  dataset: d\n  table: events\n\
-                    dead_letter:\n  topic: events-dlq\n";
-        let config = Arc::new(
-            Config::from_yaml(yaml, std::collections::HashMap::new()).expect("simulation config"),
-        );
+        let route = route::build(&store, params.mode, seed);
         let now = Instant::now();
         let world = World {
             rng: StdRng::seed_from_u64(seed),
@@ -84,7 +57,11 @@ impl Sim {
             logs: vec![Vec::new(); PARTITIONS],
             committed: vec![None; PARTITIONS],
             dead_letters: BTreeMap::new(),
-            fields: (field_number(&plan, "id"), field_number(&plan, "part")),
+            fields: route.fields,
+            appended: BTreeMap::new(),
+            ledger: vec![BTreeMap::new(); REPLICAS],
+            mode: params.mode,
+            source: BTreeSet::new(),
         };
         crate::backoff::SEEDED_JITTER
             .with(|j| *j.borrow_mut() = Some(StdRng::seed_from_u64(seed ^ 0x5eed)));
@@ -101,8 +78,8 @@ impl Sim {
             procs: (0..REPLICAS).map(|_| None).collect(),
             restart_at: [None; REPLICAS],
             all_metrics: Vec::new(),
-            plan,
-            config,
+            route,
+            mode: params.mode,
             processes: 0,
             missing_checkpoint: params.missing_checkpoint,
         };
@@ -200,7 +177,11 @@ pub(crate) fn run(params: &Params) -> Report {
                 ));
             }
             if violation.is_none() {
-                violation = sim.check_exactly_once();
+                violation = match sim.mode {
+                    Mode::ExactlyOnce => sim.check_exactly_once(),
+                    Mode::AtLeastOnce => sim.check_at_least_once(),
+                    Mode::Cdc { .. } => sim.check_at_least_once().or_else(|| sim.check_cdc()),
+                };
             }
         }
         let simulated = Instant::now() - started;
@@ -218,6 +199,15 @@ pub(crate) fn run(params: &Params) -> Report {
         }
         let records: u64 = w.logs.iter().map(|l| l.len() as u64).sum();
         w.stats.insert("records", records);
+        if let Mode::Cdc { .. } = sim.mode {
+            let mode = sim.mode;
+            let deletes = (w.logs.iter().flatten())
+                .filter(|r| matches!(r.change, Some((_, 'd'))) && r.fate(mode) == Fate::Row)
+                .count();
+            w.stats.insert("deletes", deletes as u64);
+            let keys = super::rest::table_rows(&w).len();
+            w.stats.insert("keys", keys as u64);
+        }
         w.stats.insert("processes", sim.processes as u64);
         let (streams, dead) = (w.streams.len() as u64, w.dead_letters.len() as u64);
         w.stats.insert("streams", streams);

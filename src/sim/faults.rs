@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use super::bigquery::short;
 use super::driver::Sim;
-use super::world::{FROZEN, RUNNING, lock};
-use super::{MAX_PAYLOAD, PARTITIONS, REPLICAS, SESSION_TIMEOUT};
+use super::world::{FROZEN, Produced, RUNNING, World, lock};
+use super::{KEYS_PER_PARTITION, MAX_PAYLOAD, Mode, PARTITIONS, REPLICAS, SESSION_TIMEOUT};
 
 impl Sim {
     pub(super) fn faults_step(&mut self) {
@@ -104,12 +104,74 @@ impl Sim {
             return;
         }
         let p = w.rng.random_range(0..PARTITIONS);
-        let kind = w.rng.random_range(0..100);
-        let record = match kind {
-            0..3 => Some("x".repeat(MAX_PAYLOAD + 4)),
-            3..4 => None,
-            _ => Some(format!("v{}", w.logs[p].len() % 1000)),
+        let record = match w.mode {
+            Mode::Cdc { .. } => change(&mut w, p),
+            _ => {
+                let payload = match w.rng.random_range(0..100) {
+                    0..3 => Some("x".repeat(MAX_PAYLOAD + 4)),
+                    3..4 => None,
+                    _ => Some(format!("v{}", w.logs[p].len() % 1000)),
+                };
+                Produced {
+                    payload,
+                    change: None,
+                }
+            }
         };
         w.logs[p].push(record);
+    }
+}
+
+/// The next change of partition `p`'s keys, as Debezium writes them: a key's changes stay in
+/// its partition (`k % PARTITIONS == p`); inserts of absent keys (`c`, now and then a snapshot
+/// read `r`), updates and deletes of present ones, re-inserts of deleted keys, a tombstone after
+/// some deletes, and often the same key again at once, so that one request holds several changes
+/// of a key. Bad records: a payload too long for its column (a row error at BigQuery), a
+/// truncate (`t`) and an unknown operation.
+fn change(w: &mut World, p: usize) -> Produced {
+    let offset = w.logs[p].len();
+    let previous = w.logs[p].iter().rev().find_map(|r| r.change);
+    if let Some((k, 'd')) = previous
+        && w.logs[p].last().is_some_and(|r| r.payload.is_some())
+        && w.rng.random_bool(0.5)
+    {
+        return Produced {
+            payload: None,
+            change: Some((k, 'd')),
+        };
+    }
+    let k = match previous {
+        Some((k, _)) if w.rng.random_bool(0.35) => k,
+        _ => p as i64 + PARTITIONS as i64 * w.rng.random_range(0..KEYS_PER_PARTITION),
+    };
+    let live = w.source.contains(&k);
+    let roll = w.rng.random_range(0..100);
+    let op = match roll {
+        0..2 => 't',
+        2..3 => 'x',
+        _ if !live && roll < 10 => 'r',
+        _ if !live => 'c',
+        _ if roll < 30 => 'd',
+        _ => 'u',
+    };
+    let payload = if matches!(op, 'c' | 'r' | 'u') && w.rng.random_bool(0.03) {
+        "x".repeat(MAX_PAYLOAD + 4)
+    } else {
+        format!("v{}", offset % 1000)
+    };
+    // The source database's state: a change that BigQuery refuses (too long) still happened
+    // at the source; the reference state is what the sink can apply.
+    match op {
+        'c' | 'r' | 'u' => {
+            w.source.insert(k);
+        }
+        'd' => {
+            w.source.remove(&k);
+        }
+        _ => {}
+    }
+    Produced {
+        payload: Some(payload),
+        change: Some((k, op)),
     }
 }

@@ -32,6 +32,7 @@ mod group;
 mod inbox;
 mod process;
 mod rest;
+mod route;
 mod tests;
 mod world;
 
@@ -54,6 +55,37 @@ const FAULTY: Duration = Duration::from_secs(120);
 const AVRO: &str = r#"{"type":"record","name":"E","fields":[
   {"name":"id","type":"long"},{"name":"part","type":"long"},{"name":"payload","type":"string"}]}"#;
 
+/// CDC mode: the Debezium envelope of a row keyed by `k` (the table's primary key). `id` and
+/// `part` are the record's own offset and partition (a `d` event's `before` carries them too),
+/// so that every row BigQuery holds names the record that wrote it.
+const CDC_AVRO: &str = r#"{"type":"record","name":"Envelope","namespace":"sim.events","fields":[
+  {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+    {"name":"k","type":"long"},{"name":"id","type":"long"},{"name":"part","type":"long"},
+    {"name":"payload","type":"string"}]}],"default":null},
+  {"name":"after","type":["null","Value"],"default":null},
+  {"name":"op","type":"string"}]}"#;
+/// CDC mode: keys per partition (a key stays in its partition: `k % PARTITIONS`).
+const KEYS_PER_PARTITION: i64 = 12;
+
+/// The route a seed runs, as a process's config would say it (docs/simulation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `delivery: exactly_once` (the default): BUFFERED streams, the checkpoint protocol.
+    ExactlyOnce,
+    /// `delivery: at_least_once`, an append-only route: the `_default` stream, the ledger.
+    AtLeastOnce,
+    /// `delivery: at_least_once` with `cdc:` (Debezium envelope, primary key `k`): the ledger,
+    /// the change extraction, BigQuery applying upserts and deletes. `deletes` is
+    /// `mode: upsert_delete` (else `upsert`: deletes and tombstones are ignored).
+    Cdc { deletes: bool },
+}
+
+impl Mode {
+    pub(crate) fn at_least_once(self) -> bool {
+        self != Mode::ExactlyOnce
+    }
+}
+
 /// What one seed does.
 #[derive(Clone, Debug)]
 pub(crate) struct Params {
@@ -65,6 +97,7 @@ pub(crate) struct Params {
     /// commit marked the table stops for good, as docs/operations.md ("Missing checkpoints")
     /// says it does.
     pub missing_checkpoint: MissingCheckpointPolicy,
+    pub mode: Mode,
 }
 
 impl Params {
@@ -73,6 +106,14 @@ impl Params {
             seed,
             faulty: FAULTY,
             missing_checkpoint: MissingCheckpointPolicy::Resolve,
+            mode: Mode::ExactlyOnce,
+        }
+    }
+
+    pub fn with_mode(seed: u64, mode: Mode) -> Params {
+        Params {
+            mode,
+            ..Params::seed(seed)
         }
     }
 }

@@ -23,6 +23,7 @@ use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, Input};
+use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
@@ -52,6 +53,8 @@ pub(super) struct Process {
 impl Sim {
     pub(super) fn start(&mut self, r: usize) {
         self.processes += 1;
+        // A new process: nothing delivered to its writers yet.
+        self.w().ledger[r].clear();
         let gate = Arc::new(Gate(AtomicU8::new(RUNNING)));
         let metrics = Arc::new(Metrics::new());
         self.all_metrics.push(metrics.clone());
@@ -92,7 +95,7 @@ impl Sim {
                 },
                 on_bad_record: BadRecordPolicy::DeadLetter,
                 lookup_backoff: Duration::from_secs(1),
-                default_stream: false,
+                default_stream: self.mode.at_least_once(),
             },
         });
         let rest = RestClient::with_transport(Arc::new(SimRest {
@@ -101,7 +104,7 @@ impl Sim {
             process: r,
         }));
         let router = Arc::new(Router::new(
-            self.config.clone(),
+            self.route.config.clone(),
             rest.clone(),
             client,
             metrics.clone(),
@@ -124,8 +127,8 @@ impl Sim {
                 writer: Arc::new(WriterRoute {
                     table: TABLE.into(),
                     table_label: "events".into(),
-                    plans: self.plan.clone(),
-                    cdc: None,
+                    plans: self.route.plans.clone(),
+                    cdc: self.route.cdc.clone(),
                 }),
                 // The `resolve` query's columns: the record's offset and partition.
                 resolve: Some(ResolveColumns {
@@ -148,8 +151,14 @@ impl Sim {
         config.on_missing_checkpoint = self.missing_checkpoint;
         let (command_tx, command_rx) = std_mpsc::channel();
         let (event_tx, event_rx) = mpsc::unbounded_channel();
+        // As the daemon chooses its machine by `delivery` (pipeline.rs).
+        let machine = if self.mode.at_least_once() {
+            Machine::AtLeastOnce(AtLeastOnceLedger::new(config))
+        } else {
+            Machine::ExactlyOnce(CheckpointProtocol::new(config))
+        };
         let coordinator = Coordinator::new(
-            Machine::ExactlyOnce(CheckpointProtocol::new(config)),
+            machine,
             settings,
             ConsumerHandle::detached(command_tx),
             event_rx,

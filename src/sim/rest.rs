@@ -3,6 +3,7 @@
 //! the emulator's store) and the `resolve` query (the highest offset of a partition visible in
 //! the table), with seeded faults (refused, applied with the answer lost, delayed).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::TABLE;
@@ -109,6 +110,17 @@ fn highest_visible(w: &World, query: &str) -> Option<i64> {
 
 /// Every visible row of the table as (partition, offset).
 pub(super) fn visible_rows(w: &World) -> Vec<(usize, i64)> {
+    table_rows(w)
+        .into_iter()
+        .map(|row| {
+            let int = |c: &str| row[c].parse::<i64>().unwrap_or(-1);
+            (int("part") as usize, int("id"))
+        })
+        .collect()
+}
+
+/// Every visible row of the table (the applied state of a CDC table), its columns by name.
+pub(super) fn table_rows(w: &World) -> Vec<BTreeMap<String, String>> {
     let table_ref = TableRef::parse(TABLE).expect("table");
     let table = w.store.get_table(&table_ref).expect("table");
     let page = w
@@ -119,13 +131,12 @@ pub(super) fn visible_rows(w: &World) -> Vec<(usize, i64)> {
         .iter()
         .map(|row| {
             let v = row.codec.render(&row.data, &table.schema);
-            let field = |i: usize| -> i64 {
-                v["f"][i]["v"]
-                    .as_str()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(-1)
-            };
-            (field(1) as usize, field(0))
+            (table.schema.fields.iter().enumerate())
+                .map(|(i, column)| {
+                    let value = v["f"][i]["v"].as_str().unwrap_or_default();
+                    (column.name.clone(), value.to_string())
+                })
+                .collect()
         })
         .collect()
 }

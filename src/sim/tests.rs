@@ -6,11 +6,25 @@
 
 use std::time::Duration;
 
-use super::{Params, Report, run};
+use super::{Mode, Params, Report, run};
 use crate::checkpoint::protocol::MissingCheckpointPolicy;
 
 /// The seeds the test command runs: fixed and committed.
 const FIXED_SEEDS: std::ops::RangeInclusive<u64> = 1..=80;
+/// The seeds of the at-least-once modes in the test command (fewer: the exactly-once shell has
+/// the most to get wrong, and the test command's time is shared).
+const FIXED_AT_LEAST_ONCE_SEEDS: std::ops::RangeInclusive<u64> = 1..=12;
+const FIXED_CDC_SEEDS: std::ops::RangeInclusive<u64> = 1..=24;
+
+/// The CDC mode of a seed: `upsert_delete` for three seeds in four, `upsert` for the fourth.
+fn cdc(seed: u64) -> Mode {
+    Mode::Cdc {
+        deletes: seed % 4 != 3,
+    }
+}
+
+/// Counterexamples found in the at-least-once modes: the seed, its mode and what it found.
+const MODE_REGRESSIONS: &[(u64, Mode, &str)] = &[];
 
 /// Every counterexample the simulation ever found, kept as a named regression case: the seed and
 /// what it found (with the code it found it on).
@@ -61,8 +75,15 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// The line that replays `seed`.
-fn replay(seed: u64) -> String {
-    format!("replay: scripts/simulate.sh --seed {seed}   (add KBQ_SIM_TRACE=1 for every step)")
+fn replay(seed: u64, mode: Mode) -> String {
+    let mode = match mode {
+        Mode::ExactlyOnce => "",
+        Mode::AtLeastOnce => " --mode at_least_once",
+        Mode::Cdc { .. } => " --mode cdc",
+    };
+    format!(
+        "replay: scripts/simulate.sh --seed {seed}{mode}   (add KBQ_SIM_TRACE=1 for every step)"
+    )
 }
 
 fn check(params: &Params) -> Report {
@@ -71,7 +92,7 @@ fn check(params: &Params) -> Report {
         panic!(
             "simulation seed {} failed: {v}\n{}",
             params.seed,
-            replay(params.seed)
+            replay(params.seed, params.mode)
         );
     }
     report
@@ -97,6 +118,53 @@ fn every_counterexample_found_stays_fixed() {
         eprintln!("regression seed {seed}: {found}");
         check(&Params::seed(*seed));
     }
+    for (seed, mode, found) in MODE_REGRESSIONS {
+        eprintln!("regression seed {seed} ({mode:?}): {found}");
+        check(&Params::with_mode(*seed, *mode));
+    }
+}
+
+#[test]
+fn at_least_once_loses_nothing_and_repeats_only_what_it_may_on_the_fixed_seeds() {
+    let wall = std::time::Instant::now();
+    let mut simulated = Duration::ZERO;
+    let mut duplicates = 0;
+    for seed in FIXED_AT_LEAST_ONCE_SEEDS {
+        let report = check(&Params::with_mode(seed, Mode::AtLeastOnce));
+        simulated += report.simulated;
+        duplicates += report.stats.get("duplicates").copied().unwrap_or(0);
+    }
+    eprintln!(
+        "simulation (at least once): seeds {FIXED_AT_LEAST_ONCE_SEEDS:?} passed, {duplicates} duplicates, \
+         {:.2} simulated hours in {:.0} s",
+        simulated.as_secs_f64() / 3600.0,
+        wall.elapsed().as_secs_f64()
+    );
+    // The seeds exercise what the invariant judges: repeated appends.
+    assert!(duplicates > 0, "no seed repeated an append");
+}
+
+#[test]
+fn cdc_converges_to_the_source_state_on_the_fixed_seeds() {
+    let wall = std::time::Instant::now();
+    let mut simulated = Duration::ZERO;
+    let mut totals = std::collections::BTreeMap::new();
+    for seed in FIXED_CDC_SEEDS {
+        let report = check(&Params::with_mode(seed, cdc(seed)));
+        simulated += report.simulated;
+        for (k, v) in report.stats {
+            *totals.entry(k).or_insert(0) += v;
+        }
+    }
+    eprintln!(
+        "simulation (cdc): seeds {FIXED_CDC_SEEDS:?} passed, {:.2} simulated hours in {:.0} s: {totals:?}",
+        simulated.as_secs_f64() / 3600.0,
+        wall.elapsed().as_secs_f64()
+    );
+    // The seeds exercise what the check is about: rows written twice, deletes, dead letters.
+    for what in ["duplicates", "deletes", "dead_letters", "sigkills"] {
+        assert!(totals.get(what).copied().unwrap_or(0) > 0, "no {what}");
+    }
 }
 
 #[test]
@@ -121,6 +189,17 @@ fn a_seed_replays_identically() {
         first.trace_hash, other.trace_hash,
         "the seed drives the schedule"
     );
+    // The CDC mode too (its records, its `_default` appends, the applied state).
+    let cdc_params = Params {
+        mode: cdc(7),
+        ..params.clone()
+    };
+    let (first, second) = (run(&cdc_params), run(&cdc_params));
+    assert_eq!(
+        (first.trace_hash, &first.stats),
+        (second.trace_hash, &second.stats),
+        "same seed and mode, different histories"
+    );
 }
 
 /// `scripts/simulate.sh`: fresh seeds for as long as asked (`KBQ_SIM_SEEDS`, `KBQ_SIM_MINUTES`
@@ -130,8 +209,26 @@ fn a_seed_replays_identically() {
 #[ignore = "long-running; scripts/simulate.sh runs it"]
 fn simulate() {
     let faulty = env_u64("KBQ_SIM_FAULTY_SECONDS").map(Duration::from_secs);
+    // Fresh seeds run every mode in turn unless asked otherwise; a replayed seed is exactly
+    // once unless its mode is given (the replay line says it).
+    let modes = std::env::var("KBQ_SIM_MODE").unwrap_or_else(|_| {
+        let replaying = env_u64("KBQ_SIM_SEED").is_some();
+        (if replaying { "exactly_once" } else { "all" }).into()
+    });
+    let mode = |seed: u64| match modes.as_str() {
+        "exactly_once" => Mode::ExactlyOnce,
+        "at_least_once" => Mode::AtLeastOnce,
+        "cdc" => cdc(seed),
+        // Every mode in turn, CDC twice as often as each of the others.
+        "all" => match seed % 4 {
+            0 => Mode::ExactlyOnce,
+            1 => Mode::AtLeastOnce,
+            _ => cdc(seed),
+        },
+        other => panic!("KBQ_SIM_MODE: {other}? exactly_once, at_least_once, cdc or all"),
+    };
     let params = |seed| {
-        let mut p = Params::seed(seed);
+        let mut p = Params::with_mode(seed, mode(seed));
         if let Some(f) = faulty {
             p.faulty = f;
         }
@@ -143,7 +240,8 @@ fn simulate() {
     if let Some(seed) = env_u64("KBQ_SIM_SEED") {
         let report = run(&params(seed));
         eprintln!(
-            "seed {seed}: trace {:016x}, {:.0} simulated s, {:?}",
+            "seed {seed} ({:?}): trace {:016x}, {:.0} simulated s, {:?}",
+            mode(seed),
             report.trace_hash,
             report.simulated.as_secs_f64(),
             report.stats
@@ -178,7 +276,11 @@ fn simulate() {
         simulated += report.simulated;
         n += 1;
         if let Some(v) = report.violation {
-            eprintln!("FAILED seed {seed}: {v}\n{}", replay(seed));
+            eprintln!(
+                "FAILED seed {seed} ({:?}): {v}\n{}",
+                mode(seed),
+                replay(seed, mode(seed))
+            );
             failures.push(seed);
         }
         if n % 25 == 0 {

@@ -12,7 +12,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use super::STEP;
+use super::{MAX_PAYLOAD, Mode, STEP};
 use crate::checkpoint::metadata::CommitMetadata;
 use crate::emulator::store::Store;
 
@@ -36,14 +36,74 @@ pub(super) struct World {
     pub(super) committed_rows: BTreeMap<String, i64>,
     /// Streams a fault removed (expiry): a rewind is excused only for them.
     pub(super) injected_loss: BTreeSet<String>,
+    /// At least once: how many rows of each record (partition, offset) were appended to the
+    /// `_default` stream (visible at once).
+    pub(super) appended: BTreeMap<(usize, i64), u32>,
+    /// At least once, per replica: what the consumer delivered to its writers and what their
+    /// appends were told, to judge every repeated append (docs/simulation.md).
+    pub(super) ledger: Vec<BTreeMap<(usize, i64), Delivered>>,
+    pub(super) mode: Mode,
     // Kafka
-    /// Per partition: `Some(payload)`, `None` for a tombstone.
-    pub(super) logs: Vec<Vec<Option<String>>>,
+    pub(super) logs: Vec<Vec<Produced>>,
+    /// CDC mode: the keys the source table holds (what the produced changes describe).
+    pub(super) source: BTreeSet<i64>,
     pub(super) committed: Vec<Option<(i64, String)>>,
     /// Dead letters: (partition, offset) -> reasons.
     pub(super) dead_letters: BTreeMap<(usize, i64), Vec<String>>,
     /// Proto field numbers of the `id` and `part` columns in the rows the plan encodes.
     pub(super) fields: (u64, u64),
+}
+
+/// A produced record.
+#[derive(Clone, Debug)]
+pub(super) struct Produced {
+    /// The row's payload; `None`: a tombstone.
+    pub(super) payload: Option<String>,
+    /// CDC mode: the key and the Debezium operation (`c`, `r`, `u`, `d`; `t` and `x` are not row
+    /// changes).
+    pub(super) change: Option<(i64, char)>,
+}
+
+/// What the sink must do with a produced record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// A row in the table (in CDC mode an UPSERT, or a DELETE of `upsert_delete`).
+    Row,
+    /// CDC `upsert`: a delete or tombstone, counted and skipped.
+    Ignored,
+    /// A bad record: dead-lettered with its reason, never a row.
+    Bad,
+}
+
+impl Produced {
+    pub(super) fn fate(&self, mode: Mode) -> Fate {
+        let deletes = matches!(mode, Mode::Cdc { deletes: true });
+        let too_long = |p: &String| p.len() > MAX_PAYLOAD;
+        match (self.change, &self.payload) {
+            (None, Some(p)) if !too_long(p) => Fate::Row,
+            (None, _) => Fate::Bad,
+            // A tombstone: a delete by the Kafka key, which a raw-Avro route cannot read (the
+            // key schema is the registry's).
+            (Some(_), None) if deletes => Fate::Bad,
+            (Some(_), None) => Fate::Ignored,
+            (Some((_, 'c' | 'r' | 'u')), Some(p)) if too_long(p) => Fate::Bad,
+            (Some((_, 'c' | 'r' | 'u')), Some(_)) => Fate::Row,
+            (Some((_, 'd')), Some(_)) if deletes => Fate::Row,
+            (Some((_, 'd')), Some(_)) => Fate::Ignored,
+            (Some(_), Some(_)) => Fate::Bad,
+        }
+    }
+}
+
+/// At least once: one record as one replica's writers saw it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Delivered {
+    /// Deliveries to a writer not yet used by an append.
+    pub(super) unused: u32,
+    /// Appends of it that were applied and whose answer has not reached an append session:
+    /// each may be sent again once (a resend after a broken call or a timeout; also by the
+    /// session of an earlier incarnation in the same process, a lost partition's).
+    pub(super) unanswered: u32,
 }
 
 pub(super) struct SimStream {
