@@ -262,165 +262,189 @@ impl Metrics {
             group_joined: Gauge::default(),
             registry: Registry::default(),
         };
+        m.process_start_time.set(unix_ms() as f64 / 1000.0);
         // prometheus-client appends `_total` to counters itself.
-        let r = &mut registry;
+        m.register_throughput(&mut registry);
+        m.register_checkpoints(&mut registry);
+        m.register_bigquery(&mut registry);
+        m.register_records(&mut registry);
+        m.register_partitions(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// The data path: records in, rows appended and made visible, what is in flight.
+    fn register_throughput(&self, r: &mut Registry) {
         r.register(
             "kbq_records_consumed",
             "Kafka records handed to writers",
-            m.records_consumed.clone(),
+            self.records_consumed.clone(),
         );
         r.register(
             "kbq_bytes_consumed",
             "Key and value bytes of consumed records",
-            m.bytes_consumed.clone(),
+            self.bytes_consumed.clone(),
         );
         r.register(
             "kbq_rows_appended",
             "Rows acknowledged by AppendRows",
-            m.rows_appended.clone(),
+            self.rows_appended.clone(),
         );
         r.register(
             "kbq_rows_flushed",
             "Rows made visible",
-            m.rows_flushed.clone(),
+            self.rows_flushed.clone(),
         );
         r.register(
             "kbq_append_latency_seconds",
             "AppendRows request to response",
-            m.append_latency.clone(),
+            self.append_latency.clone(),
         );
         r.register(
             "kbq_flush_latency_seconds",
             "One FlushRows call",
-            m.flush_latency.clone(),
-        );
-        r.register(
-            "kbq_checkpoint_duration_seconds",
-            "One checkpoint cycle, barrier to finalize",
-            m.checkpoint_duration.clone(),
-        );
-        r.register(
-            "kbq_checkpoints",
-            "Checkpoint cycles by outcome",
-            m.checkpoints.clone(),
-        );
-        r.register(
-            "kbq_checkpoint_last_success_age_seconds",
-            "Seconds since the last successful checkpoint cycle",
-            m.checkpoint_age.clone(),
-        );
-        m.process_start_time.set(unix_ms() as f64 / 1000.0);
-        r.register(
-            "kbq_process_start_time_seconds",
-            "When this process started, in seconds since the Unix epoch",
-            m.process_start_time.clone(),
+            self.flush_latency.clone(),
         );
         r.register(
             "kbq_inflight_requests",
             "AppendRows requests in flight",
-            m.inflight_requests.clone(),
+            self.inflight_requests.clone(),
         );
         r.register(
             "kbq_inflight_bytes",
             "Encoded bytes of AppendRows requests in flight",
-            m.inflight_bytes.clone(),
+            self.inflight_bytes.clone(),
         );
         r.register(
             "kbq_memory_budget_used_bytes",
             "Bytes of writer.memory_limit held by records read and not yet acknowledged",
-            m.memory_budget_used.clone(),
+            self.memory_budget_used.clone(),
+        );
+    }
+
+    /// Checkpoint cycles, the process's start, and what recovery did.
+    fn register_checkpoints(&self, r: &mut Registry) {
+        r.register(
+            "kbq_checkpoint_duration_seconds",
+            "One checkpoint cycle, barrier to finalize",
+            self.checkpoint_duration.clone(),
         );
         r.register(
-            "kbq_open_streams",
-            "Write streams held open",
-            m.open_streams.clone(),
+            "kbq_checkpoints",
+            "Checkpoint cycles by outcome",
+            self.checkpoints.clone(),
         );
         r.register(
-            "kbq_streams_created",
-            "CreateWriteStream successes",
-            m.streams_created.clone(),
+            "kbq_checkpoint_last_success_age_seconds",
+            "Seconds since the last successful checkpoint cycle",
+            self.checkpoint_age.clone(),
         );
         r.register(
-            "kbq_streams_finalized",
-            "FinalizeWriteStream successes",
-            m.streams_finalized.clone(),
-        );
-        r.register(
-            "kbq_bigquery_errors",
-            "BigQuery errors by rpc, grpc code and storage error code",
-            m.bigquery_errors.clone(),
-        );
-        r.register(
-            "kbq_dead_letter_records",
-            "Records sent to the dead-letter topic",
-            m.dead_letter_records.clone(),
-        );
-        r.register(
-            "kbq_cdc_changes",
-            "CDC records taken into requests by change (a replay counts again)",
-            m.cdc_changes.clone(),
-        );
-        r.register(
-            "kbq_cdc_bad_records",
-            "CDC records that are not a row change, by reason",
-            m.cdc_bad_records.clone(),
+            "kbq_process_start_time_seconds",
+            "When this process started, in seconds since the Unix epoch",
+            self.process_start_time.clone(),
         );
         r.register(
             "kbq_recovery_actions",
             "Recovery actions by outcome",
-            m.recovery_actions.clone(),
+            self.recovery_actions.clone(),
         );
         r.register(
             "kbq_rewound_records",
             "Records re-delivered by a rewind recovery",
-            m.rewound_records.clone(),
+            self.rewound_records.clone(),
         );
+    }
+
+    /// Write streams and BigQuery's errors.
+    fn register_bigquery(&self, r: &mut Registry) {
+        r.register(
+            "kbq_open_streams",
+            "Write streams held open",
+            self.open_streams.clone(),
+        );
+        r.register(
+            "kbq_streams_created",
+            "CreateWriteStream successes",
+            self.streams_created.clone(),
+        );
+        r.register(
+            "kbq_streams_finalized",
+            "FinalizeWriteStream successes",
+            self.streams_finalized.clone(),
+        );
+        r.register(
+            "kbq_bigquery_errors",
+            "BigQuery errors by rpc, grpc code and storage error code",
+            self.bigquery_errors.clone(),
+        );
+    }
+
+    /// Records that are not plain rows: dead letters and CDC changes.
+    fn register_records(&self, r: &mut Registry) {
+        r.register(
+            "kbq_dead_letter_records",
+            "Records sent to the dead-letter topic",
+            self.dead_letter_records.clone(),
+        );
+        r.register(
+            "kbq_cdc_changes",
+            "CDC records taken into requests by change (a replay counts again)",
+            self.cdc_changes.clone(),
+        );
+        r.register(
+            "kbq_cdc_bad_records",
+            "CDC records that are not a row change, by reason",
+            self.cdc_bad_records.clone(),
+        );
+    }
+
+    /// Kafka, the registry, and the state of the partitions this replica owns.
+    fn register_partitions(&self, r: &mut Registry) {
         r.register(
             "kbq_consumer_lag_records",
             "High watermark minus committed offset",
-            m.consumer_lag.clone(),
+            self.consumer_lag.clone(),
         );
         r.register(
             "kbq_rebalances",
             "Rebalance callbacks by kind",
-            m.rebalances.clone(),
+            self.rebalances.clone(),
         );
         r.register(
             "kbq_schema_registry_requests",
             "Schema lookups by result",
-            m.schema_registry_requests.clone(),
+            self.schema_registry_requests.clone(),
         );
         r.register(
             "kbq_partitions_assigned",
             "Partitions owned by this replica",
-            m.partitions_assigned.clone(),
+            self.partitions_assigned.clone(),
         );
         r.register(
             "kbq_partitions_failed",
             "Partitions stopped by a fail-closed policy",
-            m.partitions_failed.clone(),
+            self.partitions_failed.clone(),
         );
         r.register(
             "kbq_partitions_stalled",
             "Partitions not advancing while records wait for them",
-            m.partitions_stalled.clone(),
+            self.partitions_stalled.clone(),
         );
         r.register(
             "kbq_partitions_retrying",
             "Writers waiting out a permission, credential or precondition error",
-            m.partitions_retrying.clone(),
+            self.partitions_retrying.clone(),
         );
         r.register(
             "kbq_table_markers_failing",
             "Tables whose group marker cannot be written (their rows wait)",
-            m.table_markers_failing.clone(),
+            self.table_markers_failing.clone(),
         );
         r.register(
             "kbq_consumer_group_joined",
             "1 while the consumer is a steady member of its group",
-            m.group_joined.clone(),
+            self.group_joined.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     /// Creates the series whose label values are known at start, at 0, so that dashboards and
