@@ -58,108 +58,20 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         metrics.clone(),
         group_label(&config.kafka.group_id),
     ));
-    // An explicit topic list is routed now, so that a table that cannot be written fails the
-    // start; topics of a pattern are routed when their first partition is assigned.
-    // A table read is retried for up to about a minute; a SIGTERM meanwhile must not wait for
-    // it (Kubernetes kills the pod 30 s after the signal): nothing is consumed yet, so there is
-    // nothing to checkpoint and the process leaves at once.
-    for topic in &config.kafka.topics {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => {
-                tracing::info!(topic, "shutdown requested during start-up: leaving before the topic is routed");
-                return Ok(());
-            }
-            routed = router.resolve(topic) => {
-                routed.with_context(|| format!("topic {topic}"))?;
-            }
-        }
+    if !resolve_listed_topics(&config, &router, &shutdown).await? {
+        return Ok(());
     }
-
-    let dead_letter = match (&config.dead_letter, config.on_bad_record) {
-        (Some(dl), OnBadRecord::DeadLetter) => {
-            let topic = dl
-                .topic
-                .as_deref()
-                .ok_or_else(|| anyhow!("dead_letter.topic is required"))?;
-            Some(DeadLetterProducer::new(
-                &dl.producer_properties(&config.kafka),
-                topic,
-                defaults::DEAD_LETTER_SEND_TIMEOUT,
-            )?)
-        }
-        (None, OnBadRecord::DeadLetter) => {
-            bail!("dead_letter.topic is required when on_bad_record is dead_letter")
-        }
-        _ => None,
-    };
-    let w = &config.writer;
     let writer_shared = Arc::new(WriterShared {
         client,
-        dead_letter,
+        dead_letter: dead_letter_producer(&config)?,
         metrics: metrics.clone(),
         stream_creation: Arc::new(StreamCreationLimiter::for_a_replica()),
-        settings: WriterSettings {
-            max_request_bytes: w.max_request_bytes.0 as usize,
-            max_rows_per_request: w.max_rows_per_request as usize,
-            linger: w.linger.0,
-            session: SessionLimits {
-                max_inflight_requests: w.max_inflight_requests as usize,
-                max_inflight_bytes: w.max_inflight_bytes.0 as usize,
-                response_timeout: w.response_timeout.0,
-                ..SessionLimits::default()
-            },
-            on_bad_record: match config.on_bad_record {
-                OnBadRecord::DeadLetter => BadRecordPolicy::DeadLetter,
-                OnBadRecord::Skip => BadRecordPolicy::Skip,
-                OnBadRecord::Fail => BadRecordPolicy::Fail,
-            },
-            lookup_backoff: defaults::PLAN_LOOKUP_BACKOFF,
-            default_stream: config.delivery == Delivery::AtLeastOnce,
-        },
+        settings: writer_settings(&config),
     });
-
+    let consumer_settings = consumer_settings(&config, &metrics);
+    let settings = coordinator_settings(&config, router, &consumer_settings);
+    let (consumer, events) = consumer::spawn(consumer_settings)?;
     let recovery = protocol_config(&config);
-    let consumer_properties = config.consumer_properties().0;
-    let session_timeout = consumer_properties
-        .get("session.timeout.ms")
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .map_or(defaults::KAFKA_SESSION_TIMEOUT, Duration::from_millis);
-    let (consumer, events) = consumer::spawn(ConsumerSettings {
-        properties: consumer_properties,
-        topics: config.kafka.subscription(),
-        excluded_topics: config.excluded_topics(),
-        handoff_deadline: config.shutdown_deadline.0.min(defaults::HANDOFF_DEADLINE),
-        request_timeout: defaults::KAFKA_REQUEST_TIMEOUT,
-        max_stash_records: defaults::MAX_STASH_RECORDS,
-        metrics: Some(metrics.clone()),
-        memory: Some(MemoryBudget::new(
-            config.writer.memory_limit.0,
-            metrics.memory_budget_used.clone(),
-        )),
-        read_headers: config.on_bad_record == OnBadRecord::DeadLetter
-            || config.bigquery.metadata_columns.headers.is_some()
-            || (config.routes.iter()).any(|r| {
-                r.metadata_columns
-                    .as_ref()
-                    .is_some_and(|m| m.headers.is_some())
-            }),
-        faults: Default::default(),
-    })?;
-    let settings = CoordinatorSettings {
-        router,
-        checkpoint_interval: config.checkpoint.interval.0,
-        writer_drain: config.shutdown_deadline.0 / 2,
-        shutdown_deadline: config.shutdown_deadline.0,
-        // Records in a writer's channel are charged to `writer.memory_limit`, whose gate bounds
-        // them; a full channel stashes records and pauses the partition, and librdkafka resumes
-        // fetching a broker's partitions after all were paused only at its next one-second tick
-        // (one partition drained at 36 MB/s with 4,096 here). So the channel is sized to be
-        // filled only by records far smaller than 1 KB.
-        writer_channel: defaults::WRITER_CHANNEL_RECORDS,
-        zombie_confirm_after: session_timeout.max(defaults::MIN_ZOMBIE_CONFIRM),
-        stall_after: config.checkpoint.partition_stall_timeout.0,
-    };
     let machine = match config.delivery {
         Delivery::ExactlyOnce => Machine::ExactlyOnce(CheckpointProtocol::new(recovery)),
         Delivery::AtLeastOnce => Machine::AtLeastOnce(AtLeastOnceLedger::new(recovery)),
@@ -179,6 +91,128 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     match exit {
         Exit::Shutdown => Ok(()),
         Exit::ConsumerFailed(reason) => Err(anyhow!("kafka consumer failed: {reason}")),
+    }
+}
+
+/// Resolves the routes of an explicit topic list now, so that a table that cannot be written
+/// fails the start; topics of a pattern are routed when their first partition is assigned.
+/// Returns `false` when a shutdown was requested meanwhile.
+async fn resolve_listed_topics(
+    config: &Config,
+    router: &Router,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    // A table read is retried for up to about a minute; a SIGTERM meanwhile must not wait for
+    // it (Kubernetes kills the pod 30 s after the signal): nothing is consumed yet, so there is
+    // nothing to checkpoint and the process leaves at once.
+    for topic in &config.kafka.topics {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                tracing::info!(topic, "shutdown requested during start-up: leaving before the topic is routed");
+                return Ok(false);
+            }
+            routed = router.resolve(topic) => {
+                routed.with_context(|| format!("topic {topic}"))?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The dead-letter producer, when bad records go to a dead-letter topic.
+fn dead_letter_producer(config: &Config) -> anyhow::Result<Option<DeadLetterProducer>> {
+    match (&config.dead_letter, config.on_bad_record) {
+        (Some(dl), OnBadRecord::DeadLetter) => {
+            let topic = dl
+                .topic
+                .as_deref()
+                .ok_or_else(|| anyhow!("dead_letter.topic is required"))?;
+            Ok(Some(DeadLetterProducer::new(
+                &dl.producer_properties(&config.kafka),
+                topic,
+                defaults::DEAD_LETTER_SEND_TIMEOUT,
+            )?))
+        }
+        (None, OnBadRecord::DeadLetter) => {
+            bail!("dead_letter.topic is required when on_bad_record is dead_letter")
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What every partition writer is configured with.
+fn writer_settings(config: &Config) -> WriterSettings {
+    let w = &config.writer;
+    WriterSettings {
+        max_request_bytes: w.max_request_bytes.0 as usize,
+        max_rows_per_request: w.max_rows_per_request as usize,
+        linger: w.linger.0,
+        session: SessionLimits {
+            max_inflight_requests: w.max_inflight_requests as usize,
+            max_inflight_bytes: w.max_inflight_bytes.0 as usize,
+            response_timeout: w.response_timeout.0,
+            ..SessionLimits::default()
+        },
+        on_bad_record: match config.on_bad_record {
+            OnBadRecord::DeadLetter => BadRecordPolicy::DeadLetter,
+            OnBadRecord::Skip => BadRecordPolicy::Skip,
+            OnBadRecord::Fail => BadRecordPolicy::Fail,
+        },
+        lookup_backoff: defaults::PLAN_LOOKUP_BACKOFF,
+        default_stream: config.delivery == Delivery::AtLeastOnce,
+    }
+}
+
+/// The consumer thread's settings: librdkafka's properties, the subscription, the memory budget.
+fn consumer_settings(config: &Config, metrics: &Arc<Metrics>) -> ConsumerSettings {
+    ConsumerSettings {
+        properties: config.consumer_properties().0,
+        topics: config.kafka.subscription(),
+        excluded_topics: config.excluded_topics(),
+        handoff_deadline: config.shutdown_deadline.0.min(defaults::HANDOFF_DEADLINE),
+        request_timeout: defaults::KAFKA_REQUEST_TIMEOUT,
+        max_stash_records: defaults::MAX_STASH_RECORDS,
+        metrics: Some(metrics.clone()),
+        memory: Some(MemoryBudget::new(
+            config.writer.memory_limit.0,
+            metrics.memory_budget_used.clone(),
+        )),
+        read_headers: config.on_bad_record == OnBadRecord::DeadLetter
+            || config.bigquery.metadata_columns.headers.is_some()
+            || (config.routes.iter()).any(|r| {
+                r.metadata_columns
+                    .as_ref()
+                    .is_some_and(|m| m.headers.is_some())
+            }),
+        faults: Default::default(),
+    }
+}
+
+/// The coordinator's timing: the checkpoint interval, drain and shutdown deadlines, when a
+/// silent partition is a zombie (after the consumer's session timeout) or stalled.
+fn coordinator_settings(
+    config: &Config,
+    router: Arc<Router>,
+    consumer: &ConsumerSettings,
+) -> CoordinatorSettings {
+    let session_timeout = (consumer.properties)
+        .get("session.timeout.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(defaults::KAFKA_SESSION_TIMEOUT, Duration::from_millis);
+    CoordinatorSettings {
+        router,
+        checkpoint_interval: config.checkpoint.interval.0,
+        writer_drain: config.shutdown_deadline.0 / 2,
+        shutdown_deadline: config.shutdown_deadline.0,
+        // Records in a writer's channel are charged to `writer.memory_limit`, whose gate bounds
+        // them; a full channel stashes records and pauses the partition, and librdkafka resumes
+        // fetching a broker's partitions after all were paused only at its next one-second tick
+        // (one partition drained at 36 MB/s with 4,096 here). So the channel is sized to be
+        // filled only by records far smaller than 1 KB.
+        writer_channel: defaults::WRITER_CHANNEL_RECORDS,
+        zombie_confirm_after: session_timeout.max(defaults::MIN_ZOMBIE_CONFIRM),
+        stall_after: config.checkpoint.partition_stall_timeout.0,
     }
 }
 
