@@ -12,7 +12,7 @@ use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
 };
 use crate::bigquery::table_schema::TableSchema;
-use crate::config::{self, Config, TopicRoute};
+use crate::config::{self, Config, CreateTableConfig, TopicRoute};
 use crate::registry::{AnySchema, SchemaRegistry};
 use crate::transcode::protobuf::MessagePath;
 use crate::transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
@@ -32,18 +32,8 @@ pub(super) async fn ensure_table(
     schema: Option<&AvroSchema>,
     registry: Option<&SchemaRegistry>,
 ) -> anyhow::Result<Table> {
-    let mut backoff = backoff::TABLE_READ;
-    loop {
-        match rest.get_table(table).await {
-            Ok(t) => return Ok(t),
-            Err(e) if e.is_not_found() => break,
-            Err(e) if e.is_retryable() && backoff.attempts() < TABLE_READ_RETRIES => {
-                let after = backoff.next_delay();
-                tracing::warn!(error = %e, attempt = backoff.attempts(), retry_in = ?after, table = %table.resource_name(), "cannot read the table yet, retrying");
-                tokio::time::sleep(after).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
+    if let Some(existing) = read_table(rest, table).await? {
+        return Ok(existing);
     }
     if route.format == Some(config::InputFormat::Json) {
         bail!(
@@ -65,59 +55,17 @@ pub(super) async fn ensure_table(
     };
     let derived = match (schema, registry, &config.schema_registry) {
         (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,
-        // By default the TopicNameStrategy subject `<topic>-value`. Its latest schema is what
-        // producers write now; older records still fit (the registry's compatibility rules),
-        // and later ones add columns through schema_update.
         (None, Some(registry), Some(sr)) => {
             let subject = sr.table_subject.replace("{topic}", topic);
-            let context = || {
-                format!(
-                    "cannot create table {} from the registry",
-                    table.resource_name()
-                )
+            let from = Subject {
+                registry,
+                subject: &subject,
+                topic,
+                table,
             };
-            let (id, kind) = registry.latest_id(&subject).await.with_context(context)?;
-            let pinned = registry_input(config, route.format).kind;
-            if let Some(pinned) = pinned.filter(|p| *p != kind) {
-                bail!(
-                    "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but {} reads {}",
-                    table.resource_name(),
-                    kind.as_str(),
-                    route.path,
-                    pinned.as_str()
-                );
-            }
-            let registered = registry
-                .any_schema(id, Some(kind))
-                .await
-                .with_context(context)?;
-            tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
-            match &registered {
-                AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, &options)?,
-                // The file's first message: what Confluent's serializers frame as `[0]`.
-                other => {
-                    let writer = writer_schema(other, id, &MessagePath::FIRST)
-                        .map_err(|bad| anyhow!("{}", bad.reason))?;
-                    match route.cdc {
-                        Some(c) => cdc::row_writer(writer, c)?,
-                        None => writer,
-                    }
-                }
-                .derive(&options)
-                .map_err(|e| {
-                    anyhow!(
-                        "cannot derive a table schema from the {} schema {id}: {e}",
-                        kind.as_str()
-                    )
-                })?,
-            }
+            derive_from_subject(config, route, from, &options).await?
         }
         (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
-    };
-    let derived = cdc::without_pseudo_columns(derived);
-    let (table_constraints, max_staleness) = match route.cdc {
-        Some(c) => cdc::creation_options(c),
-        None => (None, None),
     };
     rest.ensure_dataset(
         &table.project_id,
@@ -126,9 +74,118 @@ pub(super) async fn ensure_table(
     )
     .await
     .with_context(|| format!("dataset {}", table.dataset_id))?;
-    let resource = Table {
+    let resource = table_resource(table, cdc::without_pseudo_columns(derived), create, route);
+    match rest.insert_table(&resource).await {
+        Ok(t) => {
+            tracing::info!(table = %table.resource_name(), topic, "table created");
+            Ok(t)
+        }
+        // Another replica created it first.
+        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The table, or `None` when it does not exist; a transient failure is retried
+/// [`TABLE_READ_RETRIES`] times.
+async fn read_table(rest: &RestClient, table: &TableReference) -> anyhow::Result<Option<Table>> {
+    let mut backoff = backoff::TABLE_READ;
+    loop {
+        match rest.get_table(table).await {
+            Ok(t) => return Ok(Some(t)),
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) if e.is_retryable() && backoff.attempts() < TABLE_READ_RETRIES => {
+                let after = backoff.next_delay();
+                tracing::warn!(error = %e, attempt = backoff.attempts(), retry_in = ?after, table = %table.resource_name(), "cannot read the table yet, retrying");
+                tokio::time::sleep(after).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The registry subject a table is created from, and what it is for.
+struct Subject<'a> {
+    registry: &'a SchemaRegistry,
+    subject: &'a str,
+    topic: &'a str,
+    table: &'a TableReference,
+}
+
+/// The columns of the subject's latest schema. By default the subject is the TopicNameStrategy's
+/// `<topic>-value`: its latest schema is what producers write now; older records still fit (the
+/// registry's compatibility rules), and later ones add columns through schema_update.
+async fn derive_from_subject(
+    config: &Config,
+    route: &TopicRoute<'_>,
+    from: Subject<'_>,
+    options: &DeriveOptions,
+) -> anyhow::Result<TableSchema> {
+    let Subject {
+        registry,
+        subject,
+        topic,
+        table,
+    } = from;
+    let context = || {
+        format!(
+            "cannot create table {} from the registry",
+            table.resource_name()
+        )
+    };
+    let (id, kind) = registry.latest_id(subject).await.with_context(context)?;
+    let pinned = registry_input(config, route.format).kind;
+    if let Some(pinned) = pinned.filter(|p| *p != kind) {
+        bail!(
+            "cannot create table {}: the latest schema of subject {subject} (id {id}) is {}, but {} reads {}",
+            table.resource_name(),
+            kind.as_str(),
+            route.path,
+            pinned.as_str()
+        );
+    }
+    let registered = registry
+        .any_schema(id, Some(kind))
+        .await
+        .with_context(context)?;
+    tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
+    let derived = match &registered {
+        AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, options)?,
+        // The file's first message: what Confluent's serializers frame as `[0]`.
+        other => {
+            let writer = writer_schema(other, id, &MessagePath::FIRST)
+                .map_err(|bad| anyhow!("{}", bad.reason))?;
+            match route.cdc {
+                Some(c) => cdc::row_writer(writer, c)?,
+                None => writer,
+            }
+        }
+        .derive(options)
+        .map_err(|e| {
+            anyhow!(
+                "cannot derive a table schema from the {} schema {id}: {e}",
+                kind.as_str()
+            )
+        })?,
+    };
+    Ok(derived)
+}
+
+/// The table to insert: its columns, and the route's `create_table` options (with a CDC route's
+/// primary key and staleness).
+fn table_resource(
+    table: &TableReference,
+    schema: TableSchema,
+    create: &CreateTableConfig,
+    route: &TopicRoute<'_>,
+) -> Table {
+    let (table_constraints, max_staleness) = match route.cdc {
+        Some(c) => cdc::creation_options(c),
+        None => (None, None),
+    };
+    Table {
         table_reference: table.clone(),
-        schema: derived,
+        schema,
         time_partitioning: create.time_partitioning.as_ref().map(|p| TimePartitioning {
             partition_type: format!("{:?}", p.kind).to_uppercase(),
             field: p.field.clone(),
@@ -143,15 +200,6 @@ pub(super) async fn ensure_table(
         table_constraints,
         max_staleness,
         etag: None,
-    };
-    match rest.insert_table(&resource).await {
-        Ok(t) => {
-            tracing::info!(table = %table.resource_name(), topic, "table created");
-            Ok(t)
-        }
-        // Another replica created it first.
-        Err(e) if e.is_already_exists() => Ok(rest.get_table(table).await?),
-        Err(e) => Err(e.into()),
     }
 }
 
