@@ -19,6 +19,7 @@ use kbq_core::model::RoutedTable;
 use super::evolution::SchemaEvolution;
 use super::plans::{FixedPlan, RegistryPlans};
 use crate::bigquery::rest_client::{RestClient, TableReference};
+use crate::bigquery::table_schema::TableSchema;
 use crate::bigquery::write_client::WriteClient;
 use crate::config::{self, Config, TopicRoute};
 use crate::ops::metrics::Metrics;
@@ -197,6 +198,8 @@ impl Router {
         Ok(route)
     }
 
+    /// The route of `topic`: its table read or created, checked against a CDC route, and the
+    /// plan source its writers transcode with.
     async fn build(
         &self,
         topic: &str,
@@ -231,31 +234,59 @@ impl Router {
             registry.as_deref(),
         )
         .await?;
-        if let Some(c) = settings.cdc {
-            cdc::check_table(&table, c, &table_ref, settings)?;
-        }
-        let plan_options = plan_options(settings);
         let change_plans = match settings.cdc {
-            Some(c) => Some(Arc::new(
-                cdc::plans(
-                    c,
-                    cdc::input(
-                        &self.config,
-                        settings,
-                        registry.clone(),
-                        fixed_schema.as_ref(),
-                    )?,
-                    &table.schema,
-                    plan_options.clone(),
-                )
-                .map_err(|e| anyhow!("{}.cdc: table {}: {e}", settings.path, table_ref.table_id))?,
-            )),
+            Some(c) => {
+                cdc::check_table(&table, c, &table_ref, settings)?;
+                let input = cdc::input(
+                    &self.config,
+                    settings,
+                    registry.clone(),
+                    fixed_schema.as_ref(),
+                )?;
+                let plans =
+                    cdc::plans(c, input, &table.schema, plan_options(settings)).map_err(|e| {
+                        anyhow!("{}.cdc: table {}: {e}", settings.path, table_ref.table_id)
+                    })?;
+                Some(Arc::new(plans))
+            }
             None => None,
         };
-        let plans: Arc<dyn PlanSource> = match (registry, &fixed_schema) {
-            _ if change_plans.is_some() => change_plans.clone().expect("checked"),
+        let plans: Arc<dyn PlanSource> = match &change_plans {
+            Some(change_plans) => change_plans.clone(),
+            None => {
+                let fixed_schema = fixed_schema.as_ref();
+                self.plan_source(settings, &table_ref, &table.schema, registry, fixed_schema)?
+            }
+        };
+        Ok(Route {
+            index: settings.route,
+            fingerprint: TableFingerprint::of_table_path(&table_ref.resource_name()),
+            marked: table.labels.contains_key(&self.group_label),
+            writer: Arc::new(WriterRoute {
+                table: table_ref.resource_name(),
+                table_label: table_ref.table_id.clone(),
+                plans,
+                cdc: change_plans,
+            }),
+            table: table_ref,
+            resolve: resolve_columns(settings.metadata_columns),
+        })
+    }
+
+    /// The plans of a route that is not CDC: one fixed plan (a fixed Avro schema, or schemaless
+    /// JSON), or plans per registered writer schema, with schema evolution.
+    fn plan_source(
+        &self,
+        settings: &TopicRoute<'_>,
+        table_ref: &TableReference,
+        table_schema: &TableSchema,
+        registry: Option<Arc<SchemaRegistry>>,
+        fixed_schema: Option<&AvroSchema>,
+    ) -> anyhow::Result<Arc<dyn PlanSource>> {
+        let plan_options = plan_options(settings);
+        Ok(match (registry, fixed_schema) {
             (_, Some(schema)) => Arc::new(
-                FixedPlan::new(schema, &table.schema, &plan_options).map_err(|e| {
+                FixedPlan::new(schema, table_schema, &plan_options).map_err(|e| {
                     anyhow!(
                         "the avro schema of {} does not fit table {}: {e}",
                         settings.path,
@@ -265,7 +296,7 @@ impl Router {
             ),
             (_, None) if settings.format == Some(config::InputFormat::Json) => {
                 Arc::new(FixedPlan::from_plan(
-                    Plan::compile_json(None, false, &table.schema, &plan_options).map_err(|e| {
+                    Plan::compile_json(None, false, table_schema, &plan_options).map_err(|e| {
                         anyhow!(
                             "schemaless json of {} cannot be written to table {}: {e}",
                             settings.path,
@@ -290,7 +321,7 @@ impl Router {
                 Arc::new(RegistryPlans::new(
                     registry,
                     registry_input(&self.config, settings.format),
-                    table.schema.clone(),
+                    table_schema.clone(),
                     plan_options,
                     self.metrics.clone(),
                     evolution,
@@ -303,29 +334,20 @@ impl Router {
                     .format
                     .map_or("the registry's format", |f| f.as_str())
             ),
-        };
-        let cols = settings.metadata_columns;
-        let resolve = match (&cols.partition, &cols.offset) {
-            (Some(partition), Some(offset)) => Some(ResolveColumns {
-                topic: cols.topic.clone(),
-                partition: partition.clone(),
-                offset: offset.clone(),
-            }),
-            _ => None,
-        };
-        Ok(Route {
-            index: settings.route,
-            fingerprint: TableFingerprint::of_table_path(&table_ref.resource_name()),
-            marked: table.labels.contains_key(&self.group_label),
-            writer: Arc::new(WriterRoute {
-                table: table_ref.resource_name(),
-                table_label: table_ref.table_id.clone(),
-                plans,
-                cdc: change_plans,
-            }),
-            table: table_ref,
-            resolve,
         })
+    }
+}
+
+/// The columns `recovery.lost_offsets: resolve` reads a partition's end from, when the route
+/// writes them.
+fn resolve_columns(cols: &config::MetadataColumns) -> Option<ResolveColumns> {
+    match (&cols.partition, &cols.offset) {
+        (Some(partition), Some(offset)) => Some(ResolveColumns {
+            topic: cols.topic.clone(),
+            partition: partition.clone(),
+            offset: offset.clone(),
+        }),
+        _ => None,
     }
 }
 
