@@ -18,12 +18,18 @@ use prost_types::DescriptorProto;
 
 mod civil;
 mod compile;
+#[cfg(test)]
+mod compile_tests;
 mod decimal;
 mod pseudo;
 mod render;
 #[cfg(test)]
-mod tests;
+mod render_tests;
+#[cfg(test)]
+mod testkit;
 mod validate;
+#[cfg(test)]
+mod validate_tests;
 mod wire;
 
 pub use civil::timestamp_seconds_text;
