@@ -68,28 +68,122 @@ fn batch(ids: std::ops::Range<u64>) -> Batch<u64> {
     b
 }
 
-async fn setup() -> (Emulator, WriteClient, String) {
-    let emulator = start().await;
-    let schema = TableSchema {
+/// Table `t (id INT64 REQUIRED)`, the rows of these tests.
+fn id_table() -> TableSchema {
+    TableSchema {
         fields: vec![TableFieldSchema::new(
             "id",
             FieldType::Int64,
             Mode::Required,
         )],
-    };
-    create_table(&emulator.store, &table_ref(), schema);
+    }
+}
+
+/// A write client of `emulator`.
+fn client_of(emulator: &Emulator) -> WriteClient {
     let options = WriteClientOptions {
         endpoint: format!("http://{}", emulator.addr),
         rpc_timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(5),
     };
-    let client = WriteClient::new(&options, Auth::None).expect("client");
-    let stream = client
-        .create_write_stream(TABLE, StreamKind::Buffered)
-        .await
-        .expect("create stream")
-        .name;
-    (emulator, client, stream)
+    WriteClient::new(&options, Auth::None).expect("client")
+}
+
+/// Every session test's start: a fresh emulator with table `t`, a client, and one BUFFERED
+/// stream of `t`.
+struct Fixture {
+    emulator: Emulator,
+    client: WriteClient,
+    stream: String,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let emulator = start().await;
+        create_table(&emulator.store, &table_ref(), id_table());
+        let client = client_of(&emulator);
+        let stream = client
+            .create_write_stream(TABLE, StreamKind::Buffered)
+            .await
+            .expect("create stream")
+            .name;
+        Fixture {
+            emulator,
+            client,
+            stream,
+        }
+    }
+
+    /// A session on the fixture's stream, from its first row.
+    fn session(&self) -> AppendSession<u64> {
+        AppendSession::new(
+            self.client.clone(),
+            self.stream.clone(),
+            descriptor(),
+            RowCount(0),
+            limits(),
+        )
+    }
+
+    fn inject(&self, rules: Vec<FaultRule>) {
+        self.emulator.faults.install(rules).expect("fault rules");
+    }
+
+    /// Flushes the stream through `rows` rows (none: nothing to flush) and returns the visible
+    /// ids of the table in order.
+    async fn visible_ids(&self, rows: i64) -> Vec<u64> {
+        if rows > 0 {
+            self.client
+                .flush_rows(&self.stream, RowOffset(rows - 1))
+                .await
+                .expect("flush");
+        }
+        let store = &self.emulator.store;
+        let page = store
+            .read_visible_rows(&table_ref(), 0, 100_000)
+            .expect("rows");
+        let table = store.get_table(&table_ref()).expect("table");
+        page.rows
+            .iter()
+            .map(|r| {
+                let rendered = r.codec.render(&r.data, &table.schema);
+                rendered["f"][0]["v"]
+                    .as_str()
+                    .expect("id")
+                    .parse()
+                    .expect("int")
+            })
+            .collect()
+    }
+}
+
+/// The `nth` AppendRows call is applied, then its connection drops before the answer.
+fn dropped_answer(nth: u64) -> FaultRule {
+    FaultRule {
+        rpc: Rpc::AppendRows,
+        action: FaultAction::Drop { after: true },
+        nth: Some(nth),
+        times: Some(1),
+        probability: None,
+        target: None,
+    }
+}
+
+/// The `nth` AppendRows call fails inside the open stream with UNAVAILABLE.
+fn unavailable_in_stream(nth: u64) -> FaultRule {
+    FaultRule {
+        rpc: Rpc::AppendRows,
+        action: FaultAction::Fail {
+            code: GrpcCode(tonic::Code::Unavailable),
+            storage_code: None,
+            message: Some("injected".into()),
+            in_stream: true,
+        },
+        nth: Some(nth),
+        times: Some(1),
+        probability: None,
+        target: None,
+    }
 }
 
 fn limits() -> SessionLimits {
@@ -121,47 +215,10 @@ async fn settle(
     Ok((appended, rejected))
 }
 
-/// Flushes everything and returns the visible ids in order.
-async fn visible_ids(
-    emulator: &Emulator,
-    client: &WriteClient,
-    stream: &str,
-    rows: i64,
-) -> Vec<u64> {
-    if rows > 0 {
-        client
-            .flush_rows(stream, RowOffset(rows - 1))
-            .await
-            .expect("flush");
-    }
-    let page = emulator
-        .store
-        .read_visible_rows(&table_ref(), 0, 100_000)
-        .expect("rows");
-    let table = emulator.store.get_table(&table_ref()).expect("table");
-    page.rows
-        .iter()
-        .map(|r| {
-            let rendered = r.codec.render(&r.data, &table.schema);
-            rendered["f"][0]["v"]
-                .as_str()
-                .expect("id")
-                .parse()
-                .expect("int")
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn requests_are_acknowledged_in_order_at_their_first_row() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     session.submit(batch(0..3)).await.unwrap();
     session.submit(batch(3..4)).await.unwrap();
     session.submit(batch(4..9)).await.unwrap();
@@ -170,34 +227,15 @@ async fn requests_are_acknowledged_in_order_at_their_first_row() {
     assert_eq!(offsets, vec![RowOffset(0), RowOffset(3), RowOffset(4)]);
     assert!(rejected.is_empty());
     assert_eq!(session.next_offset(), RowCount(9));
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 9).await,
-        (0..9).collect::<Vec<_>>()
-    );
+    assert_eq!(f.visible_ids(9).await, (0..9).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_counts_as_appended() {
-    let (emulator, client, stream) = setup().await;
+    let f = Fixture::new().await;
     // The second request is applied, then the connection drops before its response.
-    emulator
-        .faults
-        .install(vec![FaultRule {
-            rpc: Rpc::AppendRows,
-            action: FaultAction::Drop { after: true },
-            nth: Some(2),
-            times: Some(1),
-            probability: None,
-            target: None,
-        }])
-        .unwrap();
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    f.inject(vec![dropped_answer(2)]);
+    let mut session = f.session();
     for i in 0..4u64 {
         session.submit(batch(i * 10..i * 10 + 10)).await.unwrap();
     }
@@ -207,10 +245,7 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
         vec![0, 10, 20, 30]
     );
     assert!(session.connections_opened >= 2, "the session reconnected");
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 40).await,
-        (0..40).collect::<Vec<_>>()
-    );
+    assert_eq!(f.visible_ids(40).await, (0..40).collect::<Vec<_>>());
 }
 
 /// Review #9: the resend of a request whose first send was applied meets an in-stream transient
@@ -218,45 +253,14 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
 /// `Appended`, not an offset conflict that would abandon a live stream.
 #[tokio::test]
 async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_transient_error() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     session.submit(batch(0..10)).await.unwrap();
     settle(&mut session).await.unwrap();
     // One request in flight, so the calls count deterministically: its first send is applied
     // and its answer lost, its resend fails in-stream with UNAVAILABLE, the next resend meets
     // ALREADY_EXISTS.
-    emulator
-        .faults
-        .install(vec![
-            FaultRule {
-                rpc: Rpc::AppendRows,
-                action: FaultAction::Drop { after: true },
-                nth: Some(1),
-                times: Some(1),
-                probability: None,
-                target: None,
-            },
-            FaultRule {
-                rpc: Rpc::AppendRows,
-                action: FaultAction::Fail {
-                    code: GrpcCode(tonic::Code::Unavailable),
-                    storage_code: None,
-                    message: Some("injected".into()),
-                    in_stream: true,
-                },
-                nth: Some(2),
-                times: Some(1),
-                probability: None,
-                target: None,
-            },
-        ])
-        .unwrap();
+    f.inject(vec![dropped_answer(1), unavailable_in_stream(2)]);
     session.submit(batch(10..20)).await.unwrap();
     let (appended, _) = settle(&mut session)
         .await
@@ -265,7 +269,7 @@ async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_tr
         appended,
         vec![(RowOffset(10), (10..20).collect::<Vec<_>>())]
     );
-    let fired: Vec<u64> = emulator.faults.list().iter().map(|r| r.fired).collect();
+    let fired: Vec<u64> = f.emulator.faults.list().iter().map(|r| r.fired).collect();
     assert_eq!(fired, vec![1, 1], "both faults acted");
     session.submit(batch(20..30)).await.unwrap();
     let (appended, _) = settle(&mut session).await.unwrap();
@@ -273,60 +277,27 @@ async fn a_resend_after_a_dropped_answer_stays_uncertain_through_an_in_stream_tr
         appended,
         vec![(RowOffset(20), (20..30).collect::<Vec<_>>())]
     );
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 30).await,
-        (0..30).collect::<Vec<_>>()
-    );
+    assert_eq!(f.visible_ids(30).await, (0..30).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn an_in_stream_transient_error_resends_the_failed_request_and_everything_behind_it() {
-    let (emulator, client, stream) = setup().await;
-    emulator
-        .faults
-        .install(vec![FaultRule {
-            rpc: Rpc::AppendRows,
-            action: FaultAction::Fail {
-                code: GrpcCode(tonic::Code::Unavailable),
-                storage_code: None,
-                message: Some("injected".into()),
-                in_stream: true,
-            },
-            nth: Some(2),
-            times: Some(1),
-            probability: None,
-            target: None,
-        }])
-        .unwrap();
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    f.inject(vec![unavailable_in_stream(2)]);
+    let mut session = f.session();
     for i in 0..4u64 {
         session.submit(batch(i * 5..i * 5 + 5)).await.unwrap();
     }
     let (appended, _) = settle(&mut session).await.unwrap();
     let ids: Vec<u64> = appended.into_iter().flat_map(|(_, ids)| ids).collect();
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 20).await,
-        (0..20).collect::<Vec<_>>()
-    );
+    assert_eq!(f.visible_ids(20).await, (0..20).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     session.submit(batch(0..2)).await.unwrap();
     let mut with_bad = Batch::default();
     with_bad.push(row(Some(2)), 2);
@@ -345,10 +316,7 @@ async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
         ],
         "the rows behind the rejected one moved up by one offset"
     );
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 6).await,
-        (0..6).collect::<Vec<_>>()
-    );
+    assert_eq!(f.visible_ids(6).await, (0..6).collect::<Vec<_>>());
 }
 
 /// At-least-once mode appends to `_default` without offsets, where the requests behind a failed
@@ -357,11 +325,16 @@ async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
 /// offset), and what was appended must not be sent again.
 #[tokio::test]
 async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it() {
-    let (emulator, client, _) = setup().await;
+    let f = Fixture::new().await;
     let default = format!("{TABLE}/streams/_default");
-    let mut session =
-        AppendSession::new(client.clone(), default, descriptor(), RowCount(0), limits())
-            .without_offsets();
+    let mut session = AppendSession::new(
+        f.client.clone(),
+        default,
+        descriptor(),
+        RowCount(0),
+        limits(),
+    )
+    .without_offsets();
     session.submit(batch(0..2)).await.unwrap();
     let mut with_bad = Batch::default();
     with_bad.push(row(Some(2)), 2);
@@ -378,21 +351,15 @@ async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it
         vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]],
         "acknowledged in the order the requests were submitted"
     );
-    let mut visible = visible_ids(&emulator, &client, "", 0).await;
+    let mut visible = f.visible_ids(0).await;
     visible.sort_unstable();
     assert_eq!(visible, (0..8).collect::<Vec<_>>(), "each row exactly once");
 }
 
 #[tokio::test]
 async fn a_request_whose_rows_are_all_rejected_disappears() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     let mut bad = Batch::default();
     bad.push(row(None), 100);
     session.submit(bad).await.unwrap();
@@ -415,45 +382,30 @@ async fn a_request_whose_rows_are_all_rejected_disappears() {
     }
     assert!(emptied);
     assert_eq!(appended, vec![(RowOffset(0), vec![0, 1, 2])]);
-    assert_eq!(
-        visible_ids(&emulator, &client, &stream, 3).await,
-        vec![0, 1, 2]
-    );
+    assert_eq!(f.visible_ids(3).await, vec![0, 1, 2]);
 }
 
 #[tokio::test]
 async fn a_stream_finalized_behind_the_writer_makes_it_a_zombie() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     session.submit(batch(0..2)).await.unwrap();
     settle(&mut session).await.unwrap();
-    emulator.store.finalize_now(&stream).unwrap();
+    f.emulator.store.finalize_now(&f.stream).unwrap();
     session.submit(batch(2..4)).await.unwrap();
     match settle(&mut session).await {
-        Err(SessionError::Zombie { stream: s }) => assert_eq!(s, stream),
+        Err(SessionError::Zombie { stream: s }) => assert_eq!(s, f.stream),
         other => panic!("expected a zombie, got {other:?}"),
     }
 }
 
 #[tokio::test]
 async fn an_expired_stream_is_reported_lost() {
-    let (emulator, client, stream) = setup().await;
-    let mut session = AppendSession::new(
-        client.clone(),
-        stream.clone(),
-        descriptor(),
-        RowCount(0),
-        limits(),
-    );
+    let f = Fixture::new().await;
+    let mut session = f.session();
     session.submit(batch(0..2)).await.unwrap();
     settle(&mut session).await.unwrap();
-    emulator.store.expire_now(&stream).unwrap();
+    f.emulator.store.expire_now(&f.stream).unwrap();
     let result = match session.submit(batch(2..4)).await {
         Err(e) => Err(e),
         Ok(()) => settle(&mut session).await.map(|_| ()),
@@ -522,12 +474,7 @@ async fn order_writer(
         &TableRef::parse(table).expect("table path"),
         schema.clone(),
     );
-    let options = WriteClientOptions {
-        endpoint: format!("http://{}", emulator.addr),
-        rpc_timeout: Duration::from_secs(10),
-        connect_timeout: Duration::from_secs(5),
-    };
-    let client = WriteClient::new(&options, Auth::None).expect("client");
+    let client = client_of(&emulator);
     let plan = FixedPlan::new(
         &AvroSchema::parse(ORDER_AVSC).expect("avsc"),
         &schema,
@@ -664,23 +611,8 @@ async fn more_append_calls_than_one_connection_carries_are_all_answered() {
     let mut config = EmulatorConfig::local();
     config.write.quota = Some(QuotaSettings::multi_region());
     let emulator = emulator_support::start_with(config).await;
-    create_table(
-        &emulator.store,
-        &table_ref(),
-        TableSchema {
-            fields: vec![TableFieldSchema::new(
-                "id",
-                FieldType::Int64,
-                Mode::Required,
-            )],
-        },
-    );
-    let options = WriteClientOptions {
-        endpoint: format!("http://{}", emulator.addr),
-        rpc_timeout: Duration::from_secs(10),
-        connect_timeout: Duration::from_secs(5),
-    };
-    let client = WriteClient::new(&options, Auth::None).expect("client");
+    create_table(&emulator.store, &table_ref(), id_table());
+    let client = client_of(&emulator);
     let mut sessions = Vec::new();
     let all = async {
         for i in 0..SESSIONS as u64 {
