@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use criterion::{Criterion, Throughput};
+use criterion::Criterion;
 use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
@@ -111,29 +111,16 @@ fn bench(c: &mut Criterion, s: &Setup) {
         schema: &s.schema,
         desc: s.desc.clone(),
     };
-    let avg = s.avro.iter().map(Vec::len).sum::<usize>() / s.avro.len();
-    let mut group = c.benchmark_group("avro_to_proto_1kb_record");
-    group.throughput(Throughput::Bytes(avg as u64));
-    let mut out = Vec::with_capacity(1 << 20);
-    let mut i = 0usize;
-    group.bench_function("plan", |b| {
-        b.iter(|| {
-            if i.is_multiple_of(512) {
-                out.clear();
-            }
-            let avro = &s.avro[i % s.avro.len()];
-            i += 1;
-            black_box(s.plan.transcode(black_box(avro), None, &mut out).unwrap())
-        })
-    });
-    let mut j = 0usize;
-    group.bench_function("naive_value_dynamicmessage", |b| {
-        b.iter(|| {
-            let avro = &s.avro[j % s.avro.len()];
-            j += 1;
-            black_box(naive.transcode(black_box(avro)))
-        })
-    });
+    let mut group = common::group(c, "avro_to_proto_1kb_record", &s.avro);
+    common::bench_plan(&mut group, "plan", &s.plan, &s.avro);
+    common::bench_each(
+        &mut group,
+        "naive_value_dynamicmessage",
+        &s.avro,
+        |avro, _| {
+            black_box(naive.transcode(avro));
+        },
+    );
     group.finish();
 }
 
@@ -144,39 +131,22 @@ fn summary(s: &Setup) {
         desc: s.desc.clone(),
     };
     let mean = common::mean_len(&s.avro);
-    let batch = s.avro.len();
-    let mut out = Vec::with_capacity(1 << 20);
-    let rates = common::compare(
-        &mut [
-            &mut |n| common::run_plan(&s.plan, &s.avro, &mut out, n),
-            &mut |n| {
-                for avro in s.avro.iter().cycle().take(n) {
-                    black_box(naive.transcode(black_box(avro)));
-                }
-            },
+    let rates = common::summarize(
+        &format!("20 fields, {mean:.0} bytes of avro on average"),
+        vec![
+            common::plan_path("avro plan", &s.plan, &s.avro),
+            common::path("avro naive", &s.avro, |avro, _| {
+                black_box(naive.transcode(avro));
+            }),
         ],
-        batch,
+        s.avro.len(),
     );
-    let (ours, theirs) = (rates[0], rates[1]);
-    println!();
-    println!("record: 20 fields, {mean:.0} bytes of avro on average");
-    common::print_rate("avro plan", ours, mean);
-    common::print_rate("avro naive", theirs, mean);
-    println!(
-        "{:>16}: {:.1}x the naive avro path",
+    common::print_ratio(
         "avro plan",
-        ours / theirs
+        format_args!("{:.1}x the naive avro path", rates[0] / rates[1]),
     );
 }
 
 fn main() {
-    let s = setup();
-    cross_check(&s);
-    if !common::measuring() {
-        return;
-    }
-    let mut c = common::criterion();
-    bench(&mut c, &s);
-    c.final_summary();
-    summary(&s);
+    common::main(setup, cross_check, bench, summary);
 }

@@ -11,7 +11,7 @@ mod common;
 use std::hint::black_box;
 
 use chrono::DateTime;
-use criterion::{Criterion, Throughput};
+use criterion::Criterion;
 use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
@@ -85,58 +85,37 @@ fn cross_check(s: &Setup) {
 }
 
 fn bench(c: &mut Criterion, s: &Setup) {
-    let avg = s.inputs.iter().map(Vec::len).sum::<usize>() / s.inputs.len();
-    let mut group = c.benchmark_group("json_to_proto_1kb_record");
-    group.throughput(Throughput::Bytes(avg as u64));
-    let mut out = Vec::with_capacity(1 << 20);
-    group.bench_function("plan", |b| {
-        b.iter(|| common::run_plan(&s.plan, &s.inputs, &mut out, 1))
-    });
-    let mut j = 0usize;
-    group.bench_function("naive_serde_json_value", |b| {
-        b.iter(|| {
-            let input = &s.inputs[j % s.inputs.len()];
-            j += 1;
-            black_box(naive(black_box(input), &s.row))
-        })
-    });
+    let mut group = common::group(c, "json_to_proto_1kb_record", &s.inputs);
+    common::bench_plan(&mut group, "plan", &s.plan, &s.inputs);
+    common::bench_each(
+        &mut group,
+        "naive_serde_json_value",
+        &s.inputs,
+        |input, _| {
+            black_box(naive(input, &s.row));
+        },
+    );
     group.finish();
 }
 
 fn summary(s: &Setup) {
     let mean = common::mean_len(&s.inputs);
-    let mut out = Vec::with_capacity(1 << 20);
-    let rates = common::compare(
-        &mut [
-            &mut |n| common::run_plan(&s.plan, &s.inputs, &mut out, n),
-            &mut |n| {
-                for p in s.inputs.iter().cycle().take(n) {
-                    black_box(naive(black_box(p), &s.row));
-                }
-            },
+    let rates = common::summarize(
+        &format!("20 fields; {mean:.0} bytes of json on average"),
+        vec![
+            common::plan_path("json plan", &s.plan, &s.inputs),
+            common::path("json naive", &s.inputs, |p, _| {
+                black_box(naive(p, &s.row));
+            }),
         ],
         s.inputs.len(),
     );
-    let (plan, naive_rate) = (rates[0], rates[1]);
-    println!();
-    println!("record: 20 fields; {mean:.0} bytes of json on average");
-    common::print_rate("json plan", plan, mean);
-    common::print_rate("json naive", naive_rate, mean);
-    println!(
-        "{:>16}: {:.1}x the naive json path",
+    common::print_ratio(
         "json plan",
-        plan / naive_rate
+        format_args!("{:.1}x the naive json path", rates[0] / rates[1]),
     );
 }
 
 fn main() {
-    let s = setup();
-    cross_check(&s);
-    if !common::measuring() {
-        return;
-    }
-    let mut c = common::criterion();
-    bench(&mut c, &s);
-    c.final_summary();
-    summary(&s);
+    common::main(setup, cross_check, bench, summary);
 }

@@ -10,7 +10,7 @@ mod common;
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput};
+use criterion::Criterion;
 use kbq_transcode::Plan;
 use num_bigint::BigInt;
 use prost::Message;
@@ -115,32 +115,10 @@ fn cross_check(s: &Setup) {
 }
 
 fn bench(c: &mut Criterion, s: &Setup) {
-    let avg = s.proto.iter().map(Vec::len).sum::<usize>() / s.proto.len();
-    let mut group = c.benchmark_group("protobuf_to_proto_1kb_record");
-    group.throughput(Throughput::Bytes(avg as u64));
-    let mut out = Vec::with_capacity(1 << 20);
-    let mut i = 0usize;
-    group.bench_function("plan", |b| {
-        b.iter(|| {
-            if i.is_multiple_of(512) {
-                out.clear();
-            }
-            let input = &s.proto[i % s.proto.len()];
-            i += 1;
-            black_box(
-                s.proto_plan
-                    .transcode(black_box(input), None, &mut out)
-                    .unwrap(),
-            )
-        })
-    });
-    let mut j = 0usize;
-    group.bench_function("naive_dynamicmessage", |b| {
-        b.iter(|| {
-            let input = &s.proto[j % s.proto.len()];
-            j += 1;
-            black_box(s.naive.transcode(black_box(input)))
-        })
+    let mut group = common::group(c, "protobuf_to_proto_1kb_record", &s.proto);
+    common::bench_plan(&mut group, "plan", &s.proto_plan, &s.proto);
+    common::bench_each(&mut group, "naive_dynamicmessage", &s.proto, |input, _| {
+        black_box(s.naive.transcode(input));
     });
     group.finish();
 }
@@ -148,48 +126,34 @@ fn bench(c: &mut Criterion, s: &Setup) {
 fn summary(s: &Setup) {
     let proto_avg = common::mean_len(&s.proto);
     let avro_avg = common::mean_len(&s.avro);
-    let (mut out1, mut out2) = (Vec::with_capacity(1 << 20), Vec::with_capacity(1 << 20));
-    let rates = common::compare(
-        &mut [
-            &mut |n| common::run_plan(&s.proto_plan, &s.proto, &mut out1, n),
-            &mut |n| common::run_plan(&s.avro_plan, &s.avro, &mut out2, n),
-            &mut |n| {
-                for p in s.proto.iter().cycle().take(n) {
-                    black_box(s.naive.transcode(black_box(p)));
-                }
-            },
+    let rates = common::summarize(
+        &format!(
+            "20 fields; {proto_avg:.0} bytes of protobuf, {avro_avg:.0} bytes of avro on average"
+        ),
+        vec![
+            common::plan_path("protobuf plan", &s.proto_plan, &s.proto),
+            common::plan_path("avro plan", &s.avro_plan, &s.avro),
+            common::path("protobuf naive", &s.proto, |p, _| {
+                black_box(s.naive.transcode(p));
+            }),
         ],
         s.proto.len(),
     );
     let (proto, avro, naive) = (rates[0], rates[1], rates[2]);
-    println!();
-    println!(
-        "record: 20 fields; {proto_avg:.0} bytes of protobuf, {avro_avg:.0} bytes of avro on average"
-    );
-    common::print_rate("protobuf plan", proto, proto_avg);
-    common::print_rate("avro plan", avro, avro_avg);
-    common::print_rate("protobuf naive", naive, proto_avg);
-    println!(
-        "{:>16}: {:.2}x the avro plan per record, {:.2}x per input byte",
+    common::print_ratio(
         "protobuf plan",
-        proto / avro,
-        (proto * proto_avg) / (avro * avro_avg)
+        format_args!(
+            "{:.2}x the avro plan per record, {:.2}x per input byte",
+            proto / avro,
+            (proto * proto_avg) / (avro * avro_avg)
+        ),
     );
-    println!(
-        "{:>16}: {:.1}x the naive protobuf path",
+    common::print_ratio(
         "protobuf plan",
-        proto / naive
+        format_args!("{:.1}x the naive protobuf path", proto / naive),
     );
 }
 
 fn main() {
-    let s = setup();
-    cross_check(&s);
-    if !common::measuring() {
-        return;
-    }
-    let mut c = common::criterion();
-    bench(&mut c, &s);
-    c.final_summary();
-    summary(&s);
+    common::main(setup, cross_check, bench, summary);
 }

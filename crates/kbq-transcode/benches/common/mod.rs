@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use apache_avro::types::Value as Avro;
 use chrono::DateTime;
-use criterion::Criterion;
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput};
 use kbq_core::table_schema::TableSchema;
 use kbq_transcode::protobuf::{MessagePath, ProtoSchema};
 use kbq_transcode::{AvroSchema, Plan, PlanOptions, file_for};
@@ -413,4 +414,123 @@ pub fn criterion() -> Criterion {
         .configure_from_args()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
+}
+
+/// A bench binary's run: the cross-check always (it is the test `cargo test --all-targets`
+/// runs), then, under `cargo bench`, criterion's groups and the per-core summary.
+pub fn main<S>(
+    setup: impl FnOnce() -> S,
+    cross_check: impl FnOnce(&S),
+    bench: impl FnOnce(&mut Criterion, &S),
+    summary: impl FnOnce(&S),
+) {
+    let s = setup();
+    cross_check(&s);
+    if !measuring() {
+        return;
+    }
+    let mut c = criterion();
+    bench(&mut c, &s);
+    c.final_summary();
+    summary(&s);
+}
+
+/// A criterion group whose throughput is the mean input size of `inputs`.
+pub fn group<'c>(
+    c: &'c mut Criterion,
+    name: &str,
+    inputs: &[Vec<u8>],
+) -> BenchmarkGroup<'c, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Bytes(mean_len(inputs) as u64));
+    group
+}
+
+/// `f` over `inputs` in turn as one criterion function, the output buffer cleared every 512
+/// records as in [`run_plan`].
+pub fn bench_each(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    inputs: &[Vec<u8>],
+    mut f: impl FnMut(&[u8], &mut Vec<u8>),
+) {
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut i = 0usize;
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            if i.is_multiple_of(512) {
+                out.clear();
+            }
+            f(black_box(&inputs[i % inputs.len()]), &mut out);
+            i += 1;
+        })
+    });
+}
+
+/// A plan over `inputs` as one criterion function.
+pub fn bench_plan(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    plan: &Plan,
+    inputs: &[Vec<u8>],
+) {
+    bench_each(group, name, inputs, |input, out| {
+        black_box(plan.transcode(input, None, out).unwrap());
+    });
+}
+
+/// One path of a summary: its name, the mean size of its inputs, and `n` records through it.
+pub struct Path<'a> {
+    pub name: String,
+    pub mean: f64,
+    pub run: Box<dyn FnMut(usize) + 'a>,
+}
+
+/// `f` over `inputs` in turn, `n` records, as a [`Path`] (the output cleared every 512 records).
+pub fn path<'a>(
+    name: impl Into<String>,
+    inputs: &'a [Vec<u8>],
+    mut f: impl FnMut(&[u8], &mut Vec<u8>) + 'a,
+) -> Path<'a> {
+    let mut out = Vec::with_capacity(1 << 20);
+    Path {
+        name: name.into(),
+        mean: mean_len(inputs),
+        run: Box::new(move |n| {
+            for (k, input) in inputs.iter().cycle().take(n).enumerate() {
+                if k.is_multiple_of(512) {
+                    out.clear();
+                }
+                f(black_box(input), &mut out);
+            }
+        }),
+    }
+}
+
+/// A plan over `inputs` as a [`Path`].
+pub fn plan_path<'a>(name: impl Into<String>, plan: &'a Plan, inputs: &'a [Vec<u8>]) -> Path<'a> {
+    path(name, inputs, move |input, out| {
+        black_box(plan.transcode(input, None, out).unwrap());
+    })
+}
+
+/// The per-core summary: `paths` measured in turn ([`compare`]), a line on the `record`, one
+/// line per path; their rates in order, for the ratios.
+pub fn summarize(record: &str, mut paths: Vec<Path<'_>>, batch: usize) -> Vec<f64> {
+    let rates = {
+        let mut runs: Vec<&mut dyn FnMut(usize)> =
+            paths.iter_mut().map(|p| &mut *p.run as _).collect();
+        compare(&mut runs, batch)
+    };
+    println!();
+    println!("record: {record}");
+    for (p, rate) in paths.iter().zip(&rates) {
+        print_rate(&p.name, *rate, p.mean);
+    }
+    rates
+}
+
+/// One ratio line of a summary.
+pub fn print_ratio(name: &str, text: std::fmt::Arguments<'_>) {
+    println!("{name:>16}: {text}");
 }
