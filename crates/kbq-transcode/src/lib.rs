@@ -14,6 +14,7 @@ mod descriptor;
 mod error;
 mod exec;
 pub mod json;
+mod metadata_columns;
 mod ops;
 mod proto;
 pub mod protobuf;

@@ -11,9 +11,10 @@ use prost_types::field_descriptor_proto::{Label, Type};
 
 use super::exec::{Val, write_scalar};
 use super::ops::{Conv, FieldKind, FieldOp, Lookup, MessageOp, NOT_DECLARED, Special, Src};
-use crate::compile::{all_column_names, column_type, data_columns, metadata_ops};
+use crate::compile::{all_column_names, column_type, data_columns};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
+use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
