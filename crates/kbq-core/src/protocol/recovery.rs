@@ -7,6 +7,8 @@ impl CheckpointProtocol {
     // ---------------------------------------------------------------------------------------
     // Recovery on assignment (docs/architecture.md#recovery).
 
+    /// A partition assigned, with what Kafka says about it: the start position when there is no
+    /// checkpoint, else the checkpoint read and checked, then whatever it leaves in doubt.
     pub(super) fn on_assigned(
         &mut self,
         tp: TopicPartition,
@@ -20,21 +22,8 @@ impl CheckpointProtocol {
         if table.marked {
             self.marked.insert(table.table);
         }
-        // A partition we still hold (a zombie whose ownership the group confirmed, or a failed
-        // one being retried) keeps what it knows; one we released may have been remembered.
-        let known = match self.partitions.remove(&tp) {
-            Some(p) => {
-                if matches!(p.phase, Phase::Running | Phase::Draining { .. }) {
-                    out.push(Action::StopWriter { tp: tp.clone() });
-                }
-                p.committed.map(|committed| Remembered {
-                    committed,
-                    visible: p.visible,
-                })
-            }
-            None => self.remembered.remove(&tp),
-        };
-        let mut state = PartitionState {
+        let known = self.take_known(&tp, out);
+        let state = PartitionState {
             phase: Phase::Failed,
             committed: None,
             visible: NextOffset(0),
@@ -49,53 +38,9 @@ impl CheckpointProtocol {
             low: a.low,
             table: table.table,
         };
-
-        let Some(read) = a.committed else {
-            // No committed offset. On a first start nothing of ours is visible (nothing is
-            // flushed before it is committed); if the group committed before (the marker on the
-            // partition's table), Kafka expired its offsets and the policy decides, counted.
-            // Never a silent reset.
-            let (case, from) = match a.origin {
-                PartitionOrigin::AddedAtRuntime => (
-                    StartCase::NewPartition,
-                    Some(Self::position(self.config.new_partition, &a)),
-                ),
-                PartitionOrigin::Existing if !self.marked.contains(&table.table) => (
-                    StartCase::FirstStart,
-                    Some(Self::position(self.config.initial_position, &a)),
-                ),
-                PartitionOrigin::Existing => {
-                    let from = match self.config.on_missing_checkpoint {
-                        MissingCheckpointPolicy::Fail => None,
-                        MissingCheckpointPolicy::Earliest => Some(a.low),
-                        MissingCheckpointPolicy::Latest => Some(a.high),
-                        MissingCheckpointPolicy::Resolve => {
-                            out.push(Action::ResolveVisible {
-                                tp: tp.clone(),
-                                attempt: 0,
-                            });
-                            state.phase = Phase::Resolving {
-                                attempt: 0,
-                                why: Resolving::MissingCheckpoint,
-                            };
-                            self.partitions.insert(tp, state);
-                            return;
-                        }
-                    };
-                    (StartCase::MissingCheckpoint, from)
-                }
-            };
-            let Some(from) = from else {
-                return self.fail(tp, state, FailReason::CheckpointMissing, out);
-            };
-            out.push(Action::Count(Outcome::Started {
-                tp: tp.clone(),
-                case,
-                at: from,
-            }));
-            return self.start_incarnation(tp, state, from, out);
+        let Some(read) = &a.committed else {
+            return self.start_without_checkpoint(tp, state, &a, out);
         };
-
         if read.offset > a.high {
             // Kafka lost records we committed past (truncation, unclean election): no right answer.
             let reason = FailReason::AboveHighWatermark {
@@ -104,44 +49,131 @@ impl CheckpointProtocol {
             };
             return self.fail(tp, state, reason, out);
         }
+        match Self::read_checkpoint(state.table, read) {
+            Err(reason) => self.fail(tp, state, reason, out),
+            Ok(Committed::Position(case)) => {
+                out.push(Action::Count(Outcome::Started {
+                    tp: tp.clone(),
+                    case,
+                    at: read.offset,
+                }));
+                self.start_incarnation(tp, state, read.offset, out)
+            }
+            Ok(Committed::Checkpoint(checkpoint)) => {
+                self.recover_checkpoint(tp, state, checkpoint, known, out)
+            }
+        }
+    }
 
+    /// What this process still knows of `tp`: a partition we still hold (a zombie whose
+    /// ownership the group confirmed, or a failed one being retried) keeps what it knows, and
+    /// its writer is stopped; one we released may have been remembered.
+    fn take_known(&mut self, tp: &TopicPartition, out: &mut Vec<Action>) -> Option<Remembered> {
+        match self.partitions.remove(tp) {
+            Some(p) => {
+                if matches!(p.phase, Phase::Running | Phase::Draining { .. }) {
+                    out.push(Action::StopWriter { tp: tp.clone() });
+                }
+                p.committed.map(|committed| Remembered {
+                    committed,
+                    visible: p.visible,
+                })
+            }
+            None => self.remembered.remove(tp),
+        }
+    }
+
+    /// No committed offset. On a first start nothing of ours is visible (nothing is flushed
+    /// before it is committed); if the group committed before (the marker on the partition's
+    /// table), Kafka expired its offsets and the policy decides, counted. Never a silent reset.
+    fn start_without_checkpoint(
+        &mut self,
+        tp: TopicPartition,
+        mut state: PartitionState,
+        a: &Assignment,
+        out: &mut Vec<Action>,
+    ) {
+        let (case, from) = match a.origin {
+            PartitionOrigin::AddedAtRuntime => (
+                StartCase::NewPartition,
+                Some(Self::position(self.config.new_partition, a)),
+            ),
+            PartitionOrigin::Existing if !self.marked.contains(&state.table) => (
+                StartCase::FirstStart,
+                Some(Self::position(self.config.initial_position, a)),
+            ),
+            PartitionOrigin::Existing => {
+                let from = match self.config.on_missing_checkpoint {
+                    MissingCheckpointPolicy::Fail => None,
+                    MissingCheckpointPolicy::Earliest => Some(a.low),
+                    MissingCheckpointPolicy::Latest => Some(a.high),
+                    MissingCheckpointPolicy::Resolve => {
+                        out.push(Action::ResolveVisible {
+                            tp: tp.clone(),
+                            attempt: 0,
+                        });
+                        state.phase = Phase::Resolving {
+                            attempt: 0,
+                            why: Resolving::MissingCheckpoint,
+                        };
+                        self.partitions.insert(tp, state);
+                        return;
+                    }
+                };
+                (StartCase::MissingCheckpoint, from)
+            }
+        };
+        let Some(from) = from else {
+            return self.fail(tp, state, FailReason::CheckpointMissing, out);
+        };
+        out.push(Action::Count(Outcome::Started {
+            tp: tp.clone(),
+            case,
+            at: from,
+        }));
+        self.start_incarnation(tp, state, from, out)
+    }
+
+    /// What the committed metadata of a partition of `table` says, or why the partition fails.
+    fn read_checkpoint(
+        table: TableFingerprint,
+        read: &CommittedRead,
+    ) -> Result<Committed, FailReason> {
         let metadata = match CommitMetadata::parse(&read.metadata) {
             Ok(m) => m,
             // Never read an unknown checkpoint as "none": that would abandon its unflushed tail.
-            Err(e) => return self.fail(tp, state, FailReason::Metadata(e), out),
+            Err(e) => return Err(FailReason::Metadata(e)),
         };
-        let checkpoint = match &metadata {
-            CommitMetadata::Empty => {
-                out.push(Action::Count(Outcome::Started {
-                    tp: tp.clone(),
-                    case: StartCase::OperatorReset,
-                    at: read.offset,
-                }));
-                return self.start_incarnation(tp, state, read.offset, out);
-            }
+        match &metadata {
+            CommitMetadata::Empty => Ok(Committed::Position(StartCase::OperatorReset)),
             // The checkpoint must belong to the table the partition is routed to now: a route
             // changed to another table (or a reused group id) would flush rows of one table's
             // stream while appending to another's.
             CommitMetadata::AtLeastOnce { table: found }
             | CommitMetadata::ExactlyOnce { table: found, .. }
-                if *found != table.table =>
+                if *found != table =>
             {
-                let reason = FailReason::ForeignTable { found: *found };
-                return self.fail(tp, state, reason, out);
+                Err(FailReason::ForeignTable { found: *found })
             }
-            CommitMetadata::AtLeastOnce { .. } => {
-                out.push(Action::Count(Outcome::Started {
-                    tp: tp.clone(),
-                    case: StartCase::AtLeastOnce,
-                    at: read.offset,
-                }));
-                return self.start_incarnation(tp, state, read.offset, out);
-            }
-            CommitMetadata::ExactlyOnce { .. } => metadata
-                .checkpoint(read.offset)
-                .expect("exactly-once metadata describes a checkpoint"),
-        };
+            CommitMetadata::AtLeastOnce { .. } => Ok(Committed::Position(StartCase::AtLeastOnce)),
+            CommitMetadata::ExactlyOnce { .. } => Ok(Committed::Checkpoint(
+                metadata
+                    .checkpoint(read.offset)
+                    .expect("exactly-once metadata describes a checkpoint"),
+            )),
+        }
+    }
 
+    /// Recovery from an exactly-once checkpoint: re-flush what it committed but may not have
+    /// made visible (after the table's marker, if it lacks one), else start at `K`.
+    fn recover_checkpoint(
+        &mut self,
+        tp: TopicPartition,
+        mut state: PartitionState,
+        checkpoint: Checkpoint,
+        known: Option<Remembered>,
+        out: &mut Vec<Action>,
+    ) {
         state.committed = Some(checkpoint.clone());
         state.visible = checkpoint.visible_through;
         // The same process getting the partition back keeps a flush it saw succeed, but only if
@@ -154,10 +186,10 @@ impl CheckpointProtocol {
             // ours stops referencing it (or says f == K).
             state.superseded.push(s.clone());
         }
-
+        let table = state.table;
         match (&checkpoint.stream, checkpoint.flush_to) {
             (Some(_), Some(_))
-                if state.visible < checkpoint.next && !self.marked.contains(&table.table) =>
+                if state.visible < checkpoint.next && !self.marked.contains(&table) =>
             {
                 // The re-flush makes rows visible: the table must say first that this group
                 // committed to it, or expired offsets would later pass for a first start and
@@ -165,7 +197,7 @@ impl CheckpointProtocol {
                 // landed).
                 state.phase = Phase::Marking { checkpoint };
                 self.partitions.insert(tp, state);
-                self.mark(table.table, out);
+                self.mark(table, out);
             }
             (Some(stream), Some(through)) if state.visible < checkpoint.next => {
                 // Something is in doubt: make the committed rows visible before appending
@@ -565,4 +597,13 @@ impl CheckpointProtocol {
         });
         self.partitions.insert(tp, state);
     }
+}
+
+/// What a committed offset's metadata says for recovery.
+enum Committed {
+    /// No exactly-once checkpoint (an operator's reset, an at-least-once commit of this group):
+    /// the partition starts at the committed offset, counted as this case.
+    Position(StartCase),
+    /// An exactly-once checkpoint: what it committed may need a re-flush.
+    Checkpoint(Checkpoint),
 }
