@@ -3,6 +3,7 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
+#                [--perf-stat]
 #                [--layouts L] [--sink-core N] [--raw-tolerance F]
 #                [--perf-emulator] [--emulator-bin PATH] [--emulator-keep-all] [--sink-bin PATH]
 #                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
@@ -31,7 +32,7 @@ emulator_bin=""
 measured_sink=""
 # `sequence` is the CDC mode's primary key: the emulator applies changes by it
 keep_columns="_kafka_partition,_kafka_offset,_kafka_timestamp,sequence"
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --records) records="$2"; shift 2 ;;
@@ -39,6 +40,8 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --perf) extra+=(--perf); shift ;;
+    # task clock, context switches, migrations and page faults of each sink's drain
+    --perf-stat) extra+=(--perf-stat); shift ;;
     # the emulator's profile over the whole run (DIR/perf-emulator.data)
     --perf-emulator) perf_emulator=1; shift ;;
     # another build of the binary as the emulator (A/B of emulator changes, same sink)

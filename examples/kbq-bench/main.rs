@@ -8,6 +8,7 @@
 mod generator;
 mod layout;
 mod report;
+mod threads;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -114,6 +115,10 @@ struct RunArgs {
     /// OUT/perf-MODE.data).
     #[arg(long)]
     perf: bool,
+    /// Count each sink's task clock, context switches, migrations and page faults during its
+    /// drain (`perf stat`, all threads, attached like `--perf`; in `results.json`).
+    #[arg(long)]
+    perf_stat: bool,
     /// The columns the emulator keeps (its `--keep-columns`), recorded in `results.json`.
     #[arg(long, default_value = "all")]
     emulator_keep_columns: String,
@@ -617,6 +622,7 @@ fn raw(config_path: &Path, topic: &str) -> anyhow::Result<()> {
     }
     let last = started.elapsed();
     let stats = proc_stats(std::process::id())?;
+    let detail = threads::read(std::process::id())?;
     println!(
         "{}",
         json!({
@@ -626,6 +632,7 @@ fn raw(config_path: &Path, topic: &str) -> anyhow::Result<()> {
             "last_record_s": last.as_secs_f64(),
             "cpu_s": stats.cpu_s,
             "peak_rss": stats.peak_rss,
+            "cpu_detail": detail.to_json(),
         })
     );
     Ok(())
@@ -937,6 +944,7 @@ fn raw_phase(
         cpu_s: num("cpu_s"),
         peak_rss: num("peak_rss") as u64,
         core_others_pct: watch.and_then(|w| w.others_pct(num("cpu_s"))),
+        cpu_detail: Some(v["cpu_detail"].clone()),
         ..Row::default()
     })
 }
@@ -1096,6 +1104,11 @@ fn sink_phase(
     // perf -p follows only the threads that exist when it attaches: start it once the daemon
     // consumes, when its consumer, librdkafka and runtime threads are all up.
     let mut perf: Option<std::process::Child> = None;
+    let mut perf_stat: Option<std::process::Child> = None;
+    let perf_stat_file = args.out.join(format!("perfstat-{at}.csv"));
+    // the sink's CPU at the first consumed record (its start-up) and at the last acknowledged
+    // append (the drain without the wait for the last checkpoint)
+    let (mut cpu_at_first, mut cpu_at_appended) = (None, None);
     let stall = Duration::from_secs(args.stall_secs);
     let (mut first, mut last_progress) = (None, Instant::now());
     let mut appended_at: Option<Instant> = None;
@@ -1113,6 +1126,7 @@ fn sink_phase(
             .map_or((0.0, 0.0), |m| (m.records, m.appended));
         if appended_at.is_none() && appended >= target as f64 {
             appended_at = Some(Instant::now());
+            cpu_at_appended = proc_stats(pid).ok().map(|s| s.cpu_s);
         }
         let visible = if cdc {
             appended as u64
@@ -1121,6 +1135,26 @@ fn sink_phase(
         };
         if first.is_none() && consumed > 0.0 {
             first = Some(Instant::now());
+            cpu_at_first = proc_stats(pid).ok().map(|s| s.cpu_s);
+            if args.perf_stat {
+                perf_stat = Some(
+                    Command::new("perf")
+                        .args([
+                            "stat",
+                            "-e",
+                            "task-clock,context-switches,cpu-migrations,page-faults",
+                            "-x",
+                            ",",
+                            "-o",
+                        ])
+                        .arg(&perf_stat_file)
+                        .args(["-p", &pid.to_string()])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .context("cannot start perf stat")?,
+                );
+            }
             if args.perf {
                 perf = Some(
                     Command::new("perf")
@@ -1150,10 +1184,20 @@ fn sink_phase(
     }
     let done = Instant::now();
     let stats = proc_stats(pid)?;
-    if let Some(mut p) = perf.take() {
+    let detail = threads::read(pid)?;
+    let mut counts = None;
+    for (mut p, stat) in [(perf.take(), false), (perf_stat.take(), true)]
+        .into_iter()
+        .filter_map(|(p, stat)| p.map(|p| (p, stat)))
+    {
         // perf writes its file on SIGINT
         unsafe { kill(p.id() as i32, SIGINT) };
         let _ = p.wait();
+        if stat {
+            counts = std::fs::read_to_string(&perf_stat_file)
+                .ok()
+                .map(|text| perf_stat_counts(&text));
+        }
     }
     let emu_after = emulator_cpu(args);
     let drained = daemon
@@ -1175,6 +1219,12 @@ fn sink_phase(
         checkpoint_p99: drained.checkpoint_quantile(0.99),
         emulator_cpu_s: emu_before.zip(emu_after).map(|(b, a)| a - b),
         core_others_pct: watch.and_then(|w| w.others_pct(stats.cpu_s)),
+        cpu_detail: Some(json!({
+            "process": detail.to_json(),
+            "cpu_seconds_at_first_record": cpu_at_first,
+            "cpu_seconds_at_last_append": cpu_at_appended,
+            "perf_stat_during_drain": counts,
+        })),
         ..Row::default()
     };
 
@@ -1208,6 +1258,20 @@ fn sink_phase(
     // the emulator keeps rows in memory: free them for the next phase
     table.delete();
     Ok(row)
+}
+
+/// `perf stat -x,` output as `{event: count}`.
+fn perf_stat_counts(text: &str) -> Value {
+    let mut counts = serde_json::Map::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split(',').collect();
+        if let (Some(value), Some(event)) = (f.first(), f.get(2))
+            && let Ok(v) = value.trim().parse::<f64>()
+        {
+            counts.insert(event.trim().to_string(), json!(v));
+        }
+    }
+    Value::Object(counts)
 }
 
 /// Produces `count` records at `rate`/s and records, for each, the time from its Kafka timestamp

@@ -30,6 +30,9 @@ pub struct Row {
     /// Pinned layout: the share of the measured core's time, over the run, spent on anything
     /// but the measured process (other users' work, interrupts, steal), in percent.
     pub core_others_pct: Option<f64>,
+    /// User/system split, per-thread CPU and switches, CPU at the first consumed record and
+    /// at the last acknowledged append, `perf stat` counts (`threads.rs`; JSON only).
+    pub cpu_detail: Option<Value>,
 }
 
 #[derive(Debug, Clone)]
@@ -260,6 +263,7 @@ fn row_json(r: &Row, base: Option<&Baseline>, tolerance: f64) -> Value {
         "emulator_cpu_seconds": r.emulator_cpu_s,
         "visible_rows_exact": r.exact,
         "core_to_others_pct": r.core_others_pct,
+        "cpu_detail": r.cpu_detail,
         "latency": r.latency.as_ref().map(|l| json!({
             "rate_per_s": l.rate,
             "records": l.records,
