@@ -1,6 +1,7 @@
 //! The daemon's side of BigQuery: table schemas (REST JSON shape), credentials, the Storage Write
 //! API client and its error classification.
 
+mod append_codec;
 pub mod auth;
 pub mod error;
 pub mod rest_client;

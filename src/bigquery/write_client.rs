@@ -23,6 +23,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use kbq_core::offsets::{RowCount, RowOffset};
 
+use super::append_codec;
 use super::auth::Auth;
 use super::error::WriteError;
 
@@ -129,9 +130,10 @@ impl WriteClient {
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| invalid(&e))?;
         }
-        let grpc = grpc_client(endpoint.connect_lazy());
+        let channel = endpoint.connect_lazy();
+        let grpc = grpc_client(channel.clone());
         Ok(WriteClient {
-            appends: Arc::new(AppendPool::new(endpoint, grpc.clone())),
+            appends: Arc::new(AppendPool::new(endpoint, channel)),
             grpc,
             auth,
             rpc_timeout: options.rpc_timeout,
@@ -143,9 +145,10 @@ impl WriteClient {
     pub fn with_transport(transport: Arc<dyn WriteTransport>) -> WriteClient {
         // The channel is never used: a lazy one connects only on a first call.
         let endpoint = Endpoint::from_static("http://127.0.0.1:1");
-        let grpc = grpc_client(endpoint.connect_lazy());
+        let channel = endpoint.connect_lazy();
+        let grpc = grpc_client(channel.clone());
         WriteClient {
-            appends: Arc::new(AppendPool::new(endpoint, grpc.clone())),
+            appends: Arc::new(AppendPool::new(endpoint, channel)),
             grpc,
             auth: Auth::None,
             rpc_timeout: Duration::from_secs(10),
@@ -319,8 +322,11 @@ impl WriteClient {
             .map_err(|_| WriteError::disconnected("cannot queue the first append request"))?;
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
         *request.metadata_mut() = self.metadata("write_stream", &stream).await?;
-        let (mut grpc, slot) = self.appends.checkout();
-        let responses = grpc.append_rows(request).await?.into_inner();
+        let (channel, slot) = self.appends.checkout();
+        let responses =
+            append_codec::append_rows(channel, request, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES)
+                .await?
+                .into_inner();
         Ok(AppendConnection {
             call: Call::Grpc {
                 requests: tx,
@@ -348,7 +354,7 @@ struct AppendPool {
 
 #[derive(Debug, Clone)]
 struct PooledConnection {
-    grpc: BigQueryWriteClient<Channel>,
+    channel: Channel,
     calls: Arc<AtomicUsize>,
 }
 
@@ -364,18 +370,18 @@ impl Drop for CallSlot {
 
 impl AppendPool {
     /// `first` is the connection of the unary calls; it takes appends too.
-    fn new(endpoint: Endpoint, first: BigQueryWriteClient<Channel>) -> AppendPool {
+    fn new(endpoint: Endpoint, first: Channel) -> AppendPool {
         AppendPool {
             endpoint,
             connections: std::sync::Mutex::new(vec![PooledConnection {
-                grpc: first,
+                channel: first,
                 calls: Arc::new(AtomicUsize::new(0)),
             }]),
         }
     }
 
     /// The first connection with room for one more call, a new one when none has.
-    fn checkout(&self) -> (BigQueryWriteClient<Channel>, CallSlot) {
+    fn checkout(&self) -> (Channel, CallSlot) {
         let mut connections = self.connections.lock().expect("append pool lock");
         let index = match connections
             .iter()
@@ -384,7 +390,7 @@ impl AppendPool {
             Some(i) => i,
             None => {
                 connections.push(PooledConnection {
-                    grpc: grpc_client(self.endpoint.connect_lazy()),
+                    channel: self.endpoint.connect_lazy(),
                     calls: Arc::new(AtomicUsize::new(0)),
                 });
                 connections.len() - 1
@@ -392,7 +398,7 @@ impl AppendPool {
         };
         let c = &connections[index];
         c.calls.fetch_add(1, Ordering::SeqCst);
-        (c.grpc.clone(), CallSlot(c.calls.clone()))
+        (c.channel.clone(), CallSlot(c.calls.clone()))
     }
 
     /// Open calls per connection.
