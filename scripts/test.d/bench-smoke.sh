@@ -32,7 +32,11 @@ for l in layouts:
     assert names == ["raw consumer 1", "sink exactly_once", "raw consumer 2",
                      "sink at_least_once", "raw consumer 3", "sink cdc", "raw consumer 4"], names
     for r in l["results"]:
+        # where the CPU went (BENCHMARKS.md, Method 4): the split and the threads, for every run
+        detail = r["cpu_detail"]["process"] if r["name"].startswith("sink") else r["cpu_detail"]
+        assert detail["user_seconds"] >= 0 and detail["threads"], (l["layout"], r["name"])
         if r["name"].startswith("sink"):
+            assert r["cpu_detail"]["cpu_seconds_at_first_record"] is not None, r
             assert r.get("visible_rows_exact") is True, (l["layout"], r)
             assert r["raw_baseline"] is not None, r
             if l["layout"] == "pinned":
