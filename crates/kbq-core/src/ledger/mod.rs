@@ -24,14 +24,16 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::metadata::{CommitMetadata, TableFingerprint};
 use crate::model::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, RoutedTable, TopicPartition,
 };
 use crate::offsets::{Incarnation, NextOffset, StreamId};
-use crate::protocol::{Action, CheckpointProtocol, Event, FailReason, Outcome, ProtocolConfig};
+use crate::protocol::{
+    Action, CheckpointProtocol, Event, FailReason, Markers, Outcome, ProtocolConfig,
+};
 
 /// Where a partition is.
 #[derive(Debug)]
@@ -99,10 +101,8 @@ pub struct AtLeastOnceLedger {
     /// The recovery's policies, and the metadata version commits are written in.
     config: ProtocolConfig,
     partitions: BTreeMap<TopicPartition, Partition>,
-    /// Tables known to carry the group's marker (read at assignment, or written by us).
-    marked: BTreeSet<TableFingerprint>,
-    /// Tables whose marker is being written: failures so far.
-    labelling: BTreeMap<TableFingerprint, u32>,
+    /// The group's marker on each table: known, or being written.
+    marked: Markers,
     commits: BTreeMap<CommitId, (Purpose, Vec<CommitEntry>)>,
     next_commit: u64,
     /// One counter for every incarnation this process starts: an answer of a writer from an
@@ -119,8 +119,7 @@ impl AtLeastOnceLedger {
         AtLeastOnceLedger {
             config,
             partitions: BTreeMap::new(),
-            marked: BTreeSet::new(),
-            labelling: BTreeMap::new(),
+            marked: Markers::default(),
             commits: BTreeMap::new(),
             next_commit: 0,
             next_incarnation: 0,
@@ -298,7 +297,7 @@ impl AtLeastOnceLedger {
         for action in actions {
             match action {
                 Action::LabelTable { table, .. } => {
-                    let marked = self.mark(table, out);
+                    let marked = self.marked.request(table, out);
                     if marked {
                         let landed = Event::LabelResult {
                             table,
@@ -380,45 +379,15 @@ impl AtLeastOnceLedger {
     // ---------------------------------------------------------------------------------------
     // The group's marker.
 
-    /// Writes the marker on `table` unless it is there or being written; true if it is there.
-    fn mark(&mut self, table: TableFingerprint, out: &mut Vec<Action>) -> bool {
-        if self.marked.contains(&table) {
-            return true;
-        }
-        if let std::collections::btree_map::Entry::Vacant(writing) = self.labelling.entry(table) {
-            writing.insert(0);
-            out.push(Action::LabelTable { table, attempt: 0 });
-        }
-        false
-    }
-
     fn on_label(
         &mut self,
         table: TableFingerprint,
         outcome: Result<(), String>,
         out: &mut Vec<Action>,
     ) {
-        let Some(failures) = self.labelling.remove(&table) else {
-            return;
-        };
-        if let Err(error) = outcome {
-            // Retried (with the shell's backoff) until it lands; meanwhile the table's
-            // partitions commit nothing, which the count and readiness make visible.
-            let attempts = failures + 1;
-            self.labelling.insert(table, attempts);
-            out.push(Action::Count(Outcome::LabelFailed {
-                table,
-                attempts,
-                error,
-            }));
-            out.push(Action::LabelTable {
-                table,
-                attempt: attempts,
-            });
+        if !self.marked.on_result(table, outcome, out) {
             return;
         }
-        self.marked.insert(table);
-        out.push(Action::Count(Outcome::Labelled { table }));
         let waiting: Vec<TopicPartition> = self
             .partitions
             .iter()
@@ -457,21 +426,13 @@ impl AtLeastOnceLedger {
         if self.cycle.is_some() || self.shutting_down {
             return;
         }
-        let mut unmarked = BTreeSet::new();
-        let mut entries = Vec::new();
-        for (tp, p) in &self.partitions {
-            if !matches!(p.phase, Phase::Running) || !p.needs_commit() {
-                continue;
-            }
-            if self.marked.contains(&p.table) {
-                entries.push(self.entry(tp, p));
-            } else {
-                unmarked.insert(p.table);
-            }
-        }
-        for table in unmarked {
-            self.mark(table, out);
-        }
+        let candidates: Vec<_> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| matches!(p.phase, Phase::Running) && p.needs_commit())
+            .map(|(tp, p)| (self.entry(tp, p), p.table))
+            .collect();
+        let entries = self.marked.admit(candidates, out).ready;
         if !entries.is_empty() {
             let commit = self.send_commit(Purpose::Cycle, entries, out);
             self.cycle = Some(commit);
@@ -661,33 +622,18 @@ impl AtLeastOnceLedger {
         // A stopped partition whose table does not carry the marker yet (a SIGTERM before the
         // first cycle asked for it, or while it is being written) waits for it: a clean stop
         // must leave the acknowledged prefix committed, and the shutdown deadline bounds the wait.
-        let unmarked: BTreeSet<TableFingerprint> = self
+        let candidates: Vec<_> = self
             .partitions
-            .values()
-            .filter(|p| {
-                matches!(p.phase, Phase::Stopped)
-                    && p.needs_commit()
-                    && !self.marked.contains(&p.table)
-            })
-            .map(|p| p.table)
+            .iter()
+            .filter(|(_, p)| matches!(p.phase, Phase::Stopped) && p.needs_commit())
+            .map(|(tp, p)| (self.entry(tp, p), p.table))
             .collect();
-        if !unmarked.is_empty() {
-            for table in unmarked {
-                self.mark(table, out);
-            }
+        let admitted = self.marked.admit(candidates, out);
+        if !admitted.all {
             return;
         }
         self.final_sent = true;
-        let entries: Vec<CommitEntry> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| {
-                matches!(p.phase, Phase::Stopped)
-                    && p.needs_commit()
-                    && self.marked.contains(&p.table)
-            })
-            .map(|(tp, p)| self.entry(tp, p))
-            .collect();
+        let entries = admitted.ready;
         if entries.is_empty() {
             self.finish(out);
         } else {

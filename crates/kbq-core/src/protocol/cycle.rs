@@ -52,7 +52,7 @@ impl CheckpointProtocol {
         // acks as they come, so the coordinator never waits for a slow writer: a writer with
         // nothing new keeps its previous checkpoint.
         let mut cycle = Cycle::default();
-        let mut unmarked = BTreeSet::new();
+        let mut candidates = Vec::new();
         for (tp, p) in &self.partitions {
             if !matches!(p.phase, Phase::Running | Phase::Stopped) {
                 continue;
@@ -64,19 +64,18 @@ impl CheckpointProtocol {
             if p.committed.as_ref() == Some(c.checkpoint()) {
                 continue;
             }
-            if self.marked.contains(&p.table) {
-                cycle.entries.insert(tp.clone(), c);
-            } else {
-                // The table must say "this group may have committed here" before any commit
-                // can land: a commit whose answer is lost, followed by crashes and expired
-                // offsets, would otherwise pass for a first start and lose or repeat its rows.
-                // The partition commits once the marker landed.
-                unmarked.insert(p.table);
-            }
+            candidates.push(((tp.clone(), c), p.table));
         }
-        for table in unmarked {
-            self.mark(table, out);
-        }
+        // The table must say "this group may have committed here" before any commit can land:
+        // a commit whose answer is lost, followed by crashes and expired offsets, would
+        // otherwise pass for a first start and lose or repeat its rows. A partition of an
+        // unmarked table commits in the first cycle after the marker landed.
+        cycle.entries = self
+            .marked
+            .admit(candidates, out)
+            .ready
+            .into_iter()
+            .collect();
         if cycle.entries.is_empty() {
             self.cycle = Some(cycle);
             return self.flush_phase(out);
@@ -108,11 +107,7 @@ impl CheckpointProtocol {
 
     /// Writes the group's marker on `table` unless it is there or being written.
     pub(super) fn mark(&mut self, table: TableFingerprint, out: &mut Vec<Action>) {
-        if self.marked.contains(&table) || self.labelling.contains_key(&table) {
-            return;
-        }
-        self.labelling.insert(table, 0);
-        out.push(Action::LabelTable { table, attempt: 0 });
+        self.marked.request(table, out);
     }
 
     pub(super) fn on_label_result(
@@ -121,27 +116,9 @@ impl CheckpointProtocol {
         outcome: Result<(), String>,
         out: &mut Vec<Action>,
     ) {
-        let Some(failures) = self.labelling.remove(&table) else {
-            return;
-        };
-        if let Err(error) = outcome {
-            // Retried until it lands (with the shell's backoff): meanwhile nothing of the
-            // table becomes visible, which readiness and the count make visible instead.
-            let attempts = failures + 1;
-            self.labelling.insert(table, attempts);
-            out.push(Action::Count(Outcome::LabelFailed {
-                table,
-                attempts,
-                error,
-            }));
-            out.push(Action::LabelTable {
-                table,
-                attempt: attempts,
-            });
+        if !self.marked.on_result(table, outcome, out) {
             return;
         }
-        self.marked.insert(table);
-        out.push(Action::Count(Outcome::Labelled { table }));
         // The re-flushes that waited for the marker.
         let waiting: Vec<_> = self
             .partitions

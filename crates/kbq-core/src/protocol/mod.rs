@@ -31,11 +31,13 @@
 
 mod cycle;
 mod handoff;
+mod marker;
 mod recovery;
 #[cfg(test)]
 mod tests;
 mod types;
 
+pub(crate) use marker::Markers;
 pub use types::*;
 // The shared vocabulary, re-exported because events and actions carry it.
 pub use crate::model::{
@@ -48,7 +50,7 @@ use crate::offsets::{
     Acknowledged, Checkpoint, Committable, Incarnation, KafkaOffset, NextOffset, RowOffset,
     StreamId,
 };
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a partition asks the table where its visible rows end.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,10 +157,8 @@ struct Cycle {
 #[derive(Debug)]
 pub struct CheckpointProtocol {
     config: ProtocolConfig,
-    /// Tables known to carry this group's marker (read at assignment, or written by us).
-    marked: HashSet<TableFingerprint>,
-    /// Tables whose marker is being written: how many attempts failed so far.
-    labelling: BTreeMap<TableFingerprint, u32>,
+    /// The group's marker on each table: known, or being written.
+    marked: Markers,
     partitions: BTreeMap<TopicPartition, PartitionState>,
     remembered: BTreeMap<TopicPartition, Remembered>,
     cycle: Option<Cycle>,
@@ -172,8 +172,7 @@ impl CheckpointProtocol {
     pub fn new(config: ProtocolConfig) -> Self {
         CheckpointProtocol {
             config,
-            marked: HashSet::new(),
-            labelling: BTreeMap::new(),
+            marked: Markers::default(),
             partitions: BTreeMap::new(),
             remembered: BTreeMap::new(),
             cycle: None,
