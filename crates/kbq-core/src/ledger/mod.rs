@@ -420,18 +420,23 @@ impl AtLeastOnceLedger {
         }
     }
 
+    /// The commit entries of the partitions in a phase `phase` picks whose committed offset lags
+    /// their acknowledged prefix, each with its table (commits wait for its marker).
+    fn lagging(&self, phase: fn(&Phase) -> bool) -> Vec<(CommitEntry, TableFingerprint)> {
+        self.partitions
+            .iter()
+            .filter(|(_, p)| phase(&p.phase) && p.needs_commit())
+            .map(|(tp, p)| (self.entry(tp, p), p.table))
+            .collect()
+    }
+
     /// Commits the acknowledged prefix of every partition whose committed offset lags it, once
     /// its table carries the marker.
     fn start_cycle(&mut self, out: &mut Vec<Action>) {
         if self.cycle.is_some() || self.shutting_down {
             return;
         }
-        let candidates: Vec<_> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| matches!(p.phase, Phase::Running) && p.needs_commit())
-            .map(|(tp, p)| (self.entry(tp, p), p.table))
-            .collect();
+        let candidates = self.lagging(|phase| matches!(phase, Phase::Running));
         let entries = self.marked.admit(candidates, out).ready;
         if !entries.is_empty() {
             let commit = self.send_commit(Purpose::Cycle, entries, out);
@@ -622,12 +627,7 @@ impl AtLeastOnceLedger {
         // A stopped partition whose table does not carry the marker yet (a SIGTERM before the
         // first cycle asked for it, or while it is being written) waits for it: a clean stop
         // must leave the acknowledged prefix committed, and the shutdown deadline bounds the wait.
-        let candidates: Vec<_> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| matches!(p.phase, Phase::Stopped) && p.needs_commit())
-            .map(|(tp, p)| (self.entry(tp, p), p.table))
-            .collect();
+        let candidates = self.lagging(|phase| matches!(phase, Phase::Stopped));
         let admitted = self.marked.admit(candidates, out);
         if !admitted.all {
             return;
