@@ -192,6 +192,10 @@ impl<'d> Compiler<'d> {
         }
     }
 
+    /// The plan of `message` against `columns`: each field checked as BigQuery checks it (its
+    /// number, its type and mode against its column's, its default), its nested message
+    /// compiled against the column's subfields. A field without a column is an extra (or a CDC
+    /// pseudo-column at the top level).
     pub(super) fn message(
         &mut self,
         message: &'d DescriptorProto,
@@ -214,24 +218,7 @@ impl<'d> Compiler<'d> {
         let mut seen_numbers: HashMap<u32, &str> = HashMap::new();
         for field in &message.field {
             let where_ = format!("{full_name}.{}", field.name());
-            if field.name().is_empty() {
-                return Err(SchemaError::InvalidDescriptor(format!(
-                    "{full_name}: Missing field name."
-                )));
-            }
-            let number = match u32::try_from(field.number()) {
-                Ok(n) if (1..=536_870_911).contains(&n) => n,
-                _ => {
-                    return Err(SchemaError::InvalidDescriptor(format!(
-                        "{where_}: Field numbers must be positive integers."
-                    )));
-                }
-            };
-            if let Some(other) = seen_numbers.insert(number, field.name()) {
-                return Err(SchemaError::InvalidDescriptor(format!(
-                    "{where_}: Field number {number} has already been used in \"{full_name}\" by field \"{other}\"."
-                )));
-            }
+            let number = field_number(field, full_name, &where_, &mut seen_numbers)?;
             let (proto, named) = self.field_type(full_name, field, &where_)?;
             let lower = field.name().to_lowercase();
             let Some(column) = by_lower.get(&lower).copied() else {
@@ -249,63 +236,25 @@ impl<'d> Compiler<'d> {
                 )));
             }
             let kind = column_kind(column);
+            let proto = check_shape(field, proto, column, &kind, &where_)?;
             let column_path = format!("{column_prefix}{}", column.name);
-            let Some(proto) = proto else {
-                return Err(SchemaError::TypeMismatch {
-                    path: where_,
-                    proto_type: "group".into(),
-                    column_type: kind.name(),
-                });
-            };
-            if !kind.accepts(proto) {
-                return Err(SchemaError::TypeMismatch {
-                    path: where_,
-                    proto_type: proto.name().into(),
-                    column_type: kind.name(),
-                });
-            }
-            let repeated = field.label() == Label::Repeated;
-            let column_repeated = column.mode() == Mode::Repeated;
-            if repeated != column_repeated {
-                return Err(SchemaError::ModeMismatch {
-                    path: where_,
-                    proto_label: if repeated { "repeated" } else { "optional" },
-                    column_mode: match column.mode() {
-                        Mode::Nullable => "NULLABLE",
-                        Mode::Required => "REQUIRED",
-                        Mode::Repeated => "REPEATED",
-                    },
-                });
-            }
             let mut enum_values = Vec::new();
             let mut nested = None;
             match named {
-                Some((name, Named::Enum(e))) => {
-                    if e.value.is_empty() {
-                        return Err(SchemaError::InvalidDescriptor(format!(
-                            "{name}: Enums must contain at least one value."
-                        )));
-                    }
-                    enum_values = e
-                        .value
-                        .iter()
-                        .map(|v| (v.number(), v.name().to_string()))
-                        .collect();
-                }
-                Some((name, Named::Message(m))) => {
+                Some((name, Named::Enum(e))) => enum_values = enum_values_of(&name, e)?,
+                Some((name, Named::Message(m))) if kind == ColumnKind::Record => {
                     let m: &'d DescriptorProto = m;
-                    if kind == ColumnKind::Record {
-                        nested = Some(Box::new(self.message(
-                            m,
-                            &name,
-                            &column.fields,
-                            &format!("{column_path}."),
-                            &format!("{extra_prefix}{lower}."),
-                        )?));
-                    }
+                    nested = Some(Box::new(self.message(
+                        m,
+                        &name,
+                        &column.fields,
+                        &format!("{column_path}."),
+                        &format!("{extra_prefix}{lower}."),
+                    )?));
                 }
-                None => {}
+                _ => {}
             }
+            let repeated = field.label() == Label::Repeated;
             let default = match field.default_value.as_deref() {
                 Some(text) if !repeated && proto != ProtoKind::Message => {
                     Some(parse_default(proto, text, &enum_values).ok_or_else(|| {
@@ -343,14 +292,7 @@ impl<'d> Compiler<'d> {
             }
             plan.by_column.insert(lower, index);
             plan.fields.push(field_plan);
-            if number < SMALL_NUMBERS {
-                if plan.small_numbers.len() <= number as usize {
-                    plan.small_numbers.resize(number as usize + 1, 0);
-                }
-                plan.small_numbers[number as usize] = index as u32 + 1;
-            } else {
-                plan.large_numbers.push((number, index as u32));
-            }
+            plan.number(number, index);
         }
         plan.large_numbers.sort_unstable();
         Ok(plan)
@@ -503,4 +445,95 @@ pub(super) fn unescape_c(text: &str) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+impl MessagePlan {
+    /// Finds field `index` by its `number` from now on.
+    fn number(&mut self, number: u32, index: usize) {
+        if number < SMALL_NUMBERS {
+            if self.small_numbers.len() <= number as usize {
+                self.small_numbers.resize(number as usize + 1, 0);
+            }
+            self.small_numbers[number as usize] = index as u32 + 1;
+        } else {
+            self.large_numbers.push((number, index as u32));
+        }
+    }
+}
+
+/// The field's number: present, in range, not used twice in one message.
+fn field_number<'f>(
+    field: &'f FieldDescriptorProto,
+    full_name: &str,
+    where_: &str,
+    seen: &mut HashMap<u32, &'f str>,
+) -> Result<u32, SchemaError> {
+    if field.name().is_empty() {
+        return Err(SchemaError::InvalidDescriptor(format!(
+            "{full_name}: Missing field name."
+        )));
+    }
+    let number = match u32::try_from(field.number()) {
+        Ok(n) if (1..=536_870_911).contains(&n) => n,
+        _ => {
+            return Err(SchemaError::InvalidDescriptor(format!(
+                "{where_}: Field numbers must be positive integers."
+            )));
+        }
+    };
+    if let Some(other) = seen.insert(number, field.name()) {
+        return Err(SchemaError::InvalidDescriptor(format!(
+            "{where_}: Field number {number} has already been used in \"{full_name}\" by field \"{other}\"."
+        )));
+    }
+    Ok(number)
+}
+
+/// The field's kind (`None`: a group) and label against its column's type and mode.
+fn check_shape(
+    field: &FieldDescriptorProto,
+    proto: Option<ProtoKind>,
+    column: &TableFieldSchema,
+    kind: &ColumnKind,
+    where_: &str,
+) -> Result<ProtoKind, SchemaError> {
+    let Some(proto) = proto else {
+        return Err(SchemaError::TypeMismatch {
+            path: where_.to_owned(),
+            proto_type: "group".into(),
+            column_type: kind.name(),
+        });
+    };
+    if !kind.accepts(proto) {
+        return Err(SchemaError::TypeMismatch {
+            path: where_.to_owned(),
+            proto_type: proto.name().into(),
+            column_type: kind.name(),
+        });
+    }
+    let repeated = field.label() == Label::Repeated;
+    if repeated != (column.mode() == Mode::Repeated) {
+        return Err(SchemaError::ModeMismatch {
+            path: where_.to_owned(),
+            proto_label: if repeated { "repeated" } else { "optional" },
+            column_mode: match column.mode() {
+                Mode::Nullable => "NULLABLE",
+                Mode::Required => "REQUIRED",
+                Mode::Repeated => "REPEATED",
+            },
+        });
+    }
+    Ok(proto)
+}
+
+/// An enum's values by number; an enum without values is refused.
+fn enum_values_of(name: &str, e: &EnumDescriptorProto) -> Result<Vec<(i32, String)>, SchemaError> {
+    if e.value.is_empty() {
+        return Err(SchemaError::InvalidDescriptor(format!(
+            "{name}: Enums must contain at least one value."
+        )));
+    }
+    Ok((e.value.iter())
+        .map(|v| (v.number(), v.name().to_string()))
+        .collect())
 }
