@@ -59,6 +59,7 @@ impl RestTransport for SimRest {
                     None if method == "POST" && path == "projects/p/queries" && query.is_some() => {
                         let query = query.expect("checked");
                         let highest = highest_visible(&w, &query);
+                        w.count("resolve_queries");
                         w.trace(format!(
                             "bq query {query} by r{}: {highest:?}",
                             self.process
