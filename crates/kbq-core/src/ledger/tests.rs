@@ -364,3 +364,20 @@ fn an_out_of_range_fetch_fails_the_partition_but_keeps_its_prefix_committed() {
     let (_, entries) = commit(&l.handle(Event::StartCycle)).expect("the prefix is committed");
     assert_eq!(entries, vec![(3, alo())]);
 }
+
+#[test]
+fn a_missing_checkpoint_under_resolve_starts_at_the_log_start() {
+    // The table's highest visible offset is no safe start: rows on `_default` are not a prefix
+    // of the partition (a refused request below a later one's rows), so a missing checkpoint is
+    // replayed from the log start instead of resolved.
+    let mut config = ProtocolConfig::new();
+    config.on_missing_checkpoint = MissingCheckpointPolicy::Resolve;
+    let mut l = AtLeastOnceLedger::new(config);
+    let out = l.handle(assigned(None, true, 5, 100));
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::ResolveVisible { .. })),
+        "{out:?}"
+    );
+    assert_eq!(started(&out).map(|(_, from)| from), Some(5), "{out:?}");
+}
