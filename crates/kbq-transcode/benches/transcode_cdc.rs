@@ -9,7 +9,8 @@
 //! FULL`), which the change path must step over.
 //!
 //! `cargo bench -p kbq-transcode --bench transcode_cdc` runs criterion and then prints a per-core
-//! summary and, per format, the cost of a change as a multiple of the plain plan's per record.
+//! summary and, per format, the cost of a change as a multiple of the plain plan's per record,
+//! and the share of the locate step alone.
 
 mod common;
 
@@ -383,6 +384,16 @@ fn summary(s: &Setup) {
                     },
                 ));
             }
+            // The locate step alone: where the change path's time goes beside the plan.
+            for (op, inputs) in [("c", &changes.creates), ("u", &changes.updates)] {
+                paths.push(common::path(
+                    format!("{name} locate {op}"),
+                    inputs,
+                    |body, _| {
+                        black_box(changes.shape.locate(body).unwrap());
+                    },
+                ));
+            }
         }
     }
     let rates = common::summarize(
@@ -392,12 +403,15 @@ fn summary(s: &Setup) {
     );
     for (name, at) in layout {
         let (plain, create, update) = (rates[at], rates[at + 1], rates[at + 2]);
+        let (locate_c, locate_u) = (rates[at + 3], rates[at + 4]);
         common::print_ratio(
             name,
             format_args!(
-                "a change costs {:.2}x the plain plan per record (c), {:.2}x (u)",
+                "a change costs {:.2}x the plain plan per record (c), {:.2}x (u); locating it is {:.0} % of the change (c), {:.0} % (u)",
                 plain / create,
-                plain / update
+                plain / update,
+                100.0 * create / locate_c,
+                100.0 * update / locate_u
             ),
         );
     }
