@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
+use googleapis_tonic_google_rpc::google::rpc;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -485,6 +486,96 @@ impl AppendSession {
     }
 }
 
+/// What one AppendRows request gets: a response on the call, or the call's end.
+enum Answer {
+    Reply(bq::AppendRowsResponse),
+    End(Status),
+}
+
+/// The injected faults that apply to one AppendRows request.
+#[derive(Default)]
+struct AppendFaults {
+    /// Answer the request with this error, in the stream.
+    in_stream: Option<BqError>,
+    /// End the call with this status instead of answering.
+    end: Option<Status>,
+    /// Apply the request, then drop the call.
+    drop_after: bool,
+}
+
+impl WriteService {
+    /// The answer to one request of an AppendRows call: an injected fault, a quota refusal,
+    /// or what the session makes of it.
+    async fn answer(&self, session: &mut AppendSession, req: bq::AppendRowsRequest) -> Answer {
+        let target = session.target_of(&req);
+        let faults = self.append_faults(&target).await;
+        if let Some(status) = faults.end {
+            return Answer::End(status);
+        }
+        if let Some(e) = faults.in_stream {
+            return Answer::Reply(error_response(target, e.to_rpc_status()));
+        }
+        let size = req.encoded_len();
+        if size <= self.settings.max_request_bytes
+            && let Err(e) = self.quotas.append(size, &target, Instant::now())
+        {
+            return Answer::Reply(error_response(target, e.to_rpc_status()));
+        }
+        let outcome = session.handle(req);
+        if faults.drop_after {
+            return Answer::End(dropped());
+        }
+        match outcome {
+            AppendOutcome::Reply(response) => Answer::Reply(*response),
+            AppendOutcome::End(status) => Answer::End(status),
+        }
+    }
+
+    /// Runs the injected delays for a request to `target` and collects the faults that apply.
+    async fn append_faults(&self, target: &str) -> AppendFaults {
+        let mut faults = AppendFaults::default();
+        for action in self.faults.check(Rpc::AppendRows, target) {
+            match action {
+                FaultAction::Delay { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+                FaultAction::Fail {
+                    code,
+                    storage_code,
+                    message,
+                    in_stream,
+                } => {
+                    let message =
+                        message.unwrap_or_else(|| format!("injected fault. Entity: {target}"));
+                    let mut e = BqError::new(code.0, message);
+                    if let Some(c) = storage_code {
+                        e = e.with_storage(c.0, target);
+                    }
+                    if in_stream {
+                        faults.in_stream = Some(e);
+                    } else {
+                        faults.end = Some(e.to_status());
+                    }
+                    break;
+                }
+                FaultAction::Drop { after: false } => {
+                    faults.end = Some(dropped());
+                    break;
+                }
+                FaultAction::Drop { after: true } => faults.drop_after = true,
+            }
+        }
+        faults
+    }
+}
+
+/// An in-stream error answer: the request appended nothing, the call stays open.
+fn error_response(target: String, status: rpc::Status) -> bq::AppendRowsResponse {
+    bq::AppendRowsResponse {
+        write_stream: target,
+        response: Some(bq::append_rows_response::Response::Error(status)),
+        ..Default::default()
+    }
+}
+
 #[tonic::async_trait]
 impl BigQueryWrite for WriteService {
     async fn create_write_stream(
@@ -574,86 +665,13 @@ impl BigQueryWrite for WriteService {
                         break;
                     }
                 };
-                let target = session.target_of(&req);
-                let mut in_stream_fault = None;
-                let mut drop_after = false;
-                let mut end = None;
-                for action in service.faults.check(Rpc::AppendRows, &target) {
-                    match action {
-                        FaultAction::Delay { ms } => {
-                            tokio::time::sleep(Duration::from_millis(ms)).await
-                        }
-                        FaultAction::Fail {
-                            code,
-                            storage_code,
-                            message,
-                            in_stream,
-                        } => {
-                            let message = message
-                                .unwrap_or_else(|| format!("injected fault. Entity: {target}"));
-                            let mut e = BqError::new(code.0, message);
-                            if let Some(c) = storage_code {
-                                e = e.with_storage(c.0, &target);
-                            }
-                            if in_stream {
-                                in_stream_fault = Some(e);
-                            } else {
-                                end = Some(e.to_status());
-                            }
-                            break;
-                        }
-                        FaultAction::Drop { after: false } => {
-                            end = Some(dropped());
-                            break;
-                        }
-                        FaultAction::Drop { after: true } => drop_after = true,
-                    }
-                }
-                if let Some(status) = end {
-                    let _ = tx.send(Err(status)).await;
-                    break;
-                }
-                if let Some(e) = in_stream_fault {
-                    let response = bq::AppendRowsResponse {
-                        write_stream: target,
-                        response: Some(bq::append_rows_response::Response::Error(
-                            e.to_rpc_status(),
-                        )),
-                        ..Default::default()
-                    };
-                    if tx.send(Ok(response)).await.is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                let size = req.encoded_len();
-                if size <= service.settings.max_request_bytes
-                    && let Err(e) = service.quotas.append(size, &target, Instant::now())
-                {
-                    let response = bq::AppendRowsResponse {
-                        write_stream: target,
-                        response: Some(bq::append_rows_response::Response::Error(
-                            e.to_rpc_status(),
-                        )),
-                        ..Default::default()
-                    };
-                    if tx.send(Ok(response)).await.is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                let outcome = session.handle(req);
-                if drop_after {
-                    let _ = tx.send(Err(dropped())).await;
-                    break;
-                }
-                match outcome {
-                    AppendOutcome::Reply(response) => {
-                        if tx.send(Ok(*response)).await.is_err() {
+                match service.answer(&mut session, req).await {
+                    Answer::Reply(response) => {
+                        if tx.send(Ok(response)).await.is_err() {
                             break;
                         }
                     }
-                    AppendOutcome::End(status) => {
+                    Answer::End(status) => {
                         let _ = tx.send(Err(status)).await;
                         break;
                     }
