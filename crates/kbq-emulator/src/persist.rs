@@ -443,14 +443,46 @@ fn truncate_to(path: &Path, len: u64) -> Result<(), PersistError> {
 
 type Chunk = (u64, Arc<RowBatch>, Range<usize>);
 
+/// What replay collects across its passes: the chunks that became visible, per table uid (with
+/// the sequence they became visible at), and the highest visibility sequence seen.
+#[derive(Default)]
+struct Replayed {
+    visible: std::collections::HashMap<String, Vec<Chunk>>,
+    max_seq: u64,
+}
+
 fn replay(store: &Arc<Store>, dir: &Path, records: Vec<MetaRecord>) -> Result<(), PersistError> {
+    let later = restore_objects(store, dir, records)?;
+    let mut replayed = Replayed::default();
+    for (stream, file) in live_streams(store) {
+        let path = dir.join("rows").join(format!("{file}.rows"));
+        restore_rows(store, &stream, &path, &mut replayed)?;
+    }
+    restore_stream_states(store, later, &mut replayed);
+    for (uid, mut chunks) in replayed.visible {
+        chunks.sort_by_key(|(seq, _, _)| *seq);
+        if let Some(default) = store.default_stream_by_table_uid(&uid) {
+            store.restore_visible(&default.table, chunks.into_iter().map(|(_, b, r)| (b, r)));
+        }
+    }
+    store
+        .visibility_seq
+        .store(replayed.max_seq + 1, std::sync::atomic::Ordering::Release);
+    Ok(())
+}
+
+/// Pass 1: the object graph (datasets, tables, streams). Returns the stream-state changes,
+/// which wait until the rows are loaded.
+fn restore_objects(
+    store: &Arc<Store>,
+    dir: &Path,
+    records: Vec<MetaRecord>,
+) -> Result<Vec<MetaRecord>, PersistError> {
     let meta_path = dir.join("meta.log");
     let persist = |e: crate::store::StoreError| PersistError::Corrupt {
         path: meta_path.clone(),
         detail: e.to_string(),
     };
-    let mut max_seq = 0u64;
-    // Pass 1: the object graph. Stream-state changes wait until the rows are loaded.
     let mut later = Vec::new();
     for record in records {
         match record {
@@ -476,69 +508,81 @@ fn replay(store: &Arc<Store>, dir: &Path, records: Vec<MetaRecord>) -> Result<()
             other => later.push(other),
         }
     }
-    // Pass 2: the rows of every live stream, default streams included.
-    let mut visible: std::collections::HashMap<String, Vec<Chunk>> = Default::default();
-    for (stream, file) in live_streams(store) {
-        let path = dir.join("rows").join(format!("{file}.rows"));
-        let mut f = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        if f.metadata().map_err(io_err(&path))?.len() < ROWS_HEADER_LEN {
-            continue;
-        }
-        let scan = scan_rows(&path, &mut BufReader::new(&mut f))?;
-        drop(f);
-        truncate_to(&path, scan.valid_len)?;
-        let mut codecs: Vec<Arc<RowCodec>> = Vec::new();
-        for record in scan.records {
-            match record {
-                RowRecord::Codec {
-                    index,
-                    descriptor,
-                    schema,
-                } => {
-                    let codec = RowCodec::compile(&descriptor, &schema)
-                        .or_else(|_| RowCodec::compile(&descriptor, &stream.table_schema()))
-                        .map_err(|e| PersistError::Corrupt {
-                            path: path.clone(),
-                            detail: format!("descriptor {index}: {e}"),
-                        })?;
-                    codecs.push(Arc::new(codec));
-                }
-                RowRecord::Append {
-                    seq,
-                    first,
-                    codec,
-                    rows,
-                } => {
-                    let codec = codecs.get(codec as usize).cloned().ok_or_else(|| {
-                        PersistError::Corrupt {
-                            path: path.clone(),
-                            detail: format!("append refers to unknown descriptor {codec}"),
-                        }
+    Ok(later)
+}
+
+/// Pass 2, for one live stream (default streams included): its row log read up to its last
+/// whole record (a torn tail is cut off), its appends restored.
+fn restore_rows(
+    store: &Arc<Store>,
+    stream: &Arc<WriteStream>,
+    path: &Path,
+    replayed: &mut Replayed,
+) -> Result<(), PersistError> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    if f.metadata().map_err(io_err(path))?.len() < ROWS_HEADER_LEN {
+        return Ok(());
+    }
+    let scan = scan_rows(path, &mut BufReader::new(&mut f))?;
+    drop(f);
+    truncate_to(path, scan.valid_len)?;
+    let mut codecs: Vec<Arc<RowCodec>> = Vec::new();
+    for record in scan.records {
+        match record {
+            RowRecord::Codec {
+                index,
+                descriptor,
+                schema,
+            } => {
+                let codec = RowCodec::compile(&descriptor, &schema)
+                    .or_else(|_| RowCodec::compile(&descriptor, &stream.table_schema()))
+                    .map_err(|e| PersistError::Corrupt {
+                        path: path.to_path_buf(),
+                        detail: format!("descriptor {index}: {e}"),
                     })?;
-                    max_seq = max_seq.max(seq);
-                    let batch = Arc::new(RowBatch { rows, codec });
-                    if let Some((_, batch, range)) = store.restore_append(&stream, first, batch) {
-                        visible
-                            .entry(stream.table.uid.clone())
-                            .or_default()
-                            .push((seq, batch, range));
-                    }
+                codecs.push(Arc::new(codec));
+            }
+            RowRecord::Append {
+                seq,
+                first,
+                codec,
+                rows,
+            } => {
+                let codec =
+                    codecs
+                        .get(codec as usize)
+                        .cloned()
+                        .ok_or_else(|| PersistError::Corrupt {
+                            path: path.to_path_buf(),
+                            detail: format!("append refers to unknown descriptor {codec}"),
+                        })?;
+                replayed.max_seq = replayed.max_seq.max(seq);
+                let batch = Arc::new(RowBatch { rows, codec });
+                if let Some((_, batch, range)) = store.restore_append(stream, first, batch) {
+                    (replayed.visible)
+                        .entry(stream.table.uid.clone())
+                        .or_default()
+                        .push((seq, batch, range));
                 }
             }
         }
     }
-    // Pass 3: flush cursors, finalizations, commits and expiries, in log order.
+    Ok(())
+}
+
+/// Pass 3: flush cursors, finalizations, commits and expiries, in log order.
+fn restore_stream_states(store: &Arc<Store>, later: Vec<MetaRecord>, replayed: &mut Replayed) {
     for record in later {
         match record {
             MetaRecord::Flush { id, offset, seq } => {
                 if let Some(s) = store.stream_by_id(&id) {
-                    max_seq = max_seq.max(seq);
+                    replayed.max_seq = replayed.max_seq.max(seq);
                     let chunks = store.restore_flush(&s, offset);
-                    let entry = visible.entry(s.table.uid.clone()).or_default();
+                    let entry = replayed.visible.entry(s.table.uid.clone()).or_default();
                     entry.extend(chunks.into_iter().map(|(b, r)| (seq, b, r)));
                 }
             }
@@ -548,11 +592,11 @@ fn replay(store: &Arc<Store>, dir: &Path, records: Vec<MetaRecord>) -> Result<()
                 }
             }
             MetaRecord::Commit { ids, time_us, seq } => {
-                max_seq = max_seq.max(seq);
+                replayed.max_seq = replayed.max_seq.max(seq);
                 for id in ids {
                     if let Some(s) = store.stream_by_id(&id) {
                         let chunks = store.restore_commit(&s, time_us);
-                        let entry = visible.entry(s.table.uid.clone()).or_default();
+                        let entry = replayed.visible.entry(s.table.uid.clone()).or_default();
                         entry.extend(chunks.into_iter().map(|(b, r)| (seq, b, r)));
                     }
                 }
@@ -565,16 +609,6 @@ fn replay(store: &Arc<Store>, dir: &Path, records: Vec<MetaRecord>) -> Result<()
             _ => {}
         }
     }
-    for (uid, mut chunks) in visible {
-        chunks.sort_by_key(|(seq, _, _)| *seq);
-        if let Some(default) = store.default_stream_by_table_uid(&uid) {
-            store.restore_visible(&default.table, chunks.into_iter().map(|(_, b, r)| (b, r)));
-        }
-    }
-    store
-        .visibility_seq
-        .store(max_seq + 1, std::sync::atomic::Ordering::Release);
-    Ok(())
 }
 
 /// Every stream the store knows after pass 1, with its row-log file name.
