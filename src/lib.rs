@@ -7,6 +7,7 @@ pub mod bigquery;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+mod deadline;
 pub use kbq_emulator as emulator;
 pub mod inspect;
 pub mod kafka;

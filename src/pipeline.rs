@@ -239,7 +239,7 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
         },
         auth,
     )
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(anyhow::Error::from)?;
     Ok((client, rest))
 }
 

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::anyhow;
 use apache_avro::Schema;
 use apache_avro::types::Value;
 
@@ -98,7 +97,7 @@ pub(super) struct Source {
 
 impl Source {
     pub(super) fn new(seed: u64, keys: u64, partitions: i32) -> anyhow::Result<Source> {
-        let parse = |text: &str| Schema::parse_str(text).map_err(|e| anyhow!("{e}"));
+        let parse = |text: &str| Schema::parse_str(text).map_err(anyhow::Error::from);
         Ok(Source {
             envelope: parse(ENVELOPE)?,
             key: parse(KEY)?,
@@ -244,7 +243,7 @@ fn framed(schema: &Schema, schema_id: u32, value: Value) -> anyhow::Result<Vec<u
     let body = apache_avro::writer::datum::GenericDatumWriter::builder(schema)
         .build()
         .and_then(|w| w.write_value_to_vec(value))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(anyhow::Error::from)?;
     let mut out = Vec::with_capacity(body.len() + 5);
     confluent_frame(schema_id, &body, &mut out);
     Ok(out)

@@ -260,7 +260,7 @@ pub(crate) fn plans(
             },
         },
     )
-    .map_err(|e| anyhow!("{e}"))
+    .map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

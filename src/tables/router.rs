@@ -123,7 +123,7 @@ impl Router {
             return Ok(Some(registry.clone()));
         }
         let registry = Arc::new(
-            SchemaRegistry::new(RegistryConfig::from_settings(sr)?).map_err(|e| anyhow!("{e}"))?,
+            SchemaRegistry::new(RegistryConfig::from_settings(sr)?).map_err(anyhow::Error::from)?,
         );
         *shared = Some(registry.clone());
         Ok(Some(registry))

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
 use crate::checkpoint::protocol::TopicPartition;
+use crate::deadline::sleep_until;
 use crate::kafka::consumer::Record;
 use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
 use crate::kafka::memory_budget::PartitionBudget;
@@ -664,12 +665,5 @@ async fn unless_stopped<T>(
         biased;
         _ = stopped(stop) => Err(RunEnd::Stopped),
         out = work => Ok(out),
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

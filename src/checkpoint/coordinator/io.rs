@@ -204,13 +204,6 @@ pub(crate) async fn backoff(attempt: u32) {
     }
 }
 
-pub(crate) async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Sends `command` to the consumer thread after `delay`: a Kafka read it could not answer
 /// (committed offset, watermarks, ownership) is asked again, never read as "no offset".
 pub(crate) fn send_later(consumer: &ConsumerHandle, delay: Duration, command: ConsumerCommand) {

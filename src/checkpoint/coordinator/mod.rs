@@ -46,7 +46,7 @@ use super::metadata::TableFingerprint;
 use super::offsets::{Incarnation, NextOffset};
 use super::protocol::{Assignment, Event, TopicPartition};
 use super::stall::StallWatch;
-use io::sleep_until;
+use crate::deadline::sleep_until;
 use resolving::Resolving;
 
 #[derive(Clone)]
