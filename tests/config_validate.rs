@@ -332,6 +332,38 @@ fn lost_offsets_resolve_needs_the_same_columns_and_names_its_own_field() {
 }
 
 #[test]
+fn lost_offsets_resolve_under_at_least_once_warns_that_it_replays_from_the_log_start() {
+    let yaml = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  metadata_columns:\n    partition: p\n    offset: o\n",
+    );
+    let resolve = "recovery:\n  lost_offsets: resolve\n";
+    let alo = Config::from_yaml(
+        &format!("{yaml}delivery: at_least_once\n{resolve}"),
+        HashMap::new(),
+    )
+    .expect("parses");
+    validate(&alo).expect("valid");
+    let warned: Vec<String> = warnings(&alo).iter().map(ToString::to_string).collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].starts_with(
+            "recovery.lost_offsets: resolve starts at the log start under delivery: at_least_once"
+        ),
+        "{warned:#?}"
+    );
+    // Exactly once resolves as its name says; at least once with `earliest` says it plainly.
+    let eo = Config::from_yaml(&format!("{yaml}{resolve}"), HashMap::new()).expect("parses");
+    assert!(warnings(&eo).is_empty());
+    let earliest = Config::from_yaml(
+        &format!("{yaml}delivery: at_least_once\nrecovery:\n  lost_offsets: earliest\n"),
+        HashMap::new(),
+    )
+    .expect("parses");
+    assert!(warnings(&earliest).is_empty());
+}
+
+#[test]
 fn resolve_is_refused_on_tables_that_require_a_partition_filter() {
     let yaml = MINIMAL.replace(
         "  table: t\n",

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::config::{
-    CheckpointConfig, Config, LostOffsets, LostStream, OnBadRecord, WriterConfig, limits,
-    resolve_missing_columns, resolve_partition_filters,
+    CheckpointConfig, Config, ConfigError, Delivery, LostOffsets, LostStream, OnBadRecord,
+    WriterConfig, limits, resolve_missing_columns, resolve_partition_filters,
 };
 
 use super::{Validator, checkpoint_metadata_worst_case_len, is_kafka_topic_name, quoted_key};
@@ -196,5 +196,17 @@ impl Validator {
         } else if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
             self.err("log.level", format!("not a level or filter: {e}"));
         }
+    }
+}
+
+/// `lost_offsets: resolve` under at-least-once is valid but not what its name says: the ledger
+/// starts a partition without a checkpoint at the log start instead (docs/operations.md, missing
+/// checkpoints), so an operator should know that expired offsets replay the retained log.
+pub(super) fn warnings(c: &Config, out: &mut Vec<ConfigError>) {
+    if c.delivery == Delivery::AtLeastOnce && c.recovery.lost_offsets == LostOffsets::Resolve {
+        out.push(ConfigError::at(
+            "recovery.lost_offsets",
+            "resolve starts at the log start under delivery: at_least_once: the _default stream's visible rows may have holes below the highest one, so a partition without a checkpoint replays its whole retained log (duplicates, nothing lost): `earliest` says the same plainly",
+        ));
     }
 }

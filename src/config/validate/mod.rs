@@ -38,6 +38,7 @@ pub fn warnings(config: &Config) -> Vec<ConfigError> {
             }
         }
     }
+    delivery::warnings(config, &mut out);
     cdc::warnings(config, &mut out);
     out
 }
