@@ -245,3 +245,32 @@ fn schemas_enable_applies_to_schemaless_json_only() {
         }
     }
 }
+
+#[test]
+fn lost_offsets_that_replay_a_cdc_topic_from_its_log_start_warn_about_the_delete_retention() {
+    let warned = |lost_offsets: &str| -> Vec<String> {
+        let yaml = format!(
+            "{}recovery:\n  lost_offsets: {lost_offsets}\n",
+            config("at_least_once", DEBEZIUM)
+        );
+        let c = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+        validate(&c).unwrap();
+        warnings(&c).iter().map(ToString::to_string).collect()
+    };
+    let earliest = warned("earliest");
+    assert_eq!(earliest.len(), 1, "{earliest:?}");
+    assert!(
+        earliest[0].starts_with("recovery.lost_offsets: a cdc partition without a checkpoint"),
+        "{earliest:?}"
+    );
+    assert!(earliest[0].contains("two days"), "{earliest:?}");
+    // `resolve` replays from the log start too under at-least-once, and says that as well.
+    let resolve = warned("resolve");
+    assert_eq!(resolve.len(), 2, "{resolve:?}");
+    assert!(
+        resolve.iter().any(|w| w.contains("two days")),
+        "{resolve:?}"
+    );
+    assert!(warned("fail").is_empty());
+    assert!(warned("latest").is_empty());
+}

@@ -2,7 +2,9 @@
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
+use super::{
+    Config, ConfigError, Delivery, HumanDuration, InputFormat, LostOffsets, SchemaUpdate, defaults,
+};
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
 /// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
@@ -227,9 +229,24 @@ pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
     }
 }
 
-/// Configurations that cannot guarantee monotone sequence numbers per key.
+/// Configurations that cannot guarantee monotone sequence numbers per key, or that may replay
+/// changes older than BigQuery's delete retention.
 pub(super) fn warnings(config: &Config, out: &mut Vec<ConfigError>) {
-    for (_, path, c, topics) in sections(config) {
+    let cdc = sections(config);
+    // Under at-least-once, `resolve` starts a partition without a checkpoint at the log start
+    // (docs/operations.md, missing checkpoints), as `earliest` does: on a CDC table a replay of
+    // changes more than two days after their deletes may bring deleted rows back (docs/cdc.md).
+    let replays = matches!(
+        config.recovery.lost_offsets,
+        LostOffsets::Resolve | LostOffsets::Earliest
+    );
+    if replays && !cdc.is_empty() {
+        out.push(ConfigError::at(
+            "recovery.lost_offsets",
+            "a cdc partition without a checkpoint is replayed from its log start, and a replay of changes more than two days old may bring deleted rows back (BigQuery keeps a delete for two days): `fail` stops the partition so that an operator can choose",
+        ));
+    }
+    for (_, path, c, topics) in cdc {
         if c.sequence.source_field.is_none() && topics > 1 {
             out.push(ConfigError::at(
                 format!("{path}.sequence"),

@@ -145,7 +145,10 @@ impl Validator {
                 "rewind or fail",
             ),
             (
-                c.recovery.lost_offsets == LostOffsets::Resolve,
+                // Under at-least-once `resolve` starts at the log start and queries nothing
+                // (the ledger; `warnings` below says so).
+                c.recovery.lost_offsets == LostOffsets::Resolve
+                    && c.delivery == Delivery::ExactlyOnce,
                 "recovery.lost_offsets",
                 "fail, earliest or latest",
             ),
