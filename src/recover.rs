@@ -23,11 +23,12 @@ use anyhow::{Context, bail};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::bigquery::error::ErrorClass;
+use crate::backoff;
 use crate::bigquery::write_client::WriteClient;
+use crate::checkpoint::coordinator::flush_outcome;
 use crate::checkpoint::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
 use crate::checkpoint::offsets::{NextOffset, RowOffset, StreamId};
-use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
+use crate::checkpoint::protocol::{CommittedRead, FlushOutcome, TopicPartition};
 use crate::config::Config;
 use crate::inspect::{PartitionView, group_reader, read_group, table_path};
 use crate::kafka::consumer::read_committed;
@@ -202,31 +203,31 @@ async fn recover_partition(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match client.flush_rows(&name, through).await {
+            let error = match client.flush_rows(&name, through).await {
                 Ok(_) => break,
+                Err(e) => e,
+            };
+            // The coordinator's classification of FlushRows errors; `recover` retries what the
+            // coordinator retries, a bounded number of times, and reports the rest.
+            match flush_outcome(&error) {
                 // The cursor is already past r: every row of the checkpoint is visible.
-                Err(e) if e.class() == ErrorClass::AlreadyExists => break,
-                Err(e)
-                    if attempt < FLUSH_ATTEMPTS
-                        && matches!(
-                            e.class(),
-                            ErrorClass::Transient | ErrorClass::Throttled | ErrorClass::NotFound
-                        ) =>
+                FlushOutcome::Flushed | FlushOutcome::AlreadyExists => break,
+                // A NOT_FOUND right after a restart of the service may pass: asked again before
+                // the stream is reported gone.
+                FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::NotFound
+                    if attempt < FLUSH_ATTEMPTS =>
                 {
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    tokio::time::sleep(backoff::delay(attempt)).await;
                 }
-                Err(e)
-                    if matches!(
-                        e.class(),
-                        ErrorClass::StreamFinalized | ErrorClass::NotFound
-                    ) =>
-                {
+                FlushOutcome::StreamFinalized | FlushOutcome::NotFound => {
                     return Done::Problem(format!(
-                        "stream {stream} is gone ({e}): records [{}, {}) may not be visible; re-subscribe the topic to re-deliver them (recovery.lost_stream applies); checkpoint left as is",
+                        "stream {stream} is gone ({error}): records [{}, {}) may not be visible; re-subscribe the topic to re-deliver them (recovery.lost_stream applies); checkpoint left as is",
                         f.0, k.0
                     ));
                 }
-                Err(e) => return Done::Problem(format!("flush of {stream} failed: {e}")),
+                FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::Fatal(_) => {
+                    return Done::Problem(format!("flush of {stream} failed: {error}"));
+                }
             }
         }
         flushed = Some((stream.clone(), through));

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::bigquery::error::ErrorClass;
+use crate::bigquery::error::{ErrorClass, WriteError};
 use crate::bigquery::rest_client::{FilterValue, RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::metadata::TableFingerprint;
@@ -155,24 +155,29 @@ pub(crate) async fn flush(
         Ok(_) => FlushOutcome::Flushed,
         Err(e) => {
             metrics.bigquery_error("FlushRows", &e);
-            match e.class() {
-                ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
-                ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
-                ErrorClass::NotFound => FlushOutcome::NotFound,
-                ErrorClass::Transient | ErrorClass::Throttled => {
-                    FlushOutcome::Transient(e.to_string())
-                }
+            let outcome = flush_outcome(&e);
+            if let FlushOutcome::Denied(_) = outcome {
                 // An IAM change or a credential being rotated passes: the flush stays pending
                 // and is retried (every cycle, or with the recovery backoff), never a permanent
                 // stop of the partition (issue 11 #14); readiness is false meanwhile
                 // (`DeniedFlushes`; docs/architecture.md#failure-policies).
-                ErrorClass::Denied => {
-                    tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
-                    FlushOutcome::Denied(e.to_string())
-                }
-                _ => FlushOutcome::Fatal(e.to_string()),
+                tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
             }
+            outcome
         }
+    }
+}
+
+/// What a refused FlushRows means for the checkpoint: the one classification of FlushRows
+/// errors, shared by the coordinator's flushes and `recover`.
+pub(crate) fn flush_outcome(e: &WriteError) -> FlushOutcome {
+    match e.class() {
+        ErrorClass::AlreadyExists => FlushOutcome::AlreadyExists,
+        ErrorClass::StreamFinalized => FlushOutcome::StreamFinalized,
+        ErrorClass::NotFound => FlushOutcome::NotFound,
+        ErrorClass::Transient | ErrorClass::Throttled => FlushOutcome::Transient(e.to_string()),
+        ErrorClass::Denied => FlushOutcome::Denied(e.to_string()),
+        _ => FlushOutcome::Fatal(e.to_string()),
     }
 }
 

@@ -17,6 +17,7 @@
 mod actions;
 mod events;
 mod io;
+pub(crate) use io::flush_outcome;
 mod outcomes;
 mod readiness;
 mod resolving;
