@@ -18,8 +18,8 @@ use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::TableFingerprint;
 use crate::checkpoint::protocol::{
-    AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
-    ProtocolConfig, ResolveFallback, StartFrom,
+    AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, ProtocolConfig,
+    ResolveFallback, StartFrom,
 };
 use crate::config::{self, Config, Credentials, Delivery, OnBadRecord, defaults};
 use crate::kafka::consumer::{self, ConsumerSettings};
@@ -267,7 +267,7 @@ fn protocol_config(config: &Config) -> ProtocolConfig {
         config::LostOffsets::Latest => MissingCheckpointPolicy::Latest,
         config::LostOffsets::Resolve => MissingCheckpointPolicy::Resolve,
     };
-    p.on_out_of_range = OutOfRangePolicy::Fail;
+    p.on_out_of_range = r.on_out_of_range;
     if let Some(n) = r.resolve_attempts {
         p.resolve_attempts = n;
     }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
+use kafka_bigquery_sink::checkpoint::protocol::OutOfRangePolicy;
 use kafka_bigquery_sink::config::{
     Config, Credentials, LostOffsets, LostStream, validate, warnings,
 };
@@ -361,6 +362,21 @@ fn lost_offsets_resolve_under_at_least_once_warns_that_it_replays_from_the_log_s
     )
     .expect("parses");
     assert!(warnings(&earliest).is_empty());
+}
+
+#[test]
+fn a_position_below_the_log_start_fails_unless_on_out_of_range_says_earliest() {
+    let c = Config::from_yaml(MINIMAL, HashMap::new()).expect("parses");
+    assert_eq!(c.recovery.on_out_of_range, OutOfRangePolicy::Fail);
+    let yaml = with("recovery:\n  on_out_of_range: earliest\n");
+    let c = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    validate(&c).expect("valid");
+    assert_eq!(c.recovery.on_out_of_range, OutOfRangePolicy::Earliest);
+    assert_one_error(
+        &with("recovery:\n  on_out_of_range: latest\n"),
+        HashMap::new(),
+        "recovery.on_out_of_range: unknown variant `latest`",
+    );
 }
 
 #[test]

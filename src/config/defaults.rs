@@ -2,6 +2,7 @@
 //! applies.
 
 use super::ByteSize;
+use crate::checkpoint::protocol::OutOfRangePolicy;
 use std::time::Duration;
 
 /// The first section of CDC sequence numbers until an operator raises it.
@@ -40,6 +41,8 @@ pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(64 * 1024 * 1024);
 pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
+/// A position below the log start stops the partition: nothing is skipped unless asked for.
+pub const RECOVERY_ON_OUT_OF_RANGE: OutOfRangePolicy = OutOfRangePolicy::Fail;
 pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
 pub const LOG_LEVEL: &str = "info";
 

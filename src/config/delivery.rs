@@ -5,6 +5,7 @@ use serde::Deserialize;
 use super::{
     ByteSize, Config, CreateTableConfig, HumanDuration, MetadataColumns, Properties, defaults,
 };
+use crate::checkpoint::protocol::OutOfRangePolicy;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,7 +121,7 @@ pub enum OnBadRecord {
 }
 
 /// What to do where no exact continuation exists (docs/architecture.md#recovery).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecoveryConfig {
     /// A checkpointed stream is gone before its rows were flushed: `resolve` (ask the table for
@@ -140,6 +141,11 @@ pub struct RecoveryConfig {
     /// the table for the highest visible offset, exact; needs the metadata columns that
     /// `lost_stream: resolve` needs).
     pub lost_offsets: LostOffsets,
+    /// A partition's position is below the log start: retention deleted records before they
+    /// were written (a checkpoint older than the topic's retention, or a partition that fell
+    /// that far behind). `fail` (default: the partition stops, readiness turns false) or
+    /// `earliest` (continue at the log start; the deleted range is logged as lost).
+    pub on_out_of_range: OutOfRangePolicy,
     /// A partition added while running: `earliest` (default) or `latest`.
     pub new_partitions: StartFrom,
     /// How many failed `resolve` queries (backing off up to 30 s between them) before
@@ -148,6 +154,21 @@ pub struct RecoveryConfig {
     /// What `resolve` does when its query keeps failing: `fail` (default: the partition stops,
     /// readiness turns false) or `rewind` (re-deliver the window, at least once for it).
     pub resolve_fallback: ResolveFallback,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            lost_stream: None,
+            on_anomaly: OnAnomaly::default(),
+            start_from: StartFrom::default(),
+            lost_offsets: LostOffsets::default(),
+            on_out_of_range: defaults::RECOVERY_ON_OUT_OF_RANGE,
+            new_partitions: StartFrom::default(),
+            resolve_attempts: None,
+            resolve_fallback: ResolveFallback::default(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]

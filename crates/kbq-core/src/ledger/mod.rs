@@ -32,8 +32,8 @@ use crate::model::{
 };
 use crate::offsets::{Incarnation, NextOffset, StreamId};
 use crate::protocol::{
-    Action, CheckpointProtocol, Event, FailReason, Markers, MissingCheckpointPolicy, Outcome,
-    ProtocolConfig,
+    Action, CheckpointProtocol, Event, FailReason, Markers, MissingCheckpointPolicy,
+    OutOfRangePolicy, Outcome, ProtocolConfig,
 };
 
 /// Where a partition is.
@@ -200,14 +200,35 @@ impl AtLeastOnceLedger {
                 position,
                 low,
             } => {
-                // Retention deleted records not appended yet: the partition stops where its
-                // acknowledged prefix ends, which is still committed.
-                if self.is_current(&tp, incarnation) {
-                    let reason = FailReason::OutOfRange {
-                        from: position,
-                        low,
-                    };
-                    out.push(Action::FailPartition { tp, reason });
+                if !self.is_current(&tp, incarnation) {
+                    return out;
+                }
+                match self.config.on_out_of_range {
+                    // Retention deleted records not appended yet: the partition stops where its
+                    // acknowledged prefix ends, which is still committed.
+                    OutOfRangePolicy::Fail => {
+                        let reason = FailReason::OutOfRange {
+                            from: position,
+                            low,
+                        };
+                        out.push(Action::FailPartition { tp, reason });
+                    }
+                    // As in exactly-once mode: `[position, low)` is gone from Kafka and was
+                    // never appended, so it is counted as lost and the consumer continues at
+                    // the log start; the acknowledged prefix passes the gap with the first
+                    // acknowledgement after it.
+                    OutOfRangePolicy::Earliest => {
+                        out.push(Action::Count(Outcome::RecordsLost {
+                            tp: tp.clone(),
+                            from: position,
+                            to: low,
+                        }));
+                        out.push(Action::Seek {
+                            tp,
+                            incarnation,
+                            to: low,
+                        });
+                    }
                 }
             }
             Event::StreamLost { tp, .. } | Event::ZombieDetected { tp, .. } => {

@@ -92,7 +92,11 @@ fn has(actions: &[Action], wanted: &Action) -> bool {
 
 /// A running partition of a marked table, started from an at-least-once commit at `k`.
 fn running_at(k: i64) -> (AtLeastOnceLedger, Incarnation) {
-    let mut l = ledger();
+    running_with(ProtocolConfig::new(), k)
+}
+
+fn running_with(config: ProtocolConfig, k: i64) -> (AtLeastOnceLedger, Incarnation) {
+    let mut l = AtLeastOnceLedger::new(config);
     let out = l.handle(assigned(Some((k, alo())), true, 0, 100));
     let (inc, from) = started(&out).expect("an at-least-once commit starts at once");
     assert_eq!(from, k);
@@ -363,6 +367,44 @@ fn an_out_of_range_fetch_fails_the_partition_but_keeps_its_prefix_committed() {
     );
     let (_, entries) = commit(&l.handle(Event::StartCycle)).expect("the prefix is committed");
     assert_eq!(entries, vec![(3, alo())]);
+}
+
+#[test]
+fn an_out_of_range_fetch_under_earliest_counts_the_gap_and_continues_at_the_log_start() {
+    let mut config = ProtocolConfig::new();
+    config.on_out_of_range = OutOfRangePolicy::Earliest;
+    let (mut l, inc) = running_with(config, 0);
+    l.handle(ack(inc, 3));
+    let out = l.handle(Event::OffsetOutOfRange {
+        tp: tp0(),
+        incarnation: inc,
+        position: NextOffset(3),
+        low: NextOffset(7),
+    });
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::FailPartition { .. })),
+        "{out:?}"
+    );
+    assert!(has(
+        &out,
+        &Action::Count(Outcome::RecordsLost {
+            tp: tp0(),
+            from: NextOffset(3),
+            to: NextOffset(7),
+        })
+    ));
+    assert!(has(
+        &out,
+        &Action::Seek {
+            tp: tp0(),
+            incarnation: inc,
+            to: NextOffset(7),
+        }
+    ));
+    l.handle(ack(inc, 9));
+    let (_, entries) = commit(&l.handle(Event::StartCycle)).expect("a commit past the gap");
+    assert_eq!(entries, vec![(9, alo())]);
 }
 
 #[test]

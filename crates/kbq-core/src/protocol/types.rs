@@ -6,6 +6,7 @@ use crate::model::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, RoutedTable, TopicPartition,
 };
 use crate::offsets::{Acknowledged, Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
+use serde::Deserialize;
 
 /// `recovery.lost_stream`: what to do when the stream of a checkpoint with `f < K` is gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +55,10 @@ pub enum MissingCheckpointPolicy {
     Resolve,
 }
 
-/// What to do when the start position is below the log start (retention deleted records).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `recovery.on_out_of_range`: what to do when the start position is below the log start
+/// (retention deleted records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OutOfRangePolicy {
     Fail,
     /// Continue at the log start; the deleted range is counted as lost.
