@@ -380,6 +380,22 @@ fn a_position_below_the_log_start_fails_unless_on_out_of_range_says_earliest() {
 }
 
 #[test]
+fn checkpoint_barrier_timeout_still_loads_but_warns_that_it_has_no_effect() {
+    // An old config: the barrier timeout above the shutdown deadline was an error before.
+    let old = with("checkpoint:\n  barrier_timeout: 30s\nshutdown_deadline: 20s\n");
+    let c = Config::from_yaml(&old, HashMap::new()).expect("an old config still parses");
+    validate(&c).expect("and validates: the barrier timeout bounds nothing");
+    let warned: Vec<String> = warnings(&c).iter().map(ToString::to_string).collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].starts_with("checkpoint.barrier_timeout: deprecated, has no effect"),
+        "{warned:#?}"
+    );
+    let current = Config::from_yaml(MINIMAL, HashMap::new()).expect("parses");
+    assert!(warnings(&current).is_empty());
+}
+
+#[test]
 fn resolve_is_refused_on_tables_that_require_a_partition_filter() {
     let yaml = MINIMAL.replace(
         "  table: t\n",

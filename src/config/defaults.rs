@@ -22,7 +22,6 @@ pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
 /// The TopicNameStrategy subject of a topic's values.
 pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
-pub const CHECKPOINT_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
 /// Long enough for a slow BigQuery answer and a recovery; short enough that a stuck
 /// partition turns readiness false within minutes.

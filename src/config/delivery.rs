@@ -21,9 +21,10 @@ pub enum Delivery {
 pub struct CheckpointConfig {
     /// Time between checkpoint cycles (default 5s): the latency until rows are visible.
     pub interval: HumanDuration,
-    /// How long a cycle waits for each writer's committable (default 10s); a writer that does
-    /// not answer keeps its previous checkpoint for this cycle.
-    pub barrier_timeout: HumanDuration,
+    /// Deprecated, no effect: accepted so that old configs load, and `validate` warns. No
+    /// cycle waits for its writers (they report acknowledgements as they come,
+    /// docs/design-changes.md, "No barrier round trip"), so there is nothing to bound.
+    pub barrier_timeout: Option<HumanDuration>,
     /// Consecutive failed Kafka commits of one partition after which it is isolated: stopped,
     /// counted and reported not ready (default 5).
     pub commit_failure_isolation_threshold: u32,
@@ -40,7 +41,7 @@ impl Default for CheckpointConfig {
     fn default() -> Self {
         CheckpointConfig {
             interval: HumanDuration(defaults::CHECKPOINT_INTERVAL),
-            barrier_timeout: HumanDuration(defaults::CHECKPOINT_BARRIER_TIMEOUT),
+            barrier_timeout: None,
             commit_failure_isolation_threshold: defaults::COMMIT_FAILURE_ISOLATION_THRESHOLD,
             metadata_max_bytes: defaults::CHECKPOINT_METADATA_MAX_BYTES,
             partition_stall_timeout: HumanDuration(defaults::PARTITION_STALL_TIMEOUT),

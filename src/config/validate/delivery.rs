@@ -15,9 +15,6 @@ impl Validator {
         if cp.interval.0 < Duration::from_millis(100) {
             self.err("checkpoint.interval", "must be at least 100ms");
         }
-        if cp.barrier_timeout.0.is_zero() {
-            self.err("checkpoint.barrier_timeout", "must be above zero");
-        }
         if cp.commit_failure_isolation_threshold == 0 {
             self.err(
                 "checkpoint.commit_failure_isolation_threshold",
@@ -177,13 +174,10 @@ impl Validator {
     }
 
     pub(super) fn ops(&mut self, c: &Config) {
-        if c.shutdown_deadline <= c.checkpoint.barrier_timeout {
+        if c.shutdown_deadline.0.is_zero() {
             self.err(
                 "shutdown_deadline",
-                format!(
-                    "must exceed checkpoint.barrier_timeout ({}): the final cycle needs a barrier, a commit and a flush",
-                    c.checkpoint.barrier_timeout
-                ),
+                "must be above zero: the final cycle needs a commit and a flush",
             );
         }
         // A bare word is a valid filter for `tracing` (a target name), so `verbose` would
@@ -202,10 +196,19 @@ impl Validator {
     }
 }
 
-/// `lost_offsets: resolve` under at-least-once is valid but not what its name says: the ledger
-/// starts a partition without a checkpoint at the log start instead (docs/operations.md, missing
-/// checkpoints), so an operator should know that expired offsets replay the retained log.
+/// Delivery settings that load but do not do what their names say:
+/// * `checkpoint.barrier_timeout` is kept only so that old configs load: no cycle waits for its
+///   writers (docs/design-changes.md, "No barrier round trip");
+/// * `lost_offsets: resolve` under at-least-once: the ledger starts a partition without a
+///   checkpoint at the log start instead (docs/operations.md, missing checkpoints), so an
+///   operator should know that expired offsets replay the retained log.
 pub(super) fn warnings(c: &Config, out: &mut Vec<ConfigError>) {
+    if c.checkpoint.barrier_timeout.is_some() {
+        out.push(ConfigError::at(
+            "checkpoint.barrier_timeout",
+            "deprecated, has no effect: no cycle waits for its writers (they report acknowledgements as they come, docs/design-changes.md); remove it",
+        ));
+    }
     if c.delivery == Delivery::AtLeastOnce && c.recovery.lost_offsets == LostOffsets::Resolve {
         out.push(ConfigError::at(
             "recovery.lost_offsets",
