@@ -24,8 +24,7 @@
 //! budget is used up the thread takes no messages from librdkafka, and a partition above its
 //! share cap is paused; see [`super::memory_budget`].
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -51,11 +50,12 @@ mod rebalance;
 mod record;
 mod seeks;
 
-use backpressure::{Outlet, PartitionHasher};
+use backpressure::{Backpressure, Outlet};
 pub use commands::*;
 use lag::{LagBook, WatermarkReader};
 use rebalance::SinkContext;
 pub use record::Record;
+use record::record_of;
 
 /// Read-only re-export: the tools and tests read checkpoints through it.
 pub use super::committed::read_committed;
@@ -114,11 +114,7 @@ pub fn spawn(
         shared: Mutex::new(Shared {
             commands: command_rx,
             events: event_tx,
-            outlets: HashMap::default(),
-            stashes: HashMap::new(),
-            paused: BTreeSet::new(),
-            ordered_paused: BTreeSet::new(),
-            capped: BTreeSet::new(),
+            flow: Backpressure::default(),
             initial_partitions: HashMap::new(),
             owned: BTreeSet::new(),
             seeking: HashMap::new(),
@@ -166,14 +162,8 @@ pub fn spawn(
 struct Shared {
     commands: std_mpsc::Receiver<ConsumerCommand>,
     events: mpsc::UnboundedSender<ConsumerEvent>,
-    outlets: HashMap<TopicPartition, Outlet, BuildHasherDefault<PartitionHasher>>,
-    stashes: HashMap<TopicPartition, VecDeque<Record>>,
-    /// Partitions paused in librdkafka now, for whatever reason.
-    paused: BTreeSet<TopicPartition>,
-    /// Paused by the coordinator (`Pause`, e.g. the uncommitted-bytes cap) until it resumes them.
-    ordered_paused: BTreeSet<TopicPartition>,
-    /// Paused because they hold their share cap of the memory budget.
-    capped: BTreeSet<TopicPartition>,
+    /// The started partitions' outlets, their stashes and pauses.
+    flow: Backpressure,
     initial_partitions: HashMap<String, i32>,
     /// The partitions this member owns: added by the assign callback, removed when the revoke
     /// callback returns. A commit for any other partition is refused here (invariant 4): a
@@ -210,10 +200,7 @@ impl Shared {
                 drop(sink);
             }
             ConsumerCommand::Start { tp, from, sink } => {
-                self.outlets.remove(&tp);
-                self.stashes.remove(&tp);
-                self.ordered_paused.remove(&tp);
-                self.capped.remove(&tp);
+                self.flow.start(&tp);
                 let account = settings.memory.as_ref().map(MemoryBudget::partition);
                 let outlet = Outlet {
                     sink,
@@ -224,28 +211,19 @@ impl Shared {
                 self.seek_and_open(consumer, settings, tp, from, 0, Some(outlet));
             }
             ConsumerCommand::Seek { tp, to } => {
-                self.stashes.remove(&tp);
-                self.ordered_paused.remove(&tp);
-                let outlet = self
-                    .outlets
-                    .remove(&tp)
+                let outlet = (self.flow.seek(&tp))
                     .or_else(|| self.seeking.remove(&tp).and_then(|p| p.outlet));
                 self.seek_and_open(consumer, settings, tp, to, 0, outlet);
             }
             ConsumerCommand::Stop { tp } => {
-                self.outlets.remove(&tp);
-                self.stashes.remove(&tp);
-                self.capped.remove(&tp);
                 self.seeking.remove(&tp);
-                self.pause(consumer, &tp);
+                self.flow.stop(consumer, &tp);
             }
             ConsumerCommand::Pause { tp } => {
-                self.ordered_paused.insert(tp.clone());
-                self.pause(consumer, &tp);
+                self.flow.order_pause(consumer, &tp);
             }
             ConsumerCommand::Resume { tp } => {
-                self.ordered_paused.remove(&tp);
-                self.settle(consumer, &tp);
+                self.flow.order_resume(consumer, &tp);
             }
             ConsumerCommand::Commit { commit, entries } => {
                 // Only what this member owns (invariant 4): a commit built before a revoke
@@ -306,7 +284,7 @@ impl Shared {
                     _ => None,
                 })
                 .or_else(|| self.positions.get(tp).copied());
-            let dispatched = (self.outlets.get(tp).map(|r| r.next)).filter(|n| n.0 > 0);
+            let dispatched = (self.flow.outlet(tp).map(|r| r.next)).filter(|n| n.0 > 0);
             self.lag.with(tp, |s| {
                 s.fetched = fetched;
                 if dispatched.is_some() {
@@ -344,10 +322,10 @@ fn run(consumer: BaseConsumer<SinkContext>) {
             if turns >= CLOCK_EVERY_TURNS {
                 turns = 0;
             }
-            shared.drain_stashes(&consumer);
-            shared.uncap(&consumer, settings);
+            shared.flow.drain_stashes(&consumer);
+            shared.flow.uncap(&consumer, settings.memory.as_deref());
             if let Some(budget) = &settings.memory {
-                budget.set_partitions(shared.outlets.len());
+                budget.set_partitions(shared.flow.partitions());
             }
             if shared.shutdown {
                 break;
@@ -383,7 +361,14 @@ fn run(consumer: BaseConsumer<SinkContext>) {
                     current = TopicPartition::new(message.topic(), message.partition());
                 }
                 let mut shared = consumer.context().shared.lock().expect("consumer state");
-                shared.dispatch(&consumer, settings, &current, &message);
+                let memory = settings.memory.as_deref();
+                let stash = settings.max_stash_records;
+                shared
+                    .flow
+                    .dispatch(&consumer, memory, stash, &current, |outlet| {
+                        let account = outlet.account.as_ref();
+                        record_of(&message, account, settings.read_headers, &mut outlet.arena)
+                    });
             }
             Some(Err(error)) => {
                 if is_fatal(&error) {

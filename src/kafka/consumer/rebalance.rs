@@ -149,7 +149,7 @@ impl Shared {
         if let Err(e) = consumer.pause(&tpl) {
             tracing::error!(error = %e, "cannot pause newly assigned partitions");
         }
-        self.paused.extend(partitions.iter().cloned());
+        self.flow.assigned_paused(&partitions);
         self.owned.extend(partitions.iter().cloned());
         let watermarks = committed::watermarks(
             consumer,
@@ -229,10 +229,7 @@ impl Shared {
         for tp in &partitions {
             // The writer gets its stop from the coordinator; from here on nothing more is
             // dispatched.
-            self.outlets.remove(tp);
-            self.stashes.remove(tp);
-            self.ordered_paused.remove(tp);
-            self.capped.remove(tp);
+            self.flow.revoke(tp);
             self.seeking.remove(tp);
             self.positions.remove(tp);
             self.lag.remove(tp, settings.metrics.as_deref());
@@ -290,7 +287,7 @@ impl Shared {
             }
         }
         for tp in &revoking {
-            self.paused.remove(tp);
+            self.flow.released(tp);
             // From here on a commit for it is refused: the next owner's commits are the only
             // ones that may land.
             self.owned.remove(tp);

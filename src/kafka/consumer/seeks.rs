@@ -28,7 +28,7 @@ impl Shared {
         attempt: u32,
         outlet: Option<Outlet>,
     ) {
-        self.pause(consumer, &tp);
+        self.flow.pause(consumer, &tp);
         match committed::seek(
             consumer,
             &tp,
@@ -41,10 +41,7 @@ impl Shared {
                 // The lag of a partition without a committed offset counts from its start.
                 self.lag.set_if_absent(&tp, to);
                 self.lag.with(&tp, |s| s.dispatched = None);
-                if let Some(outlet) = outlet {
-                    self.outlets.insert(tp.clone(), outlet);
-                }
-                self.settle(consumer, &tp);
+                self.flow.open(consumer, &tp, outlet);
             }
             Err(reason) if attempt + 1 < SEEK_ATTEMPTS => {
                 let attempt = attempt + 1;
@@ -96,7 +93,7 @@ impl Shared {
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
     ) {
-        let started: Vec<TopicPartition> = self.outlets.keys().cloned().collect();
+        let started: Vec<TopicPartition> = self.flow.started().cloned().collect();
         if started.is_empty() {
             return;
         }
