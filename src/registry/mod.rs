@@ -24,6 +24,7 @@ use crate::transcode::AvroSchema;
 
 mod json;
 mod protobuf;
+mod references;
 
 pub use protobuf::RegisteredProtobuf;
 
@@ -344,15 +345,27 @@ impl SchemaRegistry {
     /// unknown for `not_found_grace` since its first 404, then `NotFound`. The clock starts
     /// again for an id once it was found, and with the process.
     pub async fn schema(&self, id: u32) -> Result<Arc<RegisteredSchema>, RegistryError> {
-        let cell = {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.entry(id).or_default().clone()
-        };
+        self.cached(&self.cache, id, || self.fetch(id)).await
+    }
+
+    /// The schema with this id from `cache`, or fetched by `fetch` into it: concurrent lookups
+    /// of an id not cached share one fetch, a failed one is not cached, and a 404 gets its grace.
+    async fn cached<T, F, Fut>(
+        &self,
+        cache: &Mutex<HashMap<u32, Arc<OnceCell<Arc<T>>>>>,
+        id: u32,
+        fetch: F,
+    ) -> Result<Arc<T>, RegistryError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Arc<T>, RegistryError>>,
+    {
+        let cell = self.cell(cache, id);
         if let Some(s) = cell.get() {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(s.clone());
         }
-        let result = cell.get_or_try_init(|| self.fetch(id)).await.cloned();
+        let result = cell.get_or_try_init(fetch).await.cloned();
         self.with_grace(id, result)
     }
 
