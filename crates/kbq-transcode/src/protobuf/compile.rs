@@ -9,8 +9,9 @@ use prost_reflect::{FieldDescriptor, Kind as PKind, MessageDescriptor};
 use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 
-use super::exec::{Val, write_scalar};
 use super::ops::{Conv, FieldKind, FieldOp, Lookup, MessageOp, NOT_DECLARED, Special, Src};
+use super::reader::Val;
+use super::scalar::write_scalar;
 use crate::compile::{all_column_names, column_type, data_columns};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
@@ -41,6 +42,58 @@ pub fn compile(
         metadata,
         descriptor: c.desc.finish(root_desc),
     })
+}
+
+/// Marks `column` as matched by a field (`lower`: the field's lowercased name); a second field
+/// that differs only in case, or a column name that cannot be a proto field, refuses the plan.
+fn claim(
+    matched: &mut Vec<String>,
+    lower: String,
+    column: &TableFieldSchema,
+    prefix: &str,
+) -> Result<(), PlanError> {
+    if matched.contains(&lower) {
+        return Err(PlanError::Unsupported {
+            column: format!("{prefix}{}", column.name),
+            reason: "two protobuf fields differ only in case and match this column".into(),
+        });
+    }
+    matched.push(lower);
+    if !descriptor::is_proto_identifier(&column.name) {
+        return Err(PlanError::BadColumnName {
+            column: column.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The first REQUIRED column without a default that no field of the message matched: every
+/// record of the plan is refused for it.
+fn missing_required(
+    columns: &[TableFieldSchema],
+    matched: &[String],
+    prefix: &str,
+) -> Option<Arc<str>> {
+    columns
+        .iter()
+        .find(|c| {
+            c.mode() == Mode::Required
+                && c.default_value_expression.is_none()
+                && !matches!(c.field_type, FieldType::Other(_))
+                && !matched.contains(&c.name.to_ascii_lowercase())
+        })
+        .map(|c| Arc::from(format!("{prefix}{}", c.name)))
+}
+
+/// The oneofs with more than one written member (at most one may be set), in name order.
+fn oneof_groups(oneofs: HashMap<String, Vec<u16>>) -> Box<[Box<[u16]>]> {
+    let mut oneofs: Vec<(String, Vec<u16>)> = oneofs.into_iter().collect();
+    oneofs.sort();
+    oneofs
+        .into_iter()
+        .filter(|(_, m)| m.len() > 1)
+        .map(|(_, m)| m.into_boxed_slice())
+        .collect()
 }
 
 struct Compiler<'a> {
@@ -76,30 +129,10 @@ impl Compiler<'_> {
             let column = by_name.get(&lower).copied();
             let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
             else {
-                if column.is_none() && self.options.unknown_fields == UnknownFields::Error {
-                    return Err(PlanError::UnknownProtoField {
-                        field: format!("{prefix}{}", fd.name()),
-                    });
-                }
-                fields.push(FieldOp::new(
-                    FieldKind::Skip,
-                    format!("{prefix}{}", fd.name()).into(),
-                    fd.number(),
-                ));
+                fields.push(self.skipped(&fd, column.is_none(), prefix)?);
                 continue;
             };
-            if matched.contains(&lower) {
-                return Err(PlanError::Unsupported {
-                    column: format!("{prefix}{}", column.name),
-                    reason: "two protobuf fields differ only in case and match this column".into(),
-                });
-            }
-            matched.push(lower);
-            if !descriptor::is_proto_identifier(&column.name) {
-                return Err(PlanError::BadColumnName {
-                    column: column.name.clone(),
-                });
-            }
+            claim(&mut matched, lower, column, prefix)?;
             let path: Arc<str> = format!("{prefix}{}", column.name).into();
             let number = protos.len() as i32 + 1;
             let (kind, ty) = self.field(&fd, column, &path, number)?;
@@ -134,17 +167,7 @@ impl Compiler<'_> {
             }
             fields.push(FieldOp::new(kind, path, fd.number()));
         }
-        let missing_required = columns
-            .iter()
-            .find(|c| {
-                c.mode() == Mode::Required
-                    && c.default_value_expression.is_none()
-                    && !matches!(c.field_type, FieldType::Other(_))
-                    && !matched.contains(&c.name.to_ascii_lowercase())
-            })
-            .map(|c| Arc::from(format!("{prefix}{}", c.name)));
-        let mut oneofs: Vec<(String, Vec<u16>)> = oneofs.into_iter().collect();
-        oneofs.sort();
+        let missing_required = missing_required(columns, &matched, prefix);
         Ok((
             MessageOp {
                 tag,
@@ -153,15 +176,31 @@ impl Compiler<'_> {
                 fields: fields.into_boxed_slice(),
                 defaults: defaults.into_boxed_slice(),
                 required: required.into_boxed_slice(),
-                oneofs: oneofs
-                    .into_iter()
-                    .filter(|(_, m)| m.len() > 1)
-                    .map(|(_, m)| m.into_boxed_slice())
-                    .collect(),
+                oneofs: oneof_groups(oneofs),
                 missing_required,
                 unknown_is_error: self.options.unknown_fields == UnknownFields::Error,
             },
             protos,
+        ))
+    }
+
+    /// A field no column takes: refused under `unknown_fields: error` when no column has its
+    /// name, otherwise skipped (also when its column has a type the sink does not write).
+    fn skipped(
+        &self,
+        fd: &FieldDescriptor,
+        no_column: bool,
+        prefix: &str,
+    ) -> Result<FieldOp, PlanError> {
+        if no_column && self.options.unknown_fields == UnknownFields::Error {
+            return Err(PlanError::UnknownProtoField {
+                field: format!("{prefix}{}", fd.name()),
+            });
+        }
+        Ok(FieldOp::new(
+            FieldKind::Skip,
+            format!("{prefix}{}", fd.name()).into(),
+            fd.number(),
         ))
     }
 

@@ -8,7 +8,10 @@ mod derive;
 mod exec;
 mod framing;
 mod ops;
+mod reader;
+mod scalar;
 mod schema;
+mod special;
 
 pub use derive::table_schema_from_protobuf;
 pub use framing::{MessageIndexEncoding, MessagePath, frame_protobuf, split_message_indexes};
