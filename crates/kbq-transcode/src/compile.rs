@@ -239,26 +239,7 @@ impl Compiler<'_> {
         let repeated = column.mode() == Mode::Repeated;
         match &node.kind {
             Kind::Null => Ok(None),
-            Kind::Union(branches) => {
-                let mut ops = Vec::with_capacity(branches.len());
-                let mut ty: Option<ProtoType> = None;
-                for &b in branches {
-                    match self.value(b, column, path, number, element)? {
-                        None => ops.push(Op::Null(self.on_null(column, path, element))),
-                        Some((op, t)) => {
-                            if ty.as_ref().is_some_and(|prev| *prev != t) {
-                                return Err(PlanError::Unsupported {
-                                    column: path.to_string(),
-                                    reason: "union branches map to different proto types".into(),
-                                });
-                            }
-                            ty = Some(t);
-                            ops.push(op);
-                        }
-                    }
-                }
-                Ok(ty.map(|t| (Op::Union(ops.into_boxed_slice()), t)))
-            }
+            Kind::Union(branches) => self.union(branches, column, path, number, element),
             Kind::Array(items) if repeated && !element => {
                 let Some((item, ty)) = self.value(*items, column, path, number, true)? else {
                     return Err(incompatible());
@@ -279,53 +260,14 @@ impl Compiler<'_> {
             Kind::Array(_) | Kind::Map(_) | Kind::Record(_)
                 if matches!(column.field_type, FieldType::Json | FieldType::String) =>
             {
-                let json = self.json(id)?;
-                Ok(Some((
-                    Op::Json {
-                        tag: Tag::new(number as u32, WIRE_LEN),
-                        json: Box::new(json),
-                        column: path.clone(),
-                    },
-                    ProtoType::scalar(Type::String),
-                )))
+                self.json_text(id, path, number).map(Some)
             }
             Kind::Record(record) if column.field_type == FieldType::Record => {
-                if self.visiting.contains(&id) {
-                    return Err(PlanError::Unsupported {
-                        column: path.to_string(),
-                        reason: "recursive avro records cannot be written to BigQuery".into(),
-                    });
-                }
-                self.visiting.push(id);
-                let name = self.desc.reserve_name(path);
-                let prefix = format!("{path}.");
-                let (fields, protos, missing_required) =
-                    self.record_fields(record, &column.fields, &prefix)?;
-                self.visiting.pop();
-                self.desc.add(descriptor::message(&name, protos));
-                Ok(Some((
-                    Op::Record(Box::new(RecordOp {
-                        tag: Some(Tag::new(number as u32, WIRE_LEN)),
-                        fields,
-                        missing_required,
-                    })),
-                    ProtoType {
-                        ty: Type::Message,
-                        message: Some(name),
-                    },
-                )))
+                self.record(id, record, column, path, number).map(Some)
             }
             Kind::Array(_) | Kind::Map(_) | Kind::Record(_) => Err(incompatible()),
             _ if column.field_type == FieldType::Json && node.kind != Kind::String => {
-                let json = self.json(id)?;
-                Ok(Some((
-                    Op::Json {
-                        tag: Tag::new(number as u32, WIRE_LEN),
-                        json: Box::new(json),
-                        column: path.clone(),
-                    },
-                    ProtoType::scalar(Type::String),
-                )))
+                self.json_text(id, path, number).map(Some)
             }
             _ => {
                 let conv = scalar_conv(self.schema, id, column).ok_or_else(incompatible)?;
@@ -340,6 +282,89 @@ impl Compiler<'_> {
                 )))
             }
         }
+    }
+
+    /// A union: one op per branch (a null branch becomes the column's null handling), all of
+    /// one proto type; `None` when every branch is null.
+    fn union(
+        &mut self,
+        branches: &[NodeId],
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+        element: bool,
+    ) -> Result<Option<(Op, ProtoType)>, PlanError> {
+        let mut ops = Vec::with_capacity(branches.len());
+        let mut ty: Option<ProtoType> = None;
+        for &b in branches {
+            match self.value(b, column, path, number, element)? {
+                None => ops.push(Op::Null(self.on_null(column, path, element))),
+                Some((op, t)) => {
+                    if ty.as_ref().is_some_and(|prev| *prev != t) {
+                        return Err(PlanError::Unsupported {
+                            column: path.to_string(),
+                            reason: "union branches map to different proto types".into(),
+                        });
+                    }
+                    ty = Some(t);
+                    ops.push(op);
+                }
+            }
+        }
+        Ok(ty.map(|t| (Op::Union(ops.into_boxed_slice()), t)))
+    }
+
+    /// A record into a RECORD column: a nested message of its own in the row's descriptor.
+    fn record(
+        &mut self,
+        id: NodeId,
+        record: &Record,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<(Op, ProtoType), PlanError> {
+        if self.visiting.contains(&id) {
+            return Err(PlanError::Unsupported {
+                column: path.to_string(),
+                reason: "recursive avro records cannot be written to BigQuery".into(),
+            });
+        }
+        self.visiting.push(id);
+        let name = self.desc.reserve_name(path);
+        let prefix = format!("{path}.");
+        let (fields, protos, missing_required) =
+            self.record_fields(record, &column.fields, &prefix)?;
+        self.visiting.pop();
+        self.desc.add(descriptor::message(&name, protos));
+        Ok((
+            Op::Record(Box::new(RecordOp {
+                tag: Some(Tag::new(number as u32, WIRE_LEN)),
+                fields,
+                missing_required,
+            })),
+            ProtoType {
+                ty: Type::Message,
+                message: Some(name),
+            },
+        ))
+    }
+
+    /// A value written as JSON text into a JSON or STRING column.
+    fn json_text(
+        &mut self,
+        id: NodeId,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<(Op, ProtoType), PlanError> {
+        let json = self.json(id)?;
+        Ok((
+            Op::Json {
+                tag: Tag::new(number as u32, WIRE_LEN),
+                json: Box::new(json),
+                column: path.clone(),
+            },
+            ProtoType::scalar(Type::String),
+        ))
     }
 
     fn map_entries(

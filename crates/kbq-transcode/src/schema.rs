@@ -239,52 +239,8 @@ impl Parser {
         let sql_type = obj.get("sqlType").and_then(Value::as_str);
         match ty {
             "record" | "error" => self.record(obj, namespace, depth),
-            "enum" => {
-                let (name, _) = self.declared_name(obj, namespace)?;
-                let symbols = obj
-                    .get("symbols")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| SchemaError::Invalid(format!("enum {name} has no symbols")))?
-                    .iter()
-                    .map(|s| {
-                        s.as_str().map(str::to_owned).ok_or_else(|| {
-                            SchemaError::Invalid(format!("enum {name} has a non-string symbol"))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let id = self.push(
-                    Kind::Enum {
-                        name: name.clone(),
-                        symbols,
-                    },
-                    Logical::None,
-                );
-                self.names.insert(name, id);
-                Ok(id)
-            }
-            "fixed" => {
-                let (name, _) = self.declared_name(obj, namespace)?;
-                let size = obj
-                    .get("size")
-                    .and_then(Value::as_u64)
-                    .filter(|s| *s <= u32::MAX as u64)
-                    .ok_or_else(|| SchemaError::Invalid(format!("fixed {name} has no size")))?
-                    as usize;
-                let logical = match logical_name {
-                    Some("decimal") => decimal(obj, Some(size)),
-                    Some("uuid") if size == 16 => Logical::Uuid,
-                    _ => Logical::None,
-                };
-                let id = self.push(
-                    Kind::Fixed {
-                        name: name.clone(),
-                        size,
-                    },
-                    logical,
-                );
-                self.names.insert(name, id);
-                Ok(id)
-            }
+            "enum" => self.enum_type(obj, namespace),
+            "fixed" => self.fixed_type(obj, namespace, logical_name),
             "array" => {
                 let items = obj
                     .get("items")
@@ -309,6 +265,65 @@ impl Parser {
                 Ok(self.push(kind, logical))
             }
         }
+    }
+
+    /// A named enum and its symbols.
+    fn enum_type(
+        &mut self,
+        obj: &Map<String, Value>,
+        namespace: Option<&str>,
+    ) -> Result<NodeId, SchemaError> {
+        let (name, _) = self.declared_name(obj, namespace)?;
+        let symbols = obj
+            .get("symbols")
+            .and_then(Value::as_array)
+            .ok_or_else(|| SchemaError::Invalid(format!("enum {name} has no symbols")))?
+            .iter()
+            .map(|s| {
+                s.as_str().map(str::to_owned).ok_or_else(|| {
+                    SchemaError::Invalid(format!("enum {name} has a non-string symbol"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let id = self.push(
+            Kind::Enum {
+                name: name.clone(),
+                symbols,
+            },
+            Logical::None,
+        );
+        self.names.insert(name, id);
+        Ok(id)
+    }
+
+    /// A named fixed, with its logical type (a decimal, or a uuid of 16 bytes).
+    fn fixed_type(
+        &mut self,
+        obj: &Map<String, Value>,
+        namespace: Option<&str>,
+        logical_name: Option<&str>,
+    ) -> Result<NodeId, SchemaError> {
+        let (name, _) = self.declared_name(obj, namespace)?;
+        let size = obj
+            .get("size")
+            .and_then(Value::as_u64)
+            .filter(|s| *s <= u32::MAX as u64)
+            .ok_or_else(|| SchemaError::Invalid(format!("fixed {name} has no size")))?
+            as usize;
+        let logical = match logical_name {
+            Some("decimal") => decimal(obj, Some(size)),
+            Some("uuid") if size == 16 => Logical::Uuid,
+            _ => Logical::None,
+        };
+        let id = self.push(
+            Kind::Fixed {
+                name: name.clone(),
+                size,
+            },
+            logical,
+        );
+        self.names.insert(name, id);
+        Ok(id)
     }
 
     fn record(

@@ -67,6 +67,44 @@ fn bad_schema(path: &str, reason: String) -> PlanError {
     }
 }
 
+/// An object schema's properties by their lowercased name (columns match them case-blind), with
+/// the name as written.
+fn properties_by_lower<'a>(shape: Option<&Shape<'a>>) -> HashMap<String, (&'a str, Node<'a>)> {
+    shape
+        .map(|s| {
+            s.properties
+                .iter()
+                .map(|(n, v)| (n.to_ascii_lowercase(), (*n, *v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Under `unknown_fields: error`, a property no column takes refuses the plan (the first by
+/// name, so the error is the same every time).
+fn refuse_unknown_properties(
+    columns: &[TableFieldSchema],
+    properties: &HashMap<String, (&str, Node<'_>)>,
+    prefix: &str,
+) -> Result<(), PlanError> {
+    let names: Vec<String> = columns
+        .iter()
+        .map(|c| c.name.to_ascii_lowercase())
+        .collect();
+    let mut unknown: Vec<&str> = properties
+        .iter()
+        .filter(|(lower, _)| !names.contains(lower))
+        .map(|(_, (n, _))| *n)
+        .collect();
+    unknown.sort();
+    match unknown.first() {
+        Some(n) => Err(PlanError::UnknownJsonProperty {
+            field: format!("{prefix}{n}"),
+        }),
+        None => Ok(()),
+    }
+}
+
 struct Compiler<'a> {
     schema: Option<&'a JsonSchema>,
     options: &'a PlanOptions,
@@ -92,30 +130,9 @@ impl<'a> Compiler<'a> {
                 column_type: "RECORD".into(),
             });
         }
-        let properties: HashMap<String, (&str, Node)> = shape
-            .map(|s| {
-                s.properties
-                    .iter()
-                    .map(|(n, v)| (n.to_ascii_lowercase(), (*n, *v)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let properties = properties_by_lower(shape);
         if self.options.unknown_fields == UnknownFields::Error {
-            let names: Vec<String> = columns
-                .iter()
-                .map(|c| c.name.to_ascii_lowercase())
-                .collect();
-            let mut unknown: Vec<&str> = properties
-                .iter()
-                .filter(|(lower, _)| !names.contains(lower))
-                .map(|(_, (n, _))| *n)
-                .collect();
-            unknown.sort();
-            if let Some(n) = unknown.first() {
-                return Err(PlanError::UnknownJsonProperty {
-                    field: format!("{prefix}{n}"),
-                });
-            }
+            refuse_unknown_properties(columns, &properties, prefix)?;
         }
         let mut fields = Vec::new();
         let mut protos = Vec::new();
@@ -136,59 +153,10 @@ impl<'a> Compiler<'a> {
                 }
                 _ => None,
             };
-            if matches!(column.field_type, FieldType::Other(_)) {
-                fields.push(FieldOp {
-                    key: column.name.clone().into_boxed_str(),
-                    column: path,
-                    tag: Tag::new(1, WIRE_VARINT),
-                    conv: Conv::Skip,
-                    repeated: false,
-                    required: false,
-                });
-                continue;
-            }
-            if !descriptor::is_proto_identifier(&column.name) {
-                return Err(PlanError::BadColumnName {
-                    column: column.name.clone(),
-                });
-            }
             let number = protos.len() as i32 + 1;
-            let repeated = column.mode() == Mode::Repeated;
-            let element = match (&property, repeated) {
-                (Some(p), true) => {
-                    if p.kind.is_some_and(|k| k != Kind::Array) {
-                        return Err(incompatible(&path, p, column));
-                    }
-                    match (self.schema, p.items) {
-                        (Some(s), Some(items)) => {
-                            Some(s.shape(items).map_err(|e| bad_schema(&path, e))?)
-                        }
-                        _ => None,
-                    }
-                }
-                (p, _) => p.clone(),
-            };
-            let (conv, ty) = self.column(column, element.as_ref(), &path, number)?;
-            let wire = match ty.ty {
-                Type::Double => WIRE_FIXED64,
-                Type::String | Type::Bytes | Type::Message => WIRE_LEN,
-                _ => WIRE_VARINT,
-            };
-            let label = if repeated {
-                Label::Repeated
-            } else {
-                Label::Optional
-            };
-            protos.push(descriptor::field(&column.name, number, label, &ty));
-            fields.push(FieldOp {
-                key: column.name.clone().into_boxed_str(),
-                column: path,
-                tag: Tag::new(number as u32, wire),
-                conv,
-                repeated,
-                required: column.mode() == Mode::Required
-                    && column.default_value_expression.is_none(),
-            });
+            let (field, proto) = self.field(column, property, path, number)?;
+            fields.push(field);
+            protos.extend(proto);
         }
         Ok((
             ObjectOp {
@@ -200,6 +168,69 @@ impl<'a> Compiler<'a> {
             },
             protos,
         ))
+    }
+
+    /// One column's field: how a property is written into it, and its field in the row's
+    /// descriptor (none for a column of a type the sink does not write: it is skipped).
+    fn field(
+        &mut self,
+        column: &TableFieldSchema,
+        property: Option<Shape<'a>>,
+        path: Arc<str>,
+        number: i32,
+    ) -> Result<(FieldOp, Option<FieldDescriptorProto>), PlanError> {
+        if matches!(column.field_type, FieldType::Other(_)) {
+            let skip = FieldOp {
+                key: column.name.clone().into_boxed_str(),
+                column: path,
+                tag: Tag::new(1, WIRE_VARINT),
+                conv: Conv::Skip,
+                repeated: false,
+                required: false,
+            };
+            return Ok((skip, None));
+        }
+        if !descriptor::is_proto_identifier(&column.name) {
+            return Err(PlanError::BadColumnName {
+                column: column.name.clone(),
+            });
+        }
+        let repeated = column.mode() == Mode::Repeated;
+        let element = match (&property, repeated) {
+            (Some(p), true) => {
+                if p.kind.is_some_and(|k| k != Kind::Array) {
+                    return Err(incompatible(&path, p, column));
+                }
+                match (self.schema, p.items) {
+                    (Some(s), Some(items)) => {
+                        Some(s.shape(items).map_err(|e| bad_schema(&path, e))?)
+                    }
+                    _ => None,
+                }
+            }
+            (p, _) => p.clone(),
+        };
+        let (conv, ty) = self.column(column, element.as_ref(), &path, number)?;
+        let wire = match ty.ty {
+            Type::Double => WIRE_FIXED64,
+            Type::String | Type::Bytes | Type::Message => WIRE_LEN,
+            _ => WIRE_VARINT,
+        };
+        let label = if repeated {
+            Label::Repeated
+        } else {
+            Label::Optional
+        };
+        let proto = descriptor::field(&column.name, number, label, &ty);
+        let field = FieldOp {
+            key: column.name.clone().into_boxed_str(),
+            column: path,
+            tag: Tag::new(number as u32, wire),
+            conv,
+            repeated,
+            required: column.mode() == Mode::Required && column.default_value_expression.is_none(),
+        };
+        Ok((field, Some(proto)))
     }
 
     /// The conversion of one column (one element of a REPEATED column), checked against the

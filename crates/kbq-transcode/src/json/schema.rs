@@ -183,71 +183,14 @@ impl JsonSchema {
         let Some(obj) = node.as_object() else {
             return Ok(()); // `true`: anything
         };
-        if let Some(t) = obj.get("type") {
-            let kinds: Vec<Kind> = match t {
-                Value::String(s) => Kind::parse(s).into_iter().collect(),
-                Value::Array(a) => a
-                    .iter()
-                    .filter_map(|s| s.as_str().and_then(Kind::parse))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            shape.nullable |= kinds.contains(&Kind::Null);
-            let non_null: Vec<Kind> = kinds.into_iter().filter(|k| *k != Kind::Null).collect();
-            if let [k] = non_null[..] {
-                shape.kind = Some(k);
-            }
-        }
-        if let Some(f) = obj.get("format").and_then(Value::as_str) {
-            shape.format = Some(f);
-        }
-        if let Some(t) = obj.get("title").and_then(Value::as_str) {
-            shape.title = Some(t);
-        }
-        if let Some(d) = obj.get("description").and_then(Value::as_str) {
-            shape.description = Some(d);
-        }
-        if let Some(e) = obj
-            .get("contentEncoding")
-            .or_else(|| obj.get("connect.type"))
-            .and_then(Value::as_str)
-        {
-            shape.encoding = Some(e);
-        }
-        if let Some(Value::Object(params)) = obj.get("connect.parameters") {
-            let number = |key: &str| {
-                params.get(key).and_then(|v| {
-                    v.as_str()
-                        .and_then(|s| s.parse().ok())
-                        .or(v.as_u64().map(|n| n as u32))
-                })
-            };
-            shape.connect_scale = number("scale").or(shape.connect_scale);
-            shape.connect_precision =
-                number("connect.decimal.precision").or(shape.connect_precision);
-        }
+        merge_type(obj, shape);
+        merge_annotations(obj, shape);
         if let Some(Value::Array(required)) = obj.get("required") {
             shape
                 .required
                 .extend(required.iter().filter_map(Value::as_str));
         }
-        let values = match (obj.get("enum"), obj.get("const")) {
-            (Some(Value::Array(values)), _) => Some(values.iter().collect::<Vec<_>>()),
-            (_, Some(value)) => Some(vec![value]),
-            _ => None,
-        };
-        if let Some(values) = values {
-            // Without `type`, an `enum`/`const` whose values are all of one JSON type is that
-            // type (Confluent's converter reads a string enum as STRING).
-            shape.nullable |= values.iter().any(|v| v.is_null());
-            let mut kinds = values.iter().filter(|v| !v.is_null()).map(|v| kind_of(v));
-            if let Some(first) = kinds.next()
-                && kinds.all(|k| k == first)
-                && !obj.contains_key("type")
-            {
-                shape.kind.get_or_insert(first);
-            }
-        }
+        merge_enum_const(obj, shape);
         if let Some(Value::Object(props)) = obj.get("properties") {
             for (name, v) in props {
                 shape
@@ -278,6 +221,78 @@ impl JsonSchema {
             }
         }
         Ok(())
+    }
+}
+
+/// `type`: a single non-null type is the shape's kind; `null` among them makes it nullable.
+fn merge_type<'s>(obj: &'s serde_json::Map<String, Value>, shape: &mut Shape<'s>) {
+    if let Some(t) = obj.get("type") {
+        let kinds: Vec<Kind> = match t {
+            Value::String(s) => Kind::parse(s).into_iter().collect(),
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|s| s.as_str().and_then(Kind::parse))
+                .collect(),
+            _ => Vec::new(),
+        };
+        shape.nullable |= kinds.contains(&Kind::Null);
+        let non_null: Vec<Kind> = kinds.into_iter().filter(|k| *k != Kind::Null).collect();
+        if let [k] = non_null[..] {
+            shape.kind = Some(k);
+        }
+    }
+}
+
+/// What names and annotates the value: `format`, `title`, `description`, the content encoding,
+/// Kafka Connect's type and decimal parameters.
+fn merge_annotations<'s>(obj: &'s serde_json::Map<String, Value>, shape: &mut Shape<'s>) {
+    if let Some(f) = obj.get("format").and_then(Value::as_str) {
+        shape.format = Some(f);
+    }
+    if let Some(t) = obj.get("title").and_then(Value::as_str) {
+        shape.title = Some(t);
+    }
+    if let Some(d) = obj.get("description").and_then(Value::as_str) {
+        shape.description = Some(d);
+    }
+    if let Some(e) = obj
+        .get("contentEncoding")
+        .or_else(|| obj.get("connect.type"))
+        .and_then(Value::as_str)
+    {
+        shape.encoding = Some(e);
+    }
+    if let Some(Value::Object(params)) = obj.get("connect.parameters") {
+        let number = |key: &str| {
+            params.get(key).and_then(|v| {
+                v.as_str()
+                    .and_then(|s| s.parse().ok())
+                    .or(v.as_u64().map(|n| n as u32))
+            })
+        };
+        shape.connect_scale = number("scale").or(shape.connect_scale);
+        shape.connect_precision = number("connect.decimal.precision").or(shape.connect_precision);
+    }
+}
+
+/// `enum` and `const`: a null among the values makes the shape nullable.
+fn merge_enum_const<'s>(obj: &'s serde_json::Map<String, Value>, shape: &mut Shape<'s>) {
+    let values = match (obj.get("enum"), obj.get("const")) {
+        (Some(Value::Array(values)), _) => Some(values.iter().collect::<Vec<_>>()),
+        (_, Some(value)) => Some(vec![value]),
+        _ => None,
+    };
+    if let Some(values) = values {
+        // Without `type`, an `enum`/`const` whose values are all of one JSON type is that
+        // type (Confluent's converter reads a string enum as STRING).
+        shape.nullable |= values.iter().any(|v| v.is_null());
+        let mut kinds = values.iter().filter(|v| !v.is_null()).map(|v| kind_of(v));
+        if let Some(first) = kinds.next()
+            && kinds.all(|k| k == first)
+            && !obj.contains_key("type")
+        {
+            shape.kind.get_or_insert(first);
+        }
     }
 }
 

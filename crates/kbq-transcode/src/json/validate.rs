@@ -29,6 +29,9 @@ pub fn validate(schema: &JsonSchema, value: &Value) -> Result<(), String> {
 
 const MAX_DEPTH: usize = 128;
 
+/// The value against one schema node: the keywords about the value itself (type, enum, const,
+/// numeric range, string length and pattern), then those about its items or properties, then
+/// the combinators, in that order (the first failure is the one reported).
 fn check(
     s: &JsonSchema,
     doc: &Value,
@@ -47,7 +50,30 @@ fn check(
         Value::Object(o) => o,
         _ => return Ok(()),
     };
-    let fail = |what: String| Err(format!("{}: {what}", here(at)));
+    check_type(obj, v, at)?;
+    if let Some(n) = v.as_f64().filter(|_| v.is_number()) {
+        check_range(obj, n, v, at)?;
+    }
+    if let Value::String(text) = v {
+        check_string(obj, text, at)?;
+    }
+    if let Value::Array(items) = v {
+        check_array(s, doc, obj, items, at, depth)?;
+    }
+    if let Value::Object(fields) = v {
+        check_object(s, doc, obj, fields, at, depth)?;
+    }
+    check_combinators(s, doc, obj, v, at, depth)
+}
+
+type Keywords = serde_json::Map<String, Value>;
+
+fn fail(at: &str, what: String) -> Result<(), String> {
+    Err(format!("{}: {what}", here(at)))
+}
+
+/// `type`, `enum`, `const`.
+fn check_type(obj: &Keywords, v: &Value, at: &str) -> Result<(), String> {
     if let Some(t) = obj.get("type") {
         let allowed: Vec<&str> = match t {
             Value::String(s) => vec![s.as_str()],
@@ -55,109 +81,146 @@ fn check(
             _ => Vec::new(),
         };
         if !allowed.is_empty() && !allowed.iter().any(|t| is_type(v, t)) {
-            return fail(format!(
-                "{} is not of type {}",
-                kind(v),
-                allowed.join(" or ")
-            ));
+            return fail(
+                at,
+                format!("{} is not of type {}", kind(v), allowed.join(" or ")),
+            );
         }
     }
     if let Some(Value::Array(options)) = obj.get("enum")
         && !options.iter().any(|o| same(o, v))
     {
-        return fail(format!("{v} is not one of the enum values"));
+        return fail(at, format!("{v} is not one of the enum values"));
     }
     if let Some(c) = obj.get("const")
         && !same(c, v)
     {
-        return fail(format!("{v} is not the constant {c}"));
+        return fail(at, format!("{v} is not the constant {c}"));
     }
-    if let Some(n) = v.as_f64().filter(|_| v.is_number()) {
-        let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
-        let excl = |k: &str| obj.get(k).and_then(Value::as_bool).unwrap_or(false);
-        if let Some(m) = bound("minimum")
-            && (n < m || (n == m && excl("exclusiveMinimum")))
-        {
-            return fail(format!("{v} is below the minimum {m}"));
-        }
-        if let Some(m) = bound("maximum")
-            && (n > m || (n == m && excl("exclusiveMaximum")))
-        {
-            return fail(format!("{v} is above the maximum {m}"));
-        }
-        if let Some(m) = bound("exclusiveMinimum")
-            && n <= m
-        {
-            return fail(format!("{v} is not above {m}"));
-        }
-        if let Some(m) = bound("exclusiveMaximum")
-            && n >= m
-        {
-            return fail(format!("{v} is not below {m}"));
+    Ok(())
+}
+
+/// `minimum`, `maximum` (with draft 4's boolean `exclusive…`), and the numeric
+/// `exclusiveMinimum`, `exclusiveMaximum` of later drafts.
+fn check_range(obj: &Keywords, n: f64, v: &Value, at: &str) -> Result<(), String> {
+    let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
+    let excl = |k: &str| obj.get(k).and_then(Value::as_bool).unwrap_or(false);
+    if let Some(m) = bound("minimum")
+        && (n < m || (n == m && excl("exclusiveMinimum")))
+    {
+        return fail(at, format!("{v} is below the minimum {m}"));
+    }
+    if let Some(m) = bound("maximum")
+        && (n > m || (n == m && excl("exclusiveMaximum")))
+    {
+        return fail(at, format!("{v} is above the maximum {m}"));
+    }
+    if let Some(m) = bound("exclusiveMinimum")
+        && n <= m
+    {
+        return fail(at, format!("{v} is not above {m}"));
+    }
+    if let Some(m) = bound("exclusiveMaximum")
+        && n >= m
+    {
+        return fail(at, format!("{v} is not below {m}"));
+    }
+    Ok(())
+}
+
+/// `minLength`, `maxLength` (in characters), `pattern`.
+fn check_string(obj: &Keywords, text: &str, at: &str) -> Result<(), String> {
+    let len = text.chars().count() as u64;
+    if let Some(m) = obj.get("minLength").and_then(Value::as_u64)
+        && len < m
+    {
+        return fail(at, format!("string is shorter than {m} characters"));
+    }
+    if let Some(m) = obj.get("maxLength").and_then(Value::as_u64)
+        && len > m
+    {
+        return fail(at, format!("string is longer than {m} characters"));
+    }
+    if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
+        let re = regex::Regex::new(p).map_err(|e| format!("{}: pattern {p:?}: {e}", here(at)))?;
+        if !re.is_match(text) {
+            return fail(at, format!("{text:?} does not match the pattern {p:?}"));
         }
     }
-    if let Value::String(text) = v {
-        let len = text.chars().count() as u64;
-        if let Some(m) = obj.get("minLength").and_then(Value::as_u64)
-            && len < m
-        {
-            return fail(format!("string is shorter than {m} characters"));
+    Ok(())
+}
+
+/// `minItems`, `maxItems`, then each item against `items`.
+fn check_array(
+    s: &JsonSchema,
+    doc: &Value,
+    obj: &Keywords,
+    items: &[Value],
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    if let Some(m) = obj.get("minItems").and_then(Value::as_u64)
+        && (items.len() as u64) < m
+    {
+        return fail(at, format!("fewer than {m} items"));
+    }
+    if let Some(m) = obj.get("maxItems").and_then(Value::as_u64)
+        && (items.len() as u64) > m
+    {
+        return fail(at, format!("more than {m} items"));
+    }
+    if let Some(item) = obj.get("items").filter(|i| i.is_object() || i.is_boolean()) {
+        for (i, x) in items.iter().enumerate() {
+            check(s, doc, item, x, &format!("{at}[{i}]"), depth + 1)?;
         }
-        if let Some(m) = obj.get("maxLength").and_then(Value::as_u64)
-            && len > m
-        {
-            return fail(format!("string is longer than {m} characters"));
-        }
-        if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
-            let re =
-                regex::Regex::new(p).map_err(|e| format!("{}: pattern {p:?}: {e}", here(at)))?;
-            if !re.is_match(text) {
-                return fail(format!("{text:?} does not match the pattern {p:?}"));
+    }
+    Ok(())
+}
+
+/// `required`, then each property against its `properties` entry or `additionalProperties`.
+fn check_object(
+    s: &JsonSchema,
+    doc: &Value,
+    obj: &Keywords,
+    fields: &Keywords,
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    let props = obj.get("properties").and_then(Value::as_object);
+    if let Some(Value::Array(required)) = obj.get("required") {
+        for r in required.iter().filter_map(Value::as_str) {
+            if !fields.contains_key(r) {
+                return fail(at, format!("required property {r} is missing"));
             }
         }
     }
-    if let Value::Array(items) = v {
-        if let Some(m) = obj.get("minItems").and_then(Value::as_u64)
-            && (items.len() as u64) < m
-        {
-            return fail(format!("fewer than {m} items"));
-        }
-        if let Some(m) = obj.get("maxItems").and_then(Value::as_u64)
-            && (items.len() as u64) > m
-        {
-            return fail(format!("more than {m} items"));
-        }
-        if let Some(item) = obj.get("items").filter(|i| i.is_object() || i.is_boolean()) {
-            for (i, x) in items.iter().enumerate() {
-                check(s, doc, item, x, &format!("{at}[{i}]"), depth + 1)?;
-            }
+    for (k, x) in fields {
+        let path = if at.is_empty() {
+            k.clone()
+        } else {
+            format!("{at}.{k}")
+        };
+        match (
+            props.and_then(|p| p.get(k)),
+            obj.get("additionalProperties"),
+        ) {
+            (Some(p), _) => check(s, doc, p, x, &path, depth + 1)?,
+            (None, Some(extra)) => check(s, doc, extra, x, &path, depth + 1)?,
+            (None, None) => {}
         }
     }
-    if let Value::Object(fields) = v {
-        let props = obj.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(required)) = obj.get("required") {
-            for r in required.iter().filter_map(Value::as_str) {
-                if !fields.contains_key(r) {
-                    return fail(format!("required property {r} is missing"));
-                }
-            }
-        }
-        for (k, x) in fields {
-            let path = if at.is_empty() {
-                k.clone()
-            } else {
-                format!("{at}.{k}")
-            };
-            match (
-                props.and_then(|p| p.get(k)),
-                obj.get("additionalProperties"),
-            ) {
-                (Some(p), _) => check(s, doc, p, x, &path, depth + 1)?,
-                (None, Some(extra)) => check(s, doc, extra, x, &path, depth + 1)?,
-                (None, None) => {}
-            }
-        }
-    }
+    Ok(())
+}
+
+/// `allOf`, `anyOf`, `oneOf`, `not`.
+fn check_combinators(
+    s: &JsonSchema,
+    doc: &Value,
+    obj: &Keywords,
+    v: &Value,
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
     if let Some(Value::Array(all)) = obj.get("allOf") {
         for b in all {
             check(s, doc, b, v, at, depth + 1)?;
@@ -168,7 +231,7 @@ fn check(
             .iter()
             .any(|b| check(s, doc, b, v, at, depth + 1).is_ok())
     {
-        return fail("matches none of anyOf".into());
+        return fail(at, "matches none of anyOf".into());
     }
     if let Some(Value::Array(one)) = obj.get("oneOf") {
         let n = one
@@ -176,13 +239,16 @@ fn check(
             .filter(|b| check(s, doc, b, v, at, depth + 1).is_ok())
             .count();
         if n != 1 {
-            return fail(format!("matches {n} branches of oneOf, not exactly one"));
+            return fail(
+                at,
+                format!("matches {n} branches of oneOf, not exactly one"),
+            );
         }
     }
     if let Some(not) = obj.get("not")
         && check(s, doc, not, v, at, depth + 1).is_ok()
     {
-        return fail("matches the schema under not".into());
+        return fail(at, "matches the schema under not".into());
     }
     Ok(())
 }
