@@ -14,6 +14,14 @@
 //! Every request the protocol sends sits in a per-replica outbox until a step delivers it, so its
 //! effect can land late, land with its answer lost, or not land at all
 //! (`tests/support/model_exactly_once.rs`: the group's moves, the writers, the faults).
+//!
+//! Both out-of-range policies are product paths (`recovery.on_out_of_range`), so each history
+//! runs one, drawn per seed, and in half the histories retention overtakes a lagging reader.
+//! Under `earliest` the deleted range is counted lost and the partition goes on; under `fail`
+//! the partition stops for good in front of it. The oracle then expects no progress from that
+//! partition, but checks that it failed for that reason over a range retention really deleted,
+//! that every record below where it stopped is visible exactly once, and that no commit claims
+//! a record that was never written.
 
 // The model indexes its per-partition arrays by partition number, like Kafka does.
 #![allow(clippy::needless_range_loop)]
@@ -22,8 +30,8 @@ use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::checkpoint::offsets::{RowOffset, StreamId};
 use kafka_bigquery_sink::checkpoint::protocol::{
     Action, AnomalyPolicy, CheckpointProtocol, CommitEntry, CommitError, CommitOutcome, Event,
-    FlushOutcome, FlushPurpose, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy,
-    Outcome, ProtocolConfig, StartCase,
+    FailReason, FlushOutcome, FlushPurpose, LostStreamPolicy, MissingCheckpointPolicy,
+    OutOfRangePolicy, Outcome, ProtocolConfig, StartCase,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -62,6 +70,11 @@ struct World {
     expired_redelivered: u64,
     /// Streams removed by an injected fault rather than by the protocol.
     injected_loss: BTreeSet<String>,
+    /// Retention deletes records a live reader still needs (`Op::Retention`).
+    retention_overtakes: bool,
+    /// Per partition, at the end of the run: the Kafka offset where the protocol stopped it for
+    /// out-of-range under the `fail` policy (`World::stopped_out_of_range`).
+    stopped: [Option<i64>; PARTITIONS],
     anomalies: u32,
     /// The group's state between rebalances (`tests/support/model_exactly_once.rs`).
     rebalancing: bool,
@@ -149,6 +162,7 @@ impl Shell for World {
                 let p = index(&tp);
                 proc.revoked.remove(&p);
                 proc.zombies.remove(&p);
+                proc.out_of_range.remove(&p);
                 proc.writers.insert(
                     p,
                     Writer {
@@ -228,9 +242,39 @@ impl Shell for World {
             }
             Action::Release { tp } => {
                 proc.writers.remove(&index(&tp));
+                proc.out_of_range.remove(&index(&tp));
             }
             Action::FailPartition { tp, reason } => {
-                proc.writers.remove(&index(&tp));
+                let p = index(&tp);
+                proc.writers.remove(&p);
+                let stopped_at = match &reason {
+                    FailReason::OutOfRange { from, low } => Some((*from, *low)),
+                    _ => None,
+                };
+                match stopped_at {
+                    Some((from, low)) => {
+                        // Only the fail policy stops a partition for this, and only in front of
+                        // a range retention really deleted: [from, low) is gone from the log.
+                        if self.config.on_out_of_range != OutOfRangePolicy::Fail {
+                            self.fail(format!(
+                                "{tp} failed for out-of-range under {:?}",
+                                self.config.on_out_of_range
+                            ));
+                        }
+                        if !(from < low && low.0 <= self.kafka.low[p]) {
+                            self.fail(format!(
+                                "{tp} failed for out-of-range at {from} (log start {low}) while \
+                                 the log starts at {}",
+                                self.kafka.low[p]
+                            ));
+                        }
+                        let proc = self.procs[r].as_mut().expect("alive");
+                        proc.out_of_range.insert(p, from.0);
+                    }
+                    None => {
+                        proc.out_of_range.remove(&p);
+                    }
+                }
                 self.reached.insert(format!(
                     "Fail:{}",
                     reason.to_string().split(' ').next().unwrap_or_default()
@@ -306,6 +350,21 @@ impl World {
                 for (x, _) in visible.range(at.0..) {
                     *self.rewound_visible.entry((p, *x)).or_default() += 1;
                     self.expired_redelivered += 1;
+                }
+            }
+            Outcome::Started {
+                tp,
+                case: StartCase::FirstStart,
+                at,
+            } => {
+                // The group's first start at the log start: what retention deleted before the
+                // group ever committed was never the group's to deliver.
+                let p = index(&tp);
+                let visible = self.bq.visible(p);
+                for x in 0..at.0.min(self.kafka.low[p]) {
+                    if !visible.contains_key(&x) {
+                        self.may_be_missing.insert((p, x));
+                    }
                 }
             }
             Outcome::RecordsLost { tp, from, to } => {
@@ -448,7 +507,9 @@ impl World {
         self.bq.finalize(stream.as_str())
     }
 
-    /// Every record visible exactly once, except what a counted outcome explains.
+    /// Every record visible exactly once, except what a counted outcome explains or what a
+    /// partition stopped for out-of-range has not reached; and no committed offset claims a
+    /// record that was never written.
     fn check_exactly_once(&mut self) {
         assert_eq!(
             self.anomalies, 0,
@@ -457,10 +518,32 @@ impl World {
         let mut duplicates = 0u64;
         for p in 0..PARTITIONS {
             let visible = self.bq.visible(p);
+            let committed = self.kafka.committed[p].as_ref().map(|(k, _)| *k);
+            // A partition stopped for out-of-range (`fail`) resumes, once an operator acts,
+            // from its committed checkpoint: from there on (or from where it stopped, if that is
+            // lower) nothing is due. Below it everything is, as for any partition.
+            let stopped_from = self.stopped[p].map(|from| from.min(committed.unwrap_or(from)));
+            // Invariant: a commit claims only records that were written (or whose absence a
+            // counted outcome explains): `fail` must stop in front of a deleted range, never
+            // commit past it. Rows of every stream of the partition, whatever became of it.
+            let written: BTreeSet<i64> = (self.bq.streams.values())
+                .filter(|s| s.partition == p)
+                .flat_map(|s| s.rows.iter().copied())
+                .chain(self.bq.default_stream[p].keys().copied())
+                .collect();
+            for x in 0..committed.unwrap_or(0) {
+                if !written.contains(&x) && !self.may_be_missing.contains(&(p, x)) {
+                    self.fail(format!(
+                        "p{p} committed offset {} claims record {x}, which was never written",
+                        committed.unwrap_or(0)
+                    ));
+                }
+            }
             for x in 0..self.kafka.high[p] {
                 let seen = visible.get(&x).copied().unwrap_or(0);
                 let rewound = self.rewound_visible.get(&(p, x)).copied().unwrap_or(0);
-                let excused = self.may_be_missing.contains(&(p, x));
+                let excused = self.may_be_missing.contains(&(p, x))
+                    || stopped_from.is_some_and(|from| x >= from);
                 if seen == 0 && !excused {
                     self.fail(format!("record p{p}@{x} is not visible: lost"));
                 }
@@ -497,14 +580,14 @@ impl World {
     }
 }
 
-fn config(resolve: bool, cap_rows: u64) -> ProtocolConfig {
+fn config(resolve: bool, out_of_range: OutOfRangePolicy, cap_rows: u64) -> ProtocolConfig {
     let mut c = ProtocolConfig::new();
     c.lost_stream = if resolve {
         LostStreamPolicy::Resolve
     } else {
         LostStreamPolicy::Rewind
     };
-    // Policies that keep a run going; their fail-closed defaults have unit tests.
+    // A policy that keeps a run going; its fail-closed default has unit tests.
     c.on_anomaly = AnomalyPolicy::Continue;
     // Expired offsets: with resolve, the table says where to continue (exact); else the
     // counted re-delivery of `earliest`.
@@ -513,15 +596,27 @@ fn config(resolve: bool, cap_rows: u64) -> ProtocolConfig {
     } else {
         MissingCheckpointPolicy::Earliest
     };
-    c.on_out_of_range = OutOfRangePolicy::Earliest;
+    // Both are product paths (`recovery.on_out_of_range`): `earliest` counts the deleted range
+    // lost and goes on; `fail` stops the partition in front of it, which the oracle accepts.
+    c.on_out_of_range = out_of_range;
     c.isolate_after_commit_failures = 3;
     c.not_found_retries = 1;
     c.max_uncommitted_bytes = cap_rows * ROW_BYTES;
     c
 }
 
-/// One generated history: `(resolve, cap_rows, initial, ops)`.
-type History = (bool, u64, i64, Vec<Op>);
+/// One generated history: `(resolve, cap_rows, initial, ops, (fail_out_of_range,
+/// retention_overtakes))`. The last pair is drawn last, so every committed seed keeps the steps
+/// it had before the pair was added.
+type History = (bool, u64, i64, Vec<Op>, (bool, bool));
+
+fn out_of_range_policy(fail: bool) -> OutOfRangePolicy {
+    if fail {
+        OutOfRangePolicy::Fail
+    } else {
+        OutOfRangePolicy::Earliest
+    }
+}
 
 fn suite() -> seeds::Suite<impl Strategy<Value = History>> {
     seeds::Suite {
@@ -532,9 +627,11 @@ fn suite() -> seeds::Suite<impl Strategy<Value = History>> {
             2..8u64,
             0..6i64,
             prop::collection::vec(model_exactly_once::op(), 1..80),
+            (any::<bool>(), any::<bool>()),
         ),
-        run: |(resolve, cap_rows, initial, ops)| {
-            run(*resolve, *cap_rows, *initial, ops);
+        run: |(resolve, cap_rows, initial, ops, (fail, overtakes))| {
+            let policy = out_of_range_policy(*fail);
+            run_with(*resolve, policy, *overtakes, *cap_rows, *initial, ops);
         },
     }
 }
@@ -558,7 +655,7 @@ fn soak_with_fresh_random_seeds() {
 /// checkpoint must flush and the pipeline continue — where Flink looped for 14 hours.
 #[test]
 fn the_flink_seed_scenario_recovers_instead_of_looping() {
-    let mut w = World::new(config(false, 1000), 3);
+    let mut w = World::new(config(false, OutOfRangePolicy::Fail, 1000), 3);
     w.start(0);
     // Checkpoint 1: committed, its flush sent but not answered when the process dies.
     for p in 0..PARTITIONS {
@@ -688,8 +785,33 @@ fn the_flink_seed_scenario_recovers_instead_of_looping() {
 }
 
 /// Runs a history, checking every invariant (a broken one panics).
-fn run(resolve: bool, cap_rows: u64, initial: i64, ops: &[Op]) -> World {
-    model::run(World::new(config(resolve, cap_rows), initial), ops)
+fn run(
+    resolve: bool,
+    out_of_range: OutOfRangePolicy,
+    cap_rows: u64,
+    initial: i64,
+    ops: &[Op],
+) -> World {
+    run_with(resolve, out_of_range, false, cap_rows, initial, ops)
+}
+
+fn run_with(
+    resolve: bool,
+    out_of_range: OutOfRangePolicy,
+    retention_overtakes: bool,
+    cap_rows: u64,
+    initial: i64,
+    ops: &[Op],
+) -> World {
+    let mut world = World::new(config(resolve, out_of_range, cap_rows), initial);
+    world.retention_overtakes = retention_overtakes;
+    model::run(world, ops)
+}
+
+/// A kept history under both out-of-range policies: each is a product path.
+fn run_both(resolve: bool, cap_rows: u64, initial: i64, ops: &[Op]) -> [World; 2] {
+    [OutOfRangePolicy::Earliest, OutOfRangePolicy::Fail]
+        .map(|policy| run(resolve, policy, cap_rows, initial, ops))
 }
 
 /// The generator is only as good as the paths it reaches: every recovery path and fault must
@@ -698,19 +820,23 @@ fn run(resolve: bool, cap_rows: u64, initial: i64, ops: &[Op]) -> World {
 fn the_fault_injection_reaches_every_recovery_path() {
     let mut reached = BTreeSet::new();
     for seed in seeds::COMMITTED_SEEDS.take(1500) {
-        let (resolve, cap_rows, initial, ops) = suite().history(seed);
-        reached.extend(run(resolve, cap_rows, initial, &ops).reached);
+        let (resolve, cap_rows, initial, ops, (fail, overtakes)) = suite().history(seed);
+        let policy = out_of_range_policy(fail);
+        reached.extend(run_with(resolve, policy, overtakes, cap_rows, initial, &ops).reached);
     }
     eprintln!("reached: {reached:?}");
     for kind in [
         "CommitFailed",
         "CycleAbandoned",
         "Fail:commit",
+        "Fail:start",
         "Finalized",
         "FlushRetried",
         "HandedOff:false",
         "HandedOff:true",
         "HandoffAbandoned",
+        "OffsetOutOfRange:skipped",
+        "OffsetOutOfRange:stopped",
         "Paused",
         "RecordsLost",
         "RecoveryFlushed",
@@ -725,6 +851,7 @@ fn the_fault_injection_reaches_every_recovery_path() {
         "duplicates after expired offsets",
         "Started:OperatorReset",
         "StreamRestarted",
+        "stopped out of range",
         "Visible",
         "ZombieStopped",
         "duplicates in a counted rewind window",
@@ -756,7 +883,7 @@ fn a_fenced_replica_does_not_take_a_superseded_stream_for_a_lost_one() {
         Deliver(1, 0, Delivery::Ok),
         Deliver(0, 0, Delivery::Ok),
     ];
-    run(false, 2, 1, &ops);
+    run_both(false, 2, 1, &ops);
 }
 
 /// Found by the property test (kept as its minimal input): replica 0's first commit of `orders`
@@ -777,7 +904,7 @@ fn a_recovery_flush_marks_the_table_before_any_row_becomes_visible() {
         Crash(1),
         OffsetsExpire,
     ];
-    run(false, 2, 1, &ops);
+    run_both(false, 2, 1, &ops);
 }
 
 /// Found by the committed seed 1895 (kept as its minimal input): replica 0's first commit of
@@ -802,7 +929,28 @@ fn a_commit_whose_answer_is_lost_cannot_pass_for_a_first_start_after_offsets_exp
         ]);
         ops
     };
-    run(false, 2, 0, &history(false));
-    let world = run(false, 2, 0, &history(true));
-    assert!(world.reached.contains("Started:MissingCheckpoint"));
+    run_both(false, 2, 0, &history(false));
+    for world in run_both(false, 2, 0, &history(true)) {
+        assert!(world.reached.contains("Started:MissingCheckpoint"));
+    }
+}
+
+/// Found by the committed seed 16 once retention could overtake a reader (kept as its minimal
+/// input): retention deletes record 0 of `orders` before the group ever committed, a rebalance
+/// moves the partition, and its next incarnation is a first start at the log start
+/// (`initial_position: earliest`). What was deleted before the group's first commit was never
+/// its to deliver; the record after it is, under either out-of-range policy.
+#[test]
+fn records_deleted_before_the_first_commit_are_not_the_groups_to_deliver() {
+    use Op::*;
+    for policy in [OutOfRangePolicy::Earliest, OutOfRangePolicy::Fail] {
+        let world = run_with(false, policy, true, 2, 2, &[Produce(0, 1), Retention(0)]);
+        assert!(world.reached.contains("Started:FirstStart"));
+        assert!(world.may_be_missing.contains(&(0, 0)));
+        assert!(!world.may_be_missing.contains(&(0, 1)));
+        assert_eq!(
+            world.bq.visible(0).keys().copied().collect::<Vec<_>>(),
+            [1, 2]
+        );
+    }
 }

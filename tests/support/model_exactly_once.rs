@@ -97,6 +97,10 @@ pub struct Process {
     /// Partitions whose revocation began: how many handoff commits are still allowed.
     pub revoked: BTreeMap<usize, u32>,
     pub zombies: BTreeSet<usize>,
+    /// Partitions this replica's protocol failed because their start lies below the log start
+    /// (`recovery.on_out_of_range: fail`), with the Kafka offset where each one stopped: such a
+    /// partition makes no progress until an operator acts, by design.
+    pub out_of_range: BTreeMap<usize, i64>,
     pub late_stops: BTreeMap<usize, Event>,
     pub shutting_down: bool,
     pub finished: bool,
@@ -170,6 +174,7 @@ impl Model for World {
             outbox: Vec::new(),
             revoked: BTreeMap::new(),
             zombies: BTreeSet::new(),
+            out_of_range: BTreeMap::new(),
             late_stops: BTreeMap::new(),
             shutting_down: false,
             finished: false,
@@ -248,12 +253,23 @@ impl Model for World {
                 }
             }
             Op::Retention(p) => {
-                // Deletes up to what was committed and what no live reader still needs.
+                // Deletes up to what was committed and what no live reader still needs; in a
+                // history whose retention overtakes readers (as time-based retention does with
+                // a reader that lags), also the next record the most lagging reader needs, so its
+                // next fetch is out of range.
                 let mut upto = self.kafka.committed[p].as_ref().map_or(0, |(k, _)| *k);
+                let mut lagging: Option<i64> = None;
                 for proc in self.procs.iter().flatten() {
                     if let Some(w) = proc.writers.get(&p) {
-                        upto = upto.min(w.unacked.unwrap_or(w.position));
+                        let needs = w.unacked.unwrap_or(w.position);
+                        upto = upto.min(needs);
+                        lagging = Some(lagging.map_or(needs, |l| l.min(needs)));
                     }
+                }
+                if self.retention_overtakes
+                    && let Some(needs) = lagging
+                {
+                    upto = upto.max((needs + 1).min(self.kafka.high[p]));
                 }
                 self.kafka.low[p] = self.kafka.low[p].max(upto);
             }
@@ -305,6 +321,13 @@ impl Model for World {
                 "no progress: partitions do not rest, committed={:?} high={:?}",
                 self.kafka.committed, self.kafka.high
             ));
+        }
+        // What the oracle must know once the replicas are gone: where a partition stopped.
+        for p in 0..PARTITIONS {
+            self.stopped[p] = self.stopped_out_of_range(p);
+            if self.stopped[p].is_some() {
+                self.reached.insert("stopped out of range".into());
+            }
         }
         for r in 0..REPLICAS {
             self.step(&Op::Shutdown(r));
@@ -469,7 +492,16 @@ impl World {
                 position: NextOffset(w.position),
                 low: NextOffset(low),
             };
-            return self.post(r, event);
+            self.post(r, event);
+            // Which way the policy took: past the deleted range, or the partition stopped.
+            let after = self.procs[r].as_ref().and_then(|proc| proc.writers.get(&p));
+            let kind = match after.map(|w| w.position) {
+                None => "stopped",
+                Some(x) if x >= low => "skipped",
+                Some(_) => "ignored",
+            };
+            self.reached.insert(format!("OffsetOutOfRange:{kind}"));
+            return;
         }
         // A resend carries the record it was built from, even if retention deleted it since.
         let record = w.unacked.unwrap_or(w.position);
@@ -575,6 +607,7 @@ impl World {
         if let Some(proc) = self.procs[r].as_mut() {
             proc.revoked.remove(&p);
             proc.zombies.remove(&p);
+            proc.out_of_range.remove(&p);
         }
         self.post(
             r,
@@ -667,6 +700,7 @@ impl World {
                 return;
             };
             proc.writers.clear();
+            proc.out_of_range.clear();
             if !proc.shutting_down {
                 self.kafka.members.insert(r);
                 self.rebalance(false, 0);
@@ -705,16 +739,33 @@ impl World {
         }
     }
 
+    /// Every partition rests at f == K at the end of its log, or was stopped on purpose: its
+    /// owner's protocol failed it because its start lies below the log start, which under
+    /// `recovery.on_out_of_range: fail` holds until an operator acts (no progress is due from it;
+    /// the oracle checks what it left behind).
     pub fn rested(&self) -> bool {
-        (0..PARTITIONS).all(|p| match self.kafka.durable(p) {
-            Some((
-                k,
-                CommitMetadata::ExactlyOnce {
-                    visible_through, ..
-                },
-            )) => k == self.kafka.high[p] && visible_through.0 == k,
-            _ => false,
+        (0..PARTITIONS).all(|p| {
+            self.stopped_out_of_range(p).is_some()
+                || match self.kafka.durable(p) {
+                    Some((
+                        k,
+                        CommitMetadata::ExactlyOnce {
+                            visible_through, ..
+                        },
+                    )) => k == self.kafka.high[p] && visible_through.0 == k,
+                    _ => false,
+                }
         })
+    }
+
+    /// Where partition `p` stopped, when the member the group assigned it to holds it failed
+    /// for out-of-range.
+    pub fn stopped_out_of_range(&self, p: usize) -> Option<i64> {
+        let r = self.kafka.owner[p]?;
+        if !self.kafka.members.contains(&r) {
+            return None;
+        }
+        self.procs[r].as_ref()?.out_of_range.get(&p).copied()
     }
 }
 
