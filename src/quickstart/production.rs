@@ -63,7 +63,8 @@ pub(super) struct Produced {
 pub(super) struct Production {
     delivered: Arc<AtomicU64>,
     blocked: Arc<AtomicBool>,
-    released: Arc<AtomicBool>,
+    /// Records below this many may be produced.
+    limit: Arc<AtomicU64>,
     window: Arc<Vec<AtomicU64>>,
     finished: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
@@ -71,7 +72,8 @@ pub(super) struct Production {
 }
 
 impl Production {
-    /// Produces the first `held_after` records at once and the rest after [`Self::release`].
+    /// Produces the first `held_after` records at once and the rest as [`Self::release_up_to`]
+    /// or [`Self::release`] allow.
     pub(super) fn start(
         bootstrap: String,
         records: u64,
@@ -79,7 +81,7 @@ impl Production {
         held_after: u64,
     ) -> Production {
         let delivered = Arc::new(AtomicU64::new(0));
-        let released = Arc::new(AtomicBool::new(false));
+        let limit = Arc::new(AtomicU64::new(held_after));
         let blocked = Arc::new(AtomicBool::new(false));
         let window: Arc<Vec<AtomicU64>> = Arc::new(
             (0..partitions)
@@ -96,8 +98,7 @@ impl Production {
         let done = finished.clone();
         let failed = failure.clone();
         let gate = Gate {
-            at: held_after,
-            open: released.clone(),
+            limit: limit.clone(),
             window: window.clone(),
             blocked: blocked.clone(),
         };
@@ -118,7 +119,7 @@ impl Production {
         Production {
             delivered,
             blocked,
-            released,
+            limit,
             window,
             finished,
             failure,
@@ -139,8 +140,14 @@ impl Production {
         }
     }
 
+    /// Lets every record be produced (paced by the per-partition windows only).
     pub(super) fn release(&self) {
-        self.released.store(true, Ordering::Release);
+        self.limit.store(u64::MAX, Ordering::Release);
+    }
+
+    /// Lets the first `records` records be produced.
+    pub(super) fn release_up_to(&self, records: u64) {
+        self.limit.fetch_max(records, Ordering::AcqRel);
     }
 
     pub(super) fn delivered(&self) -> u64 {
@@ -167,11 +174,10 @@ impl Production {
     }
 }
 
-/// Where production waits: before record `at` until the first part is visible, and on each
+/// Where production waits: before record `limit` until the supervisor moves it, and on each
 /// partition at the end offset in `window`.
 struct Gate {
-    at: u64,
-    open: Arc<AtomicBool>,
+    limit: Arc<AtomicU64>,
     window: Arc<Vec<AtomicU64>>,
     /// Set while the producer waits.
     blocked: Arc<AtomicBool>,
@@ -196,12 +202,12 @@ fn produce(
     let (mut body, mut framed) = (Vec::with_capacity(2048), Vec::with_capacity(2048));
     let mut bytes = 0u64;
     for n in 0..records {
-        if n == gate.at {
+        if n >= gate.limit.load(Ordering::Acquire) {
             producer
                 .flush(Duration::from_secs(120))
                 .map_err(|e| anyhow!("cannot flush the producer: {e}"))?;
             gate.blocked.store(true, Ordering::Release);
-            while !gate.open.load(Ordering::Acquire) {
+            while n >= gate.limit.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             gate.blocked.store(false, Ordering::Release);
