@@ -411,20 +411,7 @@ impl World {
                 } else {
                     outcome
                 };
-                match purpose {
-                    FlushPurpose::Recovery => Event::RecoveryFlushResult {
-                        tp,
-                        stream,
-                        through,
-                        outcome,
-                    },
-                    FlushPurpose::Cycle => Event::FlushResult {
-                        tp,
-                        stream,
-                        through,
-                        outcome,
-                    },
-                }
+                purpose.answer(tp, stream, through, outcome)
             }
             Request::Finalize { p, stream } => {
                 let outcome = if applied {

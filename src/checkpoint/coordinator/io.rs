@@ -69,20 +69,7 @@ pub(crate) fn spawn_flush(
     io.spawn(async move {
         backoff(attempt).await;
         let outcome = flush(&client, &name, through, &metrics, &label).await;
-        match purpose {
-            FlushPurpose::Recovery => Event::RecoveryFlushResult {
-                tp,
-                stream,
-                through,
-                outcome,
-            },
-            FlushPurpose::Cycle => Event::FlushResult {
-                tp,
-                stream,
-                through,
-                outcome,
-            },
-        }
+        purpose.answer(tp, stream, through, outcome)
     });
 }
 

@@ -233,6 +233,33 @@ pub enum FlushPurpose {
     Cycle,
 }
 
+impl FlushPurpose {
+    /// The event that answers an [`Action::FlushRows`] made for this purpose: the one mapping of a
+    /// FlushRows answer to the protocol, for the shell and the model test alike.
+    pub fn answer(
+        self,
+        tp: TopicPartition,
+        stream: StreamId,
+        through: RowOffset,
+        outcome: FlushOutcome,
+    ) -> Event {
+        match self {
+            FlushPurpose::Recovery => Event::RecoveryFlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            },
+            FlushPurpose::Cycle => Event::FlushResult {
+                tp,
+                stream,
+                through,
+                outcome,
+            },
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     FlushRows {
