@@ -1325,7 +1325,12 @@ async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_
         ))
         .expect("install the delay");
     f.produce(20_000);
-    std::thread::sleep(Duration::from_secs(2));
+    // The daemon's appends hang against the delay, so it stops reading far behind the end.
+    wait_until(
+        Duration::from_secs(60),
+        "appends in flight against the delay",
+        || d.metric("kbq_inflight_requests") > 0.0,
+    );
     // Retention (delete-records) removes everything below 15,000: records the daemon has not
     // read. Then the appends come back and the daemon reads on, into the gap.
     let mut delete = rdkafka::TopicPartitionList::new();
