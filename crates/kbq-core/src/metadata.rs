@@ -162,12 +162,14 @@ impl CommitMetadata {
             return Err(MetadataError::UnknownFormat { raw: shown() });
         };
         let malformed = |why| MetadataError::Malformed { why, raw: shown() };
-        let mut fields = body.split(';').map(|field| {
-            field
-                .split_once('=')
-                .ok_or_else(|| malformed("field without '='"))
-        });
-        let (key, version) = fields.next().ok_or_else(|| malformed("no version"))??;
+        let mut fields = body
+            .split(';')
+            .map(|field| field.split_once('=').ok_or("field without '='"));
+        let (key, version) = fields
+            .next()
+            .ok_or("no version")
+            .and_then(|field| field)
+            .map_err(malformed)?;
         if key != "v" {
             return Err(malformed("version is not the first field"));
         }
@@ -180,53 +182,41 @@ impl CommitMetadata {
                 });
             }
         }
+        let values = fields_in_order(fields).map_err(malformed)?;
+        Self::from_fields(values).map_err(malformed)
+    }
 
-        // Fields in the fixed order `m, s, t, r, f`, each at most once.
-        const ORDER: [&str; 5] = ["m", "s", "t", "r", "f"];
-        let mut values: [Option<&str>; 5] = [None; 5];
-        let mut last = None;
-        for field in fields {
-            let (key, value) = field?;
-            let Some(at) = ORDER.iter().position(|k| *k == key) else {
-                return Err(malformed("unknown field"));
-            };
-            if last.is_some_and(|l| at <= l) {
-                return Err(malformed("fields out of order or repeated"));
-            }
-            last = Some(at);
-            values[at] = Some(value);
-        }
-        let [mode, stream, table, flush_to, visible] = values;
+    /// The metadata the fields after the version describe (`m, s, t, r, f`), or why they
+    /// describe none.
+    fn from_fields(
+        [mode, stream, table, flush_to, visible]: [Option<&str>; 5],
+    ) -> Result<Self, &'static str> {
         let table = table
             .and_then(parse_hex16)
             .map(TableFingerprint)
-            .ok_or_else(|| malformed("missing or invalid table fingerprint"))?;
+            .ok_or("missing or invalid table fingerprint")?;
         match mode {
             Some("alo") => {
                 if stream.is_some() || flush_to.is_some() || visible.is_some() {
-                    return Err(malformed("at-least-once metadata with checkpoint fields"));
+                    return Err("at-least-once metadata with checkpoint fields");
                 }
                 Ok(CommitMetadata::AtLeastOnce { table })
             }
-            Some(_) => Err(malformed("unknown mode")),
+            Some(_) => Err("unknown mode"),
             None => {
                 let stream = stream
-                    .map(|s| StreamId::new(s).map_err(|_| malformed("invalid stream id")))
+                    .map(|s| StreamId::new(s).map_err(|_| "invalid stream id"))
                     .transpose()?;
                 let flush_to = flush_to
-                    .map(|r| {
-                        parse_i64(r)
-                            .map(RowOffset)
-                            .ok_or_else(|| malformed("invalid flush offset"))
-                    })
+                    .map(|r| parse_i64(r).map(RowOffset).ok_or("invalid flush offset"))
                     .transpose()?;
                 if stream.is_some() != flush_to.is_some() {
-                    return Err(malformed("stream and flush offset must come together"));
+                    return Err("stream and flush offset must come together");
                 }
                 let visible_through = visible
                     .and_then(parse_i64)
                     .map(NextOffset)
-                    .ok_or_else(|| malformed("missing or invalid visible offset"))?;
+                    .ok_or("missing or invalid visible offset")?;
                 Ok(CommitMetadata::ExactlyOnce {
                     table,
                     stream,
@@ -236,6 +226,28 @@ impl CommitMetadata {
             }
         }
     }
+}
+
+/// The fields after the version, by their place in the fixed order `m, s, t, r, f`; each may
+/// come at most once, and none out of order.
+fn fields_in_order<'a>(
+    fields: impl Iterator<Item = Result<(&'a str, &'a str), &'static str>>,
+) -> Result<[Option<&'a str>; 5], &'static str> {
+    const ORDER: [&str; 5] = ["m", "s", "t", "r", "f"];
+    let mut values: [Option<&str>; 5] = [None; 5];
+    let mut last = None;
+    for field in fields {
+        let (key, value) = field?;
+        let Some(at) = ORDER.iter().position(|k| *k == key) else {
+            return Err("unknown field");
+        };
+        if last.is_some_and(|l| at <= l) {
+            return Err("fields out of order or repeated");
+        }
+        last = Some(at);
+        values[at] = Some(value);
+    }
+    Ok(values)
 }
 
 /// Canonical decimal only (no sign, no leading zeros), so that every value has one spelling.
