@@ -4,27 +4,20 @@
 //! the new writer schema and goes on without a restart or a lost record. Incompatible schemas
 //! (a type change, a new required field) send their records to the dead-letter topic.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
 mod support;
 use support::daemon as daemon_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use daemon_support::{Daemon, Registry};
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::server::Emulator;
-use kafka_bigquery_sink::emulator::store::TableRef;
 use kafka_bigquery_sink::transcode::frame_confluent;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use support::kafka::{
-    KafkaBroker, consumer_config, create_topic_blocking, produce_to_partition, producer,
-    unique_name,
-};
+use support::kafka::{produce_to_partition, producer, unique_name};
+use support::sink::{Fixture as SinkFixture, Tweaks};
 
 const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"id","type":"long"},
@@ -97,36 +90,35 @@ fn encode(schema_id: u32, schema: &Schema, id: i64) -> Vec<u8> {
     frame_confluent(schema_id, &avro)
 }
 
+/// The shared daemon fixture (`tests/support/sink.rs`: topic, dead-letter topic, emulator, config)
+/// with this file's table and writer schemas.
 struct Fixture {
-    emulator: Emulator,
-    bootstrap: &'static str,
-    topic: String,
-    dlq: String,
-    table: String,
-    dir: tempfile::TempDir,
+    sink: SinkFixture,
     schemas: HashMap<u32, Schema>,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = SinkFixture;
+
+    fn deref(&self) -> &SinkFixture {
+        &self.sink
+    }
 }
 
 impl Fixture {
     async fn new() -> Fixture {
-        let emulator = emulator_support::start().await;
-        let bootstrap = KafkaBroker::shared();
-        let topic = unique_name("users");
-        let dlq = format!("{topic}-dlq");
-        create_topic_blocking(bootstrap, &topic, PARTITIONS);
-        create_topic_blocking(bootstrap, &dlq, 1);
-        let table = topic.replace('-', "_");
-        let columns = vec![
-            TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
-            TableFieldSchema::new("name", FieldType::String, Mode::Required),
-            TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
-            TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
-        ];
-        emulator_support::create_table(
-            &emulator.store,
-            &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
-            TableSchema { fields: columns },
-        );
+        let sink = SinkFixture::new(PARTITIONS).await;
+        // Registry input does not create the table: it exists beforehand, with the v1 columns
+        // and the fixture's metadata columns.
+        sink.create_table(TableSchema {
+            fields: vec![
+                TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+                TableFieldSchema::new("name", FieldType::String, Mode::Required),
+                TableFieldSchema::new("kafka_topic", FieldType::String, Mode::Required),
+                TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
+                TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
+            ],
+        });
         let schemas = [
             (1, V1),
             (2, V2),
@@ -137,63 +129,24 @@ impl Fixture {
         .into_iter()
         .map(|(id, text)| (id, Schema::parse_str(text).expect("schema")))
         .collect();
-        Fixture {
-            emulator,
-            bootstrap,
-            topic,
-            dlq,
-            table,
-            dir: tempfile::tempdir().expect("temp dir"),
-            schemas,
-        }
+        Fixture { sink, schemas }
     }
 
-    fn config(&self, registry: std::net::SocketAddr, schema_update: &str) -> std::path::PathBuf {
-        let path = self.dir.path().join(format!("sink-{schema_update}.yaml"));
-        let text = format!(
-            r#"
-kafka:
-  bootstrap_servers: "{bootstrap}"
-  group_id: "{group}"
-  topics: ["{topic}"]
-  properties:
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
-schema_registry:
-  url: "http://{registry}"
-bigquery:
-  project: p
-  dataset: d
-  table: "{table}"
-  endpoint: "http://{emulator}"
-  credentials: none
-  schema_update: {schema_update}
-  metadata_columns:
-    partition: kafka_partition
-    offset: kafka_offset
-dead_letter:
-  topic: "{dlq}"
-checkpoint:
-  interval: 200ms
-metrics:
-  listen: "127.0.0.1:0"
-shutdown_deadline: 20s
-"#,
-            bootstrap = self.bootstrap,
-            group = unique_name("evolve"),
-            topic = self.topic,
-            table = self.table,
-            emulator = self.emulator.addr,
-            dlq = self.dlq,
-        );
-        std::fs::write(&path, text).expect("write config");
-        path
+    fn config(&self, registry: std::net::SocketAddr, schema_update: &'static str) -> PathBuf {
+        self.sink.config_with(
+            &unique_name("evolve"),
+            &Tweaks {
+                registry_url: Some(format!("http://{registry}")),
+                schema_update: Some(schema_update),
+                ..Tweaks::default()
+            },
+        )
     }
 
     /// Produces records `ids` with writer schema `schema_id`, round-robin over the partitions;
     /// returns the (partition, offset) of each id.
     fn produce(&self, schema_id: u32, ids: std::ops::Range<i64>) -> BTreeMap<i64, (i64, i64)> {
-        let p = producer(self.bootstrap);
+        let p = producer(&self.bootstrap);
         let schema = &self.schemas[&schema_id];
         let mut per: BTreeMap<i32, Vec<(i64, Vec<u8>)>> = BTreeMap::new();
         for id in ids {
@@ -213,10 +166,6 @@ shutdown_deadline: 20s
             }
         }
         out
-    }
-
-    fn table_ref(&self) -> TableRef {
-        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("ref")
     }
 
     fn columns(&self) -> Vec<String> {
@@ -288,45 +237,6 @@ shutdown_deadline: 20s
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-
-    /// How many records the dead-letter topic holds (its high watermark: one partition).
-    fn dead_letter_count(&self) -> i64 {
-        let consumer: BaseConsumer = consumer_config(self.bootstrap, &unique_name("dlq-count"))
-            .create()
-            .expect("consumer");
-        let (low, high) = consumer
-            .fetch_watermarks(&self.dlq, 0, Duration::from_secs(10))
-            .expect("dead-letter watermarks");
-        high - low
-    }
-
-    fn dead_letters(&self, expect: usize) -> Vec<(i64, String)> {
-        let consumer: BaseConsumer = consumer_config(self.bootstrap, &unique_name("dlq-reader"))
-            .set("auto.offset.reset", "earliest")
-            .create()
-            .expect("consumer");
-        consumer.subscribe(&[&self.dlq]).expect("subscribe");
-        let mut out = Vec::new();
-        let started = Instant::now();
-        while out.len() < expect && started.elapsed() < Duration::from_secs(30) {
-            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-                let headers = m.headers().expect("dead letters carry headers");
-                let get = |name: &str| {
-                    headers
-                        .iter()
-                        .find(|h| h.key == name)
-                        .and_then(|h| h.value)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                        .unwrap_or_default()
-                };
-                out.push((
-                    get("kbq.source.offset").parse().unwrap_or(-1),
-                    get("kbq.error.reason"),
-                ));
-            }
-        }
-        out
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,7 +306,9 @@ async fn a_new_nullable_field_mid_stream_adds_a_column_without_restart_or_loss()
     }
 
     // The incompatible records are dead letters that say why.
-    let dlq = f.dead_letters(2);
+    let dlq: Vec<(i64, String)> = (f.dead_letters(2).into_iter())
+        .map(|(_, offset, _, reason)| (offset, reason))
+        .collect();
     let reason_of = |positions: &BTreeMap<i64, (i64, i64)>| {
         let (_, offset) = positions.values().next().copied().expect("one record");
         dlq.iter()

@@ -225,6 +225,8 @@ pub struct Tweaks {
     pub schemaless_json: bool,
     /// With a registry: `create_table: {}` and `schema_update: add_columns`.
     pub registry_tables: bool,
+    /// `bigquery.schema_update` on a table that exists (`add_columns`, `none`).
+    pub schema_update: Option<&'static str>,
 }
 
 impl Default for Tweaks {
@@ -243,6 +245,7 @@ impl Default for Tweaks {
             json_validate: false,
             schemaless_json: false,
             registry_tables: false,
+            schema_update: None,
         }
     }
 }
@@ -359,11 +362,14 @@ impl Fixture {
             ),
         };
         let create_table = if tweaks.registry_tables {
-            "  create_table: {}\n  schema_update: add_columns\n"
+            assert!(tweaks.schema_update.is_none(), "registry_tables sets it");
+            "  create_table: {}\n  schema_update: add_columns\n".to_string()
+        } else if let Some(update) = tweaks.schema_update {
+            format!("  schema_update: {update}\n")
         } else if tweaks.registry_url.is_some() || tweaks.schemaless_json {
-            ""
+            String::new()
         } else {
-            "  create_table: {}\n"
+            "  create_table: {}\n".to_string()
         };
         let subscription = match &tweaks.topic_pattern {
             Some(pattern) => format!("topic_pattern: '{pattern}'"),
