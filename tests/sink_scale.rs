@@ -19,7 +19,10 @@
 //!   scripts/scale.sh        # KBQ_SCALE_PARTITIONS=1200 KBQ_SCALE_REPLICAS=3
 //!
 //! Sizes: `KBQ_SCALE_PARTITIONS`, `KBQ_SCALE_REPLICAS`, `KBQ_SCALE_ROUNDS` (low-volume rounds),
-//! `KBQ_SCALE_BURST` (records per partition in the burst).
+//! `KBQ_SCALE_BURST` (records per partition in the burst). For a run by hand:
+//! `KBQ_SCALE_SESSION_MS` (the replicas' `session.timeout.ms`, 45 s unless set),
+//! `KBQ_SCALE_KAFKA_DEBUG` (librdkafka's `debug` contexts, e.g. `cgrp`, logged by the replicas)
+//! and `KBQ_SCALE_LOGS` (a directory where each replica's log is kept as `r<i>.log`).
 
 mod support;
 
@@ -143,19 +146,30 @@ async fn replicas_on_many_partitions_progress_everywhere_within_the_quotas() {
     );
     // Kafka's default session timeout instead of the fixture's 6 s: on a shared two-core machine
     // under load the broker's answers to heartbeats can take longer than that, and what is
-    // measured here is the sink at scale, not that machine's scheduling.
+    // measured here is the sink at scale, not that machine's scheduling. A run by hand may set
+    // another (`KBQ_SCALE_SESSION_MS`), the heartbeat at a third of it up to 3 s.
+    let session_ms = env("KBQ_SCALE_SESSION_MS", 45_000);
+    let heartbeat_ms = (session_ms / 3).min(3_000);
+    // librdkafka's debug contexts for a run by hand (e.g. `cgrp`: the group's join states), with
+    // its debug lines let through the daemon's log filter.
+    let kafka_debug = std::env::var("KBQ_SCALE_KAFKA_DEBUG").unwrap_or_default();
+    let debug = if kafka_debug.is_empty() {
+        String::new()
+    } else {
+        format!("\n    debug: \"{kafka_debug}\"")
+    };
     let text = std::fs::read_to_string(&config).expect("config");
     let text = text
         .replace(
             "session.timeout.ms: \"6000\"",
-            "session.timeout.ms: \"45000\"",
+            &format!("session.timeout.ms: \"{session_ms}\""),
         )
         .replace(
             "heartbeat.interval.ms: \"500\"",
-            "heartbeat.interval.ms: \"3000\"",
+            &format!("heartbeat.interval.ms: \"{heartbeat_ms}\"{debug}"),
         );
     assert!(
-        text.contains("45000"),
+        text.contains(&format!("session.timeout.ms: \"{session_ms}\"")),
         "the fixture's session timeout is set"
     );
     std::fs::write(&config, text).expect("config");
@@ -166,8 +180,24 @@ async fn replicas_on_many_partitions_progress_everywhere_within_the_quotas() {
     );
 
     // 1. Join and settle with no record in the topic.
+    // With KBQ_SCALE_LOGS (a directory) each replica's log is also a file there, kept after the
+    // run for a post-mortem; otherwise the logs are kept in memory.
+    let log_dir = std::env::var_os("KBQ_SCALE_LOGS").map(std::path::PathBuf::from);
+    let rust_log = if kafka_debug.is_empty() {
+        "info,rdkafka=warn"
+    } else {
+        "info,librdkafka=debug"
+    };
     let mut daemons: Vec<Daemon> = (0..replicas)
-        .map(|i| Daemon::start_named(&config, &format!("r{i}")))
+        .map(|i| match &log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).expect("log directory");
+                let file = dir.join(format!("r{i}.log"));
+                let _ = std::fs::remove_file(&file);
+                Daemon::start_logging_to(&config, rust_log, &file)
+            }
+            None => Daemon::start_named(&config, &format!("r{i}")),
+        })
         .collect();
     for d in &daemons {
         // Whoever must stop a run stops these pids, never processes found by name.
