@@ -47,6 +47,7 @@ mod commands;
 mod commits;
 mod lag;
 mod rebalance;
+mod reconnect;
 mod record;
 mod seeks;
 
@@ -123,6 +124,7 @@ pub fn spawn(
             shutdown: false,
         }),
         settings: settings.clone(),
+        brokers: Default::default(),
     };
     let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
     let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
@@ -310,14 +312,24 @@ fn run(consumer: BaseConsumer<SinkContext>) {
         // Commands first, so commits are not delayed behind a full poll.
         let gated = {
             let mut shared = consumer.context().shared.lock().expect("consumer state");
+            // A command may block for a request timeout (an offset read while the coordinator
+            // is away): after MAX_GATE of them the rest wait for the next turn, so the thread
+            // still polls, which serves rebalances and statistics and keeps it in the group
+            // (`max.poll.interval.ms`), however many reads the coordinator queued.
+            let mut draining: Option<Instant> = None;
             while let Ok(command) = shared.commands.try_recv() {
+                let since = *draining.get_or_insert_with(Instant::now);
                 shared.execute(&consumer, settings, command);
+                if since.elapsed() >= MAX_GATE {
+                    break;
+                }
             }
             shared.retry_seeks(&consumer, settings);
             turns += 1;
             if turns >= CLOCK_EVERY_TURNS && published.elapsed() >= Duration::from_secs(1) {
                 published = Instant::now();
                 shared.publish_standing(&consumer);
+                find_brokers_again(&consumer, settings, published);
             }
             if turns >= CLOCK_EVERY_TURNS {
                 turns = 0;
@@ -396,6 +408,27 @@ fn run(consumer: BaseConsumer<SinkContext>) {
         .clone();
     drop(consumer);
     let _ = events.send(ConsumerEvent::Closed);
+}
+
+/// After [`reconnect::BROKERLESS_GRACE`] without any broker up, hands the bootstrap servers to
+/// librdkafka again (see `reconnect`).
+fn find_brokers_again(
+    consumer: &BaseConsumer<SinkContext>,
+    settings: &ConsumerSettings,
+    now: Instant,
+) {
+    let Some(waited) = consumer.context().brokers.readd_due(now) else {
+        return;
+    };
+    let Some(bootstrap) = settings.properties.get("bootstrap.servers") else {
+        return;
+    };
+    let added = reconnect::add_bootstrap_servers(consumer, bootstrap);
+    tracing::warn!(
+        waited_s = waited.as_secs(),
+        added,
+        "no kafka broker up: the bootstrap servers are added again"
+    );
 }
 
 fn is_fatal(error: &KafkaError) -> bool {

@@ -12,6 +12,7 @@ use crate::checkpoint::protocol::{Assignment, PartitionOrigin, TopicPartition};
 use crate::kafka::committed::{self, CommittedReads, Watermarks, tpl_of};
 
 use super::commands::{ConsumerCommand, ConsumerEvent, ConsumerSettings};
+use super::reconnect::BrokerWatch;
 use super::{Shared, partitions_of};
 
 pub(super) struct SinkContext {
@@ -19,11 +20,15 @@ pub(super) struct SinkContext {
     /// the mutex is for the `Sync` bound of the context.
     pub(super) shared: Mutex<Shared>,
     pub(super) settings: ConsumerSettings,
+    /// Whether the client still has a broker up (see `reconnect`).
+    pub(super) brokers: BrokerWatch,
 }
 
 impl ClientContext for SinkContext {
-    /// Group membership. (The lag gauges come from the [`WatermarkReader`].)
+    /// Group membership, and whether a broker is up. (The lag gauges come from the
+    /// [`WatermarkReader`].)
     fn stats(&self, statistics: rdkafka::Statistics) {
+        self.brokers.observe(&statistics, Instant::now());
         let Some(metrics) = &self.settings.metrics else {
             return;
         };
