@@ -279,6 +279,24 @@ const ROW_ERRORS_MESSAGE: &str = "Errors found while processing rows. Please ref
 /// Row errors reported per response; the real service truncates the list too.
 const MAX_ROW_ERRORS: usize = 1000;
 
+/// A request's rows as proto rows (none: empty); Arrow rows end the call.
+fn proto_data(
+    rows: Option<bq::append_rows_request::Rows>,
+    entity: &str,
+) -> Result<bq::append_rows_request::ProtoData, Status> {
+    match rows {
+        Some(bq::append_rows_request::Rows::ProtoRows(data)) => Ok(data),
+        Some(bq::append_rows_request::Rows::ArrowRows(_)) => Err(BqError::new(
+            Code::InvalidArgument,
+            format!(
+                "Arrow rows are not supported by this emulator; send proto_rows. Entity: {entity}"
+            ),
+        )
+        .to_status()),
+        None => Ok(bq::append_rows_request::ProtoData::default()),
+    }
+}
+
 impl AppendSession {
     pub fn new(store: Arc<Store>, max_request_bytes: usize) -> AppendSession {
         AppendSession {
@@ -354,20 +372,9 @@ impl AppendSession {
             );
             return reply(Err(e), Vec::new());
         }
-        let data = match req.rows {
-            Some(bq::append_rows_request::Rows::ProtoRows(data)) => data,
-            Some(bq::append_rows_request::Rows::ArrowRows(_)) => {
-                return AppendOutcome::End(
-                    BqError::new(
-                        Code::InvalidArgument,
-                        format!(
-                            "Arrow rows are not supported by this emulator; send proto_rows. Entity: {entity}"
-                        ),
-                    )
-                    .to_status(),
-                );
-            }
-            None => bq::append_rows_request::ProtoData::default(),
+        let data = match proto_data(req.rows, &entity) {
+            Ok(data) => data,
+            Err(status) => return AppendOutcome::End(status),
         };
         let codec = match self.codec(&entity, &stream, data.writer_schema) {
             Ok(c) => c,

@@ -233,22 +233,7 @@ struct RowScan {
 }
 
 fn scan_rows(path: &Path, r: &mut impl Read) -> Result<RowScan, PersistError> {
-    let mut header = [0u8; 12];
-    r.read_exact(&mut header).map_err(io_err(path))?;
-    if &header[..8] != ROWS_MAGIC {
-        return Err(PersistError::Corrupt {
-            path: path.to_path_buf(),
-            detail: "not an emulator row log (bad magic)".into(),
-        });
-    }
-    let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
-        return Err(PersistError::UnknownVersion {
-            path: path.to_path_buf(),
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
+    read_rows_header(path, r)?;
     let mut out = RowScan {
         records: Vec::new(),
         codec_records: 0,
@@ -267,66 +252,97 @@ fn scan_rows(path: &Path, r: &mut impl Read) -> Result<RowScan, PersistError> {
             break;
         }
         let payload = Bytes::from(payload);
-        let corrupt = |detail: &str| PersistError::Corrupt {
-            path: path.to_path_buf(),
-            detail: detail.to_string(),
-        };
-        match head[0] {
-            TAG_CODEC => {
-                if payload.len() < 8 {
-                    return Err(corrupt("short descriptor record"));
-                }
-                let index = u32::from_le_bytes(payload[0..4].try_into().expect("4 bytes"));
-                let dlen = u32::from_le_bytes(payload[4..8].try_into().expect("4 bytes")) as usize;
-                let desc = payload
-                    .get(8..8 + dlen)
-                    .ok_or_else(|| corrupt("short descriptor"))?;
-                let descriptor = prost_types::DescriptorProto::decode(desc)
-                    .map_err(|e| corrupt(&format!("descriptor: {e}")))?;
-                let schema = serde_json::from_slice(&payload[8 + dlen..])
-                    .map_err(|e| corrupt(&format!("table schema: {e}")))?;
-                out.records.push(RowRecord::Codec {
-                    index,
-                    descriptor: Box::new(descriptor),
-                    schema,
-                });
-                out.codec_records += 1;
-            }
-            TAG_APPEND => {
-                if payload.len() < 24 {
-                    return Err(corrupt("short append record"));
-                }
-                let seq = u64::from_le_bytes(payload[0..8].try_into().expect("8 bytes"));
-                let first = i64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
-                let codec = u32::from_le_bytes(payload[16..20].try_into().expect("4 bytes"));
-                let n = u32::from_le_bytes(payload[20..24].try_into().expect("4 bytes")) as usize;
-                let mut rows = Vec::with_capacity(n.min(payload.len()));
-                let mut at = 24;
-                for _ in 0..n {
-                    let len = payload
-                        .get(at..at + 4)
-                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-                        .ok_or_else(|| corrupt("short row length"))?;
-                    at += 4;
-                    if at + len > payload.len() {
-                        return Err(corrupt("short row"));
-                    }
-                    // Zero copy: every row is a slice of the record's buffer.
-                    rows.push(payload.slice(at..at + len));
-                    at += len;
-                }
-                out.records.push(RowRecord::Append {
-                    seq,
-                    first,
-                    codec,
-                    rows,
-                });
-            }
-            other => return Err(corrupt(&format!("unknown record tag {other}"))),
+        let record = match head[0] {
+            TAG_CODEC => codec_record(&payload),
+            TAG_APPEND => append_record(&payload),
+            other => Err(format!("unknown record tag {other}")),
         }
+        .map_err(|detail| PersistError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        })?;
+        if let RowRecord::Codec { .. } = record {
+            out.codec_records += 1;
+        }
+        out.records.push(record);
         out.valid_len += 5 + len as u64;
     }
     Ok(out)
+}
+
+/// The row log's magic and format version.
+fn read_rows_header(path: &Path, r: &mut impl Read) -> Result<(), PersistError> {
+    let mut header = [0u8; 12];
+    r.read_exact(&mut header).map_err(io_err(path))?;
+    if &header[..8] != ROWS_MAGIC {
+        return Err(PersistError::Corrupt {
+            path: path.to_path_buf(),
+            detail: "not an emulator row log (bad magic)".into(),
+        });
+    }
+    let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(PersistError::UnknownVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// A codec record: its index, the writer's descriptor, the table schema; or why it is corrupt.
+fn codec_record(payload: &Bytes) -> Result<RowRecord, String> {
+    if payload.len() < 8 {
+        return Err("short descriptor record".into());
+    }
+    let index = u32::from_le_bytes(payload[0..4].try_into().expect("4 bytes"));
+    let dlen = u32::from_le_bytes(payload[4..8].try_into().expect("4 bytes")) as usize;
+    let desc = payload
+        .get(8..8 + dlen)
+        .ok_or_else(|| "short descriptor".to_string())?;
+    let descriptor =
+        prost_types::DescriptorProto::decode(desc).map_err(|e| format!("descriptor: {e}"))?;
+    let schema =
+        serde_json::from_slice(&payload[8 + dlen..]).map_err(|e| format!("table schema: {e}"))?;
+    Ok(RowRecord::Codec {
+        index,
+        descriptor: Box::new(descriptor),
+        schema,
+    })
+}
+
+/// An append record: its sequence number, first row offset, codec and rows (each a slice of
+/// the record's buffer); or why it is corrupt.
+fn append_record(payload: &Bytes) -> Result<RowRecord, String> {
+    if payload.len() < 24 {
+        return Err("short append record".into());
+    }
+    let seq = u64::from_le_bytes(payload[0..8].try_into().expect("8 bytes"));
+    let first = i64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
+    let codec = u32::from_le_bytes(payload[16..20].try_into().expect("4 bytes"));
+    let n = u32::from_le_bytes(payload[20..24].try_into().expect("4 bytes")) as usize;
+    let mut rows = Vec::with_capacity(n.min(payload.len()));
+    let mut at = 24;
+    for _ in 0..n {
+        let len = payload
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(|| "short row length".to_string())?;
+        at += 4;
+        if at + len > payload.len() {
+            return Err("short row".into());
+        }
+        // Zero copy: every row is a slice of the record's buffer.
+        rows.push(payload.slice(at..at + len));
+        at += len;
+    }
+    Ok(RowRecord::Append {
+        seq,
+        first,
+        codec,
+        rows,
+    })
 }
 
 /// Reads exactly `buf.len()` bytes; `Ok(false)` at a clean or torn end of file.

@@ -287,9 +287,23 @@ impl MaxQuery {
                 self.table.legacy()
             ))
         })?;
+        let (target, filters) = self.columns(&table.schema)?;
+        let best = self.max(store, &target, &filters)?;
+        Ok(MaxResult {
+            name: self.alias.clone().unwrap_or_else(|| "f0_".into()),
+            field_type: target.field_type,
+            value: best,
+        })
+    }
+
+    /// The column MAX reads and the filters' columns, each checked for the operation as
+    /// BigQuery checks it.
+    fn columns(
+        &self,
+        schema: &TableSchema,
+    ) -> Result<(TableFieldSchema, Vec<(TableFieldSchema, Literal)>), RestError> {
         let find = |name: &str| -> Result<TableFieldSchema, RestError> {
-            table
-                .schema
+            schema
                 .fields
                 .iter()
                 .find(|c| c.name.eq_ignore_ascii_case(name))
@@ -321,6 +335,17 @@ impl MaxQuery {
             }
             filters.push((column, literal.clone()));
         }
+        Ok((target, filters))
+    }
+
+    /// The greatest value of `target` among the visible rows that match every filter, page by
+    /// page.
+    fn max(
+        &self,
+        store: &Store,
+        target: &TableFieldSchema,
+        filters: &[(TableFieldSchema, Literal)],
+    ) -> Result<Option<String>, RestError> {
         // Render only the columns the query reads: the target first, then the filters.
         let mut projection = TableSchema {
             fields: vec![target.clone()],
@@ -358,11 +383,7 @@ impl MaxQuery {
                 }
             }
         }
-        Ok(MaxResult {
-            name: self.alias.clone().unwrap_or_else(|| "f0_".into()),
-            field_type: target.field_type,
-            value: best,
-        })
+        Ok(best)
     }
 }
 

@@ -53,7 +53,27 @@ pub(super) fn render_message(
     let Some(plan) = plan.filter(|_| depth <= MAX_DEPTH) else {
         return json!({ "f": columns.iter().map(|_| null_cell()).collect::<Vec<_>>() });
     };
-    let mut values: Vec<Vec<Wire<'_>>> = vec![Vec::new(); plan.fields.len()];
+    let values = occurrences(plan, parts);
+    let cells: Vec<Value> = columns
+        .iter()
+        .map(|column| {
+            let Some(&index) = plan.by_column.get(&column.name.to_lowercase()) else {
+                return if column.mode() == Mode::Repeated {
+                    json!({ "v": [] })
+                } else {
+                    null_cell()
+                };
+            };
+            cell(&plan.fields[index], &values[index], column, options, depth)
+        })
+        .collect();
+    json!({ "f": cells })
+}
+
+/// Each field's occurrences in the message's parts, by the plan's field index (packed
+/// elements one by one; fields of the wrong wire type or unknown to the plan are left out).
+fn occurrences<'a>(plan: &MessagePlan, parts: &[&'a [u8]]) -> Vec<Vec<Wire<'a>>> {
+    let mut values: Vec<Vec<Wire<'a>>> = vec![Vec::new(); plan.fields.len()];
     for part in parts {
         let mut reader = Reader::new(part);
         while let Ok(Some((number, wire))) = reader.next() {
@@ -75,66 +95,63 @@ pub(super) fn render_message(
             }
         }
     }
-    let cells: Vec<Value> = columns
-        .iter()
-        .map(|column| {
-            let Some(&index) = plan.by_column.get(&column.name.to_lowercase()) else {
-                return if column.mode() == Mode::Repeated {
-                    json!({ "v": [] })
-                } else {
-                    null_cell()
-                };
-            };
-            let field = &plan.fields[index];
-            let occurrences = &values[index];
-            if field.proto == ProtoKind::Message && field.message.is_none() {
-                // A message in a column of a type this emulator does not model (RANGE).
-                return null_cell();
-            }
-            if field.repeated {
-                let items: Vec<Value> = if field.proto == ProtoKind::Message {
-                    occurrences
-                        .iter()
-                        .map(|w| match w {
-                            Wire::Len(b) => json!({
-                                "v": render_message(field.message.as_deref(), &[b], &column.fields, options, depth + 1)
-                            }),
-                            _ => null_cell(),
-                        })
-                        .collect()
-                } else {
-                    occurrences
-                        .iter()
-                        .map(|w| json!({ "v": render_scalar(field, *w, options) }))
-                        .collect()
-                };
-                return json!({ "v": items });
-            }
-            if field.proto == ProtoKind::Message {
-                if occurrences.is_empty() {
-                    return null_cell();
-                }
-                let parts: Vec<&[u8]> = occurrences
-                    .iter()
-                    .filter_map(|w| match w {
-                        Wire::Len(b) => Some(*b),
-                        _ => None,
-                    })
-                    .collect();
-                return json!({
-                    "v": render_message(field.message.as_deref(), &parts, &column.fields, options, depth + 1)
-                });
-            }
-            match occurrences.last() {
-                Some(w) => json!({ "v": render_scalar(field, *w, options) }),
-                None => match &field.default {
-                    Some(default) => json!({ "v": render_scalar(field, default.as_wire(), options) }),
-                    None => null_cell(),
-                },
-            }
-        })
-        .collect();
-    json!({ "f": cells })
+    values
+}
+
+/// One column's cell from its field's occurrences: a repeated field's items, a nested
+/// message (its occurrences merged), or a scalar's last occurrence (or its default).
+fn cell(
+    field: &FieldPlan,
+    occurrences: &[Wire<'_>],
+    column: &TableFieldSchema,
+    options: RenderOptions,
+    depth: u32,
+) -> Value {
+    if field.proto == ProtoKind::Message && field.message.is_none() {
+        // A message in a column of a type this emulator does not model (RANGE).
+        return null_cell();
+    }
+    if field.repeated {
+        let items: Vec<Value> = if field.proto == ProtoKind::Message {
+            occurrences
+                .iter()
+                .map(|w| match w {
+                    Wire::Len(b) => json!({
+                        "v": render_message(field.message.as_deref(), &[b], &column.fields, options, depth + 1)
+                    }),
+                    _ => null_cell(),
+                })
+                .collect()
+        } else {
+            occurrences
+                .iter()
+                .map(|w| json!({ "v": render_scalar(field, *w, options) }))
+                .collect()
+        };
+        return json!({ "v": items });
+    }
+    if field.proto == ProtoKind::Message {
+        if occurrences.is_empty() {
+            return null_cell();
+        }
+        let parts: Vec<&[u8]> = occurrences
+            .iter()
+            .filter_map(|w| match w {
+                Wire::Len(b) => Some(*b),
+                _ => None,
+            })
+            .collect();
+        return json!({
+            "v": render_message(field.message.as_deref(), &parts, &column.fields, options, depth + 1)
+        });
+    }
+    match occurrences.last() {
+        Some(w) => json!({ "v": render_scalar(field, *w, options) }),
+        None => match &field.default {
+            Some(default) => json!({ "v": render_scalar(field, default.as_wire(), options) }),
+            None => null_cell(),
+        },
+    }
 }
 
 pub(super) fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOptions) -> Value {
