@@ -16,7 +16,7 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
 use rand::Rng;
 
 use super::TABLE;
-use super::world::{Gate, Shared, SharedDebug, SimStream, lock};
+use super::world::{Gate, Shared, SharedDebug, SimStream, World, lock};
 use crate::bigquery::error::WriteError;
 use crate::bigquery::write_client::{
     AppendReply, AppendTransport, StreamKind, TransportFuture, WriteTransport,
@@ -225,6 +225,18 @@ pub(super) struct AppendCall {
     pub(super) broken: bool,
 }
 
+/// The serialized rows a request carries.
+fn request_rows(request: &AppendRowsRequest) -> Vec<Bytes> {
+    match &request.rows {
+        Some(bq::append_rows_request::Rows::ProtoRows(d)) => d
+            .rows
+            .as_ref()
+            .map(|r| r.serialized_rows.clone())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 impl SimAppend {
     /// The server's side of one request, decided now; its answer waits in `replies`.
     pub(super) fn apply(&self, mut request: AppendRowsRequest) {
@@ -263,66 +275,13 @@ impl SimAppend {
                 .push_back((Duration::ZERO, Ok(AppendReply::Failed(e)), Vec::new()));
             return;
         }
-        let rows: Vec<Bytes> = match &request.rows {
-            Some(bq::append_rows_request::Rows::ProtoRows(d)) => d
-                .rows
-                .as_ref()
-                .map(|r| r.serialized_rows.clone())
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        let rows = request_rows(&request);
         let outcome = call.session.handle(request);
         let mut applied = Vec::new();
         let reply = match outcome {
             AppendOutcome::Reply(response) => {
                 let reply = crate::bigquery::write_client::reply(*response);
-                if let AppendReply::Appended {
-                    offset: Some(at), ..
-                } = &reply
-                {
-                    let (id, part) = w.fields;
-                    let ids: Vec<i64> = rows.iter().map(|r| row_field(r, id)).collect();
-                    let st = w.streams.get_mut(&sim).expect("a stream of ours");
-                    assert_eq!(st.rows.len() as i64, at.0, "the store appends at the end");
-                    st.rows.extend(&ids);
-                    let part = rows.first().map(|r| row_field(r, part) as usize);
-                    st.partition = st.partition.or(part);
-                    w.trace(format!(
-                        "bq append {} @{} r{}: rows {:?}",
-                        short(&sim),
-                        at.0,
-                        self.process,
-                        ids
-                    ));
-                } else if let AppendReply::Appended { offset: None, .. } = &reply {
-                    // The `_default` stream: the rows are visible now.
-                    let (id, part) = w.fields;
-                    applied = (rows.iter())
-                        .map(|r| (row_field(r, part) as usize, row_field(r, id)))
-                        .collect();
-                    w.trace(format!(
-                        "bq append {} r{}: rows {:?}",
-                        short(&sim),
-                        self.process,
-                        applied
-                    ));
-                    w.appended_default(self.process, &applied);
-                } else {
-                    let what = match &reply {
-                        AppendReply::Failed(e) => {
-                            let rows: Vec<i64> = e.row_errors.iter().map(|r| r.index).collect();
-                            format!("failed {:?}, row errors at {rows:?}", e.code)
-                        }
-                        AppendReply::Appended { offset, .. } => {
-                            format!("appended at {:?}", offset.map(|o| o.0))
-                        }
-                    };
-                    w.trace(format!(
-                        "bq append {} @{offset:?} r{}: {what}",
-                        short(&sim),
-                        self.process
-                    ));
-                }
+                applied = self.record_reply(&mut w, &sim, offset, &rows, &reply);
                 Ok(reply)
             }
             AppendOutcome::End(status) => {
@@ -353,6 +312,68 @@ impl SimAppend {
             Duration::ZERO
         };
         call.replies.push_back((delay, reply, applied));
+    }
+
+    /// What an answer means for the simulated tables: rows appended to a BUFFERED stream at the
+    /// answer's offset (kept as ids), rows of the `_default` stream visible at once (returned,
+    /// as (partition, id)), or nothing; each traced.
+    fn record_reply(
+        &self,
+        w: &mut World,
+        sim: &str,
+        offset: Option<i64>,
+        rows: &[Bytes],
+        reply: &AppendReply,
+    ) -> Vec<(usize, i64)> {
+        let mut applied = Vec::new();
+        if let AppendReply::Appended {
+            offset: Some(at), ..
+        } = reply
+        {
+            let (id, part) = w.fields;
+            let ids: Vec<i64> = rows.iter().map(|r| row_field(r, id)).collect();
+            let st = w.streams.get_mut(sim).expect("a stream of ours");
+            assert_eq!(st.rows.len() as i64, at.0, "the store appends at the end");
+            st.rows.extend(&ids);
+            let part = rows.first().map(|r| row_field(r, part) as usize);
+            st.partition = st.partition.or(part);
+            w.trace(format!(
+                "bq append {} @{} r{}: rows {:?}",
+                short(sim),
+                at.0,
+                self.process,
+                ids
+            ));
+        } else if let AppendReply::Appended { offset: None, .. } = reply {
+            // The `_default` stream: the rows are visible now.
+            let (id, part) = w.fields;
+            applied = (rows.iter())
+                .map(|r| (row_field(r, part) as usize, row_field(r, id)))
+                .collect();
+            w.trace(format!(
+                "bq append {} r{}: rows {:?}",
+                short(sim),
+                self.process,
+                applied
+            ));
+            w.appended_default(self.process, &applied);
+        } else {
+            let what = match reply {
+                AppendReply::Failed(e) => {
+                    let rows: Vec<i64> = e.row_errors.iter().map(|r| r.index).collect();
+                    format!("failed {:?}, row errors at {rows:?}", e.code)
+                }
+                AppendReply::Appended { offset, .. } => {
+                    format!("appended at {:?}", offset.map(|o| o.0))
+                }
+            };
+            w.trace(format!(
+                "bq append {} @{offset:?} r{}: {what}",
+                short(sim),
+                self.process
+            ));
+        }
+        applied
     }
 }
 

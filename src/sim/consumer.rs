@@ -57,6 +57,31 @@ pub(super) struct Consumer {
     pub(super) rejoin: bool,
 }
 
+impl Consumer {
+    /// A consumer thread that just joined the group as `member`: nothing owned, nothing queued.
+    pub(super) fn new(
+        member: u64,
+        commands: std_mpsc::Receiver<ConsumerCommand>,
+        events: mpsc::UnboundedSender<ConsumerEvent>,
+    ) -> Consumer {
+        Consumer {
+            member,
+            commands,
+            events,
+            generation: 0,
+            owned: BTreeSet::new(),
+            callbacks: VecDeque::new(),
+            handoff: None,
+            routes: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            arena: BytesMut::new(),
+            closed: false,
+            expelled: None,
+            rejoin: false,
+        }
+    }
+}
+
 pub(super) enum Callback {
     Assign(Vec<usize>),
     Revoke(Vec<usize>, bool),
@@ -161,12 +186,31 @@ impl Sim {
         if proc.consumer.closed {
             return;
         }
+        self.heartbeat(r, now);
+        if !self.serve_commands(r) {
+            return;
+        }
+        self.end_revoke_callback(r, now);
+        let proc = self.procs[r].as_mut().expect("checked");
+        if proc.consumer.handoff.is_some() {
+            return;
+        }
+        // The next poll runs the callbacks librdkafka queued (not always at once).
+        if !proc.consumer.callbacks.is_empty() && self.w().rng.random_bool(0.5) {
+            self.run_callback(r, now);
+            return;
+        }
+        self.fetch(r);
+    }
+
+    /// The member's heartbeat. A member the group expelled learns it at a heartbeat, a little
+    /// after it resumed: until then it runs on its old assignment and generation.
+    fn heartbeat(&mut self, r: usize, now: Instant) {
+        let proc = self.procs[r].as_mut().expect("checked");
         let member = proc.consumer.member;
         if let Some(beat) = self.group.last_heartbeat.get_mut(&member) {
             *beat = now;
         }
-        // A member the group expelled learns it at a heartbeat, a little after it resumed:
-        // until then it runs on its old assignment and generation.
         if let Some(Some(at)) = proc.consumer.expelled
             && proc.consumer.handoff.is_none()
             && now >= at
@@ -186,17 +230,26 @@ impl Sim {
                 ));
             }
         }
-        // Commands, as the thread (or its revoke callback) serves them.
+    }
+
+    /// Commands, as the thread (or its revoke callback) serves them; false when one of them
+    /// ended the process.
+    fn serve_commands(&mut self, r: usize) -> bool {
         loop {
             let Some(proc) = self.procs[r].as_mut() else {
-                return;
+                return false;
             };
             let command = match proc.consumer.commands.try_recv() {
                 Ok(c) => c,
-                Err(_) => break,
+                Err(_) => return true,
             };
             self.command(r, command);
         }
+    }
+
+    /// The revoke callback returns once every revoked partition was released, or at its
+    /// deadline.
+    fn end_revoke_callback(&mut self, r: usize, now: Instant) {
         let proc = self.procs[r].as_mut().expect("checked");
         if let Some(h) = &proc.consumer.handoff
             && (h.waiting.is_empty() || now >= h.deadline)
@@ -230,56 +283,55 @@ impl Sim {
                 self.rejoin(r);
             }
         }
-        let proc = self.procs[r].as_mut().expect("checked");
-        if proc.consumer.handoff.is_some() {
-            return;
-        }
-        // The next poll runs the callbacks librdkafka queued (not always at once).
-        if !proc.consumer.callbacks.is_empty() && self.w().rng.random_bool(0.5) {
-            let callback = self.procs[r]
-                .as_mut()
-                .expect("checked")
-                .consumer
-                .callbacks
-                .pop_front()
-                .expect("checked");
-            match callback {
-                Callback::Assign(partitions) => {
-                    // A read that fails is the partition's own `Err` (owned but unknown), as the
-                    // consumer thread answers it.
-                    let out: Vec<_> = partitions
-                        .iter()
-                        .map(|&p| (tp(p), self.assignment(p, true)))
-                        .collect();
-                    self.trace(format!("r{r} assign callback {partitions:?}"));
-                    let proc = self.procs[r].as_mut().expect("checked");
-                    proc.consumer.owned.extend(partitions.iter().copied());
-                    proc.consumer.paused.extend(partitions.iter().copied());
-                    let _ = proc.consumer.events.send(ConsumerEvent::Assigned(out));
-                }
-                Callback::Revoke(partitions, lost) => {
-                    self.trace(format!("r{r} revoke callback {partitions:?} lost {lost}"));
-                    let proc = self.procs[r].as_mut().expect("checked");
-                    let tps: Vec<TopicPartition> = partitions.iter().map(|&p| tp(p)).collect();
-                    for &p in &partitions {
-                        proc.consumer.routes.remove(&p);
-                    }
-                    let _ = proc.consumer.events.send(ConsumerEvent::RevokeBegan {
-                        partitions: tps.clone(),
-                        lost,
-                    });
-                    proc.consumer.handoff = Some(Handoff {
-                        waiting: tps.iter().cloned().collect(),
-                        revoking: tps.into_iter().collect(),
-                        seen: false,
-                        deadline: now + HANDOFF_DEADLINE,
-                        lost,
-                    });
-                }
+    }
+
+    /// The next queued callback, as a poll runs it.
+    fn run_callback(&mut self, r: usize, now: Instant) {
+        let callback = self.procs[r]
+            .as_mut()
+            .expect("checked")
+            .consumer
+            .callbacks
+            .pop_front()
+            .expect("checked");
+        match callback {
+            Callback::Assign(partitions) => {
+                // A read that fails is the partition's own `Err` (owned but unknown), as the
+                // consumer thread answers it.
+                let out: Vec<_> = partitions
+                    .iter()
+                    .map(|&p| (tp(p), self.assignment(p, true)))
+                    .collect();
+                self.trace(format!("r{r} assign callback {partitions:?}"));
+                let proc = self.procs[r].as_mut().expect("checked");
+                proc.consumer.owned.extend(partitions.iter().copied());
+                proc.consumer.paused.extend(partitions.iter().copied());
+                let _ = proc.consumer.events.send(ConsumerEvent::Assigned(out));
             }
-            return;
+            Callback::Revoke(partitions, lost) => {
+                self.trace(format!("r{r} revoke callback {partitions:?} lost {lost}"));
+                let proc = self.procs[r].as_mut().expect("checked");
+                let tps: Vec<TopicPartition> = partitions.iter().map(|&p| tp(p)).collect();
+                for &p in &partitions {
+                    proc.consumer.routes.remove(&p);
+                }
+                let _ = proc.consumer.events.send(ConsumerEvent::RevokeBegan {
+                    partitions: tps.clone(),
+                    lost,
+                });
+                proc.consumer.handoff = Some(Handoff {
+                    waiting: tps.iter().cloned().collect(),
+                    revoking: tps.into_iter().collect(),
+                    seen: false,
+                    deadline: now + HANDOFF_DEADLINE,
+                    lost,
+                });
+            }
         }
-        // Fetch: route records to the writers that run.
+    }
+
+    /// Fetch: route records to the writers that run.
+    fn fetch(&mut self, r: usize) {
         let world = self.world.clone();
         let mut w = lock(&world);
         let proc = self.procs[r].as_mut().expect("checked");
@@ -356,22 +408,7 @@ impl Sim {
 
     pub(super) fn execute(&mut self, r: usize, command: ConsumerCommand) {
         match command {
-            ConsumerCommand::Start { tp, from, sink } => {
-                let c = &mut self.procs[r].as_mut().expect("running").consumer;
-                let p = tp.partition as usize;
-                if !c.owned.contains(&p) {
-                    // Revoked since the coordinator decided: its records are the next owner's.
-                    self.trace(format!(
-                        "r{r} start {tp} from {} ignored: not owned",
-                        from.0
-                    ));
-                    return;
-                }
-                self.trace(format!("r{r} start {tp} from {}", from.0));
-                let c = &mut self.procs[r].as_mut().expect("running").consumer;
-                c.routes.insert(p, (sink, from.0));
-                c.paused.remove(&p);
-            }
+            ConsumerCommand::Start { tp, from, sink } => self.start_partition(r, tp, from, sink),
             ConsumerCommand::Seek { tp, to } => {
                 self.trace(format!("r{r} seek {tp} to {}", to.0));
                 let c = &mut self.procs[r].as_mut().expect("running").consumer;
@@ -392,28 +429,7 @@ impl Sim {
                 let c = &mut self.procs[r].as_mut().expect("running").consumer;
                 c.paused.remove(&(tp.partition as usize));
             }
-            ConsumerCommand::Commit { commit, entries } => {
-                // Only what this member owns (invariant 4): a commit built before a revoke
-                // whose callback already returned must not reach the broker.
-                let owned = self.procs[r]
-                    .as_ref()
-                    .expect("running")
-                    .consumer
-                    .owned
-                    .clone();
-                let (keep, refused): (Vec<_>, Vec<_>) = entries
-                    .into_iter()
-                    .partition(|e| owned.contains(&(e.tp.partition as usize)));
-                let mut outcome = self.commit(r, commit, keep);
-                if let CommitOutcome::PerPartition(results) = &mut outcome {
-                    results.extend(refused.into_iter().map(|e| {
-                        let why = "partition no longer owned by this member";
-                        (e.tp, Err(CommitError::Request(why.into())))
-                    }));
-                }
-                let c = &mut self.procs[r].as_mut().expect("running").consumer;
-                let _ = c.events.send(ConsumerEvent::CommitDone { commit, outcome });
-            }
+            ConsumerCommand::Commit { commit, entries } => self.commit_owned(r, commit, entries),
             ConsumerCommand::ReadAssignment { tp } => {
                 // A partition revoked meanwhile: its revoke already told the coordinator.
                 if self.procs[r]
@@ -458,6 +474,56 @@ impl Sim {
                 let _ = c.events.send(ConsumerEvent::Closed);
             }
         }
+    }
+
+    /// `Start`: records of `tp` from `from` go to the writer's channel, unless the partition was
+    /// revoked since the coordinator decided.
+    fn start_partition(
+        &mut self,
+        r: usize,
+        tp: TopicPartition,
+        from: NextOffset,
+        sink: mpsc::Sender<Record>,
+    ) {
+        let c = &mut self.procs[r].as_mut().expect("running").consumer;
+        let p = tp.partition as usize;
+        if !c.owned.contains(&p) {
+            // Revoked since the coordinator decided: its records are the next owner's.
+            self.trace(format!(
+                "r{r} start {tp} from {} ignored: not owned",
+                from.0
+            ));
+            return;
+        }
+        self.trace(format!("r{r} start {tp} from {}", from.0));
+        let c = &mut self.procs[r].as_mut().expect("running").consumer;
+        c.routes.insert(p, (sink, from.0));
+        c.paused.remove(&p);
+    }
+
+    /// `Commit`: only what this member owns (invariant 4) reaches the broker; an entry of a
+    /// partition revoked meanwhile is refused as the consumer thread refuses it.
+    fn commit_owned(&mut self, r: usize, commit: CommitId, entries: Vec<CommitEntry>) {
+        // Only what this member owns (invariant 4): a commit built before a revoke
+        // whose callback already returned must not reach the broker.
+        let owned = self.procs[r]
+            .as_ref()
+            .expect("running")
+            .consumer
+            .owned
+            .clone();
+        let (keep, refused): (Vec<_>, Vec<_>) = entries
+            .into_iter()
+            .partition(|e| owned.contains(&(e.tp.partition as usize)));
+        let mut outcome = self.commit(r, commit, keep);
+        if let CommitOutcome::PerPartition(results) = &mut outcome {
+            results.extend(refused.into_iter().map(|e| {
+                let why = "partition no longer owned by this member";
+                (e.tp, Err(CommitError::Request(why.into())))
+            }));
+        }
+        let c = &mut self.procs[r].as_mut().expect("running").consumer;
+        let _ = c.events.send(ConsumerEvent::CommitDone { commit, outcome });
     }
 
     /// One synchronous commit as the consumer thread makes it: librdkafka reports one error

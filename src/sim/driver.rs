@@ -131,76 +131,107 @@ pub(crate) fn run(params: &Params) -> Report {
     let report = runtime.block_on(async {
         let mut sim = Sim::new(params);
         let started = Instant::now();
-        while Instant::now() - started < params.faulty {
-            sim.step().await;
-            if sim.w().violation.is_some() {
+        sim.run_faulty(started, params.faulty).await;
+        let mut violation = sim.w().violation.clone();
+        if violation.is_none() {
+            sim.heal();
+            violation = sim.settle_and_check().await;
+        }
+        let simulated = Instant::now() - started;
+        sim.kill_all();
+        sim.report(params.seed, violation, simulated)
+    });
+    runtime.shutdown_background();
+    report
+}
+
+impl Sim {
+    /// Steps with faults on until `faulty` has passed since `started`, or an invariant broke.
+    async fn run_faulty(&mut self, started: Instant, faulty: Duration) {
+        while Instant::now() - started < faulty {
+            self.step().await;
+            if self.w().violation.is_some() {
                 break;
             }
         }
-        let mut violation = sim.w().violation.clone();
-        if violation.is_none() {
+    }
+
+    /// Faults off: frozen processes resume and dead ones restart now.
+    fn heal(&mut self) {
+        {
+            let mut w = self.w();
+            w.faults = false;
+            w.trace("== faults off".into());
+        }
+        for r in 0..REPLICAS {
+            if let Some(proc) = self.procs[r].as_mut()
+                && proc.frozen_until.is_some()
             {
-                let mut w = sim.w();
-                w.faults = false;
-                w.trace("== faults off".into());
+                proc.frozen_until = Some(Instant::now());
             }
-            for r in 0..REPLICAS {
-                if let Some(proc) = sim.procs[r].as_mut()
-                    && proc.frozen_until.is_some()
-                {
-                    proc.frozen_until = Some(Instant::now());
-                }
-                if sim.procs[r].is_none() {
-                    sim.restart_at[r] = Some(Instant::now());
-                }
-            }
-            let settle_from = Instant::now();
-            let mut rested_for = 0;
-            while Instant::now() - settle_from < Duration::from_secs(300) {
-                sim.step().await;
-                if sim.w().violation.is_some() {
-                    break;
-                }
-                // Rested for a few cycles in a row: nothing is in flight any more.
-                rested_for = if sim.rested() { rested_for + 1 } else { 0 };
-                if rested_for > 300 {
-                    break;
-                }
-            }
-            violation = sim.w().violation.clone();
-            if violation.is_none() && rested_for == 0 {
-                let w = sim.w();
-                violation = Some(format!(
-                    "stuck: partitions do not rest within 300 s of the faults ending: committed {:?}, log ends {:?}",
-                    w.committed,
-                    w.logs.iter().map(Vec::len).collect::<Vec<_>>()
-                ));
-            }
-            if violation.is_none() {
-                violation = match sim.mode {
-                    Mode::ExactlyOnce => sim.check_exactly_once(),
-                    Mode::AtLeastOnce => sim.check_at_least_once(),
-                    Mode::Cdc { .. } => sim.check_at_least_once().or_else(|| sim.check_cdc()),
-                };
+            if self.procs[r].is_none() {
+                self.restart_at[r] = Some(Instant::now());
             }
         }
-        let simulated = Instant::now() - started;
+    }
+
+    /// Steps until every partition rests (for 300 cycles in a row) or 300 s pass, then runs the
+    /// mode's final checks; the first violation, if any.
+    async fn settle_and_check(&mut self) -> Option<String> {
+        let settle_from = Instant::now();
+        let mut rested_for = 0;
+        while Instant::now() - settle_from < Duration::from_secs(300) {
+            self.step().await;
+            if self.w().violation.is_some() {
+                break;
+            }
+            // Rested for a few cycles in a row: nothing is in flight any more.
+            rested_for = if self.rested() { rested_for + 1 } else { 0 };
+            if rested_for > 300 {
+                break;
+            }
+        }
+        let mut violation = self.w().violation.clone();
+        if violation.is_none() && rested_for == 0 {
+            let w = self.w();
+            violation = Some(format!(
+                "stuck: partitions do not rest within 300 s of the faults ending: committed {:?}, log ends {:?}",
+                w.committed,
+                w.logs.iter().map(Vec::len).collect::<Vec<_>>()
+            ));
+        }
+        if violation.is_none() {
+            violation = match self.mode {
+                Mode::ExactlyOnce => self.check_exactly_once(),
+                Mode::AtLeastOnce => self.check_at_least_once(),
+                Mode::Cdc { .. } => self.check_at_least_once().or_else(|| self.check_cdc()),
+            };
+        }
+        violation
+    }
+
+    /// The end of the run: every process stops for good.
+    fn kill_all(&mut self) {
         for r in 0..REPLICAS {
-            if let Some(proc) = sim.procs[r].as_mut() {
+            if let Some(proc) = self.procs[r].as_mut() {
                 proc.gate.set(DEAD);
                 if let Some(mut c) = proc.coordinator.take() {
                     c.kill();
                 }
             }
         }
-        let mut w = sim.w();
+    }
+
+    /// The run's report: its trace hash and statistics; on a violation, the last steps printed.
+    fn report(&self, seed: u64, violation: Option<String>, simulated: Duration) -> Report {
+        let mut w = self.w();
         if let Some(v) = &violation {
             w.trace(format!("FAILED {v}"));
         }
         let records: u64 = w.logs.iter().map(|l| l.len() as u64).sum();
         w.stats.insert("records", records);
-        if let Mode::Cdc { .. } = sim.mode {
-            let mode = sim.mode;
+        if let Mode::Cdc { .. } = self.mode {
+            let mode = self.mode;
             let deletes = (w.logs.iter().flatten())
                 .filter(|r| matches!(r.change, Some((_, 'd'))) && r.fate(mode) == Fate::Row)
                 .count();
@@ -208,14 +239,13 @@ pub(crate) fn run(params: &Params) -> Report {
             let keys = super::rest::table_rows(&w).len();
             w.stats.insert("keys", keys as u64);
         }
-        w.stats.insert("processes", sim.processes as u64);
+        w.stats.insert("processes", self.processes as u64);
         let (streams, dead) = (w.streams.len() as u64, w.dead_letters.len() as u64);
         w.stats.insert("streams", streams);
         w.stats.insert("dead_letters", dead);
         if violation.is_some() {
             eprintln!(
-                "--- simulation seed {} failed; last steps:\n{}",
-                params.seed,
+                "--- simulation seed {seed} failed; last steps:\n{}",
                 w.trace_tail.iter().cloned().collect::<Vec<_>>().join("\n")
             );
         }
@@ -225,7 +255,5 @@ pub(crate) fn run(params: &Params) -> Report {
             violation,
             stats: w.stats.clone(),
         }
-    });
-    runtime.shutdown_background();
-    report
+    }
 }

@@ -16,24 +16,7 @@ use super::{KEYS_PER_PARTITION, MAX_PAYLOAD, Mode, PARTITIONS, REPLICAS, SESSION
 impl Sim {
     pub(super) fn faults_step(&mut self) {
         let now = Instant::now();
-        for r in 0..REPLICAS {
-            if self.procs[r].is_none() && self.restart_at[r].is_some_and(|t| now >= t) {
-                self.restart_at[r] = None;
-                self.start(r);
-            }
-            if let Some(proc) = self.procs[r].as_mut()
-                && proc.frozen_until.is_some_and(|t| now >= t)
-            {
-                proc.frozen_until = None;
-                proc.gate.set(RUNNING);
-                if proc.consumer.expelled.is_some() {
-                    let heartbeat =
-                        Duration::from_millis(lock(&self.world).rng.random_range(100..3_000));
-                    proc.consumer.expelled = Some(Some(now + heartbeat));
-                }
-                self.trace(format!("process r{r} resumes (SIGCONT)"));
-            }
-        }
+        self.restart_and_resume(now);
         let (faults, roll, r) = {
             let mut w = self.w();
             (
@@ -53,48 +36,86 @@ impl Sim {
             }
             self.crash(r);
         } else if roll < 0.0008 {
-            if let Some(proc) = self.procs[r].as_mut()
-                && proc.frozen_until.is_none()
-            {
-                let secs = self
-                    .world
-                    .lock()
-                    .expect("world")
-                    .rng
-                    .random_range(1..(3 * SESSION_TIMEOUT.as_secs()));
-                let proc = self.procs[r].as_mut().expect("checked");
-                proc.frozen_until = Some(now + Duration::from_secs(secs));
-                proc.gate.set(FROZEN);
-                lock(&self.world).count("sigstops");
-                self.trace(format!("process r{r} frozen for {secs} s (SIGSTOP)"));
-            }
+            self.freeze(r, now);
         } else if roll < 0.001 {
-            if let Some(proc) = self.procs[r].as_mut()
-                && proc.shutdown_at.is_none()
-                && proc.frozen_until.is_none()
-            {
-                if let Some(c) = proc.coordinator.as_mut() {
-                    proc.shutdown_at = Some(c.step_shutdown());
-                }
-                self.w().count("sigterms");
-                self.trace(format!("process r{r} gets SIGTERM"));
-            }
+            self.sigterm(r);
         } else if roll < 0.0012 {
-            let mut w = self.w();
-            let live: Vec<String> = w
-                .streams
-                .iter()
-                .filter(|(n, s)| !s.finalized_by_sink && !w.injected_loss.contains(*n))
-                .map(|(n, _)| n.clone())
-                .collect();
-            if !live.is_empty() {
-                let pick = live[w.rng.random_range(0..live.len())].clone();
-                let name = w.store_name(&pick);
-                let _ = w.store.expire_now(&name);
-                w.injected_loss.insert(pick.clone());
-                w.count("expiries");
-                w.trace(format!("bq {} expires (injected)", short(&pick)));
+            self.expire_a_stream();
+        }
+    }
+
+    /// Processes due to restart start; frozen ones due to resume resume (an expelled one
+    /// learns it at a heartbeat a little later).
+    fn restart_and_resume(&mut self, now: Instant) {
+        for r in 0..REPLICAS {
+            if self.procs[r].is_none() && self.restart_at[r].is_some_and(|t| now >= t) {
+                self.restart_at[r] = None;
+                self.start(r);
             }
+            if let Some(proc) = self.procs[r].as_mut()
+                && proc.frozen_until.is_some_and(|t| now >= t)
+            {
+                proc.frozen_until = None;
+                proc.gate.set(RUNNING);
+                if proc.consumer.expelled.is_some() {
+                    let heartbeat =
+                        Duration::from_millis(lock(&self.world).rng.random_range(100..3_000));
+                    proc.consumer.expelled = Some(Some(now + heartbeat));
+                }
+                self.trace(format!("process r{r} resumes (SIGCONT)"));
+            }
+        }
+    }
+
+    /// SIGSTOP: a running process freezes for up to three session timeouts.
+    fn freeze(&mut self, r: usize, now: Instant) {
+        if let Some(proc) = self.procs[r].as_mut()
+            && proc.frozen_until.is_none()
+        {
+            let secs = self
+                .world
+                .lock()
+                .expect("world")
+                .rng
+                .random_range(1..(3 * SESSION_TIMEOUT.as_secs()));
+            let proc = self.procs[r].as_mut().expect("checked");
+            proc.frozen_until = Some(now + Duration::from_secs(secs));
+            proc.gate.set(FROZEN);
+            lock(&self.world).count("sigstops");
+            self.trace(format!("process r{r} frozen for {secs} s (SIGSTOP)"));
+        }
+    }
+
+    /// SIGTERM: a running process that is not stopping yet begins its clean stop.
+    fn sigterm(&mut self, r: usize) {
+        if let Some(proc) = self.procs[r].as_mut()
+            && proc.shutdown_at.is_none()
+            && proc.frozen_until.is_none()
+        {
+            if let Some(c) = proc.coordinator.as_mut() {
+                proc.shutdown_at = Some(c.step_shutdown());
+            }
+            self.w().count("sigterms");
+            self.trace(format!("process r{r} gets SIGTERM"));
+        }
+    }
+
+    /// One live stream of the sink (not finalized by it) expires in BigQuery.
+    fn expire_a_stream(&mut self) {
+        let mut w = self.w();
+        let live: Vec<String> = w
+            .streams
+            .iter()
+            .filter(|(n, s)| !s.finalized_by_sink && !w.injected_loss.contains(*n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if !live.is_empty() {
+            let pick = live[w.rng.random_range(0..live.len())].clone();
+            let name = w.store_name(&pick);
+            let _ = w.store.expire_now(&name);
+            w.injected_loss.insert(pick.clone());
+            w.count("expiries");
+            w.trace(format!("bq {} expires (injected)", short(&pick)));
         }
     }
 

@@ -2,13 +2,12 @@
 //! sessions and clients, over the simulated services); its start, SIGKILL, exit, and one turn
 //! of its coordinator's run loop.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -50,6 +49,20 @@ pub(super) struct Process {
     pub(super) arrivals: [VecDeque<Input>; 3],
 }
 
+/// The coordinator's settings in the simulation: the daemon's shape with the simulation's
+/// intervals.
+fn coordinator_settings(router: Arc<Router>) -> CoordinatorSettings {
+    CoordinatorSettings {
+        router,
+        checkpoint_interval: CHECKPOINT_INTERVAL,
+        writer_drain: HANDOFF_DEADLINE / 2,
+        shutdown_deadline: Duration::from_secs(10),
+        writer_channel: 64,
+        zombie_confirm_after: SESSION_TIMEOUT,
+        stall_after: Duration::from_secs(60),
+    }
+}
+
 impl Sim {
     pub(super) fn start(&mut self, r: usize) {
         self.processes += 1;
@@ -63,6 +76,57 @@ impl Sim {
             gate: gate.clone(),
             process: r,
         }));
+        let writer_shared = self.writer_shared(client.clone(), &gate, &metrics);
+        let rest = RestClient::with_transport(Arc::new(SimRest {
+            world: SharedDebug(self.world.clone()),
+            gate: gate.clone(),
+            process: r,
+        }));
+        let router = Arc::new(Router::new(
+            self.route.config.clone(),
+            rest.clone(),
+            client,
+            metrics.clone(),
+            "kbq-sim".into(),
+        ));
+        router.insert_resolved(TOPIC, self.resolved_route(&router));
+        let (command_tx, command_rx) = std_mpsc::channel();
+        let (event_tx, event_rx) = mpsc::unbounded_channel();
+        let coordinator = Coordinator::new(
+            self.machine(),
+            coordinator_settings(router),
+            ConsumerHandle::detached(command_tx),
+            event_rx,
+            writer_shared,
+            rest,
+            metrics.clone(),
+            Arc::new(Health::new(Duration::from_secs(3600))),
+        );
+        let member = self.join();
+        self.procs[r] = Some(Process {
+            gate,
+            coordinator: Some(coordinator),
+            consumer: Consumer::new(member, command_rx, event_tx),
+            next_tick: Instant::now() + CHECKPOINT_INTERVAL,
+            shutdown_at: None,
+            frozen_until: None,
+            arrivals: Default::default(),
+        });
+        self.trace(format!(
+            "process r{r} starts (#{}) as member m{member}",
+            self.processes
+        ));
+        self.rebalance();
+    }
+
+    /// What the process's writers share: the write client, the dead-letter topic, and writer
+    /// settings whose batch size and linger the seed draws.
+    fn writer_shared(
+        &mut self,
+        client: WriteClient,
+        gate: &Arc<Gate>,
+        metrics: &Arc<Metrics>,
+    ) -> Arc<WriterShared> {
         let (max_rows, linger) = {
             let mut w = self.w();
             (
@@ -70,8 +134,8 @@ impl Sim {
                 Duration::from_millis(w.rng.random_range(5..200)),
             )
         };
-        let writer_shared = Arc::new(WriterShared {
-            client: client.clone(),
+        Arc::new(WriterShared {
+            client,
             dead_letter: Some(DeadLetterProducer::with_sink(
                 Arc::new(SimDlq {
                     world: self.world.clone(),
@@ -97,19 +161,12 @@ impl Sim {
                 lookup_backoff: Duration::from_secs(1),
                 default_stream: self.mode.at_least_once(),
             },
-        });
-        let rest = RestClient::with_transport(Arc::new(SimRest {
-            world: SharedDebug(self.world.clone()),
-            gate: gate.clone(),
-            process: r,
-        }));
-        let router = Arc::new(Router::new(
-            self.route.config.clone(),
-            rest.clone(),
-            client,
-            metrics.clone(),
-            "kbq-sim".into(),
-        ));
+        })
+    }
+
+    /// The topic's route as resolution would find it: the table, whether the group's marker
+    /// is on it already, the seed's plans.
+    fn resolved_route(&self, router: &Router) -> Arc<Route> {
         // What the route's resolution reads: whether the group's marker is on the table.
         let marked = {
             let table = TableRef::parse(TABLE).expect("table");
@@ -117,85 +174,35 @@ impl Sim {
             let table = w.store.get_table(&table).expect("table");
             table.labels.contains_key(router.group_label())
         };
-        router.insert_resolved(
-            TOPIC,
-            Arc::new(Route {
-                index: None,
-                table: TableReference::new("p", "d", "events"),
-                fingerprint: TableFingerprint::of_table_path(TABLE),
-                marked,
-                writer: Arc::new(WriterRoute {
-                    table: TABLE.into(),
-                    table_label: "events".into(),
-                    plans: self.route.plans.clone(),
-                    cdc: self.route.cdc.clone(),
-                }),
-                // The `resolve` query's columns: the record's offset and partition.
-                resolve: Some(ResolveColumns {
-                    topic: None,
-                    partition: "part".into(),
-                    offset: "id".into(),
-                }),
+        Arc::new(Route {
+            index: None,
+            table: TableReference::new("p", "d", "events"),
+            fingerprint: TableFingerprint::of_table_path(TABLE),
+            marked,
+            writer: Arc::new(WriterRoute {
+                table: TABLE.into(),
+                table_label: "events".into(),
+                plans: self.route.plans.clone(),
+                cdc: self.route.cdc.clone(),
             }),
-        );
-        let settings = CoordinatorSettings {
-            router,
-            checkpoint_interval: CHECKPOINT_INTERVAL,
-            writer_drain: HANDOFF_DEADLINE / 2,
-            shutdown_deadline: Duration::from_secs(10),
-            writer_channel: 64,
-            zombie_confirm_after: SESSION_TIMEOUT,
-            stall_after: Duration::from_secs(60),
-        };
+            // The `resolve` query's columns: the record's offset and partition.
+            resolve: Some(ResolveColumns {
+                topic: None,
+                partition: "part".into(),
+                offset: "id".into(),
+            }),
+        })
+    }
+
+    /// The machine the mode runs, as the daemon chooses it by `delivery` (pipeline.rs).
+    fn machine(&self) -> Machine {
         let mut config = ProtocolConfig::new();
         config.on_missing_checkpoint = self.missing_checkpoint;
-        let (command_tx, command_rx) = std_mpsc::channel();
-        let (event_tx, event_rx) = mpsc::unbounded_channel();
-        // As the daemon chooses its machine by `delivery` (pipeline.rs).
-        let machine = if self.mode.at_least_once() {
+        if self.mode.at_least_once() {
             Machine::AtLeastOnce(AtLeastOnceLedger::new(config))
         } else {
             Machine::ExactlyOnce(CheckpointProtocol::new(config))
-        };
-        let coordinator = Coordinator::new(
-            machine,
-            settings,
-            ConsumerHandle::detached(command_tx),
-            event_rx,
-            writer_shared,
-            rest,
-            metrics.clone(),
-            Arc::new(Health::new(Duration::from_secs(3600))),
-        );
-        let member = self.join();
-        self.procs[r] = Some(Process {
-            gate,
-            coordinator: Some(coordinator),
-            consumer: Consumer {
-                member,
-                commands: command_rx,
-                events: event_tx,
-                generation: 0,
-                owned: BTreeSet::new(),
-                callbacks: VecDeque::new(),
-                handoff: None,
-                routes: BTreeMap::new(),
-                paused: BTreeSet::new(),
-                arena: BytesMut::new(),
-                closed: false,
-                expelled: None,
-                rejoin: false,
-            },
-            next_tick: Instant::now() + CHECKPOINT_INTERVAL,
-            shutdown_at: None,
-            frozen_until: None,
-            arrivals: Default::default(),
-        });
-        self.trace(format!(
-            "process r{r} starts (#{}) as member m{member}",
-            self.processes
-        ));
-        self.rebalance();
+        }
     }
 
     /// SIGKILL: nothing of the process runs again; the group notices at the session timeout.

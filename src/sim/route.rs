@@ -31,10 +31,23 @@ pub(super) struct SimRoute {
 
 /// Creates the seed's table in `store` and builds the route of `mode`.
 pub(super) fn build(store: &Store, mode: Mode, seed: u64) -> SimRoute {
+    let cdc = matches!(mode, Mode::Cdc { .. });
     let table_ref = TableRef::parse(TABLE).expect("table");
     store
         .insert_dataset(Dataset::new(&table_ref.project, &table_ref.dataset))
         .expect("dataset");
+    let table = store.insert_table(table(table_ref, cdc)).expect("table");
+    let config =
+        Arc::new(Config::from_yaml(&yaml(mode, seed), Default::default()).expect("config"));
+    if cdc {
+        cdc_route(config, &table)
+    } else {
+        append_route(config, &table.schema)
+    }
+}
+
+/// The seed's table: `id`, `part` and a bounded `payload`; under CDC a primary key `k` first.
+fn table(table_ref: TableRef, cdc: bool) -> Table {
     let mut payload = TableFieldSchema::new("payload", FieldType::String, ColumnMode::Nullable);
     payload.max_length = Some(MAX_PAYLOAD.to_string());
     let mut fields = vec![
@@ -42,36 +55,38 @@ pub(super) fn build(store: &Store, mode: Mode, seed: u64) -> SimRoute {
         TableFieldSchema::new("part", FieldType::Int64, ColumnMode::Required),
         payload,
     ];
-    let cdc = matches!(mode, Mode::Cdc { .. });
     if cdc {
         fields.insert(
             0,
             TableFieldSchema::new("k", FieldType::Int64, ColumnMode::Required),
         );
     }
-    let schema = TableSchema { fields };
-    let mut table = Table::new(table_ref, schema.clone());
+    let mut table = Table::new(table_ref, TableSchema { fields });
     if cdc {
         table.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["k"]}}));
     }
-    let table = store.insert_table(table).expect("table");
-    let config =
-        Arc::new(Config::from_yaml(&yaml(mode, seed), Default::default()).expect("config"));
-    let options = PlanOptions::default();
-    let Mode::Cdc { .. } = mode else {
-        let avro = AvroSchema::parse(AVRO).expect("avro");
-        let plan = Arc::new(FixedPlan::new(&avro, &schema, &options).expect("plan"));
-        let fields = {
-            let plan = plan.fixed_plan().expect("a fixed plan");
-            (field_number(plan, "id"), field_number(plan, "part"))
-        };
-        return SimRoute {
-            config,
-            plans: plan,
-            cdc: None,
-            fields,
-        };
+    table
+}
+
+/// The append-only route: one fixed Avro plan.
+fn append_route(config: Arc<Config>, schema: &TableSchema) -> SimRoute {
+    let avro = AvroSchema::parse(AVRO).expect("avro");
+    let plan = Arc::new(FixedPlan::new(&avro, schema, &PlanOptions::default()).expect("plan"));
+    let fields = {
+        let plan = plan.fixed_plan().expect("a fixed plan");
+        (field_number(plan, "id"), field_number(plan, "part"))
     };
+    SimRoute {
+        config,
+        plans: plan,
+        cdc: None,
+        fields,
+    }
+}
+
+/// The CDC route: the table checked as route resolution checks it, and the change plans
+/// compiled as it compiles them.
+fn cdc_route(config: Arc<Config>, table: &Table) -> SimRoute {
     let route = config.route_for(TOPIC);
     let settings = route.cdc.expect("the route has cdc");
     // What route resolution reads of the table (tables.get), checked as it checks it.
@@ -94,7 +109,7 @@ pub(super) fn build(store: &Store, mode: Mode, seed: u64) -> SimRoute {
             settings,
             ChangeInput::FixedAvro(&envelope),
             &read.schema,
-            options,
+            PlanOptions::default(),
         )
         .expect("change plans"),
     );
