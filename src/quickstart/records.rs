@@ -184,48 +184,64 @@ impl OrderGenerator {
             put_long(out, 0);
         }
 
-        put_str(
-            out,
-            &format!(
-                "{} {}",
-                1 + rng.below(200),
-                STREETS[rng.below(STREETS.len())]
-            ),
-        );
-        put_str(out, city);
-        put_str(out, &format!("{:05}", rng.below(100_000)));
-        put_str(out, country);
-
-        put_long(out, items.len() as i64);
-        for (sku, quantity, unit_price) in &items {
-            put_str(out, &format!("SKU-{sku:06}"));
-            put_long(out, *quantity);
-            put_decimal(out, *unit_price);
-        }
-        put_long(out, 0);
-
-        let tag_count = rng.below(4);
-        if tag_count > 0 {
-            put_long(out, tag_count as i64);
-            for _ in 0..tag_count {
-                put_str(out, TAGS[rng.below(TAGS.len())]);
-            }
-        }
-        put_long(out, 0);
-
+        put_address(out, &mut rng, city, country);
+        put_items(out, &items);
+        put_tags(out, &mut rng);
         put_str(out, USER_AGENTS[rng.below(USER_AGENTS.len())]);
         put_str(out, &format!("{:016x}{:016x}", rng.next(), rng.next()));
-        // A free-text comment brings the record to about 1 KB, like real order payloads.
-        let target = 450 + rng.below(350);
-        let mut comment = String::with_capacity(target + 16);
-        while comment.len() < target {
-            if !comment.is_empty() {
-                comment.push(' ');
-            }
-            comment.push_str(WORDS[rng.below(WORDS.len())]);
-        }
-        put_str(out, &comment);
+        put_comment(out, &mut rng);
     }
+}
+
+/// The `items` array: one block of (sku, quantity, unit price), then the end of the array.
+fn put_items(out: &mut Vec<u8>, items: &[(u64, i64, i64)]) {
+    put_long(out, items.len() as i64);
+    for (sku, quantity, unit_price) in items {
+        put_str(out, &format!("SKU-{sku:06}"));
+        put_long(out, *quantity);
+        put_decimal(out, *unit_price);
+    }
+    put_long(out, 0);
+}
+
+/// The `tags` array: up to three tags (an empty array is just its end).
+fn put_tags(out: &mut Vec<u8>, rng: &mut SplitMix) {
+    let tag_count = rng.below(4);
+    if tag_count > 0 {
+        put_long(out, tag_count as i64);
+        for _ in 0..tag_count {
+            put_str(out, TAGS[rng.below(TAGS.len())]);
+        }
+    }
+    put_long(out, 0);
+}
+
+/// The shipping address: street, city, postal code, country.
+fn put_address(out: &mut Vec<u8>, rng: &mut SplitMix, city: &str, country: &str) {
+    put_str(
+        out,
+        &format!(
+            "{} {}",
+            1 + rng.below(200),
+            STREETS[rng.below(STREETS.len())]
+        ),
+    );
+    put_str(out, city);
+    put_str(out, &format!("{:05}", rng.below(100_000)));
+    put_str(out, country);
+}
+
+/// A free-text comment brings the record to about 1 KB, like real order payloads.
+fn put_comment(out: &mut Vec<u8>, rng: &mut SplitMix) {
+    let target = 450 + rng.below(350);
+    let mut comment = String::with_capacity(target + 16);
+    while comment.len() < target {
+        if !comment.is_empty() {
+            comment.push(' ');
+        }
+        comment.push_str(WORDS[rng.below(WORDS.len())]);
+    }
+    put_str(out, &comment);
 }
 
 /// Prefixes `body` with the Confluent wire-format header (magic byte 0, big-endian schema id).
