@@ -16,12 +16,9 @@ use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
 use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
-use crate::checkpoint::metadata::TableFingerprint;
-use crate::checkpoint::protocol::{
-    AnomalyPolicy, CheckpointProtocol, LostStreamPolicy, MissingCheckpointPolicy, ProtocolConfig,
-    ResolveFallback, StartFrom,
-};
-use crate::config::{self, Config, Credentials, Delivery, OnBadRecord, defaults};
+use crate::checkpoint::metadata::{MetadataVersion, TableFingerprint};
+use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
+use crate::config::{Config, Credentials, Delivery, defaults};
 use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::kafka::memory_budget::MemoryBudget;
@@ -123,7 +120,7 @@ async fn resolve_listed_topics(
 /// The dead-letter producer, when bad records go to a dead-letter topic.
 fn dead_letter_producer(config: &Config) -> anyhow::Result<Option<DeadLetterProducer>> {
     match (&config.dead_letter, config.on_bad_record) {
-        (Some(dl), OnBadRecord::DeadLetter) => {
+        (Some(dl), BadRecordPolicy::DeadLetter) => {
             let topic = dl
                 .topic
                 .as_deref()
@@ -134,7 +131,7 @@ fn dead_letter_producer(config: &Config) -> anyhow::Result<Option<DeadLetterProd
                 defaults::DEAD_LETTER_SEND_TIMEOUT,
             )?))
         }
-        (None, OnBadRecord::DeadLetter) => {
+        (None, BadRecordPolicy::DeadLetter) => {
             bail!("dead_letter.topic is required when on_bad_record is dead_letter")
         }
         _ => Ok(None),
@@ -152,13 +149,11 @@ fn writer_settings(config: &Config) -> WriterSettings {
             max_inflight_requests: w.max_inflight_requests as usize,
             max_inflight_bytes: w.max_inflight_bytes.0 as usize,
             response_timeout: w.response_timeout.0,
-            ..SessionLimits::default()
+            reconnect_backoff_min: defaults::SESSION_RECONNECT_BACKOFF_MIN,
+            reconnect_backoff_max: defaults::SESSION_RECONNECT_BACKOFF_MAX,
+            max_reconnect_attempts: defaults::SESSION_MAX_RECONNECT_ATTEMPTS,
         },
-        on_bad_record: match config.on_bad_record {
-            OnBadRecord::DeadLetter => BadRecordPolicy::DeadLetter,
-            OnBadRecord::Skip => BadRecordPolicy::Skip,
-            OnBadRecord::Fail => BadRecordPolicy::Fail,
-        },
+        on_bad_record: config.on_bad_record,
         lookup_backoff: defaults::PLAN_LOOKUP_BACKOFF,
         default_stream: config.delivery == Delivery::AtLeastOnce,
     }
@@ -178,7 +173,7 @@ fn consumer_settings(config: &Config, metrics: &Arc<Metrics>) -> ConsumerSetting
             config.writer.memory_limit.0,
             metrics.memory_budget_used.clone(),
         )),
-        read_headers: config.on_bad_record == OnBadRecord::DeadLetter
+        read_headers: config.on_bad_record == BadRecordPolicy::DeadLetter
             || config.bigquery.metadata_columns.headers.is_some()
             || (config.routes.iter()).any(|r| {
                 r.metadata_columns
@@ -243,41 +238,25 @@ pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, 
     Ok((client, rest))
 }
 
+/// The protocol's (and the ledger's) policies, every one from the config or its defaults.
 fn protocol_config(config: &Config) -> ProtocolConfig {
     let r = &config.recovery;
-    let mut p = ProtocolConfig::new();
-    p.lost_stream = match config.effective_lost_stream() {
-        config::LostStream::Resolve => LostStreamPolicy::Resolve,
-        config::LostStream::Rewind => LostStreamPolicy::Rewind,
-        config::LostStream::Fail => LostStreamPolicy::Fail,
-    };
-    p.on_anomaly = match r.on_anomaly {
-        config::OnAnomaly::Fail => AnomalyPolicy::Fail,
-        config::OnAnomaly::Continue => AnomalyPolicy::Continue,
-    };
-    let start = |s: config::StartFrom| match s {
-        config::StartFrom::Earliest => StartFrom::Earliest,
-        config::StartFrom::Latest => StartFrom::Latest,
-    };
-    p.initial_position = start(r.start_from);
-    p.new_partition = start(r.new_partitions);
-    p.on_missing_checkpoint = match r.lost_offsets {
-        config::LostOffsets::Fail => MissingCheckpointPolicy::Fail,
-        config::LostOffsets::Earliest => MissingCheckpointPolicy::Earliest,
-        config::LostOffsets::Latest => MissingCheckpointPolicy::Latest,
-        config::LostOffsets::Resolve => MissingCheckpointPolicy::Resolve,
-    };
-    p.on_out_of_range = r.on_out_of_range;
-    if let Some(n) = r.resolve_attempts {
-        p.resolve_attempts = n;
+    ProtocolConfig {
+        write_version: MetadataVersion::CURRENT,
+        lost_stream: config.effective_lost_stream(),
+        on_anomaly: r.on_anomaly,
+        initial_position: r.start_from,
+        on_missing_checkpoint: r.lost_offsets,
+        new_partition: r.new_partitions,
+        on_out_of_range: r.on_out_of_range,
+        isolate_after_commit_failures: config.checkpoint.commit_failure_isolation_threshold,
+        not_found_retries: defaults::STREAM_NOT_FOUND_RETRIES,
+        resolve_attempts: r
+            .resolve_attempts
+            .unwrap_or(defaults::RECOVERY_RESOLVE_ATTEMPTS),
+        resolve_fallback: r.resolve_fallback,
+        max_uncommitted_bytes: config.writer.max_uncommitted_bytes.0,
     }
-    p.resolve_fallback = match r.resolve_fallback {
-        config::ResolveFallback::Fail => ResolveFallback::Fail,
-        config::ResolveFallback::Rewind => ResolveFallback::Rewind,
-    };
-    p.isolate_after_commit_failures = config.checkpoint.commit_failure_isolation_threshold;
-    p.max_uncommitted_bytes = config.writer.max_uncommitted_bytes.0;
-    p
 }
 
 /// The table label that marks "this consumer group has committed a checkpoint for this table"

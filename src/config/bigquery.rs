@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::HumanDuration;
+use super::{HumanDuration, defaults};
+/// The transcoder's own types, deserialized as they are (no copies): `unknown_fields`,
+/// `map_mode` and `metadata_columns` of `bigquery` and of each route.
+pub use crate::transcode::{MapMode, MetadataColumns, UnknownFields};
 
 /// The destination.
 #[derive(Clone, Debug, Deserialize)]
@@ -23,7 +26,7 @@ pub struct BigQueryConfig {
     pub endpoint: Option<String>,
     /// `adc` (default: Application Default Credentials, e.g. GKE Workload Identity),
     /// `{key_file: path}` (a service-account key) or `none` (only with an emulator `endpoint`).
-    #[serde(default)]
+    #[serde(default = "default_credentials")]
     pub credentials: Credentials,
     /// Dataset location (e.g. `US`, `EU`, `europe-west1`), used by query jobs.
     #[serde(default)]
@@ -34,25 +37,40 @@ pub struct BigQueryConfig {
     pub create_table: Option<CreateTableConfig>,
     /// `none` (default) or `add_columns`: a new writer schema with new nullable fields adds
     /// NULLABLE columns to the table.
-    #[serde(default)]
+    #[serde(default = "default_schema_update")]
     pub schema_update: SchemaUpdate,
     /// Avro fields without a table column: `ignore` (default) or `error` (a bad record).
-    #[serde(default)]
+    #[serde(default = "default_unknown_fields")]
     pub unknown_fields: UnknownFields,
     /// Avro maps as `struct` (default: REPEATED STRUCT<key, value>) or `json` (a JSON column).
-    #[serde(default)]
+    #[serde(default = "default_map_mode")]
     pub map_mode: MapMode,
     /// Optional columns for Kafka metadata; each names the column, unset means no column.
     #[serde(default)]
     pub metadata_columns: MetadataColumns,
 }
 
+fn default_credentials() -> Credentials {
+    defaults::CREDENTIALS
+}
+fn default_schema_update() -> SchemaUpdate {
+    defaults::SCHEMA_UPDATE
+}
+fn default_partition_type() -> PartitionType {
+    defaults::TIME_PARTITIONING_TYPE
+}
+fn default_unknown_fields() -> UnknownFields {
+    defaults::UNKNOWN_FIELDS
+}
+fn default_map_mode() -> MapMode {
+    defaults::MAP_MODE
+}
+
 /// How the daemon authenticates to BigQuery.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Credentials {
     /// Application Default Credentials.
-    #[default]
     Adc,
     /// A service-account key file.
     KeyFile(PathBuf),
@@ -89,83 +107,40 @@ pub struct TimePartitioning {
     #[serde(default)]
     pub field: Option<String>,
     /// `DAY` (default), `HOUR`, `MONTH` or `YEAR`.
-    #[serde(default, rename = "type")]
+    #[serde(default = "default_partition_type", rename = "type")]
     pub kind: PartitionType,
     /// Partitions older than this are deleted by BigQuery; unset keeps them.
     #[serde(default)]
     pub expiration: Option<HumanDuration>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum PartitionType {
-    #[default]
     Day,
     Hour,
     Month,
     Year,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SchemaUpdate {
-    #[default]
     None,
     AddColumns,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnknownFields {
-    #[default]
-    Ignore,
-    Error,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MapMode {
-    #[default]
-    Struct,
-    Json,
-}
-
-/// Column names for the Kafka metadata of each record.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetadataColumns {
-    /// STRING column with the source topic.
-    #[serde(default)]
-    pub topic: Option<String>,
-    /// INT64 column with the source partition.
-    #[serde(default)]
-    pub partition: Option<String>,
-    /// INT64 column with the source offset.
-    #[serde(default)]
-    pub offset: Option<String>,
-    /// TIMESTAMP column with the record timestamp.
-    #[serde(default)]
-    pub timestamp: Option<String>,
-    /// BYTES column with the record key.
-    #[serde(default)]
-    pub key: Option<String>,
-    /// REPEATED STRUCT<key STRING, value BYTES> column with the record headers.
-    #[serde(default)]
-    pub headers: Option<String>,
-}
-
-impl MetadataColumns {
-    pub(super) fn named(&self) -> Vec<(&'static str, &str)> {
-        [
-            ("topic", &self.topic),
-            ("partition", &self.partition),
-            ("offset", &self.offset),
-            ("timestamp", &self.timestamp),
-            ("key", &self.key),
-            ("headers", &self.headers),
-        ]
-        .into_iter()
-        .filter_map(|(field, col)| col.as_deref().map(|c| (field, c)))
-        .collect()
-    }
+/// The metadata columns that are set, with the name of their field.
+pub(crate) fn named_columns(c: &MetadataColumns) -> Vec<(&'static str, &str)> {
+    [
+        ("topic", &c.topic),
+        ("partition", &c.partition),
+        ("offset", &c.offset),
+        ("timestamp", &c.timestamp),
+        ("key", &c.key),
+        ("headers", &c.headers),
+    ]
+    .into_iter()
+    .filter_map(|(field, col)| col.as_deref().map(|c| (field, c)))
+    .collect()
 }

@@ -2,9 +2,8 @@
 
 use serde::Deserialize;
 
-use super::{
-    Config, ConfigError, Delivery, HumanDuration, InputFormat, LostOffsets, SchemaUpdate, defaults,
-};
+use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
+use crate::checkpoint::protocol::MissingCheckpointPolicy;
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
 /// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
@@ -18,7 +17,7 @@ pub struct CdcConfig {
     /// `debezium` (default: the envelope with `before`, `after`, `op`), `unwrapped` (Debezium's
     /// `ExtractNewRecordState` output, with `__deleted` and `__op`) or `plain` (records with a
     /// change-type field, `change_type_field`).
-    #[serde(default)]
+    #[serde(default = "default_cdc_format")]
     pub format: CdcFormat,
     /// `plain` only: the field whose value (`upsert`/`insert`/`update`/`c`/`u`/`r` or
     /// `delete`/`d`, any case) says what the record does.
@@ -72,10 +71,13 @@ pub enum CdcMode {
     UpsertDelete,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+fn default_cdc_format() -> CdcFormat {
+    defaults::CDC_FORMAT
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CdcFormat {
-    #[default]
     Debezium,
     Unwrapped,
     Plain,
@@ -238,7 +240,7 @@ pub(super) fn warnings(config: &Config, out: &mut Vec<ConfigError>) {
     // changes more than two days after their deletes may bring deleted rows back (docs/cdc.md).
     let replays = matches!(
         config.recovery.lost_offsets,
-        LostOffsets::Resolve | LostOffsets::Earliest
+        MissingCheckpointPolicy::Resolve | MissingCheckpointPolicy::Earliest
     );
     if replays && !cdc.is_empty() {
         out.push(ConfigError::at(

@@ -1,10 +1,25 @@
 //! Every default of the config, in one place. The doc comment of each field says which one
 //! applies.
 
-use super::ByteSize;
-use crate::checkpoint::protocol::OutOfRangePolicy;
+use super::{ByteSize, CdcFormat, Credentials, Delivery, LogFormat, PartitionType, SchemaUpdate};
+use crate::checkpoint::protocol::{
+    AnomalyPolicy, MissingCheckpointPolicy, OutOfRangePolicy, ResolveFallback, StartFrom,
+};
+use crate::transcode::protobuf::MessageIndexEncoding;
+use crate::transcode::{MapMode, UnknownFields};
+use crate::writer::partition_writer::BadRecordPolicy;
 use std::time::Duration;
 
+/// Exactly once, the point of the sink; at least once is the operator's choice.
+pub const DELIVERY: Delivery = Delivery::ExactlyOnce;
+/// Application Default Credentials (GKE Workload Identity, a developer's `gcloud` login).
+pub const CREDENTIALS: Credentials = Credentials::Adc;
+/// A table's schema is the operator's: columns are added only when asked for.
+pub const SCHEMA_UPDATE: SchemaUpdate = SchemaUpdate::None;
+pub const TIME_PARTITIONING_TYPE: PartitionType = PartitionType::Day;
+/// Debezium's envelope, what a CDC topic carries unless transformed.
+pub const CDC_FORMAT: CdcFormat = CdcFormat::Debezium;
+pub const LOG_FORMAT: LogFormat = LogFormat::Text;
 /// The first section of CDC sequence numbers until an operator raises it.
 pub const CDC_SEQUENCE_EPOCH: u64 = 0;
 
@@ -21,6 +36,13 @@ pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
 pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
 /// The TopicNameStrategy subject of a topic's values.
 pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
+/// Every current Confluent serializer writes zig-zag message indexes.
+pub const SCHEMA_REGISTRY_PROTOBUF_MESSAGE_INDEXES: MessageIndexEncoding =
+    MessageIndexEncoding::Zigzag;
+/// A field without a column is dropped, not a bad record: writers may add fields first.
+pub const UNKNOWN_FIELDS: UnknownFields = UnknownFields::Ignore;
+/// Maps as REPEATED STRUCT<key, value> (`struct`), which keeps their types.
+pub const MAP_MODE: MapMode = MapMode::Repeated;
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 pub const COMMIT_FAILURE_ISOLATION_THRESHOLD: u32 = 5;
 /// Long enough for a slow BigQuery answer and a recovery; short enough that a stuck
@@ -40,8 +62,24 @@ pub const WRITER_MEMORY_LIMIT: ByteSize = ByteSize(64 * 1024 * 1024);
 pub const WRITER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Below Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(25);
+/// A bad record goes to the dead-letter topic: never dropped unless the operator says so.
+pub const ON_BAD_RECORD: BadRecordPolicy = BadRecordPolicy::DeadLetter;
+// The recovery policies: each case where no exact continuation exists stops the partition
+// unless the operator chose otherwise; a partition without a checkpoint on a first start (or a
+// new one) takes the whole log. `recovery.lost_stream` has no constant: its default depends on
+// the metadata columns (`Config::effective_lost_stream`).
+pub const RECOVERY_ON_ANOMALY: AnomalyPolicy = AnomalyPolicy::Fail;
+pub const RECOVERY_START_FROM: StartFrom = StartFrom::Earliest;
+pub const RECOVERY_LOST_OFFSETS: MissingCheckpointPolicy = MissingCheckpointPolicy::Fail;
 /// A position below the log start stops the partition: nothing is skipped unless asked for.
 pub const RECOVERY_ON_OUT_OF_RANGE: OutOfRangePolicy = OutOfRangePolicy::Fail;
+pub const RECOVERY_NEW_PARTITIONS: StartFrom = StartFrom::Earliest;
+/// About 2 minutes of failed `resolve` queries (backing off up to 30 s between them).
+pub const RECOVERY_RESOLVE_ATTEMPTS: u32 = 10;
+pub const RECOVERY_RESOLVE_FALLBACK: ResolveFallback = ResolveFallback::Fail;
+/// NOT_FOUND on a stream can be transient (docs/architecture.md#bigquery-facts): asked this often
+/// before the stream counts as gone.
+pub const STREAM_NOT_FOUND_RETRIES: u32 = 3;
 pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
 pub const LOG_LEVEL: &str = "info";
 
@@ -81,3 +119,14 @@ pub const MIN_ZOMBIE_CONFIRM: Duration = Duration::from_secs(1);
 pub const REST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Timeout of establishing a gRPC connection to the Storage Write API.
 pub const GRPC_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Backoff between reconnects of an append session: doubles from the first up to the second.
+pub const SESSION_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub const SESSION_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Consecutive failed reconnects before a session gives up (the partition then restarts its
+/// incarnation with the protocol's backoff).
+pub const SESSION_MAX_RECONNECT_ATTEMPTS: u32 = 20;
+/// How long one lookup of `schema_update: add_columns` waits for new columns to reach the
+/// Storage Write API after `tables.patch` (the writer then retries; BigQuery documents "on the
+/// order of minutes"), and how often it asks meanwhile.
+pub const SCHEMA_UPDATE_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const SCHEMA_UPDATE_POLL_INTERVAL: Duration = Duration::from_millis(500);

@@ -5,12 +5,14 @@ use serde::Deserialize;
 use super::{
     ByteSize, Config, CreateTableConfig, HumanDuration, MetadataColumns, Properties, defaults,
 };
-use crate::checkpoint::protocol::OutOfRangePolicy;
+use crate::checkpoint::protocol::{
+    AnomalyPolicy, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy, ResolveFallback,
+    StartFrom,
+};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Delivery {
-    #[default]
     ExactlyOnce,
     AtLeastOnce,
 }
@@ -112,15 +114,6 @@ pub struct DeadLetterConfig {
     pub properties: Properties,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnBadRecord {
-    #[default]
-    DeadLetter,
-    Fail,
-    Skip,
-}
-
 /// What to do where no exact continuation exists (docs/architecture.md#recovery).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -130,10 +123,10 @@ pub struct RecoveryConfig {
     /// `topic` when several topics share a table), `rewind` (re-deliver the window: at least
     /// once for it) or `fail`. Default: `resolve` when those columns are configured, else
     /// `rewind`.
-    pub lost_stream: Option<LostStream>,
+    pub lost_stream: Option<LostStreamPolicy>,
     /// A re-flush finds rows past the checkpoint already visible: `fail` (default) or
     /// `continue` (counted and logged).
-    pub on_anomaly: OnAnomaly,
+    pub on_anomaly: AnomalyPolicy,
     /// Where a group that never committed starts: `earliest` (default) or `latest`.
     pub start_from: StartFrom,
     /// A group that committed before but whose offsets are gone (expired, or below the log
@@ -141,7 +134,7 @@ pub struct RecoveryConfig {
     /// routed to an existing table): `fail` (default), `earliest`, `latest`, or `resolve` (ask
     /// the table for the highest visible offset, exact; needs the metadata columns that
     /// `lost_stream: resolve` needs).
-    pub lost_offsets: LostOffsets,
+    pub lost_offsets: MissingCheckpointPolicy,
     /// A partition's position is below the log start: retention deleted records before they
     /// were written (a checkpoint older than the topic's retention, or a partition that fell
     /// that far behind). `fail` (default: the partition stops, readiness turns false) or
@@ -161,36 +154,28 @@ impl Default for RecoveryConfig {
     fn default() -> Self {
         RecoveryConfig {
             lost_stream: None,
-            on_anomaly: OnAnomaly::default(),
-            start_from: StartFrom::default(),
-            lost_offsets: LostOffsets::default(),
+            on_anomaly: defaults::RECOVERY_ON_ANOMALY,
+            start_from: defaults::RECOVERY_START_FROM,
+            lost_offsets: defaults::RECOVERY_LOST_OFFSETS,
             on_out_of_range: defaults::RECOVERY_ON_OUT_OF_RANGE,
-            new_partitions: StartFrom::default(),
+            new_partitions: defaults::RECOVERY_NEW_PARTITIONS,
             resolve_attempts: None,
-            resolve_fallback: ResolveFallback::default(),
+            resolve_fallback: defaults::RECOVERY_RESOLVE_FALLBACK,
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResolveFallback {
-    #[default]
-    Fail,
-    Rewind,
 }
 
 impl Config {
     /// The policy in force for a lost stream, with the default resolved against the metadata
     /// columns of every route: `resolve` only when each table it may query has them.
-    pub fn effective_lost_stream(&self) -> LostStream {
+    pub fn effective_lost_stream(&self) -> LostStreamPolicy {
         self.recovery.lost_stream.unwrap_or_else(|| {
             if resolve_missing_columns(self).is_empty()
                 && resolve_partition_filters(self).is_empty()
             {
-                LostStream::Resolve
+                LostStreamPolicy::Resolve
             } else {
-                LostStream::Rewind
+                LostStreamPolicy::Rewind
             }
         })
     }
@@ -291,36 +276,8 @@ pub(super) fn missing_resolve_columns(
     missing
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LostStream {
-    Resolve,
-    Rewind,
-    Fail,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnAnomaly {
-    #[default]
-    Fail,
-    Continue,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StartFrom {
-    #[default]
-    Earliest,
-    Latest,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LostOffsets {
-    #[default]
-    Fail,
-    Earliest,
-    Latest,
-    Resolve,
-}
+/// The protocol's policies under the names of their YAML fields (`recovery.lost_stream`,
+/// `recovery.lost_offsets`): the same types, not copies.
+pub use crate::checkpoint::protocol::{
+    LostStreamPolicy as LostStream, MissingCheckpointPolicy as LostOffsets,
+};

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::transcode::protobuf::MessageIndexEncoding;
+use crate::writer::partition_writer::BadRecordPolicy;
+
 mod bigquery;
 mod cdc;
 pub mod defaults;
@@ -62,7 +65,7 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `exactly_once` (default: BUFFERED streams flushed after each Kafka commit) or
     /// `at_least_once` (the `_default` stream, Kafka commit after acknowledged appends).
-    #[serde(default)]
+    #[serde(default = "default_delivery")]
     pub delivery: Delivery,
     /// The two-phase checkpoint cycle (docs/architecture.md#the-cycle).
     #[serde(default)]
@@ -76,8 +79,8 @@ pub struct Config {
     /// What happens to a record that cannot be decoded or that BigQuery rejects:
     /// `dead_letter` (default; requires `dead_letter.topic`), `fail` (the partition stops) or
     /// `skip` (counted and dropped). Never dropped silently.
-    #[serde(default)]
-    pub on_bad_record: OnBadRecord,
+    #[serde(default = "default_on_bad_record")]
+    pub on_bad_record: BadRecordPolicy,
     /// Policies for the cases where no exact continuation exists.
     #[serde(default)]
     pub recovery: RecoveryConfig,
@@ -95,6 +98,12 @@ pub struct Config {
 
 pub(super) fn default_shutdown_deadline() -> HumanDuration {
     HumanDuration(defaults::SHUTDOWN_DEADLINE)
+}
+fn default_delivery() -> Delivery {
+    defaults::DELIVERY
+}
+fn default_on_bad_record() -> BadRecordPolicy {
+    defaults::ON_BAD_RECORD
 }
 
 /// The consumer.
@@ -192,15 +201,14 @@ pub struct SchemaRegistryConfig {
     /// How Protobuf records encode the message-index array after the schema id: `zigzag`
     /// (default; every current Confluent serializer), `unsigned` (older non-Java clients'
     /// `use.deprecated.format`) or `none` (clients that write no array: the first message).
-    #[serde(default)]
-    pub protobuf_message_indexes: ProtobufMessageIndexes,
+    #[serde(default = "default_sr_message_indexes")]
+    pub protobuf_message_indexes: MessageIndexEncoding,
 }
 
 /// The encoding of record values read through the Schema Registry (`docs/mapping.md`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InputFormat {
-    #[default]
     Avro,
     Protobuf,
     /// Confluent JSON Schema: the registry's framing, then JSON text.
@@ -220,16 +228,6 @@ impl InputFormat {
     }
 }
 
-/// See `schema_registry.protobuf_message_indexes`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProtobufMessageIndexes {
-    #[default]
-    Zigzag,
-    Unsigned,
-    None,
-}
-
 pub(super) fn default_sr_timeout() -> HumanDuration {
     HumanDuration(defaults::SCHEMA_REGISTRY_TIMEOUT)
 }
@@ -241,6 +239,9 @@ pub(super) fn default_sr_not_found_grace() -> HumanDuration {
 }
 pub(super) fn default_sr_table_subject() -> String {
     defaults::SCHEMA_REGISTRY_TABLE_SUBJECT.into()
+}
+fn default_sr_message_indexes() -> MessageIndexEncoding {
+    defaults::SCHEMA_REGISTRY_PROTOBUF_MESSAGE_INDEXES
 }
 
 /// Raw Avro input (no wire-format header).

@@ -38,16 +38,15 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            format: LogFormat::default(),
+            format: defaults::LOG_FORMAT,
             level: defaults::LOG_LEVEL.into(),
         }
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
-    #[default]
     Text,
     Json,
 }

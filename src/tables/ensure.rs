@@ -6,7 +6,7 @@ use anyhow::{Context, anyhow, bail};
 
 use super::cdc;
 use super::plans::writer_schema;
-use super::settings::{map_mode, metadata_columns, registry_input};
+use super::settings::registry_input;
 use crate::backoff;
 use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
@@ -50,8 +50,8 @@ pub(super) async fn ensure_table(
         );
     };
     let options = DeriveOptions {
-        map_mode: map_mode(route.map_mode),
-        metadata: metadata_columns(route.metadata_columns),
+        map_mode: route.map_mode,
+        metadata: route.metadata_columns.clone(),
     };
     let derived = match (schema, registry, &config.schema_registry) {
         (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,

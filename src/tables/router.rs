@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use kbq_core::metadata::TableFingerprint;
@@ -21,7 +20,7 @@ use super::plans::{FixedPlan, RegistryPlans};
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::table_schema::TableSchema;
 use crate::bigquery::write_client::WriteClient;
-use crate::config::{self, Config, TopicRoute};
+use crate::config::{self, Config, TopicRoute, defaults};
 use crate::ops::metrics::Metrics;
 use crate::registry::{RegistryConfig, SchemaRegistry};
 use crate::transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
@@ -29,7 +28,7 @@ use crate::writer::partition_writer::{PlanSource, WriterRoute};
 
 use super::cdc;
 use super::ensure::ensure_table;
-use super::settings::{map_mode, plan_options, registry_input};
+use super::settings::{plan_options, registry_input};
 
 /// Where the `resolve` recovery finds a partition's rows: the table's metadata columns.
 #[derive(Debug, Clone)]
@@ -312,11 +311,11 @@ impl Router {
                     client: self.client.clone(),
                     table: table_ref.clone(),
                     derive: DeriveOptions {
-                        map_mode: map_mode(settings.map_mode),
+                        map_mode: settings.map_mode,
                         metadata: MetadataColumns::default(),
                     },
-                    visible_timeout: Duration::from_secs(30),
-                    poll_interval: Duration::from_millis(500),
+                    visible_timeout: defaults::SCHEMA_UPDATE_VISIBLE_TIMEOUT,
+                    poll_interval: defaults::SCHEMA_UPDATE_POLL_INTERVAL,
                 });
                 Arc::new(RegistryPlans::new(
                     registry,

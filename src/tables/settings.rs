@@ -1,20 +1,16 @@
-//! The route settings of the config as the domain types the plans and the table derivation
-//! take: one place for these conversions.
+//! The route settings of the config as the plans and the table derivation take them: the
+//! config deserializes the transcoder's own types, so only the registry's input is assembled here.
 
 use super::plans::RegistryInput;
-use crate::config::{self, Config};
+use crate::config::{self, Config, defaults};
 use crate::registry::SchemaKind;
-use crate::transcode::protobuf::MessageIndexEncoding;
-use crate::transcode::{MapMode, MetadataColumns, PlanOptions, UnknownFields};
+use crate::transcode::PlanOptions;
 
 /// How the records of a route are written: unknown fields and the metadata columns.
 pub(super) fn plan_options(route: &config::TopicRoute<'_>) -> PlanOptions {
     PlanOptions {
-        unknown_fields: match route.unknown_fields {
-            config::UnknownFields::Ignore => UnknownFields::Ignore,
-            config::UnknownFields::Error => UnknownFields::Error,
-        },
-        metadata: metadata_columns(route.metadata_columns),
+        unknown_fields: route.unknown_fields,
+        metadata: route.metadata_columns.clone(),
     }
 }
 
@@ -33,29 +29,9 @@ pub(super) fn registry_input(
             // Schemaless JSON is not read through the registry; Avro is.
             Some(config::InputFormat::Avro | config::InputFormat::Json) => Some(SchemaKind::Avro),
         },
-        message_indexes: match sr.map(|sr| sr.protobuf_message_indexes).unwrap_or_default() {
-            config::ProtobufMessageIndexes::Zigzag => MessageIndexEncoding::Zigzag,
-            config::ProtobufMessageIndexes::Unsigned => MessageIndexEncoding::Unsigned,
-            config::ProtobufMessageIndexes::None => MessageIndexEncoding::None,
-        },
+        message_indexes: sr.map_or(defaults::SCHEMA_REGISTRY_PROTOBUF_MESSAGE_INDEXES, |sr| {
+            sr.protobuf_message_indexes
+        }),
         json_validate: sr.is_some_and(|sr| sr.json_validate),
-    }
-}
-
-pub(super) fn map_mode(mode: config::MapMode) -> MapMode {
-    match mode {
-        config::MapMode::Struct => MapMode::Repeated,
-        config::MapMode::Json => MapMode::Json,
-    }
-}
-
-pub(super) fn metadata_columns(c: &config::MetadataColumns) -> MetadataColumns {
-    MetadataColumns {
-        topic: c.topic.clone(),
-        partition: c.partition.clone(),
-        offset: c.offset.clone(),
-        timestamp: c.timestamp.clone(),
-        key: c.key.clone(),
-        headers: c.headers.clone(),
     }
 }

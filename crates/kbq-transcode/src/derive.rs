@@ -14,8 +14,9 @@ use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MapMode {
-    /// REPEATED RECORD with a `key` STRING and a `value` column.
+    /// REPEATED RECORD with a `key` STRING and a `value` column (`struct` in the YAML).
     #[default]
+    #[serde(rename = "struct")]
     Repeated,
     /// A JSON column holding the map as an object.
     Json,

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use crate::checkpoint::protocol::{LostStreamPolicy, MissingCheckpointPolicy};
 use crate::config::{
-    CheckpointConfig, Config, ConfigError, Delivery, LostOffsets, LostStream, OnBadRecord,
-    WriterConfig, limits, resolve_missing_columns, resolve_partition_filters,
+    CheckpointConfig, Config, ConfigError, Delivery, WriterConfig, limits, resolve_missing_columns,
+    resolve_partition_filters,
 };
+use crate::writer::partition_writer::BadRecordPolicy;
 
 use super::{Validator, checkpoint_metadata_worst_case_len, is_kafka_topic_name, quoted_key};
 
@@ -100,7 +102,7 @@ impl Validator {
 
     pub(super) fn dead_letter(&mut self, c: &Config) {
         let topic = c.dead_letter.as_ref().and_then(|d| d.topic.as_deref());
-        if c.on_bad_record == OnBadRecord::DeadLetter && topic.is_none() {
+        if c.on_bad_record == BadRecordPolicy::DeadLetter && topic.is_none() {
             self.err(
                 "dead_letter.topic",
                 "dead_letter.topic is required when on_bad_record is dead_letter (or choose on_bad_record: fail or skip)",
@@ -137,14 +139,14 @@ impl Validator {
         }
         let resolving = [
             (
-                c.recovery.lost_stream == Some(LostStream::Resolve),
+                c.recovery.lost_stream == Some(LostStreamPolicy::Resolve),
                 "recovery.lost_stream",
                 "rewind or fail",
             ),
             (
                 // Under at-least-once `resolve` starts at the log start and queries nothing
                 // (the ledger; `warnings` below says so).
-                c.recovery.lost_offsets == LostOffsets::Resolve
+                c.recovery.lost_offsets == MissingCheckpointPolicy::Resolve
                     && c.delivery == Delivery::ExactlyOnce,
                 "recovery.lost_offsets",
                 "fail, earliest or latest",
@@ -209,7 +211,9 @@ pub(super) fn warnings(c: &Config, out: &mut Vec<ConfigError>) {
             "deprecated, has no effect: no cycle waits for its writers (they report acknowledgements as they come, docs/design-changes.md); remove it",
         ));
     }
-    if c.delivery == Delivery::AtLeastOnce && c.recovery.lost_offsets == LostOffsets::Resolve {
+    if c.delivery == Delivery::AtLeastOnce
+        && c.recovery.lost_offsets == MissingCheckpointPolicy::Resolve
+    {
         out.push(ConfigError::at(
             "recovery.lost_offsets",
             "resolve starts at the log start under delivery: at_least_once: the _default stream's visible rows may have holes below the highest one, so a partition without a checkpoint replays its whole retained log (duplicates, nothing lost): `earliest` says the same plainly",

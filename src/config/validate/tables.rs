@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{Config, CreateTableConfig, Credentials, MetadataColumns, limits};
+use crate::config::{
+    Config, CreateTableConfig, Credentials, MetadataColumns, limits, named_columns,
+};
 
 use super::{Validator, is_column_name, is_http_url, is_kafka_topic_name, is_label, quoted_key};
 
@@ -122,7 +124,7 @@ impl Validator {
 
     pub(super) fn metadata_columns(&mut self, path: &str, cols: &MetadataColumns) {
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
-        for (field, col) in cols.named() {
+        for (field, col) in named_columns(cols) {
             let field_path = format!("{path}.{field}");
             if !is_column_name(col) {
                 self.err(&field_path, format!("`{col}` is not a column name"));

@@ -9,8 +9,9 @@ use crate::ops::metrics::ReasonLabel;
 
 use super::{PartitionWriter, RunEnd, unless_stopped};
 
-/// What to do with a record that cannot become a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `on_bad_record`: what to do with a record that cannot become a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BadRecordPolicy {
     DeadLetter,
     /// Count it and move on (explicit opt-in).

@@ -9,7 +9,8 @@ use crate::offsets::{Acknowledged, Incarnation, KafkaOffset, NextOffset, RowOffs
 use serde::Deserialize;
 
 /// `recovery.lost_stream`: what to do when the stream of a checkpoint with `f < K` is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LostStreamPolicy {
     /// Ask the table for the highest visible offset of the partition and continue after it: exact.
     Resolve,
@@ -20,7 +21,8 @@ pub enum LostStreamPolicy {
 }
 
 /// `recovery.resolve_fallback`: what `resolve` does when its query keeps failing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ResolveFallback {
     /// Stop the partition (exactness kept, availability lost).
     Fail,
@@ -29,23 +31,28 @@ pub enum ResolveFallback {
 }
 
 /// `recovery.on_anomaly`: what to do when a re-flush says the cursor is already past `r`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AnomalyPolicy {
     Fail,
     Continue,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `recovery.start_from` and `recovery.new_partitions`: where a partition without a checkpoint
+/// starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StartFrom {
     Earliest,
     Latest,
 }
 
-/// What to do when a group that has committed before finds no committed offset for a partition
-/// (Kafka expired the group's offsets, or the partition never committed while its table was
-/// already marked: a new topic routed to a marked table, or a sibling partition that committed
-/// first; docs/operations.md, "Missing checkpoints").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `recovery.lost_offsets`: what to do when a group that has committed before finds no committed
+/// offset for a partition (Kafka expired the group's offsets, or the partition never committed
+/// while its table was already marked: a new topic routed to a marked table, or a sibling
+/// partition that committed first; docs/operations.md, "Missing checkpoints").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MissingCheckpointPolicy {
     Fail,
     Earliest,
@@ -61,7 +68,7 @@ pub enum MissingCheckpointPolicy {
 #[serde(rename_all = "snake_case")]
 pub enum OutOfRangePolicy {
     Fail,
-    /// Continue at the log start; the deleted range is counted as lost.
+    /// Continue at the log start; the deleted range is reported as lost (`Outcome::RecordsLost`).
     Earliest,
 }
 
