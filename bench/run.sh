@@ -3,7 +3,7 @@
 #
 #   bench/run.sh [--records N] [--partitions P] [--out DIR] [--profile release|debug]
 #                [--latency-rate R] [--latency-secs S] [--checkpoint-interval D] [--modes M] [--perf]
-#                [--perf-stat]
+#                [--perf-stat] [--wrap CMD]
 #                [--layouts L] [--sink-core N] [--raw-tolerance F]
 #                [--perf-emulator] [--emulator-bin PATH] [--emulator-keep-all] [--sink-bin PATH]
 #                [--consumer-property KEY=VALUE]... [--writer KEY=VALUE]...
@@ -52,7 +52,7 @@ while (($#)); do
     # the emulator keeps every column of every row (as it does outside benchmarks)
     --emulator-keep-all) keep_columns=""; shift ;;
     --latency-rate | --latency-secs | --checkpoint-interval | --modes | --stall-secs | \
-      --consumer-property | --writer | --layouts | --sink-core | --raw-tolerance)
+      --consumer-property | --writer | --layouts | --sink-core | --raw-tolerance | --wrap)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
