@@ -203,34 +203,63 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
             describe(v, table)
         })
         .collect();
+    let group = &config.kafka.group_id;
     if json_output {
-        let items: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                json!({
-                    "topic": r.view.tp.topic,
-                    "partition": r.view.tp.partition,
-                    "committed": r.view.committed.as_ref().map(|c| c.offset.0),
-                    "metadata": r.view.committed.as_ref().map(|c| String::from_utf8_lossy(&c.metadata).into_owned()),
-                    "mode": r.mode,
-                    "stream": r.stream,
-                    "flush_to": r.flush_to,
-                    "visible_through": r.visible_through,
-                    "low_watermark": r.view.low,
-                    "high_watermark": r.view.high,
-                    "lag": lag(&r.view),
-                    "note": r.note,
-                })
-            })
-            .collect();
+        let items: Vec<serde_json::Value> = rows.iter().map(Row::json).collect();
         let out = json!({
-            "group": config.kafka.group_id,
+            "group": group,
             "partitions": items,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+    } else {
+        println!("group {group}");
+        print_table(&rows);
     }
-    println!("group {}", config.kafka.group_id);
+    Ok(())
+}
+
+impl Row {
+    /// The partition as `inspect --json` prints it.
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "topic": self.view.tp.topic,
+            "partition": self.view.tp.partition,
+            "committed": self.view.committed.as_ref().map(|c| c.offset.0),
+            "metadata": self.view.committed.as_ref().map(|c| String::from_utf8_lossy(&c.metadata).into_owned()),
+            "mode": self.mode,
+            "stream": self.stream,
+            "flush_to": self.flush_to,
+            "visible_through": self.visible_through,
+            "low_watermark": self.view.low,
+            "high_watermark": self.view.high,
+            "lag": lag(&self.view),
+            "note": self.note,
+        })
+    }
+
+    /// The partition's cells in the table `inspect` prints (`-` where there is no value).
+    fn cells(&self) -> Vec<String> {
+        let dash = || "-".to_string();
+        vec![
+            self.view.tp.topic.clone(),
+            self.view.tp.partition.to_string(),
+            self.view
+                .committed
+                .as_ref()
+                .map_or_else(dash, |c| c.offset.0.to_string()),
+            self.mode.to_string(),
+            self.stream.clone().unwrap_or_else(dash),
+            self.flush_to.map_or_else(dash, |v| v.to_string()),
+            self.visible_through.map_or_else(dash, |v| v.to_string()),
+            self.view.high.to_string(),
+            lag(&self.view).map_or_else(dash, |v| v.to_string()),
+            self.note.clone(),
+        ]
+    }
+}
+
+/// The partitions as a table with aligned columns.
+fn print_table(rows: &[Row]) {
     let header = [
         "TOPIC",
         "PARTITION",
@@ -243,27 +272,7 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
         "LAG",
         "NOTE",
     ];
-    let dash = || "-".to_string();
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.view.tp.topic.clone(),
-                r.view.tp.partition.to_string(),
-                r.view
-                    .committed
-                    .as_ref()
-                    .map_or_else(dash, |c| c.offset.0.to_string()),
-                r.mode.to_string(),
-                r.stream.clone().unwrap_or_else(dash),
-                r.flush_to.map_or_else(dash, |v| v.to_string()),
-                r.visible_through.map_or_else(dash, |v| v.to_string()),
-                r.view.high.to_string(),
-                lag(&r.view).map_or_else(dash, |v| v.to_string()),
-                r.note.clone(),
-            ]
-        })
-        .collect();
+    let cells: Vec<Vec<String>> = rows.iter().map(Row::cells).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for line in &cells {
         for (w, c) in widths.iter_mut().zip(line) {
@@ -282,7 +291,6 @@ pub fn run(config: &Config, json_output: bool) -> anyhow::Result<()> {
     for line in &cells {
         print(line);
     }
-    Ok(())
 }
 
 /// The path of the table `topic` is routed to, which its checkpoints are fingerprinted with.

@@ -65,29 +65,7 @@ enum Done {
 pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
     let consumer = group_reader(config)?;
     let views = read_group(&consumer, &config.kafka.topics)?;
-    let chosen: Vec<PartitionView> = match &selection {
-        Selection::All => views,
-        Selection::Topics(topics) => {
-            let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
-            views
-                .into_iter()
-                .filter(|v| wanted.contains(v.tp.topic.as_str()))
-                .collect()
-        }
-        Selection::Unsubscribed => {
-            if config.kafka.topic_pattern.is_some() {
-                bail!(
-                    "kafka.topic_pattern is set: name the topics to recover with --topic, or use --all"
-                );
-            }
-            let subscribed: BTreeSet<&str> =
-                config.kafka.topics.iter().map(String::as_str).collect();
-            views
-                .into_iter()
-                .filter(|v| !subscribed.contains(v.tp.topic.as_str()))
-                .collect()
-        }
-    };
+    let chosen = choose(config, &selection, views)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -135,13 +113,60 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
                 String::from_utf8_lossy(&read.metadata)
             )),
         };
-        match done {
+        ok &= done.print(&tp, read);
+    }
+    if considered == 0 {
+        println!(
+            "no checkpoint to recover for group {}",
+            config.kafka.group_id
+        );
+    }
+    drop(consumer);
+    Ok(ok)
+}
+
+/// The partitions of the group that `selection` names.
+fn choose(
+    config: &Config,
+    selection: &Selection,
+    views: Vec<PartitionView>,
+) -> anyhow::Result<Vec<PartitionView>> {
+    Ok(match selection {
+        Selection::All => views,
+        Selection::Topics(topics) => {
+            let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+            views
+                .into_iter()
+                .filter(|v| wanted.contains(v.tp.topic.as_str()))
+                .collect()
+        }
+        Selection::Unsubscribed => {
+            if config.kafka.topic_pattern.is_some() {
+                bail!(
+                    "kafka.topic_pattern is set: name the topics to recover with --topic, or use --all"
+                );
+            }
+            let subscribed: BTreeSet<&str> =
+                config.kafka.topics.iter().map(String::as_str).collect();
+            views
+                .into_iter()
+                .filter(|v| !subscribed.contains(v.tp.topic.as_str()))
+                .collect()
+        }
+    })
+}
+
+impl Done {
+    /// Prints what was done for `tp` (checkpoint `read`); false for a problem.
+    fn print(self, tp: &TopicPartition, read: &CommittedRead) -> bool {
+        let flushed_text = |flushed: Option<(StreamId, RowOffset)>| match flushed {
+            Some((s, r)) => format!("flushed {s} through row {}; ", r.0),
+            None => String::new(),
+        };
+        match self {
             Done::AtRest => println!("{tp}: at rest at offset {}", read.offset.0),
             Done::Recovered { flushed, finalized } => {
-                let flushed = match flushed {
-                    Some((s, r)) => format!("flushed {s} through row {}; ", r.0),
-                    None => String::new(),
-                };
+                let flushed = flushed_text(flushed);
                 let finalized = match finalized {
                     Ok(()) => "stream finalized".to_string(),
                     Err(e) => format!("stream not finalized ({e})"),
@@ -152,10 +177,7 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
                 );
             }
             Done::MovedOn { flushed, now } => {
-                let flushed = match flushed {
-                    Some((s, r)) => format!("flushed {s} through row {}; ", r.0),
-                    None => String::new(),
-                };
+                let flushed = flushed_text(flushed);
                 let now = match now {
                     Some(now) => format!(
                         "offset {} ({})",
@@ -169,19 +191,12 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
                 );
             }
             Done::Problem(why) => {
-                ok = false;
                 println!("{tp}: NOT RECOVERED: {why}");
+                return false;
             }
         }
+        true
     }
-    if considered == 0 {
-        println!(
-            "no checkpoint to recover for group {}",
-            config.kafka.group_id
-        );
-    }
-    drop(consumer);
-    Ok(ok)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -200,35 +215,8 @@ async fn recover_partition(
     let name = format!("{table_path}/streams/{stream}");
     let mut flushed = None;
     if f < k {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let error = match client.flush_rows(&name, through).await {
-                Ok(_) => break,
-                Err(e) => e,
-            };
-            // The coordinator's classification of FlushRows errors; `recover` retries what the
-            // coordinator retries, a bounded number of times, and reports the rest.
-            match flush_outcome(&error) {
-                // The cursor is already past r: every row of the checkpoint is visible.
-                FlushOutcome::Flushed | FlushOutcome::AlreadyExists => break,
-                // A NOT_FOUND right after a restart of the service may pass: asked again before
-                // the stream is reported gone.
-                FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::NotFound
-                    if attempt < FLUSH_ATTEMPTS =>
-                {
-                    tokio::time::sleep(backoff::delay(attempt)).await;
-                }
-                FlushOutcome::StreamFinalized | FlushOutcome::NotFound => {
-                    return Done::Problem(format!(
-                        "stream {stream} is gone ({error}): records [{}, {}) may not be visible; re-subscribe the topic to re-deliver them (recovery.lost_stream applies); checkpoint left as is",
-                        f.0, k.0
-                    ));
-                }
-                FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::Fatal(_) => {
-                    return Done::Problem(format!("flush of {stream} failed: {error}"));
-                }
-            }
+        if let Err(problem) = flush(client, &name, &stream, through, f, k).await {
+            return Done::Problem(problem);
         }
         flushed = Some((stream.clone(), through));
     }
@@ -267,6 +255,49 @@ async fn recover_partition(
         .map(|_| ())
         .map_err(|e| e.to_string());
     Done::Recovered { flushed, finalized }
+}
+
+/// `FlushRows(stream, through)` of a checkpoint whose rows `[f, k)` are not known visible,
+/// retried as the coordinator retries it; the problem to report when the stream is gone or the
+/// flush fails.
+async fn flush(
+    client: &WriteClient,
+    name: &str,
+    stream: &StreamId,
+    through: RowOffset,
+    f: NextOffset,
+    k: NextOffset,
+) -> Result<(), String> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let error = match client.flush_rows(name, through).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        // The coordinator's classification of FlushRows errors; `recover` retries what the
+        // coordinator retries, a bounded number of times, and reports the rest.
+        match flush_outcome(&error) {
+            // The cursor is already past r: every row of the checkpoint is visible.
+            FlushOutcome::Flushed | FlushOutcome::AlreadyExists => return Ok(()),
+            // A NOT_FOUND right after a restart of the service may pass: asked again before
+            // the stream is reported gone.
+            FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::NotFound
+                if attempt < FLUSH_ATTEMPTS =>
+            {
+                tokio::time::sleep(backoff::delay(attempt)).await;
+            }
+            FlushOutcome::StreamFinalized | FlushOutcome::NotFound => {
+                return Err(format!(
+                    "stream {stream} is gone ({error}): records [{}, {}) may not be visible; re-subscribe the topic to re-deliver them (recovery.lost_stream applies); checkpoint left as is",
+                    f.0, k.0
+                ));
+            }
+            FlushOutcome::Transient(_) | FlushOutcome::Denied(_) | FlushOutcome::Fatal(_) => {
+                return Err(format!("flush of {stream} failed: {error}"));
+            }
+        }
+    }
 }
 
 /// Commits `(k, metadata)` for `tp` as a non-member and reads it back.
