@@ -5,10 +5,15 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use kafka_bigquery_sink::checkpoint::protocol::OutOfRangePolicy;
+use kafka_bigquery_sink::checkpoint::protocol::{
+    AnomalyPolicy, OutOfRangePolicy, ResolveFallback, StartFrom,
+};
 use kafka_bigquery_sink::config::{
     Config, Credentials, LostOffsets, LostStream, validate, warnings,
 };
+use kafka_bigquery_sink::transcode::protobuf::MessageIndexEncoding;
+use kafka_bigquery_sink::transcode::{MapMode, UnknownFields};
+use kafka_bigquery_sink::writer::partition_writer::BadRecordPolicy;
 
 /// The variables the example configs reference.
 fn example_env() -> HashMap<String, String> {
@@ -393,6 +398,56 @@ fn checkpoint_barrier_timeout_still_loads_but_warns_that_it_has_no_effect() {
     );
     let current = Config::from_yaml(MINIMAL, HashMap::new()).expect("parses");
     assert!(warnings(&current).is_empty());
+}
+
+#[test]
+fn every_yaml_spelling_of_the_policies_and_table_settings_still_parses_into_the_domain_types() {
+    // The config deserializes the protocol's, the writer's and the transcoder's own types; their
+    // serde names are the spellings configs have always used.
+    let yaml = with(
+        "on_bad_record: skip\nrecovery:\n  lost_stream: fail\n  on_anomaly: continue\n  \
+         start_from: latest\n  lost_offsets: latest\n  new_partitions: latest\n  \
+         resolve_fallback: rewind\n",
+    )
+    .replace(
+        "  table: t\n",
+        "  table: t\n  unknown_fields: error\n  map_mode: struct\n  metadata_columns:\n    offset: o\n",
+    );
+    let c = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    validate(&c).expect("valid");
+    assert_eq!(c.on_bad_record, BadRecordPolicy::Skip);
+    assert_eq!(c.recovery.lost_stream, Some(LostStream::Fail));
+    assert_eq!(c.recovery.on_anomaly, AnomalyPolicy::Continue);
+    assert_eq!(c.recovery.start_from, StartFrom::Latest);
+    assert_eq!(c.recovery.lost_offsets, LostOffsets::Latest);
+    assert_eq!(c.recovery.new_partitions, StartFrom::Latest);
+    assert_eq!(c.recovery.resolve_fallback, ResolveFallback::Rewind);
+    assert_eq!(c.bigquery.unknown_fields, UnknownFields::Error);
+    assert_eq!(c.bigquery.map_mode, MapMode::Repeated);
+    assert_eq!(c.bigquery.metadata_columns.offset.as_deref(), Some("o"));
+    let json = with("").replace("  table: t\n", "  table: t\n  map_mode: json\n");
+    let c = Config::from_yaml(&json, HashMap::new()).expect("parses");
+    assert_eq!(c.bigquery.map_mode, MapMode::Json);
+    assert_one_error(
+        &with("").replace("  table: t\n", "  table: t\n  map_mode: repeated\n"),
+        HashMap::new(),
+        "bigquery.map_mode: unknown variant `repeated`",
+    );
+    assert_one_error(
+        &with("").replace(
+            "  table: t\n",
+            "  table: t\n  metadata_columns:\n    offst: o\n",
+        ),
+        HashMap::new(),
+        "bigquery.metadata_columns.offst: unknown field",
+    );
+    let sr = MINIMAL.replace(
+        "avro:\n  schema_file: s.avsc\n",
+        "schema_registry:\n  url: http://sr:8081\n  protobuf_message_indexes: unsigned\n",
+    );
+    let c = Config::from_yaml(&sr, HashMap::new()).expect("parses");
+    let sr = c.schema_registry.expect("a registry");
+    assert_eq!(sr.protobuf_message_indexes, MessageIndexEncoding::Unsigned);
 }
 
 #[test]
