@@ -10,15 +10,12 @@ use crate::writer::stream_quota::StreamCreationLimiter;
 use anyhow::{Context, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
-use crate::bigquery::auth::Auth;
-use crate::bigquery::rest_client::RestClient;
-use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
 use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
 use crate::checkpoint::metadata::{MetadataVersion, TableFingerprint};
 use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
-use crate::config::{Config, Credentials, Delivery, defaults};
+use crate::config::{Config, Delivery, defaults};
 use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::kafka::memory_budget::MemoryBudget;
@@ -27,9 +24,6 @@ use crate::ops::metrics::Metrics;
 use crate::tables::Router;
 use crate::writer::append_session::SessionLimits;
 use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterShared};
-
-const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
-const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
 
 /// Runs the daemon. Returns when shutdown completed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -45,7 +39,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     .with_context(|| format!("cannot listen on metrics.listen {}", config.metrics.listen))?;
     tracing::info!(address = %ops, "ops endpoints: /metrics /healthz /readyz");
 
-    let (client, rest) = bigquery_clients(&config)?;
+    let (client, rest) = crate::bigquery::clients(&config)?;
 
     let config = Arc::new(config);
     let router = Arc::new(Router::new(
@@ -209,33 +203,6 @@ fn coordinator_settings(
         zombie_confirm_after: session_timeout.max(defaults::MIN_ZOMBIE_CONFIRM),
         stall_after: config.checkpoint.partition_stall_timeout.0,
     }
-}
-
-/// The Storage Write API and REST clients for the configured endpoint and credentials.
-pub(crate) fn bigquery_clients(config: &Config) -> anyhow::Result<(WriteClient, RestClient)> {
-    let auth = match &config.bigquery.credentials {
-        Credentials::Adc => Auth::application_default()?,
-        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
-        Credentials::None => Auth::None,
-    };
-    let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
-        Some(e) => (e.clone(), e.clone()),
-        None => (
-            GOOGLE_STORAGE_ENDPOINT.to_string(),
-            GOOGLE_REST_ENDPOINT.to_string(),
-        ),
-    };
-    let rest = RestClient::new(&rest_endpoint, auth.clone(), defaults::REST_TIMEOUT)?;
-    let client = WriteClient::new(
-        &WriteClientOptions {
-            endpoint: grpc_endpoint,
-            rpc_timeout: config.writer.response_timeout.0,
-            connect_timeout: defaults::GRPC_CONNECT_TIMEOUT,
-        },
-        auth,
-    )
-    .map_err(anyhow::Error::from)?;
-    Ok((client, rest))
 }
 
 /// The protocol's (and the ledger's) policies, every one from the config or its defaults.

@@ -71,7 +71,7 @@ pub fn run(config: &Config, selection: Selection) -> anyhow::Result<bool> {
         .build()
         .context("cannot start the async runtime")?;
     let client = runtime
-        .block_on(async { crate::pipeline::bigquery_clients(config) })?
+        .block_on(async { crate::bigquery::clients(config) })?
         .0;
     let mut ok = true;
     let mut considered = 0;

@@ -130,3 +130,7 @@ pub const SESSION_MAX_RECONNECT_ATTEMPTS: u32 = 20;
 /// order of minutes"), and how often it asks meanwhile.
 pub const SCHEMA_UPDATE_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SCHEMA_UPDATE_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The service's endpoints when `bigquery.endpoint` is not set.
+pub const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
+pub const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";
