@@ -190,7 +190,8 @@ impl<R> OpenBatch<R> {
 
     /// Adds the row `range` of `encoded` bytes, from the record at `offset`. `position` is the
     /// writer's position before this record (where the batch starts if this is its first
-    /// row); `now` starts the linger of a new batch.
+    /// row); `now` starts the linger of a new batch, and is read only then: a clock read per
+    /// row was a per-record cost of its own (BENCHMARKS.md, "Instructions, not seconds").
     pub fn push(
         &mut self,
         range: Range<usize>,
@@ -198,7 +199,7 @@ impl<R> OpenBatch<R> {
         record: R,
         offset: KafkaOffset,
         position: NextOffset,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) {
         debug_assert!(!position.covers(offset), "a record below the position");
         let end = NextOffset::after(offset);
@@ -208,7 +209,7 @@ impl<R> OpenBatch<R> {
                 *e = end;
             }
             None => {
-                self.opened_at = Some(now);
+                self.opened_at = Some(now());
                 self.kafka = Some((position, end));
             }
         }
@@ -285,14 +286,14 @@ mod tests {
         let offset_k = KafkaOffset(offset);
         match batch.placement(encoded, &LIMITS) {
             Placement::Append => {
-                batch.push(range, encoded, offset, offset_k, position, now);
+                batch.push(range, encoded, offset, offset_k, position, || now);
                 None
             }
             Placement::SealFirst => {
                 let row = batch.detach_row(range);
                 let sealed = batch.seal();
                 let range = batch.append_bytes(&row);
-                batch.push(range, encoded, offset, offset_k, position, now);
+                batch.push(range, encoded, offset, offset_k, position, || now);
                 sealed
             }
         }
@@ -428,8 +429,8 @@ mod tests {
         let mut b = OpenBatch::<i64>::default();
         let t0 = Instant::now();
         let linger = Duration::from_millis(100);
-        b.push(0..0, 2, 0, KafkaOffset(0), NextOffset(0), t0);
-        b.push(0..0, 2, 1, KafkaOffset(1), NextOffset(1), t0 + linger);
+        b.push(0..0, 2, 0, KafkaOffset(0), NextOffset(0), || t0);
+        b.push(0..0, 2, 1, KafkaOffset(1), NextOffset(1), || t0 + linger);
         assert_eq!(b.deadline(linger), Some(t0 + linger));
     }
 

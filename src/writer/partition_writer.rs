@@ -467,7 +467,7 @@ impl PartitionWriter {
         };
         let offset = record.offset;
         let position = self.prefix.position();
-        let now = Instant::now().into_std();
+        let now = || Instant::now().into_std();
         self.open
             .push(range, encoded, record, offset, position, now);
         self.prefix.taken(NextOffset::after(offset));
