@@ -1296,8 +1296,13 @@ async fn a_replica_killed_during_its_handoff_loses_and_duplicates_nothing() {
 // ---------------------------------------------------------------------------------------------
 // 8. Retention deletes records the daemon has not read yet.
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_the_reason() {
+/// Where both policies start: one partition read far behind its end while appends hang, then
+/// retention (delete-records) removes every record below [`LOG_START`], records the daemon has not
+/// read, and the appends come back, so the daemon reads on into the gap.
+async fn a_lagging_reader_meets_deleted_records(
+    name: &str,
+    recovery: Vec<String>,
+) -> (Fixture, Daemon) {
     let f = Fixture::new(1).await;
     // A small memory budget and prefetch: while appends hang, the daemon reads a few hundred
     // records and stops, far behind the end of the partition.
@@ -1307,16 +1312,17 @@ async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_
             "  max_inflight_bytes: 64KiB".into(),
             "  memory_limit: 64KiB".into(),
         ],
+        recovery,
         ..Tweaks::default()
     };
-    let config = f.config_with(&unique_name("out-of-range"), &tweaks);
+    let config = f.config_with(&unique_name(name), &tweaks);
     let text = std::fs::read_to_string(&config).expect("config").replace(
         "    heartbeat.interval.ms: \"500\"\n",
         "    heartbeat.interval.ms: \"500\"\n    queued.max.messages.kbytes: \"1\"\n    max.partition.fetch.bytes: \"1024\"\n",
     );
     std::fs::write(&config, text).expect("config");
     f.produce(100);
-    let mut d = Daemon::start_named(&config, "out-of-range");
+    let d = Daemon::start_named(&config, name);
     f.wait_exactly_once(Duration::from_secs(120));
     f.emulator
         .faults
@@ -1335,7 +1341,7 @@ async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_
     // read. Then the appends come back and the daemon reads on, into the gap.
     let mut delete = rdkafka::TopicPartitionList::new();
     delete
-        .add_partition_offset(&f.topic, 0, rdkafka::Offset::Offset(15_000))
+        .add_partition_offset(&f.topic, 0, rdkafka::Offset::Offset(LOG_START))
         .expect("offset");
     let admin = support::kafka::admin_client(&f.bootstrap);
     admin
@@ -1343,6 +1349,15 @@ async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_
         .await
         .expect("delete records");
     f.emulator.faults.clear();
+    (f, d)
+}
+
+/// The log start after the deletion; 20,100 records were produced.
+const LOG_START: i64 = 15_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_the_reason() {
+    let (_f, mut d) = a_lagging_reader_meets_deleted_records("out-of-range", Vec::new()).await;
     wait_until(
         Duration::from_secs(120),
         "the partition to fail closed",
@@ -1358,6 +1373,60 @@ async fn records_deleted_past_a_lagging_position_fail_the_partition_closed_with_
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("below the log start"), "{body}");
     assert_eq!(d.metric("kbq_partitions_failed"), 1.0);
+    let status = d.terminate();
+    assert!(status.success(), "a clean exit: {status:?}");
+}
+
+/// `recovery.on_out_of_range: earliest`: the partition continues at the log start. What the
+/// daemon had read is visible exactly once, a prefix of the partition; every retained record is
+/// visible exactly once; the skipped records, and only they, are counted as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn under_earliest_records_deleted_past_a_lagging_position_are_skipped_and_counted() {
+    let recovery = vec!["  on_out_of_range: earliest".to_string()];
+    let (f, mut d) =
+        a_lagging_reader_meets_deleted_records("out-of-range-earliest", recovery).await;
+    let produced = 20_100;
+    wait_until(
+        Duration::from_secs(180),
+        "every retained record visible",
+        || {
+            let retained = f.visible().keys().filter(|(_, o)| *o >= LOG_START).count();
+            retained as i64 == produced - LOG_START
+        },
+    );
+    let visible = f.visible();
+    assert!(
+        visible.values().all(|&n| n == 1),
+        "a record written twice: {:?}",
+        visible
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let read: Vec<i64> = (visible.keys().map(|(_, o)| *o))
+        .filter(|o| *o < LOG_START)
+        .collect();
+    let p = read.len() as i64;
+    assert_eq!(
+        read,
+        (0..p).collect::<Vec<_>>(),
+        "what was read is a prefix"
+    );
+    assert!(
+        p < LOG_START,
+        "the daemon read everything before the deletion"
+    );
+    wait_until(Duration::from_secs(30), "the lost records counted", || {
+        d.metric("kbq_lost_records_total") > 0.0
+    });
+    assert_eq!(d.metric("kbq_lost_records_total"), (LOG_START - p) as f64);
+    assert_eq!(d.metric("kbq_partitions_failed"), 0.0);
+    assert_eq!(
+        d.logged("records deleted by retention before they were visible")
+            .len(),
+        1
+    );
     let status = d.terminate();
     assert!(status.success(), "a clean exit: {status:?}");
 }

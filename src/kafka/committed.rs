@@ -220,7 +220,12 @@ pub fn seek<C: ConsumerContext>(
             Ok(result) => result
                 .elements()
                 .iter()
-                .map(|e| e.error().map_err(|err| err.to_string()))
+                .map(|e| match e.error() {
+                    Err(err) if err.rdkafka_error_code() == Some(RDKafkaErrorCode::State) => {
+                        restart(consumer, tp, to)
+                    }
+                    other => other.map_err(|err| err.to_string()),
+                })
                 .collect(),
             Err(e) => vec![Err(e.to_string())],
         }
@@ -235,6 +240,32 @@ pub fn seek<C: ConsumerContext>(
         Some(other) => Err(format!("position is {other:?} after the seek to {to}")),
         None => Err("the partition is not in the assignment".into()),
     }
+}
+
+/// Assigns `tp` again at `to`, paused. librdkafka stops a partition's fetcher for good when it
+/// meets an offset it may not reset (`auto.offset.reset` is `error`: a position below the log
+/// start), and a seek then answers `__STATE`; only an assignment starts the fetcher again. The
+/// partition stays in the group's assignment: this changes only where librdkafka fetches it,
+/// as the rebalance callback's incremental assign does (docs/operations.md, "Records deleted
+/// before they were written").
+fn restart<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tp: &TopicPartition,
+    to: NextOffset,
+) -> Result<(), String> {
+    let one = tpl_of(std::slice::from_ref(tp));
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to.0))
+        .map_err(|e| format!("bad seek offset: {e}"))?;
+    consumer
+        .incremental_unassign(&one)
+        .map_err(|e| format!("fetcher stopped, unassign failed: {e}"))?;
+    consumer
+        .incremental_assign(&at)
+        .map_err(|e| format!("fetcher stopped, assign again failed: {e}"))?;
+    consumer
+        .pause(&one)
+        .map_err(|e| format!("fetcher restarted, pause failed: {e}"))
 }
 
 /// The application position of `tp` (the offset after the last record handed out, or

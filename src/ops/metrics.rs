@@ -194,6 +194,7 @@ pub struct Metrics {
     pub cdc_bad_records: Family<ChangeBadLabels, Counter>,
     pub recovery_actions: Family<OutcomeLabel, Counter>,
     pub rewound_records: Family<TopicLabel, Counter>,
+    pub lost_records: Family<TopicLabel, Counter>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
     pub rebalances: Family<KindLabel, Counter>,
     pub schema_registry_requests: Family<ResultLabel, Counter>,
@@ -251,6 +252,7 @@ impl Metrics {
             cdc_bad_records: Family::default(),
             recovery_actions: Family::default(),
             rewound_records: Family::default(),
+            lost_records: Family::default(),
             consumer_lag: Family::default(),
             rebalances: Family::default(),
             schema_registry_requests: Family::default(),
@@ -352,6 +354,11 @@ impl Metrics {
             "kbq_rewound_records",
             "Records re-delivered by a rewind recovery",
             self.rewound_records.clone(),
+        );
+        r.register(
+            "kbq_lost_records",
+            "Records deleted by retention before they were written, skipped under recovery.on_out_of_range: earliest",
+            self.lost_records.clone(),
         );
     }
 
@@ -472,6 +479,7 @@ impl Metrics {
                 &self.records_consumed,
                 &self.bytes_consumed,
                 &self.rewound_records,
+                &self.lost_records,
             ] {
                 let _ = family.get_or_create(&topic);
             }

@@ -92,9 +92,6 @@ impl Coordinator {
 /// The outcomes that are only logged.
 fn log_outcome(outcome: Outcome) {
     match outcome {
-        Outcome::RecordsLost { tp, from, to } => {
-            tracing::error!(partition = %tp, from = from.0, to = to.0, "records deleted by retention before they were visible");
-        }
         Outcome::CommitFailed { tp, error } => {
             let class = match error {
                 CommitError::Partition(_) => "partition",
@@ -146,6 +143,14 @@ fn count_recovery(m: &Metrics, outcome: Outcome) -> Option<Outcome> {
         Outcome::Anomaly { tp, stream } => {
             recovery(RecoveryOutcome::Anomaly);
             tracing::error!(partition = %tp, stream = %stream, "recovery: flush cursor past the checkpoint; rows after it may be written twice");
+        }
+        Outcome::RecordsLost { tp, from, to } => {
+            m.lost_records
+                .get_or_create(&TopicLabel {
+                    topic: tp.topic.clone(),
+                })
+                .inc_by(from.distance_to(to));
+            tracing::error!(partition = %tp, from = from.0, to = to.0, "records deleted by retention before they were visible");
         }
         Outcome::Rewound { tp, from, to, .. } => {
             recovery(RecoveryOutcome::Rewound);
