@@ -291,7 +291,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// The next key of an object, or `None` at its end. `first` is true right after `{`.
-    #[inline]
+    #[inline(always)]
     pub fn next_key(&mut self, first: bool) -> Result<Option<Cow<'a, [u8]>>, RecordError> {
         self.ws();
         match self.b.get(self.pos) {
