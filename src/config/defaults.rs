@@ -7,7 +7,7 @@ use crate::checkpoint::protocol::{
 };
 use crate::transcode::protobuf::MessageIndexEncoding;
 use crate::transcode::{MapMode, UnknownFields};
-use crate::writer::partition_writer::BadRecordPolicy;
+use kbq_core::bad_record::BadRecordPolicy;
 use std::time::Duration;
 
 /// Exactly once, the point of the sink; at least once is the operator's choice.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::transcode::protobuf::MessageIndexEncoding;
-use crate::writer::partition_writer::BadRecordPolicy;
+use kbq_core::bad_record::BadRecordPolicy;
 
 mod bigquery;
 mod cdc;

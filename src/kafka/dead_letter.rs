@@ -17,6 +17,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::consumer::Record;
+pub use kbq_core::bad_record::BadRecord;
 
 /// Header names written on every dead-lettered record.
 pub mod headers {
@@ -26,13 +27,6 @@ pub mod headers {
     pub const SOURCE_PARTITION: &str = "kbq.source.partition";
     pub const SOURCE_OFFSET: &str = "kbq.source.offset";
     pub const SOURCE_TIMESTAMP: &str = "kbq.source.timestamp";
-}
-
-/// Why a record was dead-lettered: a bounded class (a metric label) and a human reason.
-#[derive(Debug, Clone)]
-pub struct BadRecord {
-    pub class: &'static str,
-    pub reason: String,
 }
 
 #[derive(Clone)]

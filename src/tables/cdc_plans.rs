@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use super::plans::{RegistryInput, WriterSchema, writer_schema};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use crate::kafka::dead_letter::BadRecord;
 use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
 use crate::transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, ConnectEnvelope,
@@ -17,6 +16,7 @@ use crate::transcode::change::{
 };
 use crate::transcode::protobuf::{MessagePath, split_message_indexes};
 use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
+use kbq_core::bad_record::BadRecord;
 
 use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 

@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use crate::bigquery::rest_client::{RestClient, RestError, TableReference};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::bigquery::write_client::WriteClient;
-use crate::kafka::dead_letter::BadRecord;
 use crate::transcode::DeriveOptions;
 use crate::writer::partition_writer::PlanLookupError;
+use kbq_core::bad_record::BadRecord;
 
 use super::plans::{RegistryPlans, WriterSchema, incompatible};
 

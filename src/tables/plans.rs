@@ -17,7 +17,6 @@ use prometheus_client::metrics::counter::Counter;
 use prost_reflect::MessageDescriptor;
 
 use crate::bigquery::table_schema::TableSchema;
-use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{Metrics, ResultLabel};
 use crate::registry::{AnySchema, RegistryError, SchemaKind, SchemaRegistry};
 use crate::transcode::json::{JsonSchema, table_schema_from_json};
@@ -28,6 +27,7 @@ use crate::transcode::{
     AvroSchema, DeriveError, DeriveOptions, Plan, PlanOptions, RecordError, split_confluent,
     table_schema_from_avro,
 };
+use kbq_core::bad_record::BadRecord;
 
 use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
 

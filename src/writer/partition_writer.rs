@@ -44,7 +44,7 @@ use super::prefix::{InflightRequest, Prefix};
 use super::stream_quota::StreamCreationLimiter;
 
 pub use super::plan_source::{PlanLookup, PlanLookupError, PlanSource, WriterRoute};
-pub use bad_record::BadRecordPolicy;
+pub use kbq_core::bad_record::BadRecordPolicy;
 
 mod bad_record;
 mod change;

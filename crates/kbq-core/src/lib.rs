@@ -3,6 +3,7 @@
 //! state machine, and BigQuery's table schema types. Nothing here does I/O or needs an async
 //! runtime; the crate's dependency list is what keeps it that way.
 
+pub mod bad_record;
 pub mod ledger;
 pub mod metadata;
 pub mod model;

@@ -8,7 +8,7 @@ use crate::config::{
     CheckpointConfig, Config, ConfigError, Delivery, WriterConfig, limits, resolve_missing_columns,
     resolve_partition_filters,
 };
-use crate::writer::partition_writer::BadRecordPolicy;
+use kbq_core::bad_record::BadRecordPolicy;
 
 use super::{Validator, checkpoint_metadata_worst_case_len, is_kafka_topic_name, quoted_key};
 

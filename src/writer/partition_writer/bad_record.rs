@@ -4,21 +4,10 @@
 
 use crate::checkpoint::offsets::NextOffset;
 use crate::kafka::consumer::Record;
-use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::ReasonLabel;
+use kbq_core::bad_record::{BadRecord, BadRecordPolicy};
 
 use super::{PartitionWriter, RunEnd, unless_stopped};
-
-/// `on_bad_record`: what to do with a record that cannot become a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BadRecordPolicy {
-    DeadLetter,
-    /// Count it and move on (explicit opt-in).
-    Skip,
-    /// Stop the partition.
-    Fail,
-}
 
 impl PartitionWriter {
     /// A record that cannot become a row, taken in offset order: dead-letter it (acknowledged)

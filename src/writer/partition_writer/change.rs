@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use crate::kafka::consumer::Record;
-use crate::kafka::dead_letter::BadRecord;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
 use crate::tables::cdc_plans::ChangePlans;
 use crate::transcode::Plan;
 use crate::transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
+use kbq_core::bad_record::BadRecord;
 
 use super::{NextOffset, PartitionWriter, RowBody, RunEnd};
 
