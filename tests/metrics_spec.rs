@@ -6,8 +6,6 @@
 //! delivery mode can change run in both modes: one coordinator shell serves both, with one
 //! readiness rule and one metrics path (docs/architecture.md, "Readiness").
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
 #[path = "support/exposition.rs"]
 mod exposition;
 mod support;
@@ -22,13 +20,10 @@ use apache_avro::Schema;
 use apache_avro::types::Value;
 use daemon_support::{Daemon, Registry, free_port, http_get, wait_for};
 use exposition::{Sample, assert_matches_spec, parse, samples_of, scrape, scrape_until, sum};
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::server::Emulator;
-use kafka_bigquery_sink::emulator::store::TableRef;
+use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema};
 use kafka_bigquery_sink::transcode::frame_confluent;
-use support::kafka::{
-    KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
-};
+use support::kafka::{produce_to_partition, producer, unique_name};
+use support::sink::{Fixture as SinkFixture, Tweaks};
 
 const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"test","fields":[
   {"name":"id","type":"long"},
@@ -53,17 +48,22 @@ impl Delivery {
     }
 }
 
+/// The shared daemon fixture (`tests/support/sink.rs`: topic, dead-letter topic, emulator,
+/// config) with this file's table, event schema, registry with credentials and delivery mode.
 struct Fixture {
-    emulator: Emulator,
-    bootstrap: &'static str,
-    topic: String,
-    dlq: String,
-    table: String,
-    dir: tempfile::TempDir,
+    sink: SinkFixture,
     schema: Schema,
     registry: SocketAddr,
     _registry: std::sync::Arc<Registry>,
     delivery: Delivery,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = SinkFixture;
+
+    fn deref(&self) -> &SinkFixture {
+        &self.sink
+    }
 }
 
 impl Fixture {
@@ -72,25 +72,13 @@ impl Fixture {
     }
 
     async fn with_delivery(partitions: i32, delivery: Delivery) -> Fixture {
-        let emulator = emulator_support::start().await;
-        let bootstrap = KafkaBroker::shared();
-        let topic = unique_name("events");
-        let dlq = format!("{topic}-dlq");
-        create_topic_blocking(bootstrap, &topic, partitions);
-        create_topic_blocking(bootstrap, &dlq, 1);
-        let table = topic.replace('-', "_");
-        emulator_support::create_table(
-            &emulator.store,
-            &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
-            TableSchema {
-                fields: vec![
-                    TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
-                    TableFieldSchema::new("name", FieldType::String, Mode::Required),
-                    TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
-                    TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
-                ],
-            },
-        );
+        let sink = SinkFixture::new(partitions).await;
+        // Registry input does not create the table: it exists beforehand, with the event's
+        // columns and the fixture's metadata columns.
+        sink.create_table_with_metadata(vec![
+            TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+            TableFieldSchema::new("name", FieldType::String, Mode::Required),
+        ]);
         use base64::Engine;
         let basic = base64::engine::general_purpose::STANDARD
             .encode(format!("{REGISTRY_USER}:{REGISTRY_PASSWORD}"));
@@ -100,12 +88,7 @@ impl Fixture {
         )
         .await;
         Fixture {
-            emulator,
-            bootstrap,
-            topic,
-            dlq,
-            table,
-            dir: tempfile::tempdir().expect("temp dir"),
+            sink,
             schema: Schema::parse_str(SCHEMA).expect("schema"),
             registry,
             _registry: reg,
@@ -114,62 +97,33 @@ impl Fixture {
     }
 
     /// A config with secrets in it (the registry password and a SASL password, which librdkafka
-    /// ignores on a plaintext connection) and JSON logs.
-    fn config(&self, name: &str, group: &str, metrics: u16) -> PathBuf {
-        let path = self.dir.path().join(format!("{name}.yaml"));
-        let text = format!(
-            r#"
-kafka:
-  bootstrap_servers: "{bootstrap}"
-  group_id: "{group}"
-  topics: ["{topic}"]
-  properties:
-    session.timeout.ms: "6000"
-    heartbeat.interval.ms: "500"
-    statistics.interval.ms: "1000"
-    sasl.username: "svc-sink"
-    sasl.password: "{SASL_PASSWORD}"
-schema_registry:
-  url: "http://{registry}"
-  username: "{REGISTRY_USER}"
-  password: "{REGISTRY_PASSWORD}"
-  not_found_grace: 1s
-bigquery:
-  project: p
-  dataset: d
-  table: "{table}"
-  endpoint: "http://{emulator}"
-  credentials: none
-  metadata_columns:
-    partition: kafka_partition
-    offset: kafka_offset
-dead_letter:
-  topic: "{dlq}"
-checkpoint:
-  interval: 300ms
-metrics:
-  listen: "127.0.0.1:{metrics}"
-log:
-  format: json
-  level: info
-shutdown_deadline: 20s
-delivery: {delivery}
-"#,
-            bootstrap = self.bootstrap,
-            topic = self.topic,
-            registry = self.registry,
-            table = self.table,
-            emulator = self.emulator.addr,
-            dlq = self.dlq,
-            delivery = self.delivery.yaml(),
-        );
-        std::fs::write(&path, text).expect("write config");
-        path
+    /// ignores on a plaintext connection) and JSON logs; `name` tells apart the configs of one
+    /// group.
+    fn config(&self, name: &'static str, group: &str, metrics: u16) -> PathBuf {
+        self.sink.config_with(
+            group,
+            &Tweaks {
+                registry_url: Some(format!("http://{}", self.registry)),
+                registry_credentials: Some((REGISTRY_USER, REGISTRY_PASSWORD)),
+                kafka_properties: vec![
+                    r#"    statistics.interval.ms: "1000""#.to_string(),
+                    r#"    sasl.username: "svc-sink""#.to_string(),
+                    format!(r#"    sasl.password: "{SASL_PASSWORD}""#),
+                ],
+                checkpoint_interval: "300ms",
+                metrics_port: metrics,
+                delivery: Some(self.delivery.yaml()),
+                name: Some(name),
+                ..Tweaks::default()
+            },
+        )
     }
 
+    /// Produces the events `ids` round-robin over `partitions` partitions, Confluent-framed
+    /// with schema id 1.
     #[allow(deprecated)]
-    fn produce(&self, ids: std::ops::Range<i64>, partitions: i32) {
-        let p = producer(self.bootstrap);
+    fn produce_events(&self, ids: std::ops::Range<i64>, partitions: i32) {
+        let p = producer(&self.bootstrap);
         let mut per: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
         for id in ids {
             let value = Value::Record(vec![
@@ -190,27 +144,11 @@ delivery: {delivery}
         }
     }
 
-    fn produce_raw(&self, partition: i32, payloads: &[&[u8]]) {
-        let p = producer(self.bootstrap);
-        let refs: Vec<(&[u8], &[u8])> = payloads.iter().map(|v| (b"bad".as_slice(), *v)).collect();
-        produce_to_partition(&p, &self.topic, partition, &refs);
-    }
-
-    fn visible(&self) -> usize {
-        let r =
-            TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("ref");
-        self.emulator
-            .store
-            .read_visible_rows(&r, 0, usize::MAX)
-            .map(|page| page.rows.len())
-            .unwrap_or(0)
-    }
-
     /// Whether the group's committed offset of every partition is its high watermark.
     fn fully_committed(&self, group: &str) -> bool {
         use rdkafka::TopicPartitionList;
         use rdkafka::consumer::{BaseConsumer, Consumer};
-        let consumer: BaseConsumer = support::kafka::consumer_config(self.bootstrap, group)
+        let consumer: BaseConsumer = support::kafka::consumer_config(&self.bootstrap, group)
             .create()
             .expect("consumer");
         let mut tpl = TopicPartitionList::new();
@@ -316,8 +254,11 @@ async fn every_metric_of_the_spec(delivery: Delivery) {
         {"rpc": "AppendRows", "action": {"fail": {"code": "UNAVAILABLE", "in_stream": true}}, "nth": 2, "times": 1}
     ]))
     .await;
-    f.produce(0..3_000, PARTITIONS);
-    f.produce_raw(0, &[b"\x05not confluent", &[0, 0, 0, 0, 99, 2, 4]]);
+    f.produce_events(0..3_000, PARTITIONS);
+    f.source.produce_raw(
+        0,
+        &[b"\x05not confluent".to_vec(), vec![0, 0, 0, 0, 99, 2, 4]],
+    );
 
     let daemon = Daemon::start_logging_to(&config, RUST_LOG, &log1);
     let healthz = wait_for(Duration::from_secs(60), || async {
@@ -351,7 +292,7 @@ async fn every_metric_of_the_spec(delivery: Delivery) {
         settled,
         "lag 0 on every partition, all rows flushed, an empty cycle since:\n{text}"
     );
-    assert_eq!(f.visible(), 3_000);
+    assert_eq!(f.visible_count(), 3_000);
     // Both modes count the injected AppendRows error (at least once, the FlushRows fault never
     // fires: the `_default` stream is not flushed), so the errors family is present in both.
     assert_matches_spec(&text, &[]);
@@ -461,7 +402,7 @@ async fn crash_between_commit_and_flush(
     ]))
     .await;
     let flushed_before = sum(s, "kbq_rows_flushed_total", &[]);
-    f.produce(3_000..3_300, PARTITIONS);
+    f.produce_events(3_000..3_300, PARTITIONS);
     // Read from Kafka, not from the lag gauge: the gauge's high watermark comes from statistics
     // and may lag behind the produce by a statistics interval.
     let committed = wait_for(Duration::from_secs(120), || async {
@@ -490,12 +431,12 @@ async fn crash_between_commit_and_flush(
     .await;
     assert!(recovered, "recovery counted after the restart:\n{text}");
     assert_matches_spec(&text, &["kbq_bigquery_errors_total"]);
-    f.produce(3_300..3_400, PARTITIONS);
+    f.produce_events(3_300..3_400, PARTITIONS);
     let visible = wait_for(Duration::from_secs(90), || async {
-        (f.visible() == 3_400).then_some(())
+        (f.visible_count() == 3_400).then_some(())
     })
     .await;
-    assert!(visible.is_some(), "{} rows visible", f.visible());
+    assert!(visible.is_some(), "{} rows visible", f.visible_count());
     let (status, _) = http_get(addr, "/readyz").await.expect("readyz");
     assert_eq!(status, 200);
     let (text, finalized) = scrape_until(addr, Duration::from_secs(60), |s| {
@@ -563,7 +504,7 @@ async fn readiness_waits_for_the_group(delivery: Delivery) {
     let nowhere = f.config("nowhere", &unique_name("probes"), port);
     let text = std::fs::read_to_string(&nowhere)
         .unwrap()
-        .replace(f.bootstrap, &format!("127.0.0.1:{}", free_port()));
+        .replace(f.bootstrap.as_str(), &format!("127.0.0.1:{}", free_port()));
     std::fs::write(&nowhere, text).unwrap();
     let mut lonely = Daemon::start_logging_to(&nowhere, "info,rdkafka=off", &log);
     let answered = wait_for(Duration::from_secs(60), || async {
@@ -637,13 +578,15 @@ async fn stalled_partition(delivery: Delivery) {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let config = f.config("stall", &group, port);
-    let text = std::fs::read_to_string(&config).unwrap().replace(
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("\n  interval: 300ms\n"), "{text}");
+    let text = text.replace(
         "  interval: 300ms\n",
         "  interval: 300ms\n  partition_stall_timeout: 3s\n",
     );
     std::fs::write(&config, text).unwrap();
     let log = f.dir.path().join("stall.log");
-    f.produce(0..100, 1);
+    f.produce_events(0..100, 1);
     let mut daemon = Daemon::start_logging_to(&config, "info,rdkafka=warn", &log);
     let ready = wait_for(Duration::from_secs(90), || async {
         http_get(addr, "/readyz").await.filter(|(s, _)| *s == 200)
@@ -651,10 +594,10 @@ async fn stalled_partition(delivery: Delivery) {
     .await;
     assert!(ready.is_some(), "ready at first; log:\n{}", tail(&log));
     let all = wait_for(Duration::from_secs(90), || async {
-        (f.visible() == 100).then_some(())
+        (f.visible_count() == 100).then_some(())
     })
     .await;
-    assert!(all.is_some(), "{} rows visible", f.visible());
+    assert!(all.is_some(), "{} rows visible", f.visible_count());
 
     // Every append now hangs for 20 s: records wait, nothing is acknowledged, and every
     // checkpoint cycle is empty (a success for the other readiness rules).
@@ -662,7 +605,7 @@ async fn stalled_partition(delivery: Delivery) {
         {"rpc": "AppendRows", "action": {"delay": {"ms": 20000}}}
     ]))
     .await;
-    f.produce(100..300, 1);
+    f.produce_events(100..300, 1);
     let stalled = wait_for(Duration::from_secs(60), || async {
         http_get(addr, "/readyz")
             .await
@@ -704,7 +647,7 @@ async fn stalled_partition(delivery: Delivery) {
     assert!(cleared.status().is_success());
     let moving = wait_for(Duration::from_secs(90), || async {
         let ready = http_get(addr, "/readyz").await?.0 == 200;
-        (ready && f.visible() == 300).then_some(())
+        (ready && f.visible_count() == 300).then_some(())
     })
     .await;
     assert!(moving.is_some(), "ready again; log:\n{}", tail(&log));

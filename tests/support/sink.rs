@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
 use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
@@ -203,6 +203,8 @@ pub struct Tweaks {
     /// Confluent-framed input through this registry instead of the fixed `.avsc`; the table must
     /// exist then.
     pub registry_url: Option<String>,
+    /// `schema_registry.username` and `password` with a registry.
+    pub registry_credentials: Option<(&'static str, &'static str)>,
     /// `schema_registry.not_found_grace` with a registry.
     pub not_found_grace: &'static str,
     /// Lines under `recovery:` (indented by the caller's two spaces).
@@ -227,12 +229,21 @@ pub struct Tweaks {
     pub registry_tables: bool,
     /// `bigquery.schema_update` on a table that exists (`add_columns`, `none`).
     pub schema_update: Option<&'static str>,
+    /// Lines under `kafka.properties:` after the fixture's own (indented by the caller's four
+    /// spaces).
+    pub kafka_properties: Vec<String>,
+    /// The port of `metrics.listen` on loopback; 0 lets the system pick one.
+    pub metrics_port: u16,
+    /// Appended to the config file's name: two configs of one group that differ in what the
+    /// name does not show (e.g. the metrics port of two replicas) need distinct files.
+    pub name: Option<&'static str>,
 }
 
 impl Default for Tweaks {
     fn default() -> Self {
         Tweaks {
             registry_url: None,
+            registry_credentials: None,
             not_found_grace: "1s",
             recovery: Vec::new(),
             writer: Vec::new(),
@@ -246,6 +257,9 @@ impl Default for Tweaks {
             schemaless_json: false,
             registry_tables: false,
             schema_update: None,
+            kafka_properties: Vec::new(),
+            metrics_port: 0,
+            name: None,
         }
     }
 }
@@ -334,6 +348,7 @@ impl Fixture {
             tweaks.delivery,
             tweaks.topic.as_deref(),
             tweaks.topic_pattern.as_ref().map(|_| "pattern"),
+            tweaks.name,
         ]
         .into_iter()
         .flatten()
@@ -343,8 +358,14 @@ impl Fixture {
         let path = self.dir.path().join(format!("{name}.yaml"));
         let input = match &tweaks.registry_url {
             Some(url) => format!(
-                "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n{}",
+                "schema_registry:\n  url: \"{url}\"\n  retries: 2\n  not_found_grace: {}\n{}{}",
                 tweaks.not_found_grace,
+                tweaks
+                    .registry_credentials
+                    .map(|(user, password)| format!(
+                        "  username: \"{user}\"\n  password: \"{password}\"\n"
+                    ))
+                    .unwrap_or_default(),
                 tweaks
                     .format
                     .map(|f| format!("  format: {f}\n"))
@@ -394,7 +415,7 @@ kafka:
   properties:
     session.timeout.ms: "6000"
     heartbeat.interval.ms: "500"
-{input}bigquery:
+{properties}{input}bigquery:
   project: p
   dataset: d
   table: "{table}"
@@ -409,7 +430,7 @@ dead_letter:
 checkpoint:
   interval: {interval}
 metrics:
-  listen: "127.0.0.1:0"
+  listen: "127.0.0.1:{metrics_port}"
 log:
   format: json
 shutdown_deadline: {deadline}
@@ -418,6 +439,12 @@ shutdown_deadline: {deadline}
             table = self.table,
             emulator = self.emulator.addr,
             dlq = self.dlq,
+            properties = tweaks
+                .kafka_properties
+                .iter()
+                .map(|line| format!("{line}\n"))
+                .collect::<String>(),
+            metrics_port = tweaks.metrics_port,
             interval = tweaks.checkpoint_interval,
             deadline = tweaks.shutdown_deadline,
             delivery = tweaks
@@ -453,6 +480,17 @@ shutdown_deadline: {deadline}
         store
             .insert_table(Table::new(self.table_ref(), schema))
             .expect("table");
+    }
+
+    /// `create_table` with `columns` followed by the metadata columns the fixture's config
+    /// names (kafka_topic, kafka_partition, kafka_offset).
+    pub fn create_table_with_metadata(&self, mut columns: Vec<TableFieldSchema>) {
+        columns.extend([
+            TableFieldSchema::new("kafka_topic", FieldType::String, Mode::Required),
+            TableFieldSchema::new("kafka_partition", FieldType::Int64, Mode::Required),
+            TableFieldSchema::new("kafka_offset", FieldType::Int64, Mode::Required),
+        ]);
+        self.create_table(TableSchema { fields: columns });
     }
 
     /// Every visible (partition, offset), with how often it appears.
