@@ -29,7 +29,10 @@ use crate::emulator::store::StoreError;
 pub(super) struct SimWrite {
     pub(super) world: SharedDebug,
     pub(super) gate: Arc<Gate>,
+    /// The replica.
     pub(super) process: usize,
+    /// The process of the replica that sends through this transport (`#n` in the trace).
+    pub(super) number: usize,
 }
 
 pub(super) fn status_error(e: &StoreError) -> WriteError {
@@ -187,6 +190,7 @@ impl WriteTransport for SimWrite {
                 world: self.world.clone(),
                 gate: self.gate.clone(),
                 process: self.process,
+                number: self.number,
                 inner: Mutex::new(AppendCall {
                     session: EmulatorSession::new(store, 10 << 20),
                     stream: first.write_stream.clone(),
@@ -208,6 +212,8 @@ pub(super) struct SimAppend {
     pub(super) world: SharedDebug,
     pub(super) gate: Arc<Gate>,
     pub(super) process: usize,
+    /// The process that opened the call (`SimWrite::number`).
+    pub(super) number: usize,
     pub(super) inner: Mutex<AppendCall>,
 }
 
@@ -356,7 +362,7 @@ impl SimAppend {
                 self.process,
                 applied
             ));
-            w.appended_default(self.process, &applied);
+            w.appended_default(self.process, self.number, &applied);
         } else {
             let what = match reply {
                 AppendReply::Failed(e) => {
@@ -405,7 +411,8 @@ impl AppendTransport for SimAppend {
                         // to send them again unless the consumer delivers them again.
                         let mut w = lock(&self.world.0);
                         for at in applied {
-                            if let Some(d) = w.ledger[self.process].get_mut(&at) {
+                            let ledger = w.ledgers.get_mut(&self.number);
+                            if let Some(d) = ledger.and_then(|l| l.get_mut(&at)) {
                                 d.unanswered = d.unanswered.saturating_sub(1);
                             }
                         }

@@ -95,7 +95,13 @@ impl World {
     /// as at-least-once allows it: the consumer delivered it again (a restart from an earlier
     /// offset), or an append of it was applied but its answer never reached the session (a
     /// resend after a broken call or a timeout).
-    pub(super) fn appended_default(&mut self, process: usize, rows: &[(usize, i64)]) {
+    /// `number` is the process of replica `process` that sent them (it may have died since).
+    pub(super) fn appended_default(
+        &mut self,
+        process: usize,
+        number: usize,
+        rows: &[(usize, i64)],
+    ) {
         for &(p, x) in rows {
             let copies = self.appended.entry((p, x)).or_default();
             *copies += 1;
@@ -107,19 +113,21 @@ impl World {
             if fate != Fate::Row {
                 self.violate(format!("p{p}@{x} ({fate:?}) became a row"));
             }
-            let delivered = self.ledger[process].entry((p, x)).or_default();
+            let ledger = self.ledgers.entry(number).or_default();
+            let delivered = ledger.entry((p, x)).or_default();
             if delivered.unused > 0 {
                 delivered.unused -= 1;
             } else if delivered.unanswered > 0 {
                 delivered.unanswered -= 1;
             } else {
                 self.violate(format!(
-                    "at least once: r{process} appended p{p}@{x} again (copy {copies}) though every \
-                     earlier append of it was answered and the consumer did not deliver it again"
+                    "at least once: r{process} (#{number}) appended p{p}@{x} again (copy {copies}) \
+                     though every earlier append of it was answered and the consumer did not \
+                     deliver it again"
                 ));
             }
-            self.ledger[process]
-                .get_mut(&(p, x))
+            (self.ledgers.get_mut(&number))
+                .and_then(|l| l.get_mut(&(p, x)))
                 .expect("just set")
                 .unanswered += 1;
         }

@@ -356,7 +356,9 @@ impl Sim {
                 match sink.try_send(record) {
                     Ok(()) => {
                         if w.mode.at_least_once() {
-                            w.ledger[r].entry((*p, *position)).or_default().unused += 1;
+                            let number = w.running[r];
+                            let ledger = w.ledgers.entry(number).or_default();
+                            ledger.entry((*p, *position)).or_default().unused += 1;
                         }
                         *position += 1;
                     }

@@ -59,7 +59,8 @@ impl Sim {
             dead_letters: BTreeMap::new(),
             fields: route.fields,
             appended: BTreeMap::new(),
-            ledger: vec![BTreeMap::new(); REPLICAS],
+            ledgers: BTreeMap::new(),
+            running: vec![0; REPLICAS],
             mode: params.mode,
             source: BTreeSet::new(),
         };

@@ -2,6 +2,7 @@
 //! sessions and clients, over the simulated services); its start, SIGKILL, exit, and one turn
 //! of its coordinator's run loop.
 
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
@@ -67,7 +68,11 @@ impl Sim {
     pub(super) fn start(&mut self, r: usize) {
         self.processes += 1;
         // A new process: nothing delivered to its writers yet.
-        self.w().ledger[r].clear();
+        let number = self.processes;
+        let mut w = self.w();
+        w.running[r] = number;
+        w.ledgers.insert(number, BTreeMap::new());
+        drop(w);
         let gate = Arc::new(Gate(AtomicU8::new(RUNNING)));
         let metrics = Arc::new(Metrics::new());
         self.all_metrics.push(metrics.clone());
@@ -75,6 +80,7 @@ impl Sim {
             world: SharedDebug(self.world.clone()),
             gate: gate.clone(),
             process: r,
+            number: self.processes,
         }));
         let writer_shared = self.writer_shared(client.clone(), &gate, &metrics);
         let rest = RestClient::with_transport(Arc::new(SimRest {

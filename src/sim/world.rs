@@ -39,9 +39,13 @@ pub(super) struct World {
     /// At least once: how many rows of each record (partition, offset) were appended to the
     /// `_default` stream (visible at once).
     pub(super) appended: BTreeMap<(usize, i64), u32>,
-    /// At least once, per replica: what the consumer delivered to its writers and what their
-    /// appends were told, to judge every repeated append (docs/simulation.md).
-    pub(super) ledger: Vec<BTreeMap<(usize, i64), Delivered>>,
+    /// At least once, per process (by its number, `#n` in the trace): what its consumer
+    /// delivered to its writers and what their appends were told, to judge every repeated append
+    /// (docs/simulation.md). Per process, not per replica: an append a dead process sent can be
+    /// applied after its replica restarted, and is judged by what that process was given.
+    pub(super) ledgers: BTreeMap<usize, BTreeMap<(usize, i64), Delivered>>,
+    /// The number of the process each replica runs now.
+    pub(super) running: Vec<usize>,
     pub(super) mode: Mode,
     // Kafka
     pub(super) logs: Vec<Vec<Produced>>,
