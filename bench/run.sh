@@ -47,7 +47,7 @@ while (($#)); do
     # another build of the binary as the emulator (A/B of emulator changes, same sink)
     --emulator-bin) emulator_bin="$2"; shift 2 ;;
     # another build of the sink is the one measured (A/B of two commits under the same method,
-    # driver and emulator; BENCHMARKS.md, "Code or machine")
+    # driver and emulator; BENCHMARKS.md, "Code, method or machine")
     --sink-bin) measured_sink="$2"; shift 2 ;;
     # the emulator keeps every column of every row (as it does outside benchmarks)
     --emulator-keep-all) keep_columns=""; shift ;;
