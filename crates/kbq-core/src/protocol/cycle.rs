@@ -157,20 +157,8 @@ impl CheckpointProtocol {
         outcome: CommitOutcome,
         out: &mut Vec<Action>,
     ) {
-        if let Some((tp, _)) = self
-            .partitions
-            .iter()
-            .find(|(_, p)| p.phase == Phase::HandoffCommitting { commit })
-        {
-            // The handoff commit: whatever its result, the next owner re-flushes and finalizes.
-            let tp = tp.clone();
-            let committed = matches!(&outcome, CommitOutcome::PerPartition(r)
-                if r.iter().any(|(t, res)| *t == tp && res.is_ok()));
-            out.push(Action::Count(Outcome::HandedOff {
-                tp: tp.clone(),
-                committed,
-            }));
-            return self.release(tp, out);
+        if let Some(tp) = self.handoff_committing(commit) {
+            return self.on_handoff_commit(tp, &outcome, out);
         }
         let Some(cycle) = self.cycle.as_mut().filter(|c| c.commit == Some(commit)) else {
             return;
@@ -196,69 +184,10 @@ impl CheckpointProtocol {
                 || Err(CommitError::Request("no answer".into())),
                 |(_, r)| r.clone(),
             );
-            let ok = result.is_ok();
-            let Some(p) = self.partitions.get_mut(&tp) else {
-                // Revoked meanwhile: the commit was handed over before the revoke and completed
-                // before it (librdkafka holds the rejoin for it); nothing follows it.
-                continue;
-            };
-            if !matches!(p.phase, Phase::Running | Phase::Stopped) {
-                if ok {
-                    p.committed = Some(c.checkpoint().clone());
-                }
-                continue;
-            }
-            if let Err(error) = result {
+            if let EntryCommit::Failed { request } = self.on_entry_commit(tp, c, result, out) {
                 failed = true;
-                // A whole-request error (the group coordinator moving, __consumer_offsets short
-                // of replicas) says nothing about this partition: isolating on it would stop
-                // every partition for good after a broker hiccup. The read-back told us what
-                // landed; the rest is committed again next cycle.
-                if matches!(error, CommitError::Partition(_)) {
-                    p.commit_failures += 1;
-                } else {
-                    abandoned = true;
-                }
-                out.push(Action::Count(Outcome::CommitFailed {
-                    tp: tp.clone(),
-                    error,
-                }));
-                continue;
+                abandoned |= request;
             }
-            p.commit_failures = 0;
-            p.own_commit_landed = true;
-            let old = p.committed.replace(c.checkpoint().clone());
-            if let Some(old_stream) = old.and_then(|o| o.stream)
-                && c.checkpoint().stream.as_ref() != Some(&old_stream)
-                && !p.superseded.contains(&old_stream)
-            {
-                p.superseded.push(old_stream);
-            }
-            if c.incarnation() != p.progress.incarnation() {
-                // Built from an incarnation that was restarted since (its stream was lost): the
-                // commit landed, but its stream will never be flushed by us.
-                continue;
-            }
-            p.committed_bytes = c.bytes();
-            if p.paused
-                && p.progress.bytes().saturating_sub(p.committed_bytes)
-                    < self.config.max_uncommitted_bytes
-            {
-                p.paused = false;
-                out.push(Action::Resume { tp: tp.clone() });
-            }
-            let cp = c.checkpoint();
-            // The newest committed checkpoint replaces an older pending flush: on the same
-            // stream its r covers the older one, and a new stream only ever starts above f.
-            p.pending = match (&cp.stream, cp.flush_to) {
-                (Some(stream), Some(through)) if cp.needs_flush() => Some(PendingFlush {
-                    stream: stream.clone(),
-                    through,
-                    covers: cp.next,
-                    not_found: 0,
-                }),
-                _ => None,
-            };
         }
         let tps: Vec<_> = self.partitions.keys().cloned().collect();
         for tp in tps {
@@ -272,6 +201,66 @@ impl CheckpointProtocol {
         }
         self.isolate_failing(out);
         self.flush_phase(out);
+    }
+
+    /// The partition whose handoff commit `commit` is, if it is one.
+    fn handoff_committing(&self, commit: CommitId) -> Option<TopicPartition> {
+        self.partitions
+            .iter()
+            .find(|(_, p)| p.phase == Phase::HandoffCommitting { commit })
+            .map(|(tp, _)| tp.clone())
+    }
+
+    /// The handoff commit: whatever its result, the next owner re-flushes and finalizes.
+    fn on_handoff_commit(
+        &mut self,
+        tp: TopicPartition,
+        outcome: &CommitOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        let committed = matches!(outcome, CommitOutcome::PerPartition(r)
+            if r.iter().any(|(t, res)| *t == tp && res.is_ok()));
+        out.push(Action::Count(Outcome::HandedOff {
+            tp: tp.clone(),
+            committed,
+        }));
+        self.release(tp, out)
+    }
+
+    /// One partition's result in a cycle's commit.
+    fn on_entry_commit(
+        &mut self,
+        tp: TopicPartition,
+        c: Committable,
+        result: Result<(), CommitError>,
+        out: &mut Vec<Action>,
+    ) -> EntryCommit {
+        let cap = self.config.max_uncommitted_bytes;
+        let Some(p) = self.partitions.get_mut(&tp) else {
+            // Revoked meanwhile: the commit was handed over before the revoke and completed
+            // before it (librdkafka holds the rejoin for it); nothing follows it.
+            return EntryCommit::Settled;
+        };
+        if !matches!(p.phase, Phase::Running | Phase::Stopped) {
+            if result.is_ok() {
+                p.committed = Some(c.checkpoint().clone());
+            }
+            return EntryCommit::Settled;
+        }
+        let Err(error) = result else {
+            p.on_own_commit_landed(&tp, &c, cap, out);
+            return EntryCommit::Settled;
+        };
+        // A whole-request error (the group coordinator moving, __consumer_offsets short of
+        // replicas) says nothing about this partition: isolating on it would stop every
+        // partition for good after a broker hiccup. The read-back told us what landed; the rest
+        // is committed again next cycle.
+        let request = !matches!(error, CommitError::Partition(_));
+        if !request {
+            p.commit_failures += 1;
+        }
+        out.push(Action::Count(Outcome::CommitFailed { tp, error }));
+        EntryCommit::Failed { request }
     }
 
     /// A partition whose commit keeps failing (metadata too large, topic ACL, deleted topic) is
@@ -475,5 +464,61 @@ impl CheckpointProtocol {
             // The final cycles run back to back: commit, flush, commit again with f == K.
             self.start_cycle(out);
         }
+    }
+}
+
+/// What one partition's commit result means for the cycle.
+enum EntryCommit {
+    /// Landed, or nothing follows from it (revoked meanwhile, no longer running).
+    Settled,
+    /// Did not land: an error of the partition itself (counts towards isolation), or of the
+    /// whole request (`request`: counted as an abandoned cycle, never towards isolation).
+    Failed { request: bool },
+}
+
+impl PartitionState {
+    /// A commit of this process landed for a running (or stopped) partition: the checkpoint is
+    /// durable, the superseded stream is queued for finalize, the bounded tail may reopen and
+    /// the checkpoint's flush is pending.
+    fn on_own_commit_landed(
+        &mut self,
+        tp: &TopicPartition,
+        c: &Committable,
+        max_uncommitted_bytes: u64,
+        out: &mut Vec<Action>,
+    ) {
+        self.commit_failures = 0;
+        self.own_commit_landed = true;
+        let old = self.committed.replace(c.checkpoint().clone());
+        if let Some(old_stream) = old.and_then(|o| o.stream)
+            && c.checkpoint().stream.as_ref() != Some(&old_stream)
+            && !self.superseded.contains(&old_stream)
+        {
+            self.superseded.push(old_stream);
+        }
+        if c.incarnation() != self.progress.incarnation() {
+            // Built from an incarnation that was restarted since (its stream was lost): the
+            // commit landed, but its stream will never be flushed by us.
+            return;
+        }
+        self.committed_bytes = c.bytes();
+        if self.paused
+            && self.progress.bytes().saturating_sub(self.committed_bytes) < max_uncommitted_bytes
+        {
+            self.paused = false;
+            out.push(Action::Resume { tp: tp.clone() });
+        }
+        let cp = c.checkpoint();
+        // The newest committed checkpoint replaces an older pending flush: on the same
+        // stream its r covers the older one, and a new stream only ever starts above f.
+        self.pending = match (&cp.stream, cp.flush_to) {
+            (Some(stream), Some(through)) if cp.needs_flush() => Some(PendingFlush {
+                stream: stream.clone(),
+                through,
+                covers: cp.next,
+                not_found: 0,
+            }),
+            _ => None,
+        };
     }
 }
