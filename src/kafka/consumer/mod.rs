@@ -81,67 +81,17 @@ pub fn spawn(
 ) -> Result<(ConsumerHandle, mpsc::UnboundedReceiver<ConsumerEvent>), KafkaError> {
     let (command_tx, command_rx) = std_mpsc::channel();
     let (event_tx, event_rx) = mpsc::unbounded_channel();
-    let mut config = ClientConfig::new();
-    for (k, v) in &settings.properties {
-        config.set(k, v);
-    }
-    // Readiness and the lag gauges depend on the statistics: they cannot be switched off.
-    let statistics_off = settings
-        .properties
-        .get("statistics.interval.ms")
-        .is_none_or(|v| v.trim() == "0");
-    if settings.metrics.is_some() && statistics_off {
-        config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
-    }
+    let config = client_config(&settings);
     let lag = Arc::new(LagBook::default());
-    let watermarks = match &settings.metrics {
-        Some(metrics) => {
-            let every = config
-                .get("statistics.interval.ms")
-                .and_then(|ms| ms.trim().parse::<u64>().ok())
-                .filter(|ms| *ms > 0)
-                .map_or(Duration::from_secs(5), Duration::from_millis);
-            Some(WatermarkReader::spawn(
-                &settings,
-                every,
-                lag.clone(),
-                metrics.clone(),
-                event_tx.clone(),
-            )?)
-        }
-        None => None,
-    };
+    let watermarks = watermark_reader(&settings, &config, &lag, &event_tx)?;
     let context = SinkContext {
-        shared: Mutex::new(Shared {
-            commands: command_rx,
-            events: event_tx,
-            flow: Backpressure::default(),
-            initial_partitions: HashMap::new(),
-            owned: BTreeSet::new(),
-            seeking: HashMap::new(),
-            positions: HashMap::new(),
-            lag,
-            shutdown: false,
-        }),
+        shared: Mutex::new(Shared::new(command_rx, event_tx, lag)),
         settings: settings.clone(),
         brokers: Default::default(),
     };
     let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
+    count_initial_partitions(&consumer, &settings);
     let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
-    // Partition counts at subscription time: a partition above them was added at runtime, which
-    // has its own start policy (docs/architecture.md#start-cases).
-    {
-        let mut shared = consumer.context().shared.lock().expect("consumer state");
-        for topic in &settings.topics {
-            if let Ok(md) = consumer.fetch_metadata(Some(topic), settings.request_timeout) {
-                for t in md.topics() {
-                    shared
-                        .initial_partitions
-                        .insert(t.name().to_string(), t.partitions().len() as i32);
-                }
-            }
-        }
-    }
     consumer.subscribe(&topics)?;
     let thread = std::thread::Builder::new()
         .name("kafka-consumer".into())
@@ -159,6 +109,63 @@ pub fn spawn(
         },
         event_rx,
     ))
+}
+
+/// The librdkafka properties, with the statistics on whenever there are metrics to feed.
+fn client_config(settings: &ConsumerSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (k, v) in &settings.properties {
+        config.set(k, v);
+    }
+    // Readiness and the lag gauges depend on the statistics: they cannot be switched off.
+    let statistics_off = settings
+        .properties
+        .get("statistics.interval.ms")
+        .is_none_or(|v| v.trim() == "0");
+    if settings.metrics.is_some() && statistics_off {
+        config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
+    }
+    config
+}
+
+/// The thread reading the high watermarks for the lag gauges, at the statistics' interval;
+/// none without metrics.
+fn watermark_reader(
+    settings: &ConsumerSettings,
+    config: &ClientConfig,
+    lag: &Arc<LagBook>,
+    events: &mpsc::UnboundedSender<ConsumerEvent>,
+) -> Result<Option<WatermarkReader>, KafkaError> {
+    let Some(metrics) = &settings.metrics else {
+        return Ok(None);
+    };
+    let every = config
+        .get("statistics.interval.ms")
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(Duration::from_secs(5), Duration::from_millis);
+    Ok(Some(WatermarkReader::spawn(
+        settings,
+        every,
+        lag.clone(),
+        metrics.clone(),
+        events.clone(),
+    )?))
+}
+
+/// Partition counts at subscription time: a partition above them was added at runtime, which
+/// has its own start policy (docs/architecture.md#start-cases).
+fn count_initial_partitions(consumer: &BaseConsumer<SinkContext>, settings: &ConsumerSettings) {
+    let mut shared = consumer.context().shared.lock().expect("consumer state");
+    for topic in &settings.topics {
+        if let Ok(md) = consumer.fetch_metadata(Some(topic), settings.request_timeout) {
+            for t in md.topics() {
+                shared
+                    .initial_partitions
+                    .insert(t.name().to_string(), t.partitions().len() as i32);
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -189,6 +196,44 @@ struct PendingSeek {
 }
 
 impl Shared {
+    fn new(
+        commands: std_mpsc::Receiver<ConsumerCommand>,
+        events: mpsc::UnboundedSender<ConsumerEvent>,
+        lag: Arc<LagBook>,
+    ) -> Self {
+        Shared {
+            commands,
+            events,
+            flow: Backpressure::default(),
+            initial_partitions: HashMap::new(),
+            owned: BTreeSet::new(),
+            seeking: HashMap::new(),
+            positions: HashMap::new(),
+            lag,
+            shutdown: false,
+        }
+    }
+
+    /// Executes the commands queued since the last turn. A command may block for a request
+    /// timeout (an offset read while the coordinator is away): after MAX_GATE of them the rest
+    /// wait for the next turn, so the thread still polls, which serves rebalances and
+    /// statistics and keeps it in the group (`max.poll.interval.ms`), however many reads the
+    /// coordinator queued.
+    fn serve_commands(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+    ) {
+        let mut draining: Option<Instant> = None;
+        while let Ok(command) = self.commands.try_recv() {
+            let since = *draining.get_or_insert_with(Instant::now);
+            self.execute(consumer, settings, command);
+            if since.elapsed() >= MAX_GATE {
+                break;
+            }
+        }
+    }
+
     fn execute(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
@@ -297,106 +342,166 @@ impl Shared {
     }
 }
 
+/// How long one poll waits when no message is ready: the commands queued meanwhile (commits
+/// among them) wait at most this long for the next turn.
+const POLL_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// The consumer thread's loop: each turn serves the commands and the housekeeping, then
+/// (unless the memory gate is closed) polls once and handles the message or error.
 fn run(consumer: BaseConsumer<SinkContext>) {
-    let poll_timeout = Duration::from_millis(20);
     let settings = &consumer.context().settings;
-    // The partition of the last message: consecutive messages mostly come from one partition,
-    // so its key is not rebuilt (allocated) per message.
-    let mut current = TopicPartition::new(String::new(), -1);
-    let mut gated_since: Option<Instant> = None;
-    let mut published = Instant::now();
-    // Loop turns since the clock was last read for the lag book: a clock read per message was
-    // a visible share of this thread's profile (BENCHMARKS.md, "Where the time goes").
-    let mut turns: u32 = 0;
+    let mut poll_loop = PollLoop::new();
     loop {
-        // Commands first, so commits are not delayed behind a full poll.
-        let gated = {
-            let mut shared = consumer.context().shared.lock().expect("consumer state");
-            // A command may block for a request timeout (an offset read while the coordinator
-            // is away): after MAX_GATE of them the rest wait for the next turn, so the thread
-            // still polls, which serves rebalances and statistics and keeps it in the group
-            // (`max.poll.interval.ms`), however many reads the coordinator queued.
-            let mut draining: Option<Instant> = None;
-            while let Ok(command) = shared.commands.try_recv() {
-                let since = *draining.get_or_insert_with(Instant::now);
-                shared.execute(&consumer, settings, command);
-                if since.elapsed() >= MAX_GATE {
-                    break;
-                }
-            }
-            shared.retry_seeks(&consumer, settings);
-            turns += 1;
-            if turns >= CLOCK_EVERY_TURNS && published.elapsed() >= Duration::from_secs(1) {
-                published = Instant::now();
-                shared.publish_standing(&consumer);
-                find_brokers_again(&consumer, settings, published);
-            }
-            if turns >= CLOCK_EVERY_TURNS {
-                turns = 0;
-            }
-            shared.flow.drain_stashes(&consumer);
-            shared.flow.uncap(&consumer, settings.memory.as_deref());
-            if let Some(budget) = &settings.memory {
-                budget.set_partitions(shared.flow.partitions());
-            }
-            if shared.shutdown {
-                break;
-            }
-            settings.memory.as_ref().is_some_and(|b| b.update_gate())
-        };
-        if gated {
-            // The budget is used up: take no message until acknowledgements release some. Keep
-            // serving commands meanwhile, and poll now and then for rebalances.
-            let since = *gated_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < MAX_GATE {
-                let mut shared = consumer.context().shared.lock().expect("consumer state");
-                let waited = shared.commands.recv_timeout(Duration::from_millis(2));
-                match waited {
-                    Ok(command) => shared.execute(&consumer, settings, command),
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => {
-                        drop(shared);
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                }
-                continue;
-            }
+        match poll_loop.between_polls(&consumer, settings) {
+            Turn::Shutdown => break,
+            Turn::Gated if poll_loop.wait_at_gate(&consumer, settings) => continue,
+            Turn::Gated | Turn::Poll => {}
         }
-        gated_since = None;
+        poll_loop.gated_since = None;
         // The rebalance callbacks run inside this poll and lock `shared` themselves.
-        let polled = consumer.poll(poll_timeout);
-        match polled {
+        match consumer.poll(POLL_TIMEOUT) {
             // Idle: the lag book is refreshed on the next turn's clock read.
-            None => turns = CLOCK_EVERY_TURNS,
-            Some(Ok(message)) => {
-                if current.partition != message.partition() || !of_topic(&message, &current.topic) {
-                    current = TopicPartition::new(message.topic(), message.partition());
-                }
-                let mut shared = consumer.context().shared.lock().expect("consumer state");
-                let memory = settings.memory.as_deref();
-                let stash = settings.max_stash_records;
-                shared
-                    .flow
-                    .dispatch(&consumer, memory, stash, &current, |outlet| {
-                        let account = outlet.account.as_ref();
-                        record_of(&message, account, settings.read_headers, &mut outlet.arena)
-                    });
-            }
-            Some(Err(error)) => {
-                if is_fatal(&error) {
-                    let shared = consumer.context().shared.lock().expect("consumer state");
-                    let _ = shared.events.send(ConsumerEvent::Fatal(error.to_string()));
-                } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
-                    let mut shared = consumer.context().shared.lock().expect("consumer state");
-                    shared.out_of_range(&consumer, settings);
-                } else {
-                    tracing::warn!(error = %error, "kafka consumer error");
-                }
-            }
+            None => poll_loop.since_clock = CLOCK_EVERY_TURNS,
+            Some(Ok(message)) => poll_loop.dispatch(&consumer, settings, &message),
+            Some(Err(error)) => on_poll_error(&consumer, settings, &error),
         }
     }
-    // Leaving the group: unsubscribe runs the revoke callback (its handoff is a no-op now that
-    // the coordinator released everything), then the consumer is closed on drop.
+    leave_group(consumer);
+}
+
+/// What the work between two polls decided.
+enum Turn {
+    Poll,
+    /// The memory budget is used up.
+    Gated,
+    Shutdown,
+}
+
+/// What the consumer thread keeps from one turn of its loop to the next.
+struct PollLoop {
+    /// The partition of the last message: consecutive messages mostly come from one partition,
+    /// so its key is not rebuilt (allocated) per message.
+    current: TopicPartition,
+    /// When the memory gate closed, while it stays closed.
+    gated_since: Option<Instant>,
+    /// When the lag book was last written.
+    published: Instant,
+    /// Loop turns since the clock was last read for the lag book: a clock read per message was
+    /// a visible share of this thread's profile (BENCHMARKS.md, "Where the time goes").
+    since_clock: u32,
+}
+
+impl PollLoop {
+    fn new() -> Self {
+        PollLoop {
+            current: TopicPartition::new(String::new(), -1),
+            gated_since: None,
+            published: Instant::now(),
+            since_clock: 0,
+        }
+    }
+
+    /// Commands first, so commits are not delayed behind a full poll; then the seeks due for a
+    /// retry, the lag book (once a second), the stashes, the caps and the memory gate.
+    fn between_polls(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+    ) -> Turn {
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        shared.serve_commands(consumer, settings);
+        shared.retry_seeks(consumer, settings);
+        self.since_clock += 1;
+        if self.since_clock >= CLOCK_EVERY_TURNS {
+            self.since_clock = 0;
+            if self.published.elapsed() >= Duration::from_secs(1) {
+                self.published = Instant::now();
+                shared.publish_standing(consumer);
+                find_brokers_again(consumer, settings, self.published);
+            }
+        }
+        shared.flow.drain_stashes(consumer);
+        shared.flow.uncap(consumer, settings.memory.as_deref());
+        if let Some(budget) = &settings.memory {
+            budget.set_partitions(shared.flow.partitions());
+        }
+        if shared.shutdown {
+            Turn::Shutdown
+        } else if settings.memory.as_ref().is_some_and(|b| b.update_gate()) {
+            Turn::Gated
+        } else {
+            Turn::Poll
+        }
+    }
+
+    /// The budget is used up: take no message until acknowledgements release some, but keep
+    /// serving commands meanwhile. Whether the turn ends here: it does not once the gate has
+    /// been closed for MAX_GATE, so the thread polls now and then for rebalances.
+    fn wait_at_gate(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+    ) -> bool {
+        let since = *self.gated_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= MAX_GATE {
+            return false;
+        }
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        match shared.commands.recv_timeout(Duration::from_millis(2)) {
+            Ok(command) => shared.execute(consumer, settings, command),
+            Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                drop(shared);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        true
+    }
+
+    /// Hands a polled message to its partition's writer (or stash).
+    fn dispatch(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        settings: &ConsumerSettings,
+        message: &BorrowedMessage<'_>,
+    ) {
+        if self.current.partition != message.partition() || !of_topic(message, &self.current.topic)
+        {
+            self.current = TopicPartition::new(message.topic(), message.partition());
+        }
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        let memory = settings.memory.as_deref();
+        let stash = settings.max_stash_records;
+        shared
+            .flow
+            .dispatch(consumer, memory, stash, &self.current, |outlet| {
+                let account = outlet.account.as_ref();
+                record_of(message, account, settings.read_headers, &mut outlet.arena)
+            });
+    }
+}
+
+/// A fatal error ends the sink; a position out of range goes to its policy; the rest is
+/// librdkafka's to retry.
+fn on_poll_error(
+    consumer: &BaseConsumer<SinkContext>,
+    settings: &ConsumerSettings,
+    error: &KafkaError,
+) {
+    if is_fatal(error) {
+        let shared = consumer.context().shared.lock().expect("consumer state");
+        let _ = shared.events.send(ConsumerEvent::Fatal(error.to_string()));
+    } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+        let mut shared = consumer.context().shared.lock().expect("consumer state");
+        shared.out_of_range(consumer, settings);
+    } else {
+        tracing::warn!(error = %error, "kafka consumer error");
+    }
+}
+
+/// Leaving the group: unsubscribe runs the revoke callback (its handoff is a no-op now that
+/// the coordinator released everything), then the consumer is closed on drop.
+fn leave_group(consumer: BaseConsumer<SinkContext>) {
     consumer.unsubscribe();
     let _ = consumer.poll(Duration::from_millis(100));
     let events = consumer
