@@ -2,7 +2,9 @@
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, SchemaUpdate, defaults};
+use super::{
+    Config, ConfigError, Delivery, HumanDuration, InputFormat, RouteConfig, SchemaUpdate, defaults,
+};
 use crate::checkpoint::protocol::MissingCheckpointPolicy;
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
@@ -130,104 +132,136 @@ fn sections(config: &Config) -> Vec<(usize, String, &CdcConfig, usize)> {
         .collect()
 }
 
-/// Errors of the `cdc` sections.
+/// Errors of the `cdc` sections, by field group in the order the fields are documented.
 pub(super) fn validate(config: &Config, errors: &mut Vec<ConfigError>) {
-    let mut err = |path: String, message: String| errors.push(ConfigError::at(path, message));
     for (i, path, c, _) in sections(config) {
         let route = &config.routes[i];
         if config.delivery != Delivery::AtLeastOnce {
-            err(
+            errors.push(ConfigError::at(
                 path.clone(),
-                "needs `delivery: at_least_once`: BigQuery applies upserts and deletes only on the _default stream, and exactly_once writes BUFFERED streams. Replays stay harmless: a replayed change carries its old sequence number and loses to what is there".into(),
-            );
+                "needs `delivery: at_least_once`: BigQuery applies upserts and deletes only on the _default stream, and exactly_once writes BUFFERED streams. Replays stay harmless: a replayed change carries its old sequence number and loses to what is there",
+            ));
         }
-        // Without a key in the config it is read from the Kafka key's registered schema.
-        let raw_avro = route.avro.is_some() || config.avro.is_some();
         let schemaless = route.format.or(config.top_format()) == Some(InputFormat::Json);
-        if c.primary_key.is_none() && (raw_avro || schemaless || config.schema_registry.is_none()) {
-            err(
-                format!("{path}.primary_key"),
-                "is required when the kafka key's schema does not come from schema_registry (raw avro or schemaless json input): list the key columns".into(),
-            );
-        }
-        if let Some(subject) = &c.key_subject {
-            if c.primary_key.is_some() {
-                err(
-                    format!("{path}.key_subject"),
-                    "only applies without primary_key (the key columns are read from this subject's schema): remove one of them".into(),
-                );
-            }
-            if subject.trim().is_empty() {
-                err(format!("{path}.key_subject"), "must not be empty".into());
-            } else if subject.replace(TOPIC_PLACEHOLDER, "").contains(['{', '}']) {
-                err(
-                    format!("{path}.key_subject"),
-                    format!("`{subject}` has a placeholder other than {TOPIC_PLACEHOLDER}"),
-                );
-            }
-        }
-        let key = c.key();
-        if c.primary_key.is_some() && (key.is_empty() || key.len() > MAX_KEY_COLUMNS) {
-            err(
-                format!("{path}.primary_key"),
-                format!("needs 1 to {MAX_KEY_COLUMNS} columns, got {}", key.len()),
-            );
-        }
-        for (k, column) in key.iter().enumerate() {
-            if !super::is_column_name(column) {
-                err(
-                    format!("{path}.primary_key[{k}]"),
-                    format!("`{column}` is not a top-level column name"),
-                );
-            } else if key[..k]
-                .iter()
-                .any(|other| other.eq_ignore_ascii_case(column))
-            {
-                err(
-                    format!("{path}.primary_key[{k}]"),
-                    format!("`{column}` is listed twice"),
-                );
-            }
-        }
-        match (c.format, &c.change_type_field) {
-            (CdcFormat::Plain, None) => err(
-                format!("{path}.change_type_field"),
-                "is required with `format: plain`".into(),
-            ),
-            (CdcFormat::Plain, Some(f)) if f.trim().is_empty() => err(
-                format!("{path}.change_type_field"),
-                "must not be empty".into(),
-            ),
-            (CdcFormat::Debezium | CdcFormat::Unwrapped, Some(_)) => err(
-                format!("{path}.change_type_field"),
-                "only applies to `format: plain` (debezium records carry `op`, unwrapped ones `__deleted`/`__op`)".into(),
-            ),
-            _ => {}
-        }
-        if let Some(source) = &c.sequence.source_field
-            && (source.is_empty() || source.split('.').any(str::is_empty))
-        {
-            err(
-                format!("{path}.sequence.source_field"),
-                format!("`{source}` is not a dotted field path such as source.lsn"),
-            );
-        }
-        if route.schema_update == Some(SchemaUpdate::AddColumns)
-            || (route.schema_update.is_none()
-                && config.bigquery.schema_update == SchemaUpdate::AddColumns)
-        {
-            err(
-                path.clone(),
-                "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)".into(),
-            );
-        }
-        if c.schemas_enable.is_some() && !schemaless {
-            err(
-                format!("{path}.schemas_enable"),
-                "only applies to schemaless json input (format: json): records read through schema_registry or avro.schema_file have no kafka connect envelope".into(),
-            );
-        }
+        validate_key(config, route, c, &path, schemaless, errors);
+        validate_changes(c, &path, errors);
+        validate_table(config, route, c, &path, schemaless, errors);
         // Every input format carries changes; its own rules are in `Validator::formats`.
+    }
+}
+
+/// `primary_key` and `key_subject`: where the key columns come from, and what they are.
+fn validate_key(
+    config: &Config,
+    route: &RouteConfig,
+    c: &CdcConfig,
+    path: &str,
+    schemaless: bool,
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut err = |path: String, message: String| errors.push(ConfigError::at(path, message));
+    // Without a key in the config it is read from the Kafka key's registered schema.
+    let raw_avro = route.avro.is_some() || config.avro.is_some();
+    if c.primary_key.is_none() && (raw_avro || schemaless || config.schema_registry.is_none()) {
+        err(
+            format!("{path}.primary_key"),
+            "is required when the kafka key's schema does not come from schema_registry (raw avro or schemaless json input): list the key columns".into(),
+        );
+    }
+    if let Some(subject) = &c.key_subject {
+        if c.primary_key.is_some() {
+            err(
+                format!("{path}.key_subject"),
+                "only applies without primary_key (the key columns are read from this subject's schema): remove one of them".into(),
+            );
+        }
+        if subject.trim().is_empty() {
+            err(format!("{path}.key_subject"), "must not be empty".into());
+        } else if subject.replace(TOPIC_PLACEHOLDER, "").contains(['{', '}']) {
+            err(
+                format!("{path}.key_subject"),
+                format!("`{subject}` has a placeholder other than {TOPIC_PLACEHOLDER}"),
+            );
+        }
+    }
+    let key = c.key();
+    if c.primary_key.is_some() && (key.is_empty() || key.len() > MAX_KEY_COLUMNS) {
+        err(
+            format!("{path}.primary_key"),
+            format!("needs 1 to {MAX_KEY_COLUMNS} columns, got {}", key.len()),
+        );
+    }
+    for (k, column) in key.iter().enumerate() {
+        if !super::is_column_name(column) {
+            err(
+                format!("{path}.primary_key[{k}]"),
+                format!("`{column}` is not a top-level column name"),
+            );
+        } else if key[..k]
+            .iter()
+            .any(|other| other.eq_ignore_ascii_case(column))
+        {
+            err(
+                format!("{path}.primary_key[{k}]"),
+                format!("`{column}` is listed twice"),
+            );
+        }
+    }
+}
+
+/// `format`, `change_type_field` and `sequence`: how a record says what it changes, and in
+/// which order.
+fn validate_changes(c: &CdcConfig, path: &str, errors: &mut Vec<ConfigError>) {
+    let mut err = |path: String, message: String| errors.push(ConfigError::at(path, message));
+    match (c.format, &c.change_type_field) {
+        (CdcFormat::Plain, None) => err(
+            format!("{path}.change_type_field"),
+            "is required with `format: plain`".into(),
+        ),
+        (CdcFormat::Plain, Some(f)) if f.trim().is_empty() => err(
+            format!("{path}.change_type_field"),
+            "must not be empty".into(),
+        ),
+        (CdcFormat::Debezium | CdcFormat::Unwrapped, Some(_)) => err(
+            format!("{path}.change_type_field"),
+            "only applies to `format: plain` (debezium records carry `op`, unwrapped ones `__deleted`/`__op`)".into(),
+        ),
+        _ => {}
+    }
+    if let Some(source) = &c.sequence.source_field
+        && (source.is_empty() || source.split('.').any(str::is_empty))
+    {
+        err(
+            format!("{path}.sequence.source_field"),
+            format!("`{source}` is not a dotted field path such as source.lsn"),
+        );
+    }
+}
+
+/// The route's table and input around the section: no added columns, and `schemas_enable`
+/// only where a Kafka Connect envelope can be.
+fn validate_table(
+    config: &Config,
+    route: &RouteConfig,
+    c: &CdcConfig,
+    path: &str,
+    schemaless: bool,
+    errors: &mut Vec<ConfigError>,
+) {
+    if route.schema_update == Some(SchemaUpdate::AddColumns)
+        || (route.schema_update.is_none()
+            && config.bigquery.schema_update == SchemaUpdate::AddColumns)
+    {
+        errors.push(ConfigError::at(
+            path,
+            "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)",
+        ));
+    }
+    if c.schemas_enable.is_some() && !schemaless {
+        errors.push(ConfigError::at(
+            format!("{path}.schemas_enable"),
+            "only applies to schemaless json input (format: json): records read through schema_registry or avro.schema_file have no kafka connect envelope",
+        ));
     }
 }
 
