@@ -1,8 +1,9 @@
-//! A bounded mutation fuzzer for the transcoder on stable Rust: valid Avro records of schemas that
-//! exercise every op are mutated (bit flips, truncation, splices, random varints) and transcoded.
-//! No input may panic; an error must leave the batch buffer as it was; a success must be a row
-//! that decodes with the plan's descriptor. Schema texts are mutated too, for the schema parser
-//! and the plan compiler.
+//! A bounded mutation fuzzer for the transcoder on stable Rust: valid Avro records of the fuzz
+//! case's schema, which exercises every op (`tests/support/transcode_case.rs`, the schema the
+//! coverage-guided target in `fuzz/` explores too), are mutated (bit flips, truncation, splices,
+//! random varints) and transcoded. No input may panic; an error must leave the batch buffer as it
+//! was; a success must be a row that decodes with the plan's descriptor. Schema texts are mutated
+//! too, for the schema parser and the plan compiler.
 //!
 //! `FUZZ_SECONDS` (default 5) bounds the run, `FUZZ_SEED` replays one.
 
@@ -11,64 +12,16 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{
-    AvroSchema, KafkaHeader, KafkaMetadata, MetadataColumns, Plan, PlanOptions, file_for,
-};
+use kafka_bigquery_sink::transcode::{Plan, file_for};
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use prost_types::FileDescriptorSet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
-  {"name":"id","type":"long"},
-  {"name":"name","type":["null","string"]},
-  {"name":"flag","type":"boolean"},
-  {"name":"ratio","type":["double","null"]},
-  {"name":"f","type":"float"},
-  {"name":"ts","type":{"type":"long","logicalType":"timestamp-nanos"}},
-  {"name":"dt","type":{"type":"long","logicalType":"local-timestamp-millis"}},
-  {"name":"day","type":{"type":"int","logicalType":"date"}},
-  {"name":"tod","type":{"type":"int","logicalType":"time-millis"}},
-  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":20,"scale":4}},
-  {"name":"big","type":{"type":"fixed","name":"B","size":20,"logicalType":"decimal","precision":40,"scale":2}},
-  {"name":"uid","type":{"type":"fixed","name":"U","size":16,"logicalType":"uuid"}},
-  {"name":"color","type":{"type":"enum","name":"C","symbols":["R","G","B"]}},
-  {"name":"doc","type":{"type":"string","sqlType":"JSON"}},
-  {"name":"tags","type":{"type":"array","items":"string"}},
-  {"name":"attrs","type":{"type":"map","values":["null","long"]}},
-  {"name":"blob","type":{"type":"map","values":{"type":"array","items":"int"}}},
-  {"name":"nested","type":{"type":"record","name":"n","fields":[
-     {"name":"x","type":"int"},
-     {"name":"items","type":["null",{"type":"array","items":{"type":"record","name":"i","fields":[{"name":"k","type":"string"}]}}]}]}},
-  {"name":"ignored","type":{"type":"record","name":"g","fields":[
-     {"name":"a","type":{"type":"array","items":["null","bytes"]}},
-     {"name":"m","type":{"type":"map","values":"C"}}]}}
-]}"#;
+#[path = "support/transcode_case.rs"]
+mod case;
 
-const TABLE: &str = r#"{"fields":[
-  {"name":"id","type":"INT64","mode":"REQUIRED"},
-  {"name":"name","type":"STRING"},
-  {"name":"flag","type":"BOOL"},
-  {"name":"ratio","type":"FLOAT64"},
-  {"name":"f","type":"FLOAT64"},
-  {"name":"ts","type":"TIMESTAMP"},
-  {"name":"dt","type":"DATETIME"},
-  {"name":"day","type":"DATE"},
-  {"name":"tod","type":"TIME"},
-  {"name":"amount","type":"NUMERIC"},
-  {"name":"big","type":"BIGNUMERIC"},
-  {"name":"uid","type":"STRING"},
-  {"name":"color","type":"STRING"},
-  {"name":"doc","type":"JSON"},
-  {"name":"tags","type":"STRING","mode":"REPEATED"},
-  {"name":"attrs","type":"RECORD","mode":"REPEATED","fields":[{"name":"key","type":"STRING"},{"name":"value","type":"INT64"}]},
-  {"name":"blob","type":"JSON"},
-  {"name":"nested","type":"RECORD","fields":[{"name":"x","type":"INT64"},
-     {"name":"items","type":"RECORD","mode":"REPEATED","fields":[{"name":"k","type":"STRING"}]}]},
-  {"name":"_topic","type":"STRING"},{"name":"_key","type":"STRING"},
-  {"name":"_headers","type":"RECORD","mode":"REPEATED","fields":[{"name":"key","type":"STRING"},{"name":"value","type":"STRING"}]}
-]}"#;
+use case::SCHEMA;
 
 fn seed_record(rng: &mut StdRng) -> Value {
     let s = |v: &str| Value::String(v.to_owned());
@@ -128,9 +81,16 @@ fn seed_record(rng: &mut StdRng) -> Value {
         (
             "blob",
             Value::Map(
-                [("z".to_string(), Value::Array(vec![Value::Int(1)]))]
-                    .into_iter()
-                    .collect(),
+                [(
+                    "z".to_string(),
+                    Value::Array(vec![
+                        Value::Union(1, Box::new(Value::Double(rng.random()))),
+                        Value::Union(0, Box::new(Value::Null)),
+                        Value::Union(2, Box::new(Value::Enum(1, "G".into()))),
+                    ]),
+                )]
+                .into_iter()
+                .collect(),
             ),
         ),
         (
@@ -214,28 +174,10 @@ fn mutate(rng: &mut StdRng, input: &mut Vec<u8>) {
 }
 
 fn check_one(plan: &Plan, desc: &MessageDescriptor, input: &[u8], rng: &mut StdRng) {
-    let headers = [KafkaHeader {
-        key: "h",
-        value: Some(&input[..input.len().min(3)]),
-    }];
-    let meta = KafkaMetadata {
-        topic: "t",
-        key: Some(&input[..input.len().min(2)]),
-        headers: &headers,
-        ..Default::default()
-    };
-    let prefix: Vec<u8> = (0..rng.random_range(0..4)).map(|_| rng.random()).collect();
-    let mut out = prefix.clone();
-    match plan.transcode(input, Some(&meta), &mut out) {
-        Ok(range) => {
-            assert_eq!(range.start, prefix.len());
-            DynamicMessage::decode(desc.clone(), &out[range])
-                .expect("a transcoded row decodes with its descriptor");
-        }
-        Err(e) => {
-            assert_eq!(out, prefix, "an error leaves the buffer as it was");
-            assert!(!e.to_string().is_empty());
-        }
+    let mut out: Vec<u8> = (0..rng.random_range(0..4)).map(|_| rng.random()).collect();
+    if let Some(range) = case::transcode_checked(plan, input, &mut out) {
+        DynamicMessage::decode(desc.clone(), &out[range])
+            .expect("a transcoded row decodes with its descriptor");
     }
 }
 
@@ -252,17 +194,7 @@ fn mutated_records_never_panic_and_never_corrupt_the_batch() {
     eprintln!("fuzz seed {seed} for {seconds}s (FUZZ_SEED={seed} replays it)");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let table: TableSchema = serde_json::from_str(TABLE).unwrap();
-    let options = PlanOptions {
-        metadata: MetadataColumns {
-            topic: Some("_topic".into()),
-            key: Some("_key".into()),
-            headers: Some("_headers".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let plan = Plan::compile(&AvroSchema::parse(SCHEMA).unwrap(), &table, &options).unwrap();
+    let plan = case::plan(&case::table());
     let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
         file: vec![file_for(plan.descriptor())],
     })
@@ -307,7 +239,7 @@ fn mutated_schemas_never_panic_the_parser_or_the_compiler() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
     let mut rng = StdRng::seed_from_u64(seed);
-    let table: TableSchema = serde_json::from_str(TABLE).unwrap();
+    let table = case::table();
     let tokens: [&[u8]; 8] = [b"{", b"}", b"[", b"]", b"\"r\"", b",", b"\"null\"", b":"];
     for _ in 0..3000 {
         let mut text = SCHEMA.as_bytes().to_vec();
@@ -320,9 +252,7 @@ fn mutated_schemas_never_panic_the_parser_or_the_compiler() {
         let Ok(text) = String::from_utf8(text) else {
             continue;
         };
-        if let Ok(schema) = AvroSchema::parse(&text) {
-            let _ = Plan::compile(&schema, &table, &PlanOptions::default());
-        }
+        case::compile_any(&text, &table);
     }
 }
 
