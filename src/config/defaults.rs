@@ -30,7 +30,10 @@ pub const CONSUMER_PROPERTIES: &[(&str, &str)] = &[
     ("fetch.max.bytes", "16777216"),
     ("fetch.queue.backoff.ms", "20"),
 ];
+/// Per-request timeout of a registry call (`schema_registry.timeout`).
 pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of one registry lookup (`schema_registry.retries`): a lookup that runs out reports
+/// the registry unavailable and the partition waits, it never dead-letters good records.
 pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
 /// A 404 from the registry can be transient (failover, restore).
 pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
@@ -115,6 +118,19 @@ pub const MAX_STASH_RECORDS: usize = 10_000;
 pub const WRITER_CHANNEL_RECORDS: usize = 65_536;
 /// The shortest wait before a zombie partition asks the group whether it still owns it.
 pub const MIN_ZOMBIE_CONFIRM: Duration = Duration::from_secs(1);
+/// Timeout of establishing a connection to the Schema Registry: half a request's
+/// (`schema_registry.timeout`), so an unreachable registry fails its attempt early and the
+/// lookup goes on to its next one.
+pub const SCHEMA_REGISTRY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Backoff between the attempts of one registry lookup: doubles (jittered, `backoff.rs`) from
+/// the first up to the second; with the default attempts, about 1.5 s of waits in all before
+/// the lookup reports the registry unavailable.
+pub const SCHEMA_REGISTRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub const SCHEMA_REGISTRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A schema whose reference graph (Protobuf imports, JSON Schema `$ref`s, followed through
+/// their subjects) is larger than this is refused as unusable: a cycle, or a registry
+/// answering nonsense.
+pub const SCHEMA_REGISTRY_MAX_REFERENCES: usize = 256;
 /// Timeout of BigQuery REST calls (tables, queries).
 pub const REST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Timeout of establishing a gRPC connection to the Storage Write API.

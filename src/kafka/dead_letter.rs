@@ -33,12 +33,16 @@ pub mod headers {
 pub struct DeadLetterProducer {
     producer: Producer,
     topic: String,
-    timeout: Duration,
 }
 
 #[derive(Clone)]
 enum Producer {
-    Kafka(FutureProducer),
+    /// A librdkafka producer, and how long a send waits for the broker's acknowledgement (the
+    /// pipeline passes `defaults::DEAD_LETTER_SEND_TIMEOUT`).
+    Kafka {
+        producer: FutureProducer,
+        timeout: Duration,
+    },
     /// The deterministic simulation's dead-letter topic (see `docs/simulation.md`).
     Custom(Arc<dyn DeadLetterSink>),
 }
@@ -75,9 +79,11 @@ impl DeadLetterProducer {
         config.set("enable.idempotence", "true");
         config.set("message.timeout.ms", timeout.as_millis().to_string());
         Ok(DeadLetterProducer {
-            producer: Producer::Kafka(config.create()?),
+            producer: Producer::Kafka {
+                producer: config.create()?,
+                timeout,
+            },
             topic: topic.to_string(),
-            timeout,
         })
     }
 
@@ -86,7 +92,6 @@ impl DeadLetterProducer {
         DeadLetterProducer {
             producer: Producer::Custom(sink),
             topic: topic.to_string(),
-            timeout: Duration::from_secs(30),
         }
     }
 
@@ -102,8 +107,8 @@ impl DeadLetterProducer {
         record: &Record,
         bad: &BadRecord,
     ) -> Result<(), KafkaError> {
-        let producer = match &self.producer {
-            Producer::Kafka(producer) => producer,
+        let (producer, timeout) = match &self.producer {
+            Producer::Kafka { producer, timeout } => (producer, *timeout),
             Producer::Custom(sink) => {
                 return sink.send(source_topic, source_partition, record, bad).await;
             }
@@ -156,7 +161,7 @@ impl DeadLetterProducer {
             out = out.timestamp(ts);
         }
         producer
-            .send(out, self.timeout)
+            .send(out, timeout)
             .await
             .map(|_| ())
             .map_err(|(e, _)| e)

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use crate::backoff::Backoff;
+use crate::config::defaults;
 use crate::transcode::AvroSchema;
 
 mod json;
@@ -62,12 +63,12 @@ impl Default for RegistryConfig {
             basic_auth: None,
             bearer_token: None,
             ca_pem: None,
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(10),
-            max_attempts: 5,
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            not_found_grace: crate::config::defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE,
+            connect_timeout: defaults::SCHEMA_REGISTRY_CONNECT_TIMEOUT,
+            request_timeout: defaults::SCHEMA_REGISTRY_TIMEOUT,
+            max_attempts: defaults::SCHEMA_REGISTRY_RETRIES as usize,
+            min_backoff: defaults::SCHEMA_REGISTRY_BACKOFF_MIN,
+            max_backoff: defaults::SCHEMA_REGISTRY_BACKOFF_MAX,
+            not_found_grace: defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE,
         }
     }
 }

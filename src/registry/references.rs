@@ -6,8 +6,7 @@ use std::collections::HashMap;
 
 use super::{RegistryError, SchemaRegistry, SchemaResponse};
 
-/// Reference graphs larger than this are refused (a cycle, or a registry answering nonsense).
-const MAX_REFERENCES: usize = 256;
+use crate::config::defaults::SCHEMA_REGISTRY_MAX_REFERENCES;
 
 /// `raw` is registered as `expected` (`PROTOBUF`, `JSON`; no type means Avro).
 pub(super) fn check_type(
@@ -38,10 +37,10 @@ impl SchemaRegistry {
             if texts.contains_key(&reference.name) {
                 continue;
             }
-            if texts.len() >= MAX_REFERENCES {
+            if texts.len() >= SCHEMA_REGISTRY_MAX_REFERENCES {
                 return Err(RegistryError::Unusable {
                     id,
-                    reason: format!("more than {MAX_REFERENCES} schema references"),
+                    reason: format!("more than {SCHEMA_REGISTRY_MAX_REFERENCES} schema references"),
                 });
             }
             let referenced = self
