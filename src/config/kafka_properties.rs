@@ -80,7 +80,7 @@ impl Config {
             .excluded_topics()
             .iter()
             .map(String::as_str)
-            .map(crate::kafka::topic_pattern::exact_name_pattern)
+            .map(super::topic_pattern::exact_name_pattern)
             .collect();
         if !excluded.is_empty() {
             let list = props

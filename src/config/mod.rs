@@ -23,6 +23,7 @@ pub mod limits;
 mod load;
 mod ops;
 mod routes;
+mod topic_pattern;
 mod validate;
 mod values;
 

@@ -5,4 +5,3 @@ pub mod committed;
 pub mod consumer;
 pub mod dead_letter;
 pub mod memory_budget;
-pub mod topic_pattern;

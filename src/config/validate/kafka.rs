@@ -1,7 +1,7 @@
 //! The `kafka` section: servers, the subscription (topics or a pattern), librdkafka properties.
 
+use crate::config::topic_pattern::TopicPattern;
 use crate::config::{FORCED_CONSUMER_PROPERTIES, KafkaConfig};
-use crate::kafka::topic_pattern::TopicPattern;
 
 use super::{Validator, is_kafka_topic_name, quoted_key};
 

@@ -6,7 +6,7 @@ mod input;
 mod kafka;
 mod tables;
 
-use crate::kafka::topic_pattern::TopicPattern;
+use crate::config::topic_pattern::TopicPattern;
 
 use super::{Config, ConfigError, cdc};
 

@@ -1,5 +1,6 @@
 //! `kafka.topic_pattern` as librdkafka reads it, so that `validate` judges the pattern the way
-//! the subscription will use it.
+//! the subscription will use it. The config owns it: the check needs the C library, not a Kafka
+//! client, and validation does no I/O, so it depends on nothing in `kafka/`.
 //!
 //! librdkafka treats a subscribed name that starts with `^` as a regular expression. It compiles
 //! it with the C library's `regcomp(REG_EXTENDED | REG_NOSUB)`, a POSIX extended regular
