@@ -120,6 +120,23 @@ impl WriteService {
         }
         Ok(drop_after)
     }
+
+    /// One unary call under the fault rules: `handle` runs unless a rule fails or drops the
+    /// call first, and a `drop after` rule drops its answer once it has taken effect (the
+    /// client sees a reset for a call the store applied).
+    async fn faulted<T>(
+        &self,
+        rpc: Rpc,
+        target: &str,
+        handle: impl FnOnce() -> Result<T, Status>,
+    ) -> Result<T, Status> {
+        let drop_after = self.faults_before(rpc, target).await?;
+        let answer = handle()?;
+        if drop_after {
+            return Err(dropped());
+        }
+        Ok(answer)
+    }
 }
 
 fn injected(code: Code, storage: Option<i32>, message: Option<String>, target: &str) -> Status {
@@ -590,31 +607,28 @@ impl BigQueryWrite for WriteService {
         request: Request<bq::CreateWriteStreamRequest>,
     ) -> Result<Response<bq::WriteStream>, Status> {
         let req = request.into_inner();
-        let drop_after = self
-            .faults_before(Rpc::CreateWriteStream, &req.parent)
-            .await?;
-        self.quotas
-            .create_write_stream(&req.parent, Instant::now())
-            .map_err(|e| e.to_status())?;
-        use bq::write_stream::Type;
-        let requested = req.write_stream.map(|w| w.r#type).unwrap_or(0);
-        let kind = match Type::try_from(requested) {
-            Ok(Type::Committed) => StreamKind::Committed,
-            Ok(Type::Pending) => StreamKind::Pending,
-            Ok(Type::Buffered) => StreamKind::Buffered,
-            _ => {
-                return Err(store_status(StoreError::InvalidStreamType {
-                    kind: requested,
-                }));
-            }
-        };
         let info = self
-            .store
-            .create_write_stream(&req.parent, kind)
-            .map_err(store_status)?;
-        if drop_after {
-            return Err(dropped());
-        }
+            .faulted(Rpc::CreateWriteStream, &req.parent, || {
+                self.quotas
+                    .create_write_stream(&req.parent, Instant::now())
+                    .map_err(|e| e.to_status())?;
+                use bq::write_stream::Type;
+                let requested = req.write_stream.as_ref().map(|w| w.r#type).unwrap_or(0);
+                let kind = match Type::try_from(requested) {
+                    Ok(Type::Committed) => StreamKind::Committed,
+                    Ok(Type::Pending) => StreamKind::Pending,
+                    Ok(Type::Buffered) => StreamKind::Buffered,
+                    _ => {
+                        return Err(store_status(StoreError::InvalidStreamType {
+                            kind: requested,
+                        }));
+                    }
+                };
+                self.store
+                    .create_write_stream(&req.parent, kind)
+                    .map_err(store_status)
+            })
+            .await?;
         Ok(Response::new(write_stream_message(&info, true)))
     }
 
@@ -693,14 +707,11 @@ impl BigQueryWrite for WriteService {
         request: Request<bq::GetWriteStreamRequest>,
     ) -> Result<Response<bq::WriteStream>, Status> {
         let req = request.into_inner();
-        let drop_after = self.faults_before(Rpc::GetWriteStream, &req.name).await?;
         let info = self
-            .store
-            .get_write_stream(&req.name)
-            .map_err(store_status)?;
-        if drop_after {
-            return Err(dropped());
-        }
+            .faulted(Rpc::GetWriteStream, &req.name, || {
+                self.store.get_write_stream(&req.name).map_err(store_status)
+            })
+            .await?;
         let full = req.view == bq::WriteStreamView::Full as i32;
         Ok(Response::new(write_stream_message(&info, full)))
     }
@@ -710,16 +721,13 @@ impl BigQueryWrite for WriteService {
         request: Request<bq::FinalizeWriteStreamRequest>,
     ) -> Result<Response<bq::FinalizeWriteStreamResponse>, Status> {
         let req = request.into_inner();
-        let drop_after = self
-            .faults_before(Rpc::FinalizeWriteStream, &req.name)
-            .await?;
         let row_count = self
-            .store
-            .finalize_write_stream(&req.name)
-            .map_err(store_status)?;
-        if drop_after {
-            return Err(dropped());
-        }
+            .faulted(Rpc::FinalizeWriteStream, &req.name, || {
+                self.store
+                    .finalize_write_stream(&req.name)
+                    .map_err(store_status)
+            })
+            .await?;
         Ok(Response::new(bq::FinalizeWriteStreamResponse { row_count }))
     }
 
@@ -728,16 +736,13 @@ impl BigQueryWrite for WriteService {
         request: Request<bq::BatchCommitWriteStreamsRequest>,
     ) -> Result<Response<bq::BatchCommitWriteStreamsResponse>, Status> {
         let req = request.into_inner();
-        let drop_after = self
-            .faults_before(Rpc::BatchCommitWriteStreams, &req.parent)
-            .await?;
         let outcome = self
-            .store
-            .batch_commit(&req.parent, &req.write_streams)
-            .map_err(store_status)?;
-        if drop_after {
-            return Err(dropped());
-        }
+            .faulted(Rpc::BatchCommitWriteStreams, &req.parent, || {
+                self.store
+                    .batch_commit(&req.parent, &req.write_streams)
+                    .map_err(store_status)
+            })
+            .await?;
         let response = match outcome {
             CommitOutcome::Committed { commit_time_us } => bq::BatchCommitWriteStreamsResponse {
                 commit_time: Some(timestamp(commit_time_us)),
@@ -763,17 +768,14 @@ impl BigQueryWrite for WriteService {
         request: Request<bq::FlushRowsRequest>,
     ) -> Result<Response<bq::FlushRowsResponse>, Status> {
         let req = request.into_inner();
-        let drop_after = self
-            .faults_before(Rpc::FlushRows, &req.write_stream)
-            .await?;
-        self.quotas.flush_rows();
         let offset = self
-            .store
-            .flush_rows(&req.write_stream, req.offset)
-            .map_err(store_status)?;
-        if drop_after {
-            return Err(dropped());
-        }
+            .faulted(Rpc::FlushRows, &req.write_stream, || {
+                self.quotas.flush_rows();
+                self.store
+                    .flush_rows(&req.write_stream, req.offset)
+                    .map_err(store_status)
+            })
+            .await?;
         Ok(Response::new(bq::FlushRowsResponse { offset }))
     }
 }
