@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::auth::Auth;
 use super::table_schema::TableSchema;
+use crate::config::defaults;
 
 /// `projects/{project}/datasets/{dataset}/tables/{table}` in parts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -185,7 +186,7 @@ impl RestClient {
     pub fn new(base: &str, auth: Auth, timeout: Duration) -> Result<RestClient, reqwest::Error> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .connect_timeout(timeout.min(defaults::REST_CONNECT_TIMEOUT))
             .build()?;
         Ok(RestClient {
             http,

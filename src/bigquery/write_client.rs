@@ -26,6 +26,7 @@ use kbq_core::offsets::{RowCount, RowOffset};
 use super::append_codec;
 use super::auth::Auth;
 use super::error::WriteError;
+use crate::config::defaults;
 
 /// Largest response we accept (responses are small; `updated_schema` is the biggest part).
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -121,8 +122,8 @@ impl WriteClient {
         let mut endpoint = Endpoint::from_shared(options.endpoint.clone())
             .map_err(|e| invalid(&e))?
             .connect_timeout(options.connect_timeout)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(20))
+            .http2_keep_alive_interval(defaults::GRPC_KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(defaults::GRPC_KEEP_ALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         if options.endpoint.starts_with("https://") {

@@ -133,8 +133,16 @@ pub const SCHEMA_REGISTRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 pub const SCHEMA_REGISTRY_MAX_REFERENCES: usize = 256;
 /// Timeout of BigQuery REST calls (tables, queries).
 pub const REST_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a BigQuery REST call waits for its connection (a call with a shorter timeout
+/// waits that long at most).
+pub const REST_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of establishing a gRPC connection to the Storage Write API.
 pub const GRPC_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 PINGs on each Storage Write API connection, idle or not, at this interval; a
+/// connection whose PING is not answered within the timeout is closed. A connection that died
+/// silently (a middlebox forgot it) is so found within 50 s, inside `WRITER_RESPONSE_TIMEOUT`.
+pub const GRPC_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const GRPC_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Backoff between reconnects of an append session: doubles from the first up to the second.
 pub const SESSION_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub const SESSION_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
