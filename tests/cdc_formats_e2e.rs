@@ -21,7 +21,7 @@ use support::cdc::{Change, State, producer_script, state_from_json, wait_converg
 use support::daemon::Daemon;
 use support::kafka::{producer, unique_name};
 use support::python::python;
-use support::registry::{hex, serve_registry};
+use support::registry::{Registry, hex};
 use support::sink::{Fixture, SinkOptions};
 
 const PARTITIONS: i32 = 3;
@@ -152,7 +152,7 @@ async fn converges_in_shape(format: &str, shape: Shape, route: &str) {
         });
         bad_records += 1;
     }
-    let registry = serve_registry(stream.registry.clone()).await;
+    let (registry, _) = Registry::serve_dump(stream.registry.clone()).await;
     let route_format = match format {
         "json" => "json_schema",
         "schemaless" | "connect" => "json",

@@ -18,7 +18,7 @@ use kafka_bigquery_sink::emulator::rows::RenderOptions;
 use serde_json::{Map, Value as Json};
 use support::kafka::unique_name;
 use support::python::python;
-use support::registry::{hex, serve_registry, vectors};
+use support::registry::{Registry, hex, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 async fn evolve(format: &str, pinned: Option<&'static str>) {
@@ -35,7 +35,7 @@ async fn evolve(format: &str, pinned: Option<&'static str>) {
     let mut versions = registry["subjects"]["users-value"].clone();
     versions.as_object_mut().unwrap().retain(|v, _| v == "1");
     registry["subjects"] = serde_json::json!({ format!("{}-value", f.topic): versions });
-    let registry = serve_registry(registry).await;
+    let (registry, _) = Registry::serve_dump(registry).await;
 
     let records = line["records"].as_array().unwrap();
     let payloads: Vec<Vec<u8>> = records

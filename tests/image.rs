@@ -21,10 +21,11 @@ use apache_avro::types::Value as Avro;
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::emulator::store::TableRef;
 use kafka_bigquery_sink::transcode::frame_confluent;
-use support::daemon::{Registry, free_port, http_get, wait_for};
+use support::daemon::{free_port, http_get, wait_for};
 use support::kafka::{
     KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
 };
+use support::registry::Registry;
 
 const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"test","fields":[
   {"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;

@@ -18,7 +18,7 @@ use kafka_bigquery_sink::emulator::rows::RenderOptions;
 use serde_json::{Map, Value as Json, json};
 use support::kafka::unique_name;
 use support::python::python;
-use support::registry::{hex, serve_registry, vectors};
+use support::registry::{Registry, hex, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 fn table(columns: &Json) -> TableSchema {
@@ -75,7 +75,7 @@ async fn confluent_json_schema_records_land_exactly_once_and_value_exact() {
         return;
     };
     let lines = vectors(&python, "json_vectors.py");
-    let registry = serve_registry(lines[0]["registry"].clone()).await;
+    let (registry, _) = Registry::serve_dump(lines[0]["registry"].clone()).await;
     let table = table(&lines[0]["columns"]);
     let (good, bad): (Vec<&Json>, Vec<&Json>) =
         lines[1..].iter().partition(|v| v.get("error").is_none());

@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use daemon_support::{Daemon, Registry, free_port, http_get, wait_for};
+use daemon_support::{Daemon, free_port, http_get, wait_for};
 use exposition::{Sample, assert_matches_spec, parse, samples_of, scrape, scrape_until, sum};
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema};
 use kafka_bigquery_sink::transcode::frame_confluent;
 use support::kafka::{produce_to_partition, producer, unique_name};
+use support::registry::Registry;
 use support::sink::{Fixture as SinkFixture, Tweaks};
 
 const SCHEMA: &str = r#"{"type":"record","name":"Event","namespace":"test","fields":[

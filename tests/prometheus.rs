@@ -32,10 +32,11 @@ use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSch
 use kafka_bigquery_sink::emulator::store::TableRef;
 use kafka_bigquery_sink::transcode::frame_confluent;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Registry, free_port, http_get, wait_for};
+use support::daemon::{Daemon, free_port, http_get, wait_for};
 use support::kafka::{
     KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,
 };
+use support::registry::Registry;
 
 /// Metrics the rules and the dashboard may use before `docs/metrics.md` lists them (none now).
 const NOT_YET_SPECIFIED: &[&str] = &[];

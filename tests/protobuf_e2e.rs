@@ -13,7 +13,7 @@ use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
 use serde_json::{Value as Json, json};
 use support::kafka::unique_name;
 use support::python::python;
-use support::registry::{hex, serve_registry, vectors};
+use support::registry::{Registry, hex, vectors};
 use support::sink::{Daemon, Fixture, SinkOptions, Tweaks};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
@@ -26,7 +26,7 @@ async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
         .iter()
         .map(|v| (v["name"].as_str().unwrap(), v))
         .collect();
-    let registry = serve_registry(lines[0]["registry"].clone()).await;
+    let (registry, _) = Registry::serve_dump(lines[0]["registry"].clone()).await;
 
     let f = Fixture::with(SinkOptions::partitions(1)).await;
     let every = vectors["every_type"];

@@ -9,8 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use support::daemon::Registry;
 use support::kafka::unique_name;
+use support::registry::Registry;
 use support::sink::{Daemon, Fixture, SCHEMA, SinkOptions, Tweaks, confluent, encode};
 
 const REGISTERED: u32 = 1;

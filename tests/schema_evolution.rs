@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use daemon_support::{Daemon, Registry};
+use daemon_support::Daemon;
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::transcode::frame_confluent;
 use support::kafka::{produce_to_partition, producer, unique_name};
+use support::registry::Registry;
 use support::sink::{Fixture as SinkFixture, Tweaks};
 
 const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[

@@ -14,8 +14,9 @@ use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
 use rdkafka::producer::FutureProducer;
 use support::cdc::{Change, State, producer_script, state_from_json, table_state, wait_converged};
-use support::daemon::{Daemon, Registry};
+use support::daemon::Daemon;
 use support::kafka::{producer, unique_name};
+use support::registry::Registry;
 use support::sink::{Fixture, SinkOptions, confluent};
 
 pub const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"db.inventory.customers","fields":[

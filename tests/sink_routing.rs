@@ -501,7 +501,7 @@ async fn a_missing_table_is_created_from_the_latest_schema_of_the_topics_subject
     create_topic_blocking(&s.bootstrap, &other, 1);
     create_topic_blocking(&s.bootstrap, &dlq, 1);
     let (registry, served) =
-        support::daemon::Registry::serve([(1, SCHEMA.to_string())].into(), None).await;
+        support::registry::Registry::serve([(1, SCHEMA.to_string())].into(), None).await;
     served.subject(&format!("{topic}-value"), 1);
     served.subject(&format!("{other}-value"), 1);
     let input = format!("schema_registry:\n  url: \"http://{registry}\"\n  retries: 2\n");

@@ -1,8 +1,8 @@
-//! The real daemon binary (`kafka-bigquery-sink run -c config`) as a child process, an in-test
-//! Confluent Schema Registry and small HTTP helpers, for the tests that run the daemon end to end.
+//! The real daemon binary (`kafka-bigquery-sink run -c config`) as a child process and small HTTP
+//! helpers, for the tests that run the daemon end to end (their Schema Registry is
+//! [`super::registry::Registry`]).
 //! Processes are stopped by their pid only.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -10,12 +10,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use axum::Router;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 
 const DEFAULT_RUST_LOG: &str = "info,rdkafka=warn";
 
@@ -311,111 +305,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("addr")
         .port()
-}
-
-/// A Confluent Schema Registry serving `GET /schemas/ids/{id}` from a map (404 for other ids)
-/// and `GET /subjects/{subject}/versions/latest` for subjects given to [`Registry::subject`],
-/// optionally behind basic auth.
-pub struct Registry {
-    schemas: Mutex<HashMap<u32, String>>,
-    /// Subject → the id of its latest version.
-    subjects: Mutex<HashMap<String, u32>>,
-    /// The expected `Authorization` header, if any.
-    authorization: Option<String>,
-    pub requests: Mutex<usize>,
-}
-
-impl Registry {
-    pub async fn serve(
-        schemas: HashMap<u32, String>,
-        authorization: Option<String>,
-    ) -> (SocketAddr, Arc<Registry>) {
-        let reg = Arc::new(Registry {
-            schemas: Mutex::new(schemas),
-            subjects: Mutex::new(HashMap::new()),
-            authorization,
-            requests: Mutex::new(0),
-        });
-        let app = Router::new()
-            .route("/schemas/ids/{id}", get(schema_by_id))
-            .route(
-                "/subjects/{subject}/versions/latest",
-                get(latest_of_subject),
-            )
-            .with_state(reg.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the registry");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        (addr, reg)
-    }
-
-    /// Serves `schema` as `id` from now on: a schema that reaches this registry late.
-    pub fn register(&self, id: u32, schema: &str) {
-        self.schemas.lock().unwrap().insert(id, schema.to_string());
-    }
-
-    /// Makes schema `id` the latest version of `subject`.
-    pub fn subject(&self, subject: &str, id: u32) {
-        self.subjects
-            .lock()
-            .unwrap()
-            .insert(subject.to_string(), id);
-    }
-}
-
-async fn latest_of_subject(
-    State(reg): State<Arc<Registry>>,
-    UrlPath(subject): UrlPath<String>,
-) -> Response {
-    *reg.requests.lock().unwrap() += 1;
-    let id = reg.subjects.lock().unwrap().get(&subject).copied();
-    let schema = id.and_then(|id| reg.schemas.lock().unwrap().get(&id).cloned());
-    match (id, schema) {
-        (Some(id), Some(schema)) => serde_json::json!({
-            "subject": subject, "id": id, "version": 1, "schema": schema
-        })
-        .to_string()
-        .into_response(),
-        _ => (
-            StatusCode::NOT_FOUND,
-            r#"{"error_code":40401,"message":"Subject not found"}"#,
-        )
-            .into_response(),
-    }
-}
-
-async fn schema_by_id(
-    State(reg): State<Arc<Registry>>,
-    UrlPath(id): UrlPath<u32>,
-    headers: HeaderMap,
-) -> Response {
-    *reg.requests.lock().unwrap() += 1;
-    if let Some(auth) = &reg.authorization
-        && headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(auth.as_str())
-    {
-        return (
-            StatusCode::UNAUTHORIZED,
-            r#"{"error_code":401,"message":"Unauthorized"}"#,
-        )
-            .into_response();
-    }
-    let schema = reg.schemas.lock().unwrap().get(&id).cloned();
-    match schema {
-        Some(schema) => format!(
-            r#"{{"schema":{}}}"#,
-            serde_json::to_string(&schema).expect("json")
-        )
-        .into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            r#"{"error_code":40403,"message":"Schema not found"}"#,
-        )
-            .into_response(),
-    }
 }
 
 /// GET `http://addr{path}`: (status, body), or `None` while nothing listens.
