@@ -21,8 +21,8 @@ use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::emulator::faults::FaultRule;
 use kafka_bigquery_sink::emulator::server::EmulatorConfig;
 use kafka_bigquery_sink::emulator::store::StreamPhase;
-use support::daemon::Registry;
 use support::kafka::{KafkaBroker, unique_name};
+use support::registry::Registry;
 use support::sink::{
     BackgroundProducer, Daemon, Fixture, Position, SCHEMA, SinkOptions, Tweaks,
     assert_exactly_once, confluent, encode,
