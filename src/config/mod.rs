@@ -179,8 +179,9 @@ pub struct SchemaRegistryConfig {
     /// Per-request timeout (default 10s).
     #[serde(default = "default_sr_timeout")]
     pub timeout: HumanDuration,
-    /// Retries of a failed request before the partition waits and tries again later (default
-    /// 5). A registry outage stalls a partition; it never dead-letters good records.
+    /// Attempts of a failing lookup, the first included, before the partition waits and tries
+    /// again later (default 5). A registry outage stalls a partition; it never dead-letters good
+    /// records.
     #[serde(default = "default_sr_retries")]
     pub retries: u32,
     /// How long a schema id may stay unknown (404) before its records count as bad (default
