@@ -225,4 +225,15 @@ impl Store {
         let stream = self.open_stream(name)?;
         Ok(self.info(&stream))
     }
+
+    /// Snapshots of the explicit write streams of `table` (`_default` is not among them), live
+    /// or not. BigQuery has no such listing; a test reads from it what a writer appended and has
+    /// not made visible (a BUFFERED stream's rows past its flush cursor).
+    pub fn write_streams(&self, table: &TableRef) -> Vec<StreamInfo> {
+        self.all_streams()
+            .iter()
+            .filter(|s| s.table() == table)
+            .map(|s| self.info(s))
+            .collect()
+    }
 }

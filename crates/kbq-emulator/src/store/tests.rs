@@ -94,3 +94,52 @@ fn visible_log_pages_across_chunks() {
     assert!(log.page(4, 10).is_empty());
     assert_eq!(log.page(0, 2).len(), 2);
 }
+
+#[test]
+fn write_streams_lists_a_tables_explicit_streams_with_their_flush_cursors() {
+    let store = Store::new(StoreConfig::default());
+    store.insert_dataset(Dataset::new("p", "d")).unwrap();
+    let table = |id: &str| {
+        let r = TableRef::parse(&format!("projects/p/datasets/d/tables/{id}")).unwrap();
+        store
+            .insert_table(Table::new(r.clone(), TableSchema::default()))
+            .unwrap();
+        r
+    };
+    let (t, other) = (table("t"), table("other"));
+    let codec = Arc::new(
+        RowCodec::compile(
+            &prost_types::DescriptorProto {
+                name: Some("Row".into()),
+                ..Default::default()
+            },
+            &TableSchema::default(),
+        )
+        .unwrap(),
+    );
+    let rows = |n: u8| RowBatch {
+        rows: (0..n).map(|i| Bytes::from(vec![i])).collect(),
+        codec: codec.clone(),
+    };
+    let buffered = store
+        .create_write_stream(&t.path(), StreamKind::Buffered)
+        .unwrap();
+    let stream = store.open_stream(&buffered.name).unwrap();
+    store
+        .append(&stream, Some(0), rows(5), &buffered.name)
+        .unwrap();
+    store.flush_rows(&buffered.name, Some(1)).unwrap();
+    store
+        .create_write_stream(&other.path(), StreamKind::Pending)
+        .unwrap();
+
+    let listed = store.write_streams(&t);
+    assert_eq!(listed.len(), 1, "only t's explicit stream: {listed:?}");
+    let s = &listed[0];
+    assert_eq!(s.name, buffered.name);
+    assert_eq!(
+        (s.kind, s.row_count, s.flushed_offset),
+        (StreamKind::Buffered, 5, Some(1))
+    );
+    assert_eq!(store.write_streams(&other)[0].kind, StreamKind::Pending);
+}
