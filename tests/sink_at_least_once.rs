@@ -342,7 +342,7 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
         &group,
         &Tweaks {
             delivery: Some("exactly_once"),
-            topic: Some(other.clone()),
+            topics: vec![other.clone()],
             ..Tweaks::default()
         },
     );

@@ -2,6 +2,10 @@
 //! the real binary (`support::daemon::Daemon`, its logs kept for assertions). Every check
 //! of the result goes through the Kafka metadata columns of the table: each (partition, offset)
 //! the producer wrote must be visible exactly once.
+//!
+//! The fixture's own topic and table are the simple case; routing tests add topics
+//! (`Fixture::add_topic`), each with the table it is routed to and the metadata columns that
+//! table holds, and check every table by (topic, partition, offset) (`wait_exactly_once_in`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -17,7 +21,7 @@ use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSch
 use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
 use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
 use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
-use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
+use kafka_bigquery_sink::emulator::store::{Dataset, StreamKind, StreamPhase, Table, TableRef};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 
@@ -83,13 +87,35 @@ pub fn confluent(schema_id: u32, body: &[u8]) -> Vec<u8> {
 /// A (partition, offset) pair as the metadata columns hold it.
 pub type Position = (i64, i64);
 
+/// A (topic, partition, offset) triple as the metadata columns hold it: a row of a table that
+/// several topics feed.
+pub type Row = (String, i64, i64);
+
+/// The metadata columns a table holds a row's Kafka coordinates in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetadataColumns {
+    pub topic: &'static str,
+    pub partition: &'static str,
+    pub offset: &'static str,
+}
+
+/// The metadata columns the fixture's config names (a route may name others).
+pub const KAFKA_COLUMNS: MetadataColumns = MetadataColumns {
+    topic: "kafka_topic",
+    partition: "kafka_partition",
+    offset: "kafka_offset",
+};
+
 /// A record's key and value.
 type KeyValue = (Vec<u8>, Vec<u8>);
 
-/// What produces good records into the topic; shared with background producer threads.
+/// What produces good records into a topic; shared with background producer threads.
 pub struct Source {
     bootstrap: String,
     topic: String,
+    /// The table the topic's records are expected in, and the metadata columns it holds.
+    table: String,
+    columns: MetadataColumns,
     schema: Schema,
     partitions: i32,
     /// Confluent framing with this schema id, or raw Avro.
@@ -158,6 +184,14 @@ impl Source {
     pub fn expected(&self) -> BTreeSet<Position> {
         self.produced.lock().expect("produced").clone()
     }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
 }
 
 /// A producer thread that keeps producing `batch` records every `every` until stopped.
@@ -168,11 +202,18 @@ pub struct BackgroundProducer {
 
 impl BackgroundProducer {
     pub fn start(source: Arc<Source>, batch: i64, every: Duration) -> BackgroundProducer {
+        BackgroundProducer::over(vec![source], batch, every)
+    }
+
+    /// `batch` records into each of `sources` in turn, every `every`.
+    pub fn over(sources: Vec<Arc<Source>>, batch: i64, every: Duration) -> BackgroundProducer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             while !flag.load(Ordering::SeqCst) {
-                source.produce(batch);
+                for source in &sources {
+                    source.produce(batch);
+                }
                 std::thread::sleep(every);
             }
         });
@@ -215,8 +256,8 @@ pub struct Tweaks {
     pub shutdown_deadline: &'static str,
     /// `delivery:` (`exactly_once` | `at_least_once`); left out (the default) when `None`.
     pub delivery: Option<&'static str>,
-    /// A topic subscribed instead of the fixture's.
-    pub topic: Option<String>,
+    /// Topics subscribed instead of the fixture's (when not empty).
+    pub topics: Vec<String>,
     /// `kafka.topic_pattern` instead of a topic list.
     pub topic_pattern: Option<String>,
     /// `schema_registry.format` with a registry (`protobuf`, `json_schema`).
@@ -227,6 +268,13 @@ pub struct Tweaks {
     pub schemaless_json: bool,
     /// With a registry: `create_table: {}` and `schema_update: add_columns`.
     pub registry_tables: bool,
+    /// `bigquery.create_table: {}` (`Some(true)`) or none (`Some(false)`) instead of what the
+    /// input implies (created from the fixed `.avsc`, not with a registry).
+    pub create_table: Option<bool>,
+    /// `bigquery.table` instead of the fixture's table, e.g. the `{topic}` template.
+    pub bigquery_table: Option<&'static str>,
+    /// Lines under `routes:`.
+    pub routes: Vec<String>,
     /// `bigquery.schema_update` on a table that exists (`add_columns`, `none`).
     pub schema_update: Option<&'static str>,
     /// Lines under `kafka.properties:` after the fixture's own (indented by the caller's four
@@ -250,12 +298,15 @@ impl Default for Tweaks {
             checkpoint_interval: "200ms",
             shutdown_deadline: "20s",
             delivery: None,
-            topic: None,
+            topics: Vec::new(),
             topic_pattern: None,
             format: None,
             json_validate: false,
             schemaless_json: false,
             registry_tables: false,
+            create_table: None,
+            bigquery_table: None,
+            routes: Vec::new(),
             schema_update: None,
             kafka_properties: Vec::new(),
             metrics_port: 0,
@@ -266,6 +317,11 @@ impl Default for Tweaks {
 
 pub struct SinkOptions {
     pub partitions: i32,
+    /// The fixture's topic instead of a unique `orders-…`.
+    pub topic: Option<String>,
+    /// The table the topic's records are expected in instead of the topic's name made a table
+    /// id (`.` and `-` become `_`, as the `{topic}` template does).
+    pub table: Option<String>,
     /// A broker of the test's own (restart tests); the shared one otherwise.
     pub bootstrap: Option<String>,
     pub emulator: EmulatorConfig,
@@ -276,6 +332,8 @@ impl SinkOptions {
     pub fn partitions(partitions: i32) -> SinkOptions {
         SinkOptions {
             partitions,
+            topic: None,
+            table: None,
             bootstrap: None,
             emulator: EmulatorConfig::local(),
             framing: None,
@@ -292,7 +350,11 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
     pub schema: Schema,
     pub partitions: i32,
+    /// The fixture's topic.
     pub source: Arc<Source>,
+    /// Every topic records are produced to: the fixture's and those `add_topic` added.
+    sources: Mutex<Vec<Arc<Source>>>,
+    framing: Option<u32>,
 }
 
 impl Fixture {
@@ -307,7 +369,10 @@ impl Fixture {
         let bootstrap = options
             .bootstrap
             .unwrap_or_else(|| KafkaBroker::shared().to_string());
-        let topic = unique_name("orders");
+        let topic = options.topic.unwrap_or_else(|| unique_name("orders"));
+        let table = options
+            .table
+            .unwrap_or_else(|| topic.replace(['.', '-'], "_"));
         let dlq = format!("{topic}-dlq");
         create_topic_blocking(&bootstrap, &topic, options.partitions);
         create_topic_blocking(&bootstrap, &dlq, 1);
@@ -317,6 +382,8 @@ impl Fixture {
         let source = Arc::new(Source {
             bootstrap: bootstrap.clone(),
             topic: topic.clone(),
+            table: table.clone(),
+            columns: KAFKA_COLUMNS,
             schema: schema.clone(),
             partitions: options.partitions,
             framing: options.framing,
@@ -327,14 +394,42 @@ impl Fixture {
         Fixture {
             emulator,
             bootstrap,
-            table: topic.replace('-', "_"),
+            table,
             topic,
             dlq,
             dir,
             schema,
             partitions: options.partitions,
+            sources: Mutex::new(vec![source.clone()]),
             source,
+            framing: options.framing,
         }
+    }
+
+    /// Creates another topic with `partitions` partitions, whose records (framed as the
+    /// fixture's) are expected in `table`, under its metadata columns `columns`.
+    pub fn add_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        table: &str,
+        columns: MetadataColumns,
+    ) -> Arc<Source> {
+        create_topic_blocking(&self.bootstrap, topic, partitions);
+        let source = Arc::new(Source {
+            bootstrap: self.bootstrap.clone(),
+            topic: topic.to_string(),
+            table: table.to_string(),
+            columns,
+            schema: self.schema.clone(),
+            partitions,
+            framing: self.framing,
+            next_id: AtomicI64::new(0),
+            produced: Mutex::new(BTreeSet::new()),
+            ids: Mutex::new(BTreeMap::new()),
+        });
+        self.sources.lock().expect("sources").push(source.clone());
+        source
     }
 
     pub fn config(&self, group: &str) -> PathBuf {
@@ -344,9 +439,10 @@ impl Fixture {
     pub fn config_with(&self, group: &str, tweaks: &Tweaks) -> PathBuf {
         // One file per distinct config: a test may run one group with several of them.
         let mut name = group.to_string();
+        let topics = tweaks.topics.join("-");
         for part in [
             tweaks.delivery,
-            tweaks.topic.as_deref(),
+            (!topics.is_empty()).then_some(topics.as_str()),
             tweaks.topic_pattern.as_ref().map(|_| "pattern"),
             tweaks.name,
         ]
@@ -382,7 +478,17 @@ impl Fixture {
                 self.dir.path().join("order.avsc").display()
             ),
         };
-        let create_table = if tweaks.registry_tables {
+        let create_table = if let Some(create) = tweaks.create_table {
+            assert!(
+                !tweaks.registry_tables && tweaks.schema_update.is_none(),
+                "create_table replaces what those set"
+            );
+            if create {
+                "  create_table: {}\n".to_string()
+            } else {
+                String::new()
+            }
+        } else if tweaks.registry_tables {
             assert!(tweaks.schema_update.is_none(), "registry_tables sets it");
             "  create_table: {}\n  schema_update: add_columns\n".to_string()
         } else if let Some(update) = tweaks.schema_update {
@@ -394,9 +500,15 @@ impl Fixture {
         };
         let subscription = match &tweaks.topic_pattern {
             Some(pattern) => format!("topic_pattern: '{pattern}'"),
+            None if tweaks.topics.is_empty() => format!("topics: [\"{}\"]", self.topic),
             None => format!(
-                "topics: [\"{}\"]",
-                tweaks.topic.as_ref().unwrap_or(&self.topic)
+                "topics: [{}]",
+                tweaks
+                    .topics
+                    .iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let block = |name: &str, lines: &[String]| {
@@ -434,9 +546,9 @@ metrics:
 log:
   format: json
 shutdown_deadline: {deadline}
-{delivery}{recovery}{writer}"#,
+{delivery}{recovery}{writer}{routes}"#,
             bootstrap = self.bootstrap,
-            table = self.table,
+            table = tweaks.bigquery_table.unwrap_or(&self.table),
             emulator = self.emulator.addr,
             dlq = self.dlq,
             properties = tweaks
@@ -453,6 +565,7 @@ shutdown_deadline: {deadline}
                 .unwrap_or_default(),
             recovery = block("recovery", &tweaks.recovery),
             writer = block("writer", &tweaks.writer),
+            routes = block("routes", &tweaks.routes),
         );
         std::fs::write(&path, text).expect("write config");
         path
@@ -468,7 +581,7 @@ shutdown_deadline: {deadline}
     }
 
     pub fn table_ref(&self) -> TableRef {
-        TableRef::parse(&format!("projects/p/datasets/d/tables/{}", self.table)).expect("table ref")
+        table_ref(&self.table)
     }
 
     /// Creates the dataset and the table in the emulator: registry input does not create it.
@@ -493,37 +606,111 @@ shutdown_deadline: {deadline}
         self.create_table(TableSchema { fields: columns });
     }
 
-    /// Every visible (partition, offset), with how often it appears.
+    /// The rendered values of `columns` in every visible row of `table`; none while the table
+    /// does not exist.
+    fn visible_values<const N: usize>(&self, table: &str, columns: [&str; N]) -> Vec<[String; N]> {
+        let store = &self.emulator.store;
+        let Some(t) = store.get_table(&table_ref(table)) else {
+            return Vec::new();
+        };
+        let at = columns.map(|name| {
+            t.schema
+                .fields
+                .iter()
+                .position(|f| f.name == name)
+                .unwrap_or_else(|| panic!("table {table} has no column {name}"))
+        });
+        let page = store
+            .read_visible_rows(&table_ref(table), 0, usize::MAX)
+            .expect("rows");
+        page.rows
+            .iter()
+            .map(|row| {
+                let r = row.codec.render(&row.data, &t.schema);
+                at.map(|i| r["f"][i]["v"].as_str().expect("value").to_string())
+            })
+            .collect()
+    }
+
+    /// Every visible (partition, offset) of the fixture's table, with how often it appears.
     pub fn visible(&self) -> BTreeMap<Position, usize> {
         let mut out = BTreeMap::new();
-        let Some(table) = self.emulator.store.get_table(&self.table_ref()) else {
-            return out;
-        };
-        let names: Vec<String> = table.schema.fields.iter().map(|f| f.name.clone()).collect();
-        let at = |name: &str| {
-            names
-                .iter()
-                .position(|n| n == name)
-                .expect("metadata column")
-        };
-        let (pi, oi) = (at("kafka_partition"), at("kafka_offset"));
-        let page = self
-            .emulator
-            .store
-            .read_visible_rows(&self.table_ref(), 0, usize::MAX)
-            .expect("rows");
-        for row in page.rows {
-            let r = row.codec.render(&row.data, &table.schema);
-            let num = |i: usize| {
-                r["f"][i]["v"]
-                    .as_str()
-                    .expect("value")
-                    .parse::<i64>()
-                    .expect("int")
-            };
-            *out.entry((num(pi), num(oi))).or_insert(0) += 1;
+        let columns = [KAFKA_COLUMNS.partition, KAFKA_COLUMNS.offset];
+        for [partition, offset] in self.visible_values(&self.table, columns) {
+            *out.entry((int(&partition), int(&offset))).or_insert(0) += 1;
         }
         out
+    }
+
+    /// Every visible (topic, partition, offset) of `table`, read from the metadata columns of
+    /// the topics routed to it, with how often it appears.
+    pub fn visible_rows(&self, table: &str) -> BTreeMap<Row, usize> {
+        let c = self.metadata_columns(table);
+        let mut out = BTreeMap::new();
+        for [topic, partition, offset] in
+            self.visible_values(table, [c.topic, c.partition, c.offset])
+        {
+            *out.entry((topic, int(&partition), int(&offset)))
+                .or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Every (topic, partition, offset) produced to a topic routed to `table`.
+    pub fn expected_rows(&self, table: &str) -> BTreeSet<Row> {
+        self.routed_to(table)
+            .iter()
+            .flat_map(|s| {
+                s.expected()
+                    .into_iter()
+                    .map(|(p, o)| (s.topic.clone(), p, o))
+            })
+            .collect()
+    }
+
+    /// The metadata columns of `table`, which every topic routed to it shares.
+    fn metadata_columns(&self, table: &str) -> MetadataColumns {
+        let sources = self.routed_to(table);
+        let columns = sources.first().map(|s| s.columns);
+        assert!(
+            columns.is_some() && sources.iter().all(|s| Some(s.columns) == columns),
+            "the fixture's topics routed to {table} must name its metadata columns, all alike"
+        );
+        columns.expect("checked")
+    }
+
+    fn routed_to(&self, table: &str) -> Vec<Arc<Source>> {
+        let sources = self.sources.lock().expect("sources");
+        sources
+            .iter()
+            .filter(|s| s.table == table)
+            .cloned()
+            .collect()
+    }
+
+    /// The column names of `table`, or `None` while it does not exist.
+    pub fn table_columns(&self, table: &str) -> Option<Vec<String>> {
+        let t = self.emulator.store.get_table(&table_ref(table))?;
+        Some(t.schema.fields.iter().map(|f| f.name.clone()).collect())
+    }
+
+    /// Rows appended to `table`'s write streams that are not visible and that a flush or a
+    /// commit could still make visible: an active BUFFERED stream's rows past its flush cursor,
+    /// an uncommitted PENDING stream's rows. Read while a daemon runs, the rows in flight; read
+    /// after a SIGKILL, what the crash caught appended and not yet visible.
+    pub fn appended_not_visible(&self, table: &str) -> i64 {
+        self.emulator
+            .store
+            .write_streams(&table_ref(table))
+            .iter()
+            .map(|s| match (s.kind, s.phase) {
+                (StreamKind::Buffered, StreamPhase::Active) => {
+                    s.row_count - s.flushed_offset.map_or(0, |o| o + 1)
+                }
+                (StreamKind::Pending, StreamPhase::Active | StreamPhase::Finalized) => s.row_count,
+                _ => 0,
+            })
+            .sum()
     }
 
     /// Value by value: every record `produce` wrote is exactly one row, and that row holds the
@@ -631,6 +818,29 @@ shutdown_deadline: {deadline}
         assert_exactly_once(&v, &expected);
     }
 
+    /// Waits until every record produced to a topic routed to one of `tables` is visible in its
+    /// table, then checks that each table holds exactly the records routed to it, once.
+    pub fn wait_exactly_once_in(&self, tables: &[&str], timeout: Duration) {
+        let expected: Vec<(&str, BTreeSet<Row>)> = tables
+            .iter()
+            .map(|table| (*table, self.expected_rows(table)))
+            .collect();
+        let started = Instant::now();
+        while started.elapsed() < timeout
+            && !expected.iter().all(|(table, rows)| {
+                let v = self.visible_rows(table);
+                rows.iter().all(|r| v.contains_key(r)) || v.values().any(|n| *n > 1)
+            })
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (table, rows) in &expected {
+            if let Err(why) = exactly_once(&self.visible_rows(table), rows) {
+                panic!("table {table}: {why}");
+            }
+        }
+    }
+
     /// Polls the visible rows until `done` holds for them (or the timeout passes).
     pub fn wait_for(
         &self,
@@ -694,7 +904,8 @@ shutdown_deadline: {deadline}
         high - low
     }
 
-    /// The group's committed offset and parsed metadata per partition (read without joining).
+    /// The group's committed offset and parsed metadata per partition of the fixture's topic
+    /// (read without joining).
     pub fn checkpoints(&self, group: &str) -> BTreeMap<i32, (i64, CommitMetadata)> {
         let consumer: BaseConsumer = consumer_config(&self.bootstrap, group)
             .create()
@@ -723,24 +934,46 @@ shutdown_deadline: {deadline}
     }
 }
 
-pub fn assert_exactly_once(visible: &BTreeMap<Position, usize>, expected: &BTreeSet<Position>) {
+/// Every expected row (a [`Position`] or a [`Row`]) is visible once, and nothing else is.
+pub fn assert_exactly_once<K: Ord + Clone + std::fmt::Debug>(
+    visible: &BTreeMap<K, usize>,
+    expected: &BTreeSet<K>,
+) {
+    if let Err(why) = exactly_once(visible, expected) {
+        panic!("{why}");
+    }
+}
+
+fn exactly_once<K: Ord + Clone + std::fmt::Debug>(
+    visible: &BTreeMap<K, usize>,
+    expected: &BTreeSet<K>,
+) -> Result<(), String> {
     let dupes: Vec<_> = visible.iter().filter(|(_, n)| **n > 1).take(5).collect();
     let total_dupes: usize = visible.values().map(|n| n.saturating_sub(1)).sum();
-    assert!(
-        dupes.is_empty(),
-        "{total_dupes} duplicate rows, e.g. {dupes:?}"
-    );
-    let seen: BTreeSet<Position> = visible.keys().copied().collect();
+    if !dupes.is_empty() {
+        return Err(format!("{total_dupes} duplicate rows, e.g. {dupes:?}"));
+    }
+    let seen: BTreeSet<K> = visible.keys().cloned().collect();
     let missing: Vec<_> = expected.difference(&seen).take(5).collect();
     let extra: Vec<_> = seen.difference(expected).take(5).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "missing {} e.g. {missing:?}, unexpected {} e.g. {extra:?} ({} visible, {} expected)",
-        expected.difference(&seen).count(),
-        seen.difference(expected).count(),
-        seen.len(),
-        expected.len()
-    );
+    if !(missing.is_empty() && extra.is_empty()) {
+        return Err(format!(
+            "missing {} e.g. {missing:?}, unexpected {} e.g. {extra:?} ({} visible, {} expected)",
+            expected.difference(&seen).count(),
+            seen.difference(expected).count(),
+            seen.len(),
+            expected.len()
+        ));
+    }
+    Ok(())
+}
+
+fn table_ref(table: &str) -> TableRef {
+    TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("table ref")
+}
+
+fn int(text: &str) -> i64 {
+    text.parse().expect("int")
 }
 
 /// A NUMERIC(12, 2) as rendered (`12.3`, `-4`, `0.05`) in hundredths.
