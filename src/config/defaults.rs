@@ -109,6 +109,11 @@ pub const STREAM_CREATIONS_PER_SECOND: f64 = 1.0;
 /// The most CreateWriteStream calls a replica makes in a second, within the burst too: the
 /// service's latency climbs past 25 s above 40–50 calls a second per project.
 pub const STREAM_CREATION_PACE: f64 = 10.0;
+/// How often librdkafka reports statistics (group membership) and the high watermarks are read
+/// (the lag gauges, stall detection) when the daemon exports metrics and `kafka.properties`
+/// leaves `statistics.interval.ms` unset or 0 (readiness and the lag gauges depend on the
+/// statistics, so they are never off).
+pub const KAFKA_STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
 /// Timeout of the consumer's own requests to the broker (committed offsets, watermarks).
 pub const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records a paused partition may keep in its stash.

@@ -172,10 +172,6 @@ pub struct ConsumerSettings {
     pub faults: Arc<ConsumerFaults>,
 }
 
-/// How often librdkafka reports statistics (group membership) and the high watermarks are read
-/// (the lag gauges, stall detection) unless configured.
-pub(super) const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
-
 /// The handle the coordinator holds.
 pub struct ConsumerHandle {
     pub(super) commands: std_mpsc::Sender<ConsumerCommand>,

@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::TopicPartition;
+use crate::config::defaults;
 
 use super::memory_budget::MemoryBudget;
 
@@ -123,7 +124,8 @@ fn client_config(settings: &ConsumerSettings) -> ClientConfig {
         .get("statistics.interval.ms")
         .is_none_or(|v| v.trim() == "0");
     if settings.metrics.is_some() && statistics_off {
-        config.set("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS);
+        let every = defaults::KAFKA_STATISTICS_INTERVAL.as_millis();
+        config.set("statistics.interval.ms", every.to_string());
     }
     config
 }
@@ -143,7 +145,7 @@ fn watermark_reader(
         .get("statistics.interval.ms")
         .and_then(|ms| ms.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
-        .map_or(Duration::from_secs(5), Duration::from_millis);
+        .map_or(defaults::KAFKA_STATISTICS_INTERVAL, Duration::from_millis);
     Ok(Some(WatermarkReader::spawn(
         settings,
         every,
