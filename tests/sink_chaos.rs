@@ -624,6 +624,9 @@ async fn a_replica_frozen_past_its_session_timeout_never_finalizes_the_new_owner
             > 0
     });
     assert!(!a.logged("partition assigned").is_empty());
+    // What a has done when it freezes: it owns the partition, its flush is not answered.
+    assert_eq!(a.metric("kbq_partitions_assigned"), 1.0);
+    assert_eq!(a.metric("kbq_flush_latency_seconds_count"), 0.0);
     a.freeze();
     let frozen_at = Instant::now();
 
@@ -663,7 +666,24 @@ async fn a_replica_frozen_past_its_session_timeout_never_finalizes_the_new_owner
     // a's flush is answered (STREAM_FINALIZED) while a is still frozen; then a wakes up.
     std::thread::sleep(Duration::from_millis(HOLD_MS + 2_000).saturating_sub(frozen_at.elapsed()));
     a.resume();
-    std::thread::sleep(Duration::from_secs(5));
+    let resumed_at = Instant::now();
+    // What a does between waking up and learning that it was fenced is what this test is about:
+    // wait until that is over, not for a fixed time in which a may have done nothing. Over means
+    // a took its held flush's answer (the FlushRows histogram counts it whatever the answer),
+    // observed the rebalance that took the partition away (revoked or lost) and released the
+    // partition (its handoff ended).
+    wait_until(
+        Duration::from_secs(60),
+        "a to take its flush's answer, observe that it was fenced and release the partition",
+        || {
+            a.metric("kbq_flush_latency_seconds_count") >= 1.0
+                && a.metric_with("kbq_rebalances_total", &[r#"kind="revoke""#])
+                    + a.metric_with("kbq_rebalances_total", &[r#"kind="lost""#])
+                    >= 1.0
+                && a.metric("kbq_partitions_assigned") == 0.0
+        },
+    );
+    let settled_after = resumed_at.elapsed();
 
     let live = f
         .emulator
@@ -675,9 +695,10 @@ async fn a_replica_frozen_past_its_session_timeout_never_finalizes_the_new_owner
     f.produce(500);
     f.wait_exactly_once(Duration::from_secs(120));
     eprintln!(
-        "frozen replica: a re-read the checkpoint {} time(s), was fenced {} time(s)",
+        "frozen replica: a re-read the checkpoint {} time(s), was fenced {} time(s), and was done {:?} after it resumed",
         a.logged("partition assigned").len(),
-        a.logged("partition revoked").len()
+        a.logged("partition revoked").len(),
+        settled_after,
     );
     assert_eq!(
         live,
