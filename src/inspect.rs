@@ -17,10 +17,9 @@ use serde_json::json;
 
 use crate::checkpoint::metadata::{CommitMetadata, TableFingerprint};
 use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
-use crate::config::Config;
+use crate::config::{Config, defaults};
 use crate::kafka::consumer::read_committed;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
 const READ_ATTEMPTS: u32 = 20;
 
 /// What Kafka holds for one partition of the group.
@@ -51,7 +50,7 @@ pub fn read_group(
     topics: &[String],
 ) -> anyhow::Result<Vec<PartitionView>> {
     let metadata = consumer
-        .fetch_metadata(None, TIMEOUT)
+        .fetch_metadata(None, defaults::KAFKA_REQUEST_TIMEOUT)
         .context("cannot read the cluster's topic metadata")?;
     let mut all = Vec::new();
     for topic in metadata.topics() {
@@ -80,7 +79,7 @@ pub fn read_group(
             continue;
         }
         let (low, high) = consumer
-            .fetch_watermarks(&tp.topic, tp.partition, TIMEOUT)
+            .fetch_watermarks(&tp.topic, tp.partition, defaults::KAFKA_REQUEST_TIMEOUT)
             .with_context(|| format!("cannot read the watermarks of {tp}"))?;
         out.push(PartitionView {
             tp: tp.clone(),
@@ -103,7 +102,7 @@ fn read_committed_retrying(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match read_committed(consumer, partitions, TIMEOUT) {
+        match read_committed(consumer, partitions, defaults::KAFKA_REQUEST_TIMEOUT) {
             Ok(read) => return Ok(read),
             Err(e) if attempt < READ_ATTEMPTS => {
                 tracing::debug!(error = %e, attempt, "cannot read committed offsets yet, retrying");

@@ -17,7 +17,6 @@
 //! re-delivered by re-subscribing the topic, where `recovery.lost_stream` applies), never rewound.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -29,11 +28,10 @@ use crate::checkpoint::coordinator::flush_outcome;
 use crate::checkpoint::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
 use crate::checkpoint::offsets::{NextOffset, RowOffset, StreamId};
 use crate::checkpoint::protocol::{CommittedRead, FlushOutcome, TopicPartition};
-use crate::config::Config;
+use crate::config::{Config, defaults};
 use crate::inspect::{PartitionView, group_reader, read_group, table_path};
 use crate::kafka::consumer::read_committed;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
 const FLUSH_ATTEMPTS: u32 = 6;
 
 /// Which topics' checkpoints to bring to rest.
@@ -228,7 +226,11 @@ async fn recover_partition(
     }
     .encode(MetadataVersion::CURRENT);
     // Read again: a sink may have joined, committed and left while the flush ran.
-    match read_committed(consumer, std::slice::from_ref(tp), TIMEOUT) {
+    match read_committed(
+        consumer,
+        std::slice::from_ref(tp),
+        defaults::KAFKA_REQUEST_TIMEOUT,
+    ) {
         Ok(now) => {
             let now = now.get(tp).cloned().flatten();
             if now.as_ref() != Some(read) {
@@ -316,8 +318,12 @@ fn commit_outside_group(
     let result = consumer.commit(&tpl, CommitMode::Sync);
     drop(tpl);
     result?;
-    let now = read_committed(consumer, std::slice::from_ref(tp), TIMEOUT)
-        .context("the commit's read-back failed")?;
+    let now = read_committed(
+        consumer,
+        std::slice::from_ref(tp),
+        defaults::KAFKA_REQUEST_TIMEOUT,
+    )
+    .context("the commit's read-back failed")?;
     match now.get(tp).cloned().flatten() {
         Some(read) if read.offset == k && read.metadata == metadata.as_bytes() => Ok(()),
         other => bail!("the commit did not land: read back {other:?}"),

@@ -152,7 +152,8 @@ impl WriteClient {
             appends: Arc::new(AppendPool::new(endpoint, channel)),
             grpc,
             auth: Auth::None,
-            rpc_timeout: Duration::from_secs(10),
+            // Unused: every call goes to the transport before a gRPC request is built.
+            rpc_timeout: defaults::WRITER_RESPONSE_TIMEOUT,
             transport: Some(transport),
         }
     }

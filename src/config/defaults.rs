@@ -114,7 +114,8 @@ pub const STREAM_CREATION_PACE: f64 = 10.0;
 /// leaves `statistics.interval.ms` unset or 0 (readiness and the lag gauges depend on the
 /// statistics, so they are never off).
 pub const KAFKA_STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
-/// Timeout of the consumer's own requests to the broker (committed offsets, watermarks).
+/// Timeout of the consumer's own requests to the broker (committed offsets, watermarks), and of
+/// `inspect`'s and `recover`'s (metadata, committed offsets, watermarks).
 pub const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records a paused partition may keep in its stash.
 pub const MAX_STASH_RECORDS: usize = 10_000;
