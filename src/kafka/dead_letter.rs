@@ -14,9 +14,10 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
 use super::consumer::Record;
+use super::reconnect::{BrokerFinder, BrokerWatch, WatchedContext, with_statistics};
 pub use kbq_core::bad_record::BadRecord;
 
 /// Header names written on every dead-lettered record.
@@ -40,8 +41,11 @@ enum Producer {
     /// A librdkafka producer, and how long a send waits for the broker's acknowledgement (the
     /// pipeline passes `defaults::DEAD_LETTER_SEND_TIMEOUT`).
     Kafka {
-        producer: FutureProducer,
+        producer: FutureProducer<WatchedContext>,
         timeout: Duration,
+        /// Hands the bootstrap servers to the producer again when it lost every broker (see
+        /// `kafka::reconnect`); shared by the clones, its thread ends with the last one.
+        _finder: Arc<BrokerFinder>,
     },
     /// The deterministic simulation's dead-letter topic (see `docs/simulation.md`).
     Custom(Arc<dyn DeadLetterSink>),
@@ -78,10 +82,25 @@ impl DeadLetterProducer {
         config.set("acks", "all");
         config.set("enable.idempotence", "true");
         config.set("message.timeout.ms", timeout.as_millis().to_string());
+        // A producer that lost every broker would time out every dead letter, and a bad record
+        // would then fail its partition: its statistics feed a broker watch (`kafka::reconnect`).
+        with_statistics(&mut config);
+        let brokers = Arc::new(BrokerWatch::new("dead-letter producer", &config));
+        let context = WatchedContext {
+            brokers: brokers.clone(),
+        };
+        let producer: FutureProducer<WatchedContext> = config.create_with_context(context)?;
+        let held = producer.clone();
+        let finder =
+            BrokerFinder::spawn("kafka-dead-letter-brokers", brokers, move |watch, now| {
+                watch.find_brokers_again(held.client(), now);
+            })
+            .map_err(|e| KafkaError::ClientCreation(format!("broker finder thread: {e}")))?;
         Ok(DeadLetterProducer {
             producer: Producer::Kafka {
-                producer: config.create()?,
+                producer,
                 timeout,
+                _finder: Arc::new(finder),
             },
             topic: topic.to_string(),
         })
@@ -108,7 +127,9 @@ impl DeadLetterProducer {
         bad: &BadRecord,
     ) -> Result<(), KafkaError> {
         let (producer, timeout) = match &self.producer {
-            Producer::Kafka { producer, timeout } => (producer, *timeout),
+            Producer::Kafka {
+                producer, timeout, ..
+            } => (producer, *timeout),
             Producer::Custom(sink) => {
                 return sink.send(source_topic, source_partition, record, bad).await;
             }
@@ -165,5 +186,40 @@ impl DeadLetterProducer {
             .await
             .map(|_| ())
             .map_err(|(e, _)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn defaults_interval() -> Duration {
+        crate::config::defaults::KAFKA_STATISTICS_INTERVAL
+    }
+
+    #[test]
+    fn the_dead_letter_producers_statistics_reach_its_broker_watch() {
+        // Nothing listens on loopback port 1: no broker is ever up. The statistics are not
+        // asked for: the producer has them anyway, at the default 5 s.
+        let properties =
+            BTreeMap::from([("bootstrap.servers".to_string(), "127.0.0.1:1".to_string())]);
+        let dead_letters =
+            DeadLetterProducer::new(&properties, "dead", Duration::from_secs(1)).unwrap();
+        let Producer::Kafka {
+            _finder: finder, ..
+        } = &dead_letters.producer
+        else {
+            panic!("a librdkafka producer");
+        };
+        let deadline = Instant::now() + defaults_interval() * 3;
+        while !finder.watch().brokerless() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            finder.watch().brokerless(),
+            "the statistics said no broker is up"
+        );
     }
 }

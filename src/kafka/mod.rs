@@ -1,7 +1,9 @@
-//! The consumer task, the rebalance bridge and the dead-letter producer.
+//! The consumer task, the rebalance bridge, the dead-letter producer, and how each of their
+//! librdkafka clients finds the cluster again.
 
 pub mod commit_error;
 pub mod committed;
 pub mod consumer;
 pub mod dead_letter;
 pub mod memory_budget;
+pub mod reconnect;

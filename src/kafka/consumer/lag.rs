@@ -8,13 +8,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use tokio::sync::mpsc;
 
 use crate::checkpoint::offsets::NextOffset;
 use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed;
+use crate::kafka::reconnect::{BrokerWatch, WatchedContext};
 use crate::ops::metrics::{Metrics, PartitionLabels};
 
 use super::commands::{ConsumerEvent, ConsumerSettings, PartitionLoad};
@@ -85,11 +86,18 @@ impl WatermarkReader {
         let mut config = ClientConfig::new();
         for (k, v) in &settings.properties {
             // It never joins the group; a static member id must stay the group member's.
-            if k != "group.instance.id" && k != "statistics.interval.ms" {
+            if k != "group.instance.id" {
                 config.set(k, v);
             }
         }
-        let client: BaseConsumer = config.create()?;
+        // Its statistics only feed its broker watch: it can lose every broker as the group
+        // consumer can (see `kafka::reconnect`).
+        config.set("statistics.interval.ms", every.as_millis().to_string());
+        let brokers = Arc::new(BrokerWatch::new("watermarks", &config));
+        let context = WatchedContext {
+            brokers: brokers.clone(),
+        };
+        let client: BaseConsumer<WatchedContext> = config.create_with_context(context)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let timeout = settings.request_timeout;
@@ -98,8 +106,11 @@ impl WatermarkReader {
             .spawn(move || {
                 let mut next = Instant::now() + every;
                 while !stopped.load(Ordering::SeqCst) {
+                    // Serves the statistics (the client never subscribes: no message comes),
+                    // then, on this thread that may call into librdkafka, the broker watch.
+                    let _ = client.poll(Duration::from_millis(50));
+                    brokers.find_brokers_again(client.client(), Instant::now());
                     if Instant::now() < next {
-                        std::thread::sleep(Duration::from_millis(50));
                         continue;
                     }
                     next = Instant::now() + every;

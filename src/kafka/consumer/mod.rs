@@ -42,13 +42,13 @@ use crate::checkpoint::protocol::TopicPartition;
 use crate::config::defaults;
 
 use super::memory_budget::MemoryBudget;
+use super::reconnect::BrokerWatch;
 
 mod backpressure;
 mod commands;
 mod commits;
 mod lag;
 mod rebalance;
-mod reconnect;
 mod record;
 mod seeks;
 
@@ -88,7 +88,7 @@ pub fn spawn(
     let context = SinkContext {
         shared: Mutex::new(Shared::new(command_rx, event_tx, lag)),
         settings: settings.clone(),
-        brokers: Default::default(),
+        brokers: BrokerWatch::new("consumer", &config),
     };
     let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
     count_initial_partitions(&consumer, &settings);
@@ -419,7 +419,8 @@ impl PollLoop {
             if self.published.elapsed() >= Duration::from_secs(1) {
                 self.published = Instant::now();
                 shared.publish_standing(consumer);
-                find_brokers_again(consumer, settings, self.published);
+                // Between two polls: a thread that may call into librdkafka (see `reconnect`).
+                (consumer.context().brokers).find_brokers_again(consumer.client(), self.published);
             }
         }
         shared.flow.drain_stashes(consumer);
@@ -515,27 +516,6 @@ fn leave_group(consumer: BaseConsumer<SinkContext>) {
         .clone();
     drop(consumer);
     let _ = events.send(ConsumerEvent::Closed);
-}
-
-/// After [`reconnect::BROKERLESS_GRACE`] without any broker up, hands the bootstrap servers to
-/// librdkafka again (see `reconnect`).
-fn find_brokers_again(
-    consumer: &BaseConsumer<SinkContext>,
-    settings: &ConsumerSettings,
-    now: Instant,
-) {
-    let Some(waited) = consumer.context().brokers.readd_due(now) else {
-        return;
-    };
-    let Some(bootstrap) = settings.properties.get("bootstrap.servers") else {
-        return;
-    };
-    let added = reconnect::add_bootstrap_servers(consumer, bootstrap);
-    tracing::warn!(
-        waited_s = waited.as_secs(),
-        added,
-        "no kafka broker up: the bootstrap servers are added again"
-    );
 }
 
 /// Whether `message` is of `topic`, without [`Message::topic`]'s UTF-8 check of the name: that

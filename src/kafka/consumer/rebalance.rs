@@ -12,8 +12,8 @@ use crate::checkpoint::protocol::{Assignment, PartitionOrigin, TopicPartition};
 use crate::kafka::committed::{self, CommittedReads, Watermarks, tpl_of};
 
 use super::commands::{ConsumerCommand, ConsumerEvent, ConsumerSettings};
-use super::reconnect::BrokerWatch;
 use super::{Shared, partitions_of};
+use crate::kafka::reconnect::BrokerWatch;
 
 pub(super) struct SinkContext {
     /// Only the consumer thread touches this (in the poll loop or inside a callback it runs);
