@@ -24,9 +24,11 @@
 //! watermark reader's thread, which polls its client for the statistics; for the dead-letter
 //! producer, whose polling thread is rust-rdkafka's, a small thread of its own ([`BrokerFinder`]).
 //!
-//! No test makes librdkafka drop its brokers on a single-node test cluster: freezing the broker
-//! did not get it fenced without the load of the scale test (docs/operations.md). The tests
-//! prove the decision's timing and that each client's statistics reach its watch.
+//! No test makes a fenced broker answer Metadata with no broker: freezing a single-node test
+//! cluster's broker did not get it fenced without the load of the scale test
+//! (docs/operations.md). The unit tests prove the decision's timing and that each client's
+//! statistics reach its watch; `tests/kafka_reconnect.rs` strands the dead-letter producer on a
+//! broker address where nothing listens (librdkafka's mock cluster) and proves it comes back.
 
 use std::ffi::CString;
 use std::sync::mpsc as std_mpsc;
