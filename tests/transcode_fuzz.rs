@@ -5,10 +5,46 @@
 //! was; a success must be a row that decodes with the plan's descriptor. Schema texts are mutated
 //! too, for the schema parser and the plan compiler.
 //!
-//! `FUZZ_SECONDS` (default 5) bounds the run, `FUZZ_SEED` replays one.
+//! The test command runs committed seeds, each for a fixed number of inputs, so it passes or
+//! fails the same way on every machine and every run. Fresh random seeds run only through
+//! `scripts/fuzz-soak.sh` (`KBQ_FUZZ_FRESH_SECONDS`); `FUZZ_SEED` replays the seed a failure
+//! printed.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
+
+/// The seeds the test command runs; every counterexample ever found joins them.
+const COMMITTED_SEEDS: std::ops::Range<u64> = 0..32;
+/// Mutated records per seed in the test command.
+const RECORDS_PER_SEED: u64 = 16_384;
+/// Mutated schema texts per seed in the test command.
+const SCHEMAS_PER_SEED: u64 = 1_000;
+
+/// Which seeds to run, and for how long each: `FUZZ_SEED` alone when set (a replay); fresh
+/// random seeds until `KBQ_FUZZ_FRESH_SECONDS` have passed when that is set (the soak);
+/// otherwise the committed ones. `per_seed` is the work of one seed in the committed run.
+fn each_seed(per_seed: u64, mut run: impl FnMut(u64, u64)) {
+    let env = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    if let Some(seed) = env("FUZZ_SEED") {
+        eprintln!("fuzz: replaying seed {seed}");
+        return run(seed, per_seed);
+    }
+    if let Some(seconds) = env("KBQ_FUZZ_FRESH_SECONDS") {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut seeds = 0u64;
+        while Instant::now() < deadline {
+            let seed: u64 = rand::random();
+            eprintln!("fuzz: fresh seed {seed} (FUZZ_SEED={seed} replays it)");
+            run(seed, per_seed);
+            seeds += 1;
+        }
+        eprintln!("fuzz: {seeds} fresh seeds passed");
+        return;
+    }
+    for seed in COMMITTED_SEEDS {
+        run(seed, per_seed);
+    }
+}
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
@@ -183,17 +219,6 @@ fn check_one(plan: &Plan, desc: &MessageDescriptor, input: &[u8], rng: &mut StdR
 
 #[test]
 fn mutated_records_never_panic_and_never_corrupt_the_batch() {
-    let seconds: u64 = std::env::var("FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("fuzz seed {seed} for {seconds}s (FUZZ_SEED={seed} replays it)");
-    let mut rng = StdRng::seed_from_u64(seed);
-
     let plan = case::plan(&case::table());
     let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
         file: vec![file_for(plan.descriptor())],
@@ -204,56 +229,54 @@ fn mutated_records_never_panic_and_never_corrupt_the_batch() {
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&apache)
         .build()
         .unwrap();
-    let seeds: Vec<Vec<u8>> = (0..32)
-        .map(|_| writer.write_value_to_vec(seed_record(&mut rng)).unwrap())
-        .collect();
-    for s in &seeds {
-        let mut out = Vec::new();
-        plan.transcode(s, None, &mut out)
-            .expect("unmutated seeds transcode");
-    }
-
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut runs = 0u64;
-    while Instant::now() < deadline {
-        for _ in 0..256 {
+    each_seed(RECORDS_PER_SEED, |seed, records| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let seeds: Vec<Vec<u8>> = (0..32)
+            .map(|_| writer.write_value_to_vec(seed_record(&mut rng)).unwrap())
+            .collect();
+        for s in &seeds {
+            let mut out = Vec::new();
+            plan.transcode(s, None, &mut out)
+                .expect("unmutated seeds transcode");
+        }
+        for _ in 0..records {
             let mut input = seeds[rng.random_range(0..seeds.len())].clone();
             mutate(&mut rng, &mut input);
             let result = catch_unwind(AssertUnwindSafe(|| {
                 check_one(&plan, &desc, &input, &mut rng)
             }));
             if result.is_err() {
-                panic!("input that failed (hex): {}", hex(&input));
+                panic!(
+                    "seed {seed} (FUZZ_SEED={seed} replays it), input that failed (hex): {}",
+                    hex(&input)
+                );
             }
-            runs += 1;
         }
-    }
-    eprintln!("fuzz: {runs} mutated records");
-    assert!(runs > 0);
+    });
 }
 
 #[test]
 fn mutated_schemas_never_panic_the_parser_or_the_compiler() {
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let mut rng = StdRng::seed_from_u64(seed);
     let table = case::table();
     let tokens: [&[u8]; 8] = [b"{", b"}", b"[", b"]", b"\"r\"", b",", b"\"null\"", b":"];
-    for _ in 0..3000 {
-        let mut text = SCHEMA.as_bytes().to_vec();
-        for _ in 0..rng.random_range(1..4) {
-            let i = rng.random_range(0..text.len());
-            let j = (i + rng.random_range(0..20)).min(text.len());
-            let token = tokens[rng.random_range(0..tokens.len())];
-            text.splice(i..j, token.iter().copied());
+    each_seed(SCHEMAS_PER_SEED, |seed, schemas| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..schemas {
+            let mut text = SCHEMA.as_bytes().to_vec();
+            for _ in 0..rng.random_range(1..4) {
+                let i = rng.random_range(0..text.len());
+                let j = (i + rng.random_range(0..20)).min(text.len());
+                let token = tokens[rng.random_range(0..tokens.len())];
+                text.splice(i..j, token.iter().copied());
+            }
+            let Ok(text) = String::from_utf8(text) else {
+                continue;
+            };
+            if catch_unwind(AssertUnwindSafe(|| case::compile_any(&text, &table))).is_err() {
+                panic!("seed {seed} (FUZZ_SEED={seed} replays it), schema that failed: {text}");
+            }
         }
-        let Ok(text) = String::from_utf8(text) else {
-            continue;
-        };
-        case::compile_any(&text, &table);
-    }
+    });
 }
 
 fn hex(b: &[u8]) -> String {
