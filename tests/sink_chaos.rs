@@ -596,8 +596,12 @@ async fn a_live_stream_finalized_and_met_first_by_a_flush_is_recovered() {
 /// stream (none of its commits ever lands), and `b` must never find its live stream finalized.
 ///
 /// The recovery FlushRows `a` sends before the freeze is held by the emulator until after `b`
-/// finalized that stream, so `a` wakes up to STREAM_FINALIZED, re-reads the checkpoint (now
-/// `b`'s resting one, naming `b`'s live stream) and races its stale membership to a commit.
+/// finalized that stream, so `a` wakes up to STREAM_FINALIZED, and may re-read the checkpoint
+/// (now `b`'s resting one, naming `b`'s live stream) and race its stale membership to a commit.
+/// Whether it gets that far is librdkafka's timing: in the runs on this machine its session timer
+/// fires as `a` wakes, and `a` releases the partition as lost before it acts on the answer. The
+/// assertions hold either way; the re-read-and-commit race itself is covered without timing by
+/// the simulation (docs/simulation.md) and the protocol's unit tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_replica_frozen_past_its_session_timeout_never_finalizes_the_new_owners_stream() {
     let f = Fixture::new(1).await;
