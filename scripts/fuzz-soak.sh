@@ -29,8 +29,12 @@ done
 [ -n "$minutes" ] || usage
 seconds=$((minutes * 60))
 
-KBQ_FUZZ_FRESH_SECONDS="$seconds" cargo test --locked --test transcode_fuzz -- --nocapture 2>&1 |
-    grep -E '^fuzz: [0-9]+ fresh seeds|seed .* replays|test result|panicked' || true
+if ! out=$(KBQ_FUZZ_FRESH_SECONDS="$seconds" cargo test --locked --test transcode_fuzz -- --nocapture 2>&1); then
+    echo "fuzz-soak: tests/transcode_fuzz.rs failed on a fresh seed:"
+    echo "$out" | grep -v '^fuzz: fresh seed' | tail -n 40
+    exit 1
+fi
+echo "$out" | grep -E '^fuzz: [0-9]+ fresh seeds|test result'
 
 # proptest prints the minimal failing input of a failure; keep it as a test case.
 end=$((SECONDS + seconds))
