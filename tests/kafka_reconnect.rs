@@ -1,6 +1,7 @@
 //! A librdkafka client of the daemon that lost every broker it could reach finds the cluster
 //! again (`kafka::reconnect`, docs/operations.md "Capacity planning"), shown with the
-//! dead-letter producer against librdkafka's own mock cluster (in process, loopback only).
+//! dead-letter producer and with the consumer thread's two clients (the group consumer and its
+//! watermark reader) against librdkafka's own mock cluster (in process, loopback only).
 //!
 //! How the client loses its brokers here: once a client learned the cluster's brokers from
 //! Metadata, librdkafka drops its bootstrap brokers and talks only to the learned ones, at the
@@ -13,16 +14,23 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use kafka_bigquery_sink::kafka::consumer::Record;
+use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
+use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
+use kafka_bigquery_sink::kafka::consumer::{
+    self, ConsumerCommand, ConsumerEvent, ConsumerSettings, Record,
+};
 use kafka_bigquery_sink::kafka::dead_letter::{BadRecord, DeadLetterProducer};
 use kafka_bigquery_sink::kafka::reconnect::BROKERLESS_GRACE;
+use kafka_bigquery_sink::ops::metrics::Metrics;
 use kbq_core::offsets::KafkaOffset;
 use rdkafka::ClientConfig;
 use rdkafka::bindings as rdsys;
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tokio::sync::mpsc;
 
 /// librdkafka's mock cluster of one broker (id 1), driven through the C API: rust-rdkafka's
 /// `MockCluster` cannot change a broker's advertised address.
@@ -56,6 +64,29 @@ impl OneBrokerCluster {
             cluster,
             bootstrap,
         }
+    }
+
+    /// Produces `n` records to partition 0 of `topic`, with a client of its own.
+    fn produce(&self, topic: &str, n: usize) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("a producer");
+        for _ in 0..n {
+            producer
+                .send(BaseRecord::<(), _>::to(topic).partition(0).payload("x"))
+                .expect("queued");
+        }
+        producer.flush(Duration::from_secs(30)).expect("produced");
+    }
+
+    /// Strands every client of the cluster: the broker advertises an address where nothing
+    /// listens until the clients' Metadata refreshes moved their only broker there, then its
+    /// own address again, which they can no longer ask for.
+    fn strand_its_clients(&self) {
+        self.advertise("127.0.0.1:1");
+        std::thread::sleep(Duration::from_secs(2));
+        self.advertise(&self.bootstrap);
     }
 
     /// Makes the broker advertise `host:port` in its Metadata answers (it keeps listening where
@@ -121,11 +152,7 @@ async fn a_dead_letter_producer_that_lost_every_broker_finds_the_cluster_again()
         .await
         .expect("the first dead letter, with the cluster known");
 
-    // The client's only broker moves to a dead address, then the broker's real address is
-    // advertised again, where the client can no longer ask for it.
-    cluster.advertise("127.0.0.1:1");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    cluster.advertise(&cluster.bootstrap);
+    tokio::task::block_in_place(|| cluster.strand_its_clients());
 
     let lost = Instant::now();
     dead_letters
@@ -137,4 +164,129 @@ async fn a_dead_letter_producer_that_lost_every_broker_finds_the_cluster_again()
         took >= BROKERLESS_GRACE / 2,
         "the producer had really lost its broker: the send took {took:?}"
     );
+}
+
+/// The properties of the tests' clients: Metadata often, so the stale address reaches them
+/// within a second; statistics often; librdkafka's own re-bootstrap off (see the module).
+fn stranded_properties(bootstrap: &str) -> BTreeMap<String, String> {
+    [
+        ("bootstrap.servers", bootstrap),
+        ("topic.metadata.refresh.interval.ms", "200"),
+        ("statistics.interval.ms", "500"),
+        ("metadata.recovery.strategy", "none"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The first event of `events` that `pick` takes within `within`, others dropped.
+fn first_event<T>(
+    events: &mut mpsc::UnboundedReceiver<ConsumerEvent>,
+    within: Duration,
+    what: &str,
+    mut pick: impl FnMut(ConsumerEvent) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match events.try_recv() {
+            Ok(event) => {
+                if let Some(found) = pick(event) {
+                    return found;
+                }
+            }
+            Err(_) => {
+                assert!(Instant::now() < deadline, "no {what} within {within:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// The high watermark the watermark reader reports for `tp` (a `Loads` event) once it is
+/// `high`.
+fn reported_high(
+    events: &mut mpsc::UnboundedReceiver<ConsumerEvent>,
+    tp: &TopicPartition,
+    high: i64,
+    within: Duration,
+) {
+    first_event(events, within, "load report", |e| match e {
+        ConsumerEvent::Loads(loads) => loads
+            .into_iter()
+            .find(|l| &l.tp == tp && l.high == NextOffset(high)),
+        _ => None,
+    });
+}
+
+#[test]
+fn the_consumer_and_its_watermark_reader_that_lost_every_broker_find_the_cluster_again() {
+    let cluster = OneBrokerCluster::start("in");
+    cluster.produce("in", 5);
+    let mut properties = stranded_properties(&cluster.bootstrap);
+    for (k, v) in [
+        ("group.id", "reconnect"),
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        ("auto.offset.reset", "error"),
+        // Longer than the grace: the member is still in the group when it finds it again.
+        ("session.timeout.ms", "45000"),
+    ] {
+        properties.insert(k.to_string(), v.to_string());
+    }
+    let (handle, mut events) = consumer::spawn(ConsumerSettings {
+        properties,
+        topics: vec!["in".to_string()],
+        excluded_topics: Vec::new(),
+        handoff_deadline: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(5),
+        max_stash_records: 1,
+        // Metrics on: the watermark reader exists only with them.
+        metrics: Some(Arc::new(Metrics::new())),
+        memory: None,
+        read_headers: false,
+        faults: Arc::default(),
+    })
+    .expect("the consumer thread");
+    let tp = TopicPartition::new("in", 0);
+    let within = Duration::from_secs(60);
+    first_event(&mut events, within, "assignment", |e| match e {
+        ConsumerEvent::Assigned(list) => list.iter().any(|(t, _)| t == &tp).then_some(()),
+        _ => None,
+    });
+    let (sink, mut records) = mpsc::channel(100);
+    assert!(handle.send(ConsumerCommand::Start {
+        tp: tp.clone(),
+        from: NextOffset(0),
+        sink,
+    }));
+    reported_high(&mut events, &tp, 5, within);
+
+    cluster.strand_its_clients();
+    let lost = Instant::now();
+    cluster.produce("in", 5);
+
+    // The watermark reader reads the new high watermark again: it found the cluster itself
+    // (the group consumer's own re-add does nothing for this other client).
+    reported_high(&mut events, &tp, 10, within);
+    let took = lost.elapsed();
+    assert!(
+        took >= BROKERLESS_GRACE / 2,
+        "the watermark reader had really lost its broker: it read again after {took:?}"
+    );
+    // And the group consumer fetches the new records.
+    let deadline = Instant::now() + within;
+    let mut offsets = Vec::new();
+    while offsets.last() != Some(&9) {
+        match records.try_recv() {
+            Ok(r) => offsets.push(r.offset.0),
+            Err(_) => {
+                assert!(Instant::now() < deadline, "received only {offsets:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    assert_eq!(offsets, (0..10).collect::<Vec<i64>>());
+    handle.send(ConsumerCommand::Shutdown);
+    handle.join();
 }
