@@ -1,20 +1,16 @@
-//! Protobuf schemas through the registry client against an in-test server speaking the
-//! Confluent API: references resolved recursively through subject versions, the compiled schema
-//! cached by id, and the error classes of a schema that cannot be used.
+//! Protobuf schemas through the registry client against the tests' registry
+//! (`tests/support/registry.rs`): references resolved recursively through subject versions, the
+//! compiled schema cached by id, and the error classes of a schema that cannot be used.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use kafka_bigquery_sink::registry::{RegistryConfig, RegistryError, SchemaRegistry};
 use kafka_bigquery_sink::transcode::protobuf::MessagePath;
-use serde_json::json;
-use tokio::net::TcpListener;
+use serde_json::{Value as Json, json};
+use support::registry::Registry;
 
 const ROOT: &str = r#"syntax = "proto3";
 package shop;
@@ -32,73 +28,42 @@ package common;
 message Currency { string code = 1; }
 "#;
 
-#[derive(Default)]
-struct Server {
-    requests: Mutex<HashMap<String, usize>>,
-}
-
-async fn by_id(State(s): State<Arc<Server>>, Path(id): Path<u32>) -> Response {
-    *s.requests
-        .lock()
-        .unwrap()
-        .entry(format!("id {id}"))
-        .or_default() += 1;
+/// Ids 1 and 2 reference `money-subject` and `missing-subject` version 3 (the first holds
+/// `MONEY`, which references `currency-subject` version 3); 3 is Avro and 4 does not parse.
+fn dump() -> Json {
     let reference =
         |name: &str, subject: &str| json!({"name": name, "subject": subject, "version": 3});
-    match id {
-        1 => axum::Json(json!({
-            "schema": ROOT,
-            "schemaType": "PROTOBUF",
-            "references": [reference("common/money.proto", "money-subject")],
-        }))
-        .into_response(),
-        2 => axum::Json(json!({
-            "schema": ROOT,
-            "schemaType": "PROTOBUF",
-            "references": [reference("common/money.proto", "missing-subject")],
-        }))
-        .into_response(),
-        3 => axum::Json(json!({"schema": "{\"type\":\"string\"}"})).into_response(),
-        4 => axum::Json(
-            json!({"schema": "syntax = \"proto3\"; message {", "schemaType": "PROTOBUF"}),
-        )
-        .into_response(),
-        _ => (StatusCode::NOT_FOUND, r#"{"error_code":40403}"#).into_response(),
-    }
+    json!({
+        "ids": {
+            "1": {
+                "schema": ROOT,
+                "schemaType": "PROTOBUF",
+                "references": [reference("common/money.proto", "money-subject")],
+            },
+            "2": {
+                "schema": ROOT,
+                "schemaType": "PROTOBUF",
+                "references": [reference("common/money.proto", "missing-subject")],
+            },
+            "3": {"schema": "{\"type\":\"string\"}"},
+            "4": {"schema": "syntax = \"proto3\"; message {", "schemaType": "PROTOBUF"},
+        },
+        "subjects": {
+            "money-subject": {"3": {
+                "subject": "money-subject", "version": 3, "id": 10, "schema": MONEY,
+                "schemaType": "PROTOBUF",
+                "references": [reference("common/currency.proto", "currency-subject")],
+            }},
+            "currency-subject": {"3": {
+                "subject": "currency-subject", "version": 3, "id": 11, "schema": CURRENCY,
+                "schemaType": "PROTOBUF",
+            }},
+        },
+    })
 }
 
-async fn by_version(
-    State(s): State<Arc<Server>>,
-    Path((subject, version)): Path<(String, u32)>,
-) -> Response {
-    *s.requests
-        .lock()
-        .unwrap()
-        .entry(format!("{subject} {version}"))
-        .or_default() += 1;
-    match (subject.as_str(), version) {
-        ("money-subject", 3) => axum::Json(json!({
-            "subject": subject, "version": 3, "id": 10, "schema": MONEY, "schemaType": "PROTOBUF",
-            "references": [{"name": "common/currency.proto", "subject": "currency-subject", "version": 3}],
-        }))
-        .into_response(),
-        ("currency-subject", 3) => axum::Json(json!({
-            "subject": subject, "version": 3, "id": 11, "schema": CURRENCY, "schemaType": "PROTOBUF",
-        }))
-        .into_response(),
-        _ => (StatusCode::NOT_FOUND, r#"{"error_code":40401}"#).into_response(),
-    }
-}
-
-async fn start() -> (Arc<Server>, SchemaRegistry) {
-    let server = Arc::new(Server::default());
-    let app = Router::new()
-        .route("/schemas/ids/{id}", get(by_id))
-        .route("/subjects/{subject}/versions/{version}", get(by_version))
-        .with_state(server.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+async fn start() -> (Arc<Registry>, SchemaRegistry) {
+    let (addr, server) = Registry::serve_dump(dump()).await;
     let registry = SchemaRegistry::new(RegistryConfig {
         url: format!("http://{addr}"),
         max_attempts: 2,
@@ -130,10 +95,9 @@ async fn references_resolve_recursively_and_the_schema_is_cached_by_id() {
     );
     let again = registry.protobuf_schema(1).await.unwrap();
     assert!(Arc::ptr_eq(&first, &again));
-    let requests = server.requests.lock().unwrap().clone();
-    assert_eq!(requests.get("id 1"), Some(&1));
-    assert_eq!(requests.get("money-subject 3"), Some(&1));
-    assert_eq!(requests.get("currency-subject 3"), Some(&1));
+    assert_eq!(server.id_requests(1), 1);
+    assert_eq!(server.version_requests("money-subject", "3"), 1);
+    assert_eq!(server.version_requests("currency-subject", "3"), 1);
 }
 
 #[tokio::test]

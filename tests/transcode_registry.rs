@@ -1,19 +1,16 @@
-//! The Schema Registry client against an in-test server speaking the Confluent API: caching,
+//! The Schema Registry client against the tests' registry (`tests/support/registry.rs`): caching,
 //! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use kafka_bigquery_sink::registry::{BasicAuth, RegistryConfig, RegistryError, SchemaRegistry};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::{Value as Json, json};
+use support::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#;
@@ -48,97 +45,30 @@ XLwvIWY9ctfceCqjc6oYW1u99ZWhRANCAAS/ZnBqYCe1TVR/ylagD95WCYOnZfak
 bgHylZFiVsRiB5Fb6H2gl0Nl3/g3KM+lLeD1ZnDnf2fw7wgxBC+8luMZ
 -----END PRIVATE KEY-----";
 
-#[derive(Default)]
-struct Registry {
-    hits: Mutex<HashMap<u32, usize>>,
-    /// Answers 503 this many times before succeeding.
-    flaky: AtomicUsize,
-    /// Id 8 answers 404 this many times before succeeding (not replicated yet).
-    replicating: AtomicUsize,
-    required_auth: Option<String>,
+/// What each id answers: ids 2 and 7 are slow ([`serve`]), 4 to 6 cannot be used.
+fn dump() -> Json {
+    json!({
+        "ids": {
+            "1": {"schema": SCHEMA},
+            "2": {"schema": SCHEMA},
+            "3": {"schema": SCHEMA},
+            "4": {"schema": "syntax = \"proto3\";", "schemaType": "PROTOBUF"},
+            "5": {"schema": "{\"type\":\"nope\"}"},
+            "6": {"schema": SCHEMA, "references": [{"name": "x", "subject": "s", "version": 1}]},
+            "7": {"schema": SCHEMA},
+            "8": {"schema": SCHEMA},
+        },
+        "subjects": {},
+    })
 }
 
-async fn schema_by_id(
-    State(reg): State<Arc<Registry>>,
-    Path(id): Path<u32>,
-    headers: HeaderMap,
-) -> Response {
-    *reg.hits.lock().unwrap().entry(id).or_default() += 1;
-    if let Some(auth) = &reg.required_auth
-        && headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(auth.as_str())
-    {
-        return (
-            StatusCode::UNAUTHORIZED,
-            r#"{"error_code":401,"message":"Unauthorized"}"#,
-        )
-            .into_response();
-    }
-    let body = |schema: &str, extra: &str| {
-        format!(
-            r#"{{"schema":{}{extra}}}"#,
-            serde_json::to_string(schema).unwrap()
-        )
-    };
-    match id {
-        1 => body(SCHEMA, "").into_response(),
-        2 => {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            body(SCHEMA, "").into_response()
-        }
-        3 => {
-            if reg
-                .flaky
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return StatusCode::SERVICE_UNAVAILABLE.into_response();
-            }
-            body(SCHEMA, "").into_response()
-        }
-        8 => {
-            if reg
-                .replicating
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return (
-                    StatusCode::NOT_FOUND,
-                    r#"{"error_code":40403,"message":"Schema not found"}"#,
-                )
-                    .into_response();
-            }
-            body(SCHEMA, "").into_response()
-        }
-        4 => body("syntax = \"proto3\";", r#","schemaType":"PROTOBUF""#).into_response(),
-        5 => body("{\"type\":\"nope\"}", "").into_response(),
-        6 => body(
-            SCHEMA,
-            r#","references":[{"name":"x","subject":"s","version":1}]"#,
-        )
-        .into_response(),
-        7 => {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            body(SCHEMA, "").into_response()
-        }
-        _ => (
-            StatusCode::NOT_FOUND,
-            r#"{"error_code":40403,"message":"Schema not found"}"#,
-        )
-            .into_response(),
-    }
-}
-
-fn app(reg: Arc<Registry>) -> Router {
-    Router::new()
-        .route("/schemas/ids/{id}", get(schema_by_id))
-        .with_state(reg)
-}
-
-async fn serve(reg: Arc<Registry>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app(reg)).await });
-    format!("http://{addr}")
+/// The registry of [`dump`], behind `authorization` if given, with id 2 answering after 300 ms
+/// (long enough for concurrent misses to meet) and id 7 after 5 s (past any timeout here).
+async fn serve(authorization: Option<&str>) -> (String, Arc<Registry>) {
+    let reg = Registry::new(dump(), authorization.map(String::from));
+    reg.delay(2, Duration::from_millis(300));
+    reg.delay(7, Duration::from_secs(5));
+    (format!("http://{}", reg.listen().await), reg)
 }
 
 fn config(url: String) -> RegistryConfig {
@@ -153,27 +83,23 @@ fn config(url: String) -> RegistryConfig {
     }
 }
 
-fn hits(reg: &Registry, id: u32) -> usize {
-    reg.hits.lock().unwrap().get(&id).copied().unwrap_or(0)
-}
-
 #[tokio::test]
 async fn schemas_are_fetched_once_and_served_from_the_cache() {
-    let reg = Arc::new(Registry::default());
-    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let (url, reg) = serve(None).await;
+    let client = SchemaRegistry::new(config(url)).unwrap();
     let a = client.schema(1).await.unwrap();
     let b = client.schema(1).await.unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(a.text, SCHEMA);
     assert_eq!(a.schema.root_record().unwrap().fields[0].name, "a");
-    assert_eq!(hits(&reg, 1), 1);
+    assert_eq!(reg.id_requests(1), 1);
     assert_eq!(client.stats().cache_hits, 1);
 }
 
 #[tokio::test]
 async fn concurrent_misses_for_one_id_share_a_single_request() {
-    let reg = Arc::new(Registry::default());
-    let client = Arc::new(SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap());
+    let (url, reg) = serve(None).await;
+    let client = Arc::new(SchemaRegistry::new(config(url)).unwrap());
     let tasks: Vec<_> = (0..20)
         .map(|_| {
             let c = client.clone();
@@ -183,13 +109,13 @@ async fn concurrent_misses_for_one_id_share_a_single_request() {
     for t in tasks {
         t.await.unwrap().unwrap();
     }
-    assert_eq!(hits(&reg, 2), 1);
+    assert_eq!(reg.id_requests(2), 1);
 }
 
 #[tokio::test]
 async fn an_unknown_id_is_a_per_record_error_without_retries() {
-    let reg = Arc::new(Registry::default());
-    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let (url, reg) = serve(None).await;
+    let client = SchemaRegistry::new(config(url)).unwrap();
     let err = client.schema(99).await.unwrap_err();
     assert_eq!(
         err,
@@ -199,18 +125,16 @@ async fn an_unknown_id_is_a_per_record_error_without_retries() {
         }
     );
     assert!(!err.is_retryable());
-    assert_eq!(hits(&reg, 99), 1);
+    assert_eq!(reg.id_requests(99), 1);
 }
 
 #[tokio::test]
 async fn an_id_unknown_within_the_grace_is_retryable_and_found_once_it_replicates() {
-    let reg = Arc::new(Registry {
-        replicating: AtomicUsize::new(3),
-        ..Default::default()
-    });
+    let (url, reg) = serve(None).await;
+    reg.not_yet(8, 3);
     let client = SchemaRegistry::new(RegistryConfig {
         not_found_grace: Duration::from_secs(300),
-        ..config(serve(reg.clone()).await)
+        ..config(url)
     })
     .unwrap();
     for lookup in 1..=3 {
@@ -225,16 +149,16 @@ async fn an_id_unknown_within_the_grace_is_retryable_and_found_once_it_replicate
     let found = client.schema(8).await.unwrap();
     assert_eq!(found.text, SCHEMA);
     // One request per lookup: the caller's wait paces the retries, not the client's backoff.
-    assert_eq!(hits(&reg, 8), 4);
+    assert_eq!(reg.id_requests(8), 4);
 }
 
 #[tokio::test]
 async fn an_id_still_unknown_after_the_grace_is_not_found() {
-    let reg = Arc::new(Registry::default());
+    let (url, reg) = serve(None).await;
     let grace = Duration::from_millis(200);
     let client = SchemaRegistry::new(RegistryConfig {
         not_found_grace: grace,
-        ..config(serve(reg.clone()).await)
+        ..config(url)
     })
     .unwrap();
     let first = client.schema(99).await.unwrap_err();
@@ -245,28 +169,24 @@ async fn an_id_still_unknown_after_the_grace_is_not_found() {
     assert_eq!(err, RegistryError::NotFound { id: 99, grace });
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("schema id 99"), "{err}");
-    assert_eq!(hits(&reg, 99), 2);
+    assert_eq!(reg.id_requests(99), 2);
 }
 
 #[tokio::test]
 async fn server_errors_are_retried_with_backoff_until_the_registry_answers() {
-    let reg = Arc::new(Registry {
-        flaky: AtomicUsize::new(2),
-        ..Default::default()
-    });
-    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let (url, reg) = serve(None).await;
+    reg.unavailable(2);
+    let client = SchemaRegistry::new(config(url)).unwrap();
     client.schema(3).await.unwrap();
-    assert_eq!(hits(&reg, 3), 3);
+    assert_eq!(reg.id_requests(3), 3);
     assert_eq!(client.stats().retries, 2);
 }
 
 #[tokio::test]
 async fn a_registry_that_stays_down_is_a_retryable_error() {
-    let reg = Arc::new(Registry {
-        flaky: AtomicUsize::new(100),
-        ..Default::default()
-    });
-    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let (url, reg) = serve(None).await;
+    reg.unavailable(100);
+    let client = SchemaRegistry::new(config(url)).unwrap();
     let err = client.schema(3).await.unwrap_err();
     assert!(
         matches!(err, RegistryError::Unavailable { attempts: 4, .. }),
@@ -274,7 +194,7 @@ async fn a_registry_that_stays_down_is_a_retryable_error() {
     );
     assert!(err.is_retryable());
     // Not cached: once the registry recovers, the same id resolves.
-    reg.flaky.store(0, Ordering::SeqCst);
+    reg.unavailable(0);
     client.schema(3).await.unwrap();
 }
 
@@ -288,8 +208,8 @@ async fn nothing_listening_and_too_slow_are_both_unavailable() {
     assert!(matches!(err, RegistryError::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains("connect"), "{err}");
 
-    let reg = Arc::new(Registry::default());
-    let mut cfg = config(serve(reg.clone()).await);
+    let (url, _reg) = serve(None).await;
+    let mut cfg = config(url);
     cfg.request_timeout = Duration::from_millis(100);
     cfg.max_attempts = 2;
     let client = SchemaRegistry::new(cfg).unwrap();
@@ -300,8 +220,8 @@ async fn nothing_listening_and_too_slow_are_both_unavailable() {
 
 #[tokio::test]
 async fn schemas_we_cannot_use_are_per_record_errors() {
-    let reg = Arc::new(Registry::default());
-    let client = SchemaRegistry::new(config(serve(reg.clone()).await)).unwrap();
+    let (url, _reg) = serve(None).await;
+    let client = SchemaRegistry::new(config(url)).unwrap();
     for (id, reason) in [(4, "PROTOBUF"), (5, "unknown type"), (6, "references")] {
         let err = client.schema(id).await.unwrap_err();
         assert!(
@@ -314,11 +234,7 @@ async fn schemas_we_cannot_use_are_per_record_errors() {
 
 #[tokio::test]
 async fn basic_auth_and_bearer_tokens_are_sent() {
-    let reg = Arc::new(Registry {
-        required_auth: Some("Basic dXNlcjpwYXNz".into()),
-        ..Default::default()
-    });
-    let url = serve(reg.clone()).await;
+    let (url, _reg) = serve(Some("Basic dXNlcjpwYXNz")).await;
     let mut cfg = config(url.clone());
     cfg.basic_auth = Some(BasicAuth {
         username: "user".into(),
@@ -337,11 +253,8 @@ async fn basic_auth_and_bearer_tokens_are_sent() {
         .unwrap_err();
     assert_eq!(err, RegistryError::Unauthorized { id: 1, status: 401 });
 
-    let reg = Arc::new(Registry {
-        required_auth: Some("Bearer t0ken".into()),
-        ..Default::default()
-    });
-    let mut cfg = config(serve(reg).await);
+    let (url, _reg) = serve(Some("Bearer t0ken")).await;
+    let mut cfg = config(url);
     cfg.bearer_token = Some("t0ken".into());
     assert!(!format!("{cfg:?}").contains("t0ken"));
     SchemaRegistry::new(cfg).unwrap().schema(1).await.unwrap();
@@ -387,7 +300,8 @@ async fn tls_with_a_custom_ca_is_trusted_and_without_it_is_not() {
         tcp,
         acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
     };
-    tokio::spawn(async move { axum::serve(listener, app(Arc::new(Registry::default()))).await });
+    let app = Registry::new(dump(), None).router();
+    tokio::spawn(async move { axum::serve(listener, app).await });
 
     let mut cfg = config(format!("https://{addr}"));
     cfg.max_attempts = 1;

@@ -1,6 +1,6 @@
 //! The tests' Confluent Schema Registry, served over HTTP on loopback: `GET /schemas/ids/{id}`
 //! and `GET /subjects/{subject}/versions/{version}` (a number or `latest`), optionally behind an
-//! expected `Authorization` header, counting the requests it answers.
+//! expected `Authorization` header, counting the requests it answers, in all and per path.
 //!
 //! It holds what a registry holds, in the shape `tests/python/*_vectors.py` dump their `mock://`
 //! registry: `ids` (id → `{"schema", "schemaType"?, "references"?}`) and `subjects` (subject →
@@ -8,11 +8,16 @@
 //! it ([`Registry::serve_dump`], with [`vectors`] and [`hex`] to read what the scripts wrote), or
 //! builds one from schema texts ([`Registry::serve`], [`Registry::register`],
 //! [`Registry::subject`]).
+//!
+//! The registry client's own tests make it misbehave: [`Registry::unavailable`] (503s),
+//! [`Registry::not_yet`] (an id answered 404 until it "replicates"), [`Registry::delay`] (a slow
+//! id); and [`Registry::router`] serves it over a listener of the test's own (TLS).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -28,6 +33,21 @@ pub struct Registry {
     authorization: Option<String>,
     /// Requests received, answered or refused.
     pub requests: Mutex<usize>,
+    /// Requests received per path (`/schemas/ids/{id}`, `/subjects/{subject}/versions/{version}`
+    /// as asked, before `latest` is resolved), answered or refused.
+    per_path: Mutex<HashMap<String, usize>>,
+    faults: Mutex<Faults>,
+}
+
+/// How the registry misbehaves, as a test set it.
+#[derive(Default)]
+struct Faults {
+    /// The next this many requests (past the `Authorization` check) are answered 503.
+    unavailable: usize,
+    /// Each id here is answered 404 the next this many times it is asked for.
+    not_yet: HashMap<u32, usize>,
+    /// Each id here is answered only after this long.
+    delays: HashMap<u32, Duration>,
 }
 
 impl Registry {
@@ -41,36 +61,50 @@ impl Registry {
             .into_iter()
             .map(|(id, schema)| (id.to_string(), json!({ "schema": schema })))
             .collect();
-        Registry::start(json!({ "ids": ids, "subjects": {} }), authorization).await
+        let reg = Registry::new(json!({ "ids": ids, "subjects": {} }), authorization);
+        (reg.listen().await, reg)
     }
 
     /// Serves `dump` (`{"ids": {...}, "subjects": {...}}`) as Confluent's serializers left it.
     pub async fn serve_dump(dump: Json) -> (SocketAddr, Arc<Registry>) {
-        Registry::start(dump, None).await
+        let reg = Registry::new(dump, None);
+        (reg.listen().await, reg)
     }
 
-    /// The server runs until the test's runtime ends; it holds the registry too.
-    async fn start(data: Json, authorization: Option<String>) -> (SocketAddr, Arc<Registry>) {
-        let reg = Arc::new(Registry {
-            data: Mutex::new(data),
+    /// A registry holding `dump` (`{"ids": {...}, "subjects": {...}}`), not served yet: see
+    /// [`Registry::listen`] and [`Registry::router`].
+    pub fn new(dump: Json, authorization: Option<String>) -> Arc<Registry> {
+        Arc::new(Registry {
+            data: Mutex::new(dump),
             authorization,
             requests: Mutex::new(0),
+            per_path: Mutex::new(HashMap::new()),
+            faults: Mutex::new(Faults::default()),
+        })
+    }
+
+    /// Serves the registry over HTTP on loopback until the test's runtime ends.
+    pub async fn listen(self: &Arc<Self>) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the registry");
+        let addr = listener.local_addr().expect("addr");
+        let app = self.router();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
         });
-        let app = Router::new()
+        addr
+    }
+
+    /// The registry's routes, for a test that serves them over a listener of its own.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
             .route("/schemas/ids/{id}", get(schema_by_id))
             .route(
                 "/subjects/{subject}/versions/{version}",
                 get(subject_version),
             )
-            .with_state(reg.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the registry");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        (addr, reg)
+            .with_state(self.clone())
     }
 
     /// Serves `schema` as `id` from now on: a schema that reaches this registry late.
@@ -93,17 +127,75 @@ impl Registry {
         versions[version.to_string()] = entry;
     }
 
-    /// Counts the request; the 401 answer if it lacks the expected `Authorization`.
-    fn refuse(&self, headers: &HeaderMap) -> Option<Response> {
+    /// Answers the next `n` requests 503, as a registry that is down (0: it is back).
+    pub fn unavailable(&self, n: usize) {
+        self.faults.lock().unwrap().unavailable = n;
+    }
+
+    /// Answers `id` 404 the next `n` times it is asked for, as a schema registered in another
+    /// region that has not replicated here yet; it is found after that if the registry holds it.
+    pub fn not_yet(&self, id: u32, n: usize) {
+        self.faults.lock().unwrap().not_yet.insert(id, n);
+    }
+
+    /// Answers `id` only after `delay`, as a slow registry.
+    pub fn delay(&self, id: u32, delay: Duration) {
+        self.faults.lock().unwrap().delays.insert(id, delay);
+    }
+
+    /// The requests received for schema `id`, answered or refused.
+    pub fn id_requests(&self, id: u32) -> usize {
+        self.path_requests(&format!("/schemas/ids/{id}"))
+    }
+
+    /// The requests received for `version` (as asked: a number or `latest`) of `subject`.
+    pub fn version_requests(&self, subject: &str, version: &str) -> usize {
+        self.path_requests(&format!("/subjects/{subject}/versions/{version}"))
+    }
+
+    fn path_requests(&self, path: &str) -> usize {
+        self.per_path
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts the request to `path`; the 401 answer if it lacks the expected `Authorization`,
+    /// the 503 answer while the registry is [unavailable](Registry::unavailable).
+    fn refuse(&self, path: String, headers: &HeaderMap) -> Option<Response> {
         *self.requests.lock().unwrap() += 1;
-        let expected = self.authorization.as_deref()?;
-        (headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(expected)).then(|| {
-            (
-                StatusCode::UNAUTHORIZED,
-                r#"{"error_code":401,"message":"Unauthorized"}"#,
-            )
-                .into_response()
-        })
+        *self.per_path.lock().unwrap().entry(path).or_default() += 1;
+        if let Some(expected) = self.authorization.as_deref()
+            && headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(expected)
+        {
+            return Some(
+                (
+                    StatusCode::UNAUTHORIZED,
+                    r#"{"error_code":401,"message":"Unauthorized"}"#,
+                )
+                    .into_response(),
+            );
+        }
+        let mut faults = self.faults.lock().unwrap();
+        if faults.unavailable == 0 {
+            return None;
+        }
+        faults.unavailable -= 1;
+        Some(StatusCode::SERVICE_UNAVAILABLE.into_response())
+    }
+
+    /// Whether `id` is still to be answered 404 ([`Registry::not_yet`]), counting this time.
+    fn not_replicated(&self, id: u32) -> bool {
+        let mut faults = self.faults.lock().unwrap();
+        match faults.not_yet.get_mut(&id) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -121,11 +213,20 @@ async fn schema_by_id(
     Path(id): Path<u32>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = reg.refuse(&headers) {
+    if let Some(refused) = reg.refuse(format!("/schemas/ids/{id}"), &headers) {
         return refused;
     }
-    match reg.data.lock().unwrap()["ids"].get(id.to_string()) {
-        Some(entry) => axum::Json(entry.clone()).into_response(),
+    let delay = reg.faults.lock().unwrap().delays.get(&id).copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    let entry = if reg.not_replicated(id) {
+        None
+    } else {
+        reg.data.lock().unwrap()["ids"].get(id.to_string()).cloned()
+    };
+    match entry {
+        Some(entry) => axum::Json(entry).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             r#"{"error_code":40403,"message":"Schema not found"}"#,
@@ -139,7 +240,8 @@ async fn subject_version(
     Path((subject, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = reg.refuse(&headers) {
+    let path = format!("/subjects/{subject}/versions/{version}");
+    if let Some(refused) = reg.refuse(path, &headers) {
         return refused;
     }
     let data = reg.data.lock().unwrap();
