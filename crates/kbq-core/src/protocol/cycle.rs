@@ -171,6 +171,11 @@ impl CheckpointProtocol {
                 // partitions away. No flush, no finalize in this cycle; the next cycle commits
                 // again (a commit that landed anyway names only our own streams). It says
                 // nothing about any one partition, so it does not count towards isolation.
+                for (tp, c) in entries {
+                    if let Some(p) = self.partitions.get_mut(&tp) {
+                        p.in_doubt = Some(c.checkpoint().clone());
+                    }
+                }
                 out.push(Action::Count(Outcome::CycleAbandoned));
                 self.cycle = None;
                 return self.after_cycle(false, out);
@@ -348,9 +353,24 @@ impl CheckpointProtocol {
                             through: p.visible,
                         }));
                     }
+                    FlushOutcome::AlreadyExists
+                        if p.in_doubt.as_ref().is_some_and(|c| {
+                            c.stream.as_ref() == Some(&stream)
+                                && c.flush_to.is_some_and(|r| r > through)
+                        }) =>
+                    {
+                        // A later checkpoint of ours on this stream was committed with its
+                        // answer lost: it may have landed and been re-flushed by whoever
+                        // recovered from it (the next owner, while we are fenced and do not
+                        // know yet). The rows through `through` are visible all the same; that
+                        // cursor is no sign of someone flushing a stream nobody committed.
+                        p.visible = p.visible.max(pending.covers);
+                        p.pending = None;
+                    }
                     FlushOutcome::AlreadyExists => {
-                        // Our own committed checkpoint is always the newest on its stream, so a
-                        // cursor past it means someone else flushed our stream.
+                        // Our own committed checkpoint is always the newest on its stream (but
+                        // for one whose answer was lost, above), so a cursor past it means
+                        // someone else flushed our stream.
                         out.push(Action::Count(Outcome::Anomaly {
                             tp: tp.clone(),
                             stream: stream.clone(),
@@ -489,6 +509,7 @@ impl PartitionState {
     ) {
         self.commit_failures = 0;
         self.own_commit_landed = true;
+        self.in_doubt = None;
         let old = self.committed.replace(c.checkpoint().clone());
         if let Some(old_stream) = old.and_then(|o| o.stream)
             && c.checkpoint().stream.as_ref() != Some(&old_stream)

@@ -128,6 +128,10 @@ struct PartitionState {
     /// again). Only then is the durable checkpoint one we know: a checkpoint merely read may be
     /// the live owner's, whose stream a fenced process must never finalize.
     own_commit_landed: bool,
+    /// The checkpoint of a commit of ours whose answer was lost (a whole-request error): it may
+    /// have landed, and been flushed by whoever recovered from it. Cleared when a later commit
+    /// of ours lands.
+    in_doubt: Option<Checkpoint>,
     commit_failures: u32,
     paused: bool,
     low: NextOffset,

@@ -33,6 +33,7 @@ impl CheckpointProtocol {
             flush_in_flight: false,
             superseded: Vec::new(),
             own_commit_landed: false,
+            in_doubt: None,
             commit_failures: 0,
             paused: false,
             low: a.low,

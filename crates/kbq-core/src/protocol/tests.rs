@@ -582,6 +582,56 @@ fn whole_request_commit_errors_are_not_counted_and_the_pending_flush_is_retried(
 }
 
 #[test]
+fn a_cursor_past_our_flush_after_a_commit_whose_answer_was_lost_is_no_anomaly() {
+    let mut p = protocol();
+    let inc = running(&mut p);
+    // Checkpoint (s1, r=2) landed; its flush failed and stays pending.
+    assert_eq!(
+        committed(&mut p, inc, 3),
+        vec![Action::FlushRows {
+            tp: tp0(),
+            stream: sid("s1"),
+            through: RowOffset(2),
+            purpose: FlushPurpose::Cycle,
+            attempt: 0,
+        }]
+    );
+    p.handle(flush_result("s1", 2, FlushOutcome::Transient("503".into())));
+    // The next checkpoint (s1, r=4) is committed and its answer lost: it may have landed.
+    p.handle(ack(inc, "s1", 5, 15));
+    let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+    p.handle(Event::CommitResult {
+        commit: id,
+        outcome: CommitOutcome::Rejected("timeout; read-back failed".into()),
+    });
+    // It did, the group moved on, and the next owner re-flushed it: our next commit is refused
+    // (we are fenced), and our pending flush of r=2 finds the cursor past it.
+    let (id, _) = commit(&p.handle(Event::StartCycle)).unwrap();
+    let a = p.handle(refused(
+        id,
+        CommitError::Request("illegal generation".into()),
+    ));
+    assert_eq!(flushes(&a), vec![(sid("s1"), RowOffset(2))]);
+    let a = p.handle(flush_result("s1", 2, FlushOutcome::AlreadyExists));
+    assert!(
+        !a.iter()
+            .any(|x| matches!(x, Action::Count(Outcome::Anomaly { .. }))),
+        "{a:?}"
+    );
+    assert!(failed(&a).is_none());
+
+    // Without a commit in doubt, the same cursor is an anomaly.
+    let mut p = protocol();
+    let inc = running(&mut p);
+    committed(&mut p, inc, 3);
+    let a = p.handle(flush_result("s1", 2, FlushOutcome::AlreadyExists));
+    assert!(a.contains(&Action::Count(Outcome::Anomaly {
+        tp: tp0(),
+        stream: sid("s1")
+    })));
+}
+
+#[test]
 fn an_isolated_partition_keeps_retrying_the_flush_of_its_last_landed_commit() {
     let mut p = protocol();
     let inc = running(&mut p);
