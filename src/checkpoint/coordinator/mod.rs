@@ -282,6 +282,11 @@ impl Coordinator {
     fn feed(&mut self, event: Event) {
         self.denied.observe(&event);
         let actions = self.machine.handle(event);
+        // A cycle the machine started by itself (a first position to commit, a marker that
+        // landed) is measured like one of the ticker's.
+        if self.cycle_started.is_none() && self.machine.cycle_in_flight() {
+            self.cycle_started = Some(Instant::now());
+        }
         for action in actions {
             self.execute(action);
         }

@@ -24,7 +24,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::metadata::{CommitMetadata, TableFingerprint};
 use crate::model::{
@@ -110,6 +110,9 @@ pub struct AtLeastOnceLedger {
     /// earlier assignment never passes for the current one.
     next_incarnation: u64,
     cycle: Option<CommitId>,
+    /// Partitions that started without a committed offset and whose first commit was not sent
+    /// yet: a cycle starts for them at once (`commit_first_positions`).
+    first_positions: BTreeSet<TopicPartition>,
     shutting_down: bool,
     final_sent: bool,
     done: bool,
@@ -135,6 +138,7 @@ impl AtLeastOnceLedger {
             next_commit: 0,
             next_incarnation: 0,
             cycle: None,
+            first_positions: BTreeSet::new(),
             shutting_down: false,
             final_sent: false,
             done: false,
@@ -171,6 +175,12 @@ impl AtLeastOnceLedger {
         if self.done {
             return out;
         }
+        // Never a first-position cycle from a handoff's steps, as in the exactly-once protocol
+        // (invariant 4).
+        let revoking = matches!(
+            event,
+            Event::RevokeBegan { .. } | Event::WriterStopped { .. } | Event::HandoffDeadline { .. }
+        );
         match event {
             Event::Assigned {
                 tp,
@@ -255,6 +265,9 @@ impl AtLeastOnceLedger {
             // Cycles never flush on `_default`; a superseded stream's finalize is best effort.
             Event::FlushResult { .. } | Event::FinalizeResult { .. } => {}
         }
+        if !revoking {
+            self.commit_first_positions(&mut out);
+        }
         out
     }
 
@@ -280,7 +293,16 @@ impl AtLeastOnceLedger {
         if table.marked {
             self.marked.insert(table.table);
         }
-        let mut protocol = Box::new(CheckpointProtocol::new(self.config.clone()));
+        // The recovery tells a first start from a missing checkpoint by the marker: it must
+        // know one this process wrote since the route was read, as the exactly-once protocol
+        // does, or a partition without an offset under a table this group marked (a sibling
+        // that died before its first commit) would pass for a first start (invariant 7).
+        let table = RoutedTable {
+            marked: self.marked.contains(&table.table),
+            ..table
+        };
+        self.first_positions.remove(&tp);
+        let mut protocol = Box::new(CheckpointProtocol::for_recovery(self.config.clone()));
         let actions = protocol.handle(Event::Assigned {
             tp: tp.clone(),
             table,
@@ -378,11 +400,21 @@ impl AtLeastOnceLedger {
         p.acked = from;
         p.incarnation = incarnation;
         p.phase = Phase::Running;
+        let first = p.committed.is_none();
+        let table = p.table;
         out.push(Action::StartIncarnation {
             tp: tp.clone(),
             incarnation,
             from,
         });
+        if first {
+            // No committed offset: until one lands, a successor reads a missing checkpoint
+            // under a marked table (docs/operations.md, "Missing checkpoints", case 3). The
+            // marker is asked for now and the position committed by the next cycle to start,
+            // at once (`commit_first_positions`).
+            self.first_positions.insert(tp.clone());
+            self.marked.request(table, out);
+        }
     }
 
     /// `_default` lives as long as the table: NOT_FOUND means the table was recreated (and a
@@ -470,9 +502,37 @@ impl AtLeastOnceLedger {
         }
         let candidates = self.lagging(|phase| matches!(phase, Phase::Running));
         let entries = self.marked.admit(candidates, out).ready;
+        for e in &entries {
+            self.first_positions.remove(&e.tp);
+        }
         if !entries.is_empty() {
             let commit = self.send_commit(Purpose::Cycle, entries, out);
             self.cycle = Some(commit);
+        }
+    }
+
+    /// Starts a cycle when a partition waits for the commit of its first position, its table
+    /// carries the marker and no cycle is in flight: an ordinary cycle, one commit at a time,
+    /// so a first position never lands after a later commit of its partition. A position
+    /// leaves the set when a cycle sends it, whatever the answer (the regular cycles commit it
+    /// again), so a commit that keeps failing costs no loop of cycles.
+    fn commit_first_positions(&mut self, out: &mut Vec<Action>) {
+        if self.first_positions.is_empty() || self.shutting_down || self.cycle.is_some() {
+            return;
+        }
+        let partitions = &self.partitions;
+        // Handed off, failed or lost meanwhile: its handoff or its next owner decides.
+        self.first_positions.retain(|tp| {
+            partitions
+                .get(tp)
+                .is_some_and(|p| matches!(p.phase, Phase::Running))
+        });
+        let ready = self
+            .first_positions
+            .iter()
+            .any(|tp| self.marked.contains(&self.partitions[tp].table));
+        if ready {
+            self.start_cycle(out);
         }
     }
 

@@ -124,9 +124,7 @@ fn a_first_start_commits_only_after_the_marker_landed() {
     let out = l.handle(assigned(None, false, 3, 10));
     let (inc, from) = started(&out).expect("a first start begins at the log start");
     assert_eq!(from, 3);
-    l.handle(ack(inc, 7));
-    let out = l.handle(Event::StartCycle);
-    assert!(commit(&out).is_none(), "no commit on an unmarked table");
+    // Its position is to be committed at once: the marker is asked for at once.
     assert!(has(
         &out,
         &Action::LabelTable {
@@ -134,6 +132,14 @@ fn a_first_start_commits_only_after_the_marker_landed() {
             attempt: 0
         }
     ));
+    assert!(commit(&out).is_none(), "no commit on an unmarked table");
+    l.handle(ack(inc, 7));
+    let out = l.handle(Event::StartCycle);
+    assert!(commit(&out).is_none(), "no commit on an unmarked table");
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::LabelTable { .. })),
+        "written once"
+    );
     let out = l.handle(Event::LabelResult {
         table: table(),
         outcome: Err("denied".into()),
@@ -152,6 +158,112 @@ fn a_first_start_commits_only_after_the_marker_landed() {
     });
     let (_, entries) = commit(&out).expect("the held-back commit goes once the marker landed");
     assert_eq!(entries, vec![(7, alo())]);
+}
+
+#[test]
+fn a_first_start_on_a_marked_table_commits_its_position_at_once_not_a_cycle_later() {
+    // A partition added at runtime to a table the group writes (or any start without an
+    // offset once the marker is known): the position is committed in the assignment's own step.
+    let mut l = ledger();
+    let out = l.handle(Event::Assigned {
+        tp: tp0(),
+        table: RoutedTable {
+            table: table(),
+            marked: true,
+        },
+        assignment: Assignment {
+            committed: None,
+            low: NextOffset(2),
+            high: NextOffset(10),
+            origin: PartitionOrigin::AddedAtRuntime,
+        },
+    });
+    assert_eq!(started(&out).map(|s| s.1), Some(2));
+    let (c, entries) = commit(&out).expect("committed at once");
+    assert_eq!(entries, vec![(2, alo())]);
+    assert!(
+        l.cycle_in_flight(),
+        "an ordinary cycle, one commit at a time"
+    );
+    // A whole-request error: the regular cycles commit it again, no loop of early cycles.
+    let out = l.handle(Event::CommitResult {
+        commit: c,
+        outcome: CommitOutcome::Rejected("coordinator moved".into()),
+    });
+    assert!(commit(&out).is_none());
+    let (c, entries) = commit(&l.handle(Event::StartCycle)).expect("the regular cycle");
+    assert_eq!(entries, vec![(2, alo())]);
+    assert!(commit(&l.handle(ok(c))).is_none());
+}
+
+#[test]
+fn a_first_position_waits_for_the_cycle_in_flight() {
+    let (mut l, inc) = running_at(0);
+    l.handle(ack(inc, 3));
+    let (c, _) = commit(&l.handle(Event::StartCycle)).unwrap();
+    let tp1 = TopicPartition::new("t", 1);
+    let out = l.handle(Event::Assigned {
+        tp: tp1.clone(),
+        table: RoutedTable {
+            table: table(),
+            marked: true,
+        },
+        assignment: Assignment {
+            committed: None,
+            low: NextOffset(0),
+            high: NextOffset(4),
+            origin: PartitionOrigin::AddedAtRuntime,
+        },
+    });
+    assert!(started(&out).is_some());
+    assert!(commit(&out).is_none(), "one commit in flight at a time");
+    let out = l.handle(ok(c));
+    let Some(Action::CommitOffsets { entries, .. }) = out
+        .iter()
+        .find(|a| matches!(a, Action::CommitOffsets { .. }))
+    else {
+        panic!("the first position goes as soon as the cycle in flight ended: {out:?}");
+    };
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.tp.clone(), e.offset))
+            .collect::<Vec<_>>(),
+        vec![(tp1, NextOffset(0))]
+    );
+}
+
+#[test]
+fn a_partition_without_an_offset_under_a_marker_this_process_wrote_is_a_missing_checkpoint() {
+    // The route was read before the marker existed (`marked: false`); the ledger wrote it since.
+    let mut l = ledger();
+    l.handle(assigned(None, false, 0, 10));
+    l.handle(Event::LabelResult {
+        table: table(),
+        outcome: Ok(()),
+    });
+    let tp1 = TopicPartition::new("t", 1);
+    let out = l.handle(Event::Assigned {
+        tp: tp1.clone(),
+        table: RoutedTable {
+            table: table(),
+            marked: false,
+        },
+        assignment: Assignment {
+            committed: None,
+            low: NextOffset(0),
+            high: NextOffset(10),
+            origin: PartitionOrigin::Existing,
+        },
+    });
+    assert!(started(&out).is_none(), "never a first start: {out:?}");
+    assert!(has(
+        &out,
+        &Action::FailPartition {
+            tp: tp1,
+            reason: FailReason::CheckpointMissing
+        }
+    ));
 }
 
 #[test]
@@ -231,9 +343,6 @@ fn a_shutdown_before_the_first_cycle_writes_the_marker_then_commits() {
     let mut l = ledger();
     let out = l.handle(assigned(None, false, 0, 10));
     let (inc, _) = started(&out).expect("a first start");
-    l.handle(ack(inc, 6));
-    l.handle(Event::Shutdown);
-    let out = l.handle(Event::WriterStopped { tp: tp0() });
     assert!(has(
         &out,
         &Action::LabelTable {
@@ -241,6 +350,9 @@ fn a_shutdown_before_the_first_cycle_writes_the_marker_then_commits() {
             attempt: 0
         }
     ));
+    l.handle(ack(inc, 6));
+    l.handle(Event::Shutdown);
+    let out = l.handle(Event::WriterStopped { tp: tp0() });
     assert!(commit(&out).is_none(), "no commit before the marker");
     assert!(
         !has(&out, &Action::ShutdownComplete),

@@ -76,6 +76,9 @@ impl CheckpointProtocol {
             .ready
             .into_iter()
             .collect();
+        for tp in cycle.entries.keys() {
+            self.first_positions.remove(tp);
+        }
         if cycle.entries.is_empty() {
             self.cycle = Some(cycle);
             return self.flush_phase(out);
@@ -93,6 +96,55 @@ impl CheckpointProtocol {
         cycle.worked = true;
         self.cycle = Some(cycle);
         out.push(Action::CommitOffsets { commit, entries });
+    }
+
+    /// `tp` started without a committed offset (a first start, a partition added at runtime, a
+    /// missing checkpoint): until a commit of its position lands, a successor finds no offset
+    /// under a marked table and reads a missing checkpoint, which `lost_offsets: fail` stops
+    /// for good (docs/operations.md, "Missing checkpoints", case 3). So its table's marker is
+    /// asked for now, and its position goes with a cycle that starts as soon as none is in
+    /// flight and the marker is there (`commit_first_positions`), not an interval later.
+    pub(super) fn first_position(&mut self, tp: &TopicPartition, out: &mut Vec<Action>) {
+        if self.recovery_only {
+            return;
+        }
+        let Some(table) = self
+            .partitions
+            .get(tp)
+            .filter(|p| p.phase == Phase::Running)
+            .map(|p| p.table)
+        else {
+            return;
+        };
+        self.first_positions.insert(tp.clone());
+        self.mark(table, out);
+    }
+
+    /// Starts a cycle when a partition waits for the commit of its first position, its table
+    /// carries the marker and no cycle is in flight. It is an ordinary cycle: one commit at a
+    /// time, so a first position can never land after a later commit of the same partition and
+    /// move its offset back, and everything else the cycle does (flushes after their commit,
+    /// finalizes after a flush) keeps its order. A first position leaves the set when a cycle
+    /// sends it, whatever the commit's answer: a failed one is committed again by the regular
+    /// cycles, so a commit that keeps failing costs no loop of cycles.
+    pub(super) fn commit_first_positions(&mut self, out: &mut Vec<Action>) {
+        if self.first_positions.is_empty() || self.shutting_down || self.cycle.is_some() {
+            return;
+        }
+        let partitions = &self.partitions;
+        // Handed off, failed or zombie meanwhile: its handoff or its next owner decides.
+        self.first_positions.retain(|tp| {
+            partitions
+                .get(tp)
+                .is_some_and(|p| p.phase == Phase::Running)
+        });
+        let ready = self
+            .first_positions
+            .iter()
+            .any(|tp| self.marked.contains(&self.partitions[tp].table));
+        if ready {
+            self.start_cycle(out);
+        }
     }
 
     pub(super) fn entry(&self, tp: &TopicPartition, c: &Committable) -> CommitEntry {

@@ -23,6 +23,7 @@ impl CheckpointProtocol {
             self.marked.insert(table.table);
         }
         let known = self.take_known(&tp, out);
+        self.first_positions.remove(&tp);
         let state = PartitionState {
             phase: Phase::Failed,
             committed: None,
@@ -132,7 +133,8 @@ impl CheckpointProtocol {
             case,
             at: from,
         }));
-        self.start_incarnation(tp, state, from, out)
+        self.start_incarnation(tp.clone(), state, from, out);
+        self.first_position(&tp, out);
     }
 
     /// What the committed metadata of a partition of `table` says, or why the partition fails.
@@ -433,7 +435,11 @@ impl CheckpointProtocol {
                     at: from,
                 }));
                 state.visible = from;
-                self.start_incarnation(tp, state, from, out);
+                let first = why == Resolving::MissingCheckpoint;
+                self.start_incarnation(tp.clone(), state, from, out);
+                if first {
+                    self.first_position(&tp, out);
+                }
             }
             Err(error) => {
                 // Counted and logged every time; bounded, because a query that cannot succeed

@@ -733,37 +733,235 @@ fn a_recovery_re_flush_waits_until_the_table_carries_the_marker() {
     assert_eq!(started_at(&a).map(|s| s.1), Some(20));
 }
 
+fn label_writes(actions: &[Action]) -> Vec<&Action> {
+    actions
+        .iter()
+        .filter(|x| matches!(x, Action::LabelTable { .. }))
+        .collect()
+}
+
 #[test]
 fn the_first_commit_of_a_table_waits_until_the_table_carries_the_marker() {
     let mut p = protocol();
     let a = p.handle(unmarked_assignment(None));
     let inc = started_at(&a).unwrap().0;
-    p.handle(ack(inc, "s1", 3, 3));
-    let a = p.handle(Event::StartCycle);
-    assert!(commit(&a).is_none(), "no commit before the marker");
+    // A first start asks for the marker at once: its position is to be committed at once.
     assert_eq!(
-        a.iter()
-            .filter(|x| matches!(x, Action::LabelTable { .. }))
-            .collect::<Vec<_>>(),
+        label_writes(&a),
         vec![&Action::LabelTable {
             table: table(),
             attempt: 0
         }]
     );
+    assert!(commit(&a).is_none(), "no commit before the marker");
+    p.handle(ack(inc, "s1", 3, 3));
     // While it is being written, cycles neither commit nor write it again.
     let a = p.handle(Event::StartCycle);
+    assert!(commit(&a).is_none(), "no commit before the marker");
+    assert!(label_writes(&a).is_empty());
+    let a = p.handle(Event::StartCycle);
     assert!(commit(&a).is_none());
-    assert!(!a.iter().any(|x| matches!(x, Action::LabelTable { .. })));
-    // It landed: the waiting partition commits with the next cycle, then flushes.
-    assert!(commit(&p.handle(labelled(Ok(())))).is_none());
-    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert!(label_writes(&a).is_empty());
+    // A failed write is retried; still no commit.
+    let a = p.handle(labelled(Err("503".into())));
+    assert!(commit(&a).is_none());
+    // It landed: the waiting first position commits at once (not a cycle later), then flushes.
+    let (id, entries) = commit(&p.handle(labelled(Ok(())))).unwrap();
     assert_eq!(entries[0].offset, NextOffset(3));
     assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(2))]);
     // Marked once: later commits write no marker.
     p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
     let a = p.handle(Event::StartCycle);
     assert!(commit(&a).is_some());
-    assert!(!a.iter().any(|x| matches!(x, Action::LabelTable { .. })));
+    assert!(label_writes(&a).is_empty());
+}
+
+fn tp1() -> TopicPartition {
+    TopicPartition::new("t", 1)
+}
+
+/// `tp` assigned without a committed offset: `origin` says whether it was added at runtime.
+fn assigned_without_offset(tp: TopicPartition, marked: bool, origin: PartitionOrigin) -> Event {
+    Event::Assigned {
+        tp,
+        table: RoutedTable {
+            table: table(),
+            marked,
+        },
+        assignment: Assignment {
+            committed: None,
+            low: NextOffset(4),
+            high: NextOffset(9),
+            origin,
+        },
+    }
+}
+
+#[test]
+fn a_first_start_commits_its_position_as_soon_as_the_marker_landed_not_a_cycle_later() {
+    let mut p = protocol();
+    let a = p.handle(assigned_without_offset(
+        tp0(),
+        false,
+        PartitionOrigin::Existing,
+    ));
+    assert_eq!(started_at(&a).map(|s| s.1), Some(4));
+    assert!(commit(&a).is_none(), "no commit before the marker");
+    // The marker landed: the position (nothing acknowledged yet) is committed right away,
+    // without waiting for the checkpoint interval's `StartCycle`.
+    let (id, entries) = commit(&p.handle(labelled(Ok(())))).unwrap();
+    assert_eq!(
+        (entries[0].tp.clone(), entries[0].offset),
+        (tp0(), NextOffset(4))
+    );
+    assert!(
+        p.cycle_in_flight(),
+        "an ordinary cycle, one commit at a time"
+    );
+    let a = p.handle(ok(id));
+    assert!(
+        commit(&a).is_none(),
+        "one early commit, then the regular cycles"
+    );
+    assert!(!p.cycle_in_flight());
+    // Now the durable position is known: an idle partition rests.
+    assert!(commit(&p.handle(Event::StartCycle)).is_none());
+}
+
+#[test]
+fn a_partition_added_at_runtime_to_a_marked_table_commits_its_position_at_once() {
+    let mut p = protocol();
+    let a = p.handle(assigned_without_offset(
+        tp0(),
+        true,
+        PartitionOrigin::AddedAtRuntime,
+    ));
+    assert!(a.contains(&Action::Count(Outcome::Started {
+        tp: tp0(),
+        case: StartCase::NewPartition,
+        at: NextOffset(4)
+    })));
+    let (_, entries) = commit(&a).expect("committed in the assignment's own step");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].offset, NextOffset(4));
+    assert!(label_writes(&a).is_empty(), "the table is marked");
+}
+
+#[test]
+fn a_missing_checkpoint_started_by_its_policy_commits_its_position_at_once() {
+    let config = ProtocolConfig {
+        on_missing_checkpoint: MissingCheckpointPolicy::Latest,
+        ..ProtocolConfig::new()
+    };
+    let mut p = CheckpointProtocol::new(config);
+    let a = p.handle(assigned_without_offset(
+        tp0(),
+        true,
+        PartitionOrigin::Existing,
+    ));
+    assert_eq!(started_at(&a).map(|s| s.1), Some(9));
+    let (_, entries) = commit(&a).expect("committed at once");
+    assert_eq!(entries[0].offset, NextOffset(9));
+}
+
+#[test]
+fn a_first_position_waits_for_the_cycle_in_flight_and_goes_with_the_next_one() {
+    let mut p = protocol();
+    let inc = running(&mut p);
+    p.handle(ack(inc, "s1", 3, 13));
+    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert_eq!(entries.len(), 1);
+    // tp1 starts while tp0's commit is in flight: never a second commit beside it.
+    let a = p.handle(assigned_without_offset(
+        tp1(),
+        true,
+        PartitionOrigin::AddedAtRuntime,
+    ));
+    assert!(started_at(&a).is_some());
+    assert!(commit(&a).is_none(), "one commit in flight at a time");
+    // tp0's commit answered: its flush goes out, and the cycle ends when the flush answers.
+    assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(2))]);
+    let a = p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+    // That cycle is over: the next one starts at once, with tp1's first position.
+    let (_, entries) = commit(&a).expect("the first position goes with the next cycle at once");
+    let tp1_entry = entries
+        .iter()
+        .find(|e| e.tp == tp1())
+        .expect("tp1 committed");
+    assert_eq!(tp1_entry.offset, NextOffset(4));
+}
+
+#[test]
+fn no_cycle_starts_between_the_partitions_of_one_revoke() {
+    let mut p = protocol();
+    let inc = running(&mut p);
+    // tp0's commit landed and its flush is in flight: the cycle waits for it.
+    assert_eq!(flushes(&committed(&mut p, inc, 3)).len(), 1);
+    // tp1 starts meanwhile: its first position waits for that cycle.
+    let a = p.handle(assigned_without_offset(
+        tp1(),
+        true,
+        PartitionOrigin::AddedAtRuntime,
+    ));
+    assert!(commit(&a).is_none());
+    // The session is lost: the callback reports tp0, then tp1. Revoking tp0 ends the cycle, but
+    // no cycle starts before tp1's revoke is known: no commit for a partition being taken away.
+    let a = p.handle(Event::RevokeBegan {
+        tp: tp0(),
+        lost: true,
+    });
+    assert!(commit(&a).is_none(), "{a:?}");
+    assert!(!p.cycle_in_flight());
+    // Its writer stops before the callback's next partition is reported: still no cycle.
+    let a = p.handle(Event::WriterStopped { tp: tp0() });
+    assert!(commit(&a).is_none(), "{a:?}");
+    let a = p.handle(Event::RevokeBegan {
+        tp: tp1(),
+        lost: true,
+    });
+    assert!(commit(&a).is_none(), "{a:?}");
+    assert!(commit(&p.handle(Event::WriterStopped { tp: tp1() })).is_none());
+    assert!(commit(&p.handle(Event::StartCycle)).is_none());
+}
+
+#[test]
+fn a_first_position_whose_commit_fails_is_retried_by_the_regular_cycles_only() {
+    let mut p = protocol();
+    let a = p.handle(assigned_without_offset(
+        tp0(),
+        true,
+        PartitionOrigin::AddedAtRuntime,
+    ));
+    let (id, _) = commit(&a).unwrap();
+    let a = p.handle(refused(
+        id,
+        CommitError::Request("coordinator moving".into()),
+    ));
+    assert!(commit(&a).is_none(), "no loop of early cycles");
+    let a = p.handle(Event::StartCycle);
+    let (_, entries) = commit(&a).expect("the regular cycle commits it again");
+    assert_eq!(entries[0].offset, NextOffset(4));
+}
+
+#[test]
+fn a_recovery_only_protocol_makes_no_commit_of_a_first_position() {
+    let mut p = CheckpointProtocol::for_recovery(ProtocolConfig::new());
+    let a = p.handle(assigned_without_offset(
+        tp0(),
+        true,
+        PartitionOrigin::AddedAtRuntime,
+    ));
+    assert!(started_at(&a).is_some());
+    assert!(commit(&a).is_none());
+    let a = p.handle(assigned_without_offset(
+        tp1(),
+        false,
+        PartitionOrigin::Existing,
+    ));
+    assert!(
+        label_writes(&a).is_empty(),
+        "the ledger asks for its own marker"
+    );
 }
 
 #[test]
@@ -1000,7 +1198,8 @@ fn each_partition_checkpoints_against_the_table_of_its_route() {
     let (a_table, b_table) = (TableFingerprint(0xa), TableFingerprint(0xb));
     let (a_tp, b_tp) = (TopicPartition::new("a", 0), TopicPartition::new("b", 0));
     let mut p = CheckpointProtocol::new(ProtocolConfig::new());
-    let start = |p: &mut CheckpointProtocol, tp: &TopicPartition, table| {
+    let mut labelled = Vec::new();
+    let mut start = |p: &mut CheckpointProtocol, tp: &TopicPartition, table| {
         let a = p.handle(Event::Assigned {
             tp: tp.clone(),
             table: RoutedTable {
@@ -1014,32 +1213,30 @@ fn each_partition_checkpoints_against_the_table_of_its_route() {
                 origin: PartitionOrigin::Existing,
             },
         });
+        // A first start asks for its table's marker at once.
+        labelled.extend(a.iter().filter_map(|x| match x {
+            Action::LabelTable { table, .. } => Some(*table),
+            _ => None,
+        }));
         started_at(&a).expect("a first start").0
     };
     let inc_a = start(&mut p, &a_tp, a_table);
     start(&mut p, &b_tp, b_table);
+    assert_eq!(labelled, vec![a_table, b_table]);
     p.handle(Event::RowsAcknowledged {
         tp: a_tp.clone(),
         ack: Acknowledged::from_append_response(inc_a, sid("sa"), RowCount(2), NextOffset(2), 20),
     });
-    // Neither table is marked: the cycle writes both markers and commits nothing.
+    // Neither table is marked: the cycle commits nothing (and writes no marker again).
     let a = p.handle(Event::StartCycle);
     assert!(commit(&a).is_none());
-    let labelled: Vec<_> = a
-        .iter()
-        .filter_map(|x| match x {
-            Action::LabelTable { table, .. } => Some(*table),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(labelled, vec![a_table, b_table]);
-    // Table A is marked first: only its partition commits.
+    assert!(!a.iter().any(|x| matches!(x, Action::LabelTable { .. })));
+    // Table A is marked first: only its partition commits (its first position, at once).
     let landed = |table| Event::LabelResult {
         table,
         outcome: Ok(()),
     };
-    p.handle(landed(a_table));
-    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    let (id, entries) = commit(&p.handle(landed(a_table))).unwrap();
     assert_eq!(
         entries.iter().map(|e| &e.tp).collect::<Vec<_>>(),
         vec![&a_tp]
@@ -1049,13 +1246,14 @@ fn each_partition_checkpoints_against_the_table_of_its_route() {
         commit: id,
         outcome: CommitOutcome::PerPartition(vec![(a_tp.clone(), Ok(()))]),
     });
-    p.handle(Event::FlushResult {
+    // That cycle ends with its flush; B's first position waited for it and goes at once.
+    let a = p.handle(Event::FlushResult {
         tp: a_tp.clone(),
         stream: sid("sa"),
         through: RowOffset(1),
         outcome: FlushOutcome::Flushed,
     });
-    let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    let (_, entries) = commit(&a).unwrap();
     assert_eq!(entries.len(), 2);
     for e in &entries {
         let expected = if e.tp == a_tp { a_table } else { b_table };
