@@ -24,7 +24,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::metadata::{CommitMetadata, TableFingerprint};
 use crate::model::{
@@ -32,8 +32,8 @@ use crate::model::{
 };
 use crate::offsets::{Incarnation, NextOffset, StreamId};
 use crate::protocol::{
-    Action, CheckpointProtocol, Event, FailReason, Markers, MissingCheckpointPolicy,
-    OutOfRangePolicy, Outcome, ProtocolConfig,
+    Action, CheckpointProtocol, Event, FailReason, FirstPositions, Markers,
+    MissingCheckpointPolicy, OutOfRangePolicy, Outcome, ProtocolConfig,
 };
 
 /// Where a partition is.
@@ -112,7 +112,7 @@ pub struct AtLeastOnceLedger {
     cycle: Option<CommitId>,
     /// Partitions that started without a committed offset and whose first commit was not sent
     /// yet: a cycle starts for them at once (`commit_first_positions`).
-    first_positions: BTreeSet<TopicPartition>,
+    first_positions: FirstPositions,
     shutting_down: bool,
     final_sent: bool,
     done: bool,
@@ -138,7 +138,7 @@ impl AtLeastOnceLedger {
             next_commit: 0,
             next_incarnation: 0,
             cycle: None,
-            first_positions: BTreeSet::new(),
+            first_positions: FirstPositions::default(),
             shutting_down: false,
             final_sent: false,
             done: false,
@@ -517,21 +517,17 @@ impl AtLeastOnceLedger {
     /// leaves the set when a cycle sends it, whatever the answer (the regular cycles commit it
     /// again), so a commit that keeps failing costs no loop of cycles.
     fn commit_first_positions(&mut self, out: &mut Vec<Action>) {
-        if self.first_positions.is_empty() || self.shutting_down || self.cycle.is_some() {
+        if self.shutting_down || self.cycle.is_some() {
             return;
         }
         let partitions = &self.partitions;
-        // Handed off, failed or lost meanwhile: its handoff or its next owner decides.
-        self.first_positions.retain(|tp| {
+        let running = |tp: &TopicPartition| {
             partitions
                 .get(tp)
-                .is_some_and(|p| matches!(p.phase, Phase::Running))
-        });
-        let ready = self
-            .first_positions
-            .iter()
-            .any(|tp| self.marked.contains(&self.partitions[tp].table));
-        if ready {
+                .filter(|p| matches!(p.phase, Phase::Running))
+                .map(|p| p.table)
+        };
+        if self.first_positions.due(&self.marked, running) {
             self.start_cycle(out);
         }
     }

@@ -128,21 +128,17 @@ impl CheckpointProtocol {
     /// sends it, whatever the commit's answer: a failed one is committed again by the regular
     /// cycles, so a commit that keeps failing costs no loop of cycles.
     pub(super) fn commit_first_positions(&mut self, out: &mut Vec<Action>) {
-        if self.first_positions.is_empty() || self.shutting_down || self.cycle.is_some() {
+        if self.shutting_down || self.cycle.is_some() {
             return;
         }
         let partitions = &self.partitions;
-        // Handed off, failed or zombie meanwhile: its handoff or its next owner decides.
-        self.first_positions.retain(|tp| {
+        let running = |tp: &TopicPartition| {
             partitions
                 .get(tp)
-                .is_some_and(|p| p.phase == Phase::Running)
-        });
-        let ready = self
-            .first_positions
-            .iter()
-            .any(|tp| self.marked.contains(&self.partitions[tp].table));
-        if ready {
+                .filter(|p| p.phase == Phase::Running)
+                .map(|p| p.table)
+        };
+        if self.first_positions.due(&self.marked, running) {
             self.start_cycle(out);
         }
     }

@@ -30,6 +30,7 @@
 //!   [`Outcome`] (invariant 7).
 
 mod cycle;
+mod first_positions;
 mod handoff;
 mod marker;
 mod recovery;
@@ -37,6 +38,7 @@ mod recovery;
 mod tests;
 mod types;
 
+pub(crate) use first_positions::FirstPositions;
 pub(crate) use marker::Markers;
 pub use types::*;
 // The shared vocabulary, re-exported because events and actions carry it.
@@ -168,7 +170,7 @@ pub struct CheckpointProtocol {
     cycle: Option<Cycle>,
     /// Partitions that started without a committed offset and whose first commit was not sent
     /// yet: a cycle starts for them at once, not an interval later (`commit_first_positions`).
-    first_positions: BTreeSet<TopicPartition>,
+    first_positions: FirstPositions,
     /// Runs the recovery only (the at-least-once ledger's use): the caller makes every commit.
     recovery_only: bool,
     next_commit: u64,
@@ -185,7 +187,7 @@ impl CheckpointProtocol {
             partitions: BTreeMap::new(),
             remembered: BTreeMap::new(),
             cycle: None,
-            first_positions: BTreeSet::new(),
+            first_positions: FirstPositions::default(),
             recovery_only: false,
             next_commit: 0,
             next_incarnation: 0,
