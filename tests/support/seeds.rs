@@ -174,6 +174,27 @@ fn soak(check: &dyn Fn(u64) -> Result<(), String>, failing: &dyn Fn(u64, &str) -
     let started = Instant::now();
     let mut last_report = started;
     let (mut passed, mut failed) = (0u64, Vec::new());
+    // A seed that never ends is a failure too, but cannot be stopped from inside: a watcher
+    // prints the seed that has run for a minute, with the command that replays it.
+    let current = std::sync::Arc::new(std::sync::Mutex::new((0u64, Instant::now(), false)));
+    let watched = std::sync::Arc::downgrade(&current);
+    std::thread::spawn(move || {
+        while let Some(current) = watched.upgrade() {
+            {
+                let mut c = current.lock().expect("the soak's current seed");
+                if !c.2 && c.1.elapsed() > Duration::from_secs(60) {
+                    c.2 = true;
+                    eprintln!(
+                        "SLOW SEED {}: running for over 60 s (a history that never ends is a \
+                         failure; replay it with KBQ_MODEL_SEED={})",
+                        c.0, c.0
+                    );
+                }
+            }
+            drop(current);
+            std::thread::sleep(Duration::from_secs(5));
+        }
+    });
     while max_seeds.is_none_or(|n| passed + (failed.len() as u64) < n)
         && until.is_none_or(|u| Instant::now() < u)
     {
@@ -181,6 +202,7 @@ fn soak(check: &dyn Fn(u64) -> Result<(), String>, failing: &dyn Fn(u64, &str) -
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
         hasher.write_u128(started.elapsed().as_nanos());
         let seed = hasher.finish();
+        *current.lock().expect("the soak's current seed") = (seed, Instant::now(), false);
         match check(seed) {
             Ok(()) => passed += 1,
             Err(why) => {
