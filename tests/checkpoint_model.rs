@@ -660,6 +660,14 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
      the second partition's revoke and committed its first position K=0, which landed after \
      r1's K=1 had been flushed, so r1 appended record 0 again (a duplicate)",
     ),
+    (
+        16002392437258046416,
+        "first positions committed at once (a50d2d2): a partition whose position was committed \
+     already stayed among the first positions, so every event started a cycle; r0, fenced, had \
+     each of those cycles' commits refused (illegal generation) and abandoned at once while its \
+     handed-over commits were delivered, and started the next: commits without end, the \
+     soak's memory ran out. Now a first position leaves the set once nothing waits for it",
+    ),
 ];
 
 #[test]

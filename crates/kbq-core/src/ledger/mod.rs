@@ -521,13 +521,13 @@ impl AtLeastOnceLedger {
             return;
         }
         let partitions = &self.partitions;
-        let running = |tp: &TopicPartition| {
+        let waiting = |tp: &TopicPartition| {
             partitions
                 .get(tp)
-                .filter(|p| matches!(p.phase, Phase::Running))
+                .filter(|p| matches!(p.phase, Phase::Running) && p.needs_commit())
                 .map(|p| p.table)
         };
-        if self.first_positions.due(&self.marked, running) {
+        if self.first_positions.due(&self.marked, waiting) {
             self.start_cycle(out);
         }
     }

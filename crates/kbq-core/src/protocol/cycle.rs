@@ -132,13 +132,17 @@ impl CheckpointProtocol {
             return;
         }
         let partitions = &self.partitions;
-        let running = |tp: &TopicPartition| {
+        let waiting = |tp: &TopicPartition| {
             partitions
                 .get(tp)
-                .filter(|p| p.phase == Phase::Running)
+                .filter(|p| {
+                    p.phase == Phase::Running
+                        && p.committed.as_ref()
+                            != Some(Committable::seal(&p.progress, p.visible).checkpoint())
+                })
                 .map(|p| p.table)
         };
-        if self.first_positions.due(&self.marked, running) {
+        if self.first_positions.due(&self.marked, waiting) {
             self.start_cycle(out);
         }
     }

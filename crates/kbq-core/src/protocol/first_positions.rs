@@ -26,18 +26,21 @@ impl FirstPositions {
         self.0.remove(tp);
     }
 
-    /// Whether a cycle is due for a first position now. `running` gives the table of a
-    /// partition that is running; one that is not any more (handed off, failed, lost) is
-    /// dropped: its handoff or its next owner decides. The caller checks that no cycle is in
-    /// flight and that it is not shutting down.
+    /// Whether a cycle is due for a first position now. `waiting` gives the table of a
+    /// partition that is running with a position not committed yet; any other is dropped: one
+    /// handed off, failed or lost (its handoff or its next owner decides), and one whose
+    /// position is committed already (nothing waits; kept, it would start a cycle after every
+    /// event that could never send it: a fresh model seed, 16002392437258046416, looped so
+    /// without end when a rejected commit ended each of those cycles at once). The caller
+    /// checks that no cycle is in flight and that it is not shutting down.
     pub fn due(
         &mut self,
         markers: &Markers,
-        running: impl Fn(&TopicPartition) -> Option<TableFingerprint>,
+        waiting: impl Fn(&TopicPartition) -> Option<TableFingerprint>,
     ) -> bool {
-        self.0.retain(|tp| running(tp).is_some());
+        self.0.retain(|tp| waiting(tp).is_some());
         self.0
             .iter()
-            .any(|tp| running(tp).is_some_and(|table| markers.contains(&table)))
+            .any(|tp| waiting(tp).is_some_and(|table| markers.contains(&table)))
     }
 }
