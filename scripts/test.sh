@@ -35,6 +35,9 @@ command -v cc >/dev/null || missing+=(gcc)
 command -v go >/dev/null || missing+=(golang-go)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# The Debezium pipeline's source database (tests/debezium_pipeline.rs, scripts/debezium.sh):
+# Debian's server package; the test runs its own cluster, never the package's service.
+scripts/debezium.sh installed || missing+=(postgresql)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}"
@@ -51,6 +54,8 @@ fi
 
 log "fetching Apache Kafka jars"
 scripts/kafka.sh fetch
+log "fetching Kafka Connect and Debezium jars"
+scripts/debezium.sh fetch
 
 if ((quick == 0)); then
   log "preparing the Python virtualenv"
