@@ -87,6 +87,81 @@ async fn bad_records_go_to_the_dead_letter_topic_and_the_partition_keeps_going()
     assert!(daemon.terminate().success());
 }
 
+/// A tombstone on a route that is not CDC is a record its format cannot read: its dead letter's
+/// class names that format (`malformed_json` on a JSON route, not `malformed_avro`), so that an
+/// alert points at the right producers; with the format left to each schema id and no record
+/// read yet, no id names one: `bad_magic`, the framing is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_is_dead_lettered_with_its_formats_class() {
+    use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema};
+    use support::registry::Registry;
+    use support::sink::Tweaks;
+
+    let (registry, _held) = Registry::serve(Default::default(), None).await;
+    let url = format!("http://{registry}");
+    let cases: [(&str, Tweaks, &str); 5] = [
+        ("avro", Tweaks::default(), "malformed_avro"),
+        (
+            "json",
+            Tweaks {
+                schemaless_json: true,
+                ..Tweaks::default()
+            },
+            "malformed_json",
+        ),
+        (
+            "protobuf",
+            Tweaks {
+                registry_url: Some(url.clone()),
+                format: Some("protobuf"),
+                ..Tweaks::default()
+            },
+            "malformed_protobuf",
+        ),
+        (
+            "json_schema",
+            Tweaks {
+                registry_url: Some(url.clone()),
+                format: Some("json_schema"),
+                ..Tweaks::default()
+            },
+            "malformed_json",
+        ),
+        (
+            "format_unset",
+            Tweaks {
+                registry_url: Some(url.clone()),
+                ..Tweaks::default()
+            },
+            "bad_magic",
+        ),
+    ];
+    for (name, tweaks, class) in cases {
+        let f = Fixture::new(1).await;
+        if tweaks.schemaless_json || tweaks.registry_url.is_some() {
+            f.create_table_with_metadata(vec![TableFieldSchema::new(
+                "id",
+                FieldType::Int64,
+                Mode::Nullable,
+            )]);
+        }
+        let tombstone = support::cdc::Change {
+            partition: 0,
+            key: Some(b"k".to_vec()),
+            value: None,
+        };
+        let producer = support::kafka::producer(&f.bootstrap);
+        support::cdc::produce(&producer, &f.topic, [&tombstone]);
+        let config = f.config_with(&support::kafka::unique_name(name), &tweaks);
+        let mut daemon = Daemon::start(&config);
+        let dead = f.dead_letters(1);
+        assert_eq!(dead.len(), 1, "{name}: {dead:?}");
+        assert_eq!(dead[0].2, class, "{name}: {dead:?}");
+        assert!(dead[0].3.contains("tombstone"), "{name}: {dead:?}");
+        assert!(daemon.terminate().success(), "{name}");
+    }
+}
+
 #[test]
 fn validate_accepts_the_test_config_shape() {
     // The configs above go through `validate` inside `run`; this keeps a syntax slip in the

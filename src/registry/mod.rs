@@ -211,6 +211,15 @@ impl SchemaKind {
             SchemaKind::Json => "json_schema",
         }
     }
+
+    /// The dead-letter class of a record that cannot be read in this format.
+    pub fn malformed_class(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "malformed_avro",
+            SchemaKind::Protobuf => "malformed_protobuf",
+            SchemaKind::Json => "malformed_json",
+        }
+    }
 }
 
 /// A registered schema of any type, as cached.

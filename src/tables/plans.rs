@@ -259,6 +259,10 @@ impl RegistryPlans {
 }
 
 impl PlanSource for RegistryPlans {
+    fn malformed_class(&self) -> Option<&'static str> {
+        self.input.kind.map(SchemaKind::malformed_class)
+    }
+
     fn cached_plan(&self, payload: &[u8]) -> Option<Result<(Arc<Plan>, usize), BadRecord>> {
         let (id, body) = match split_confluent(payload) {
             Ok(split) => split,
@@ -402,6 +406,10 @@ impl PlanSource for FixedPlan {
 
     fn fixed_plan(&self) -> Option<&Arc<Plan>> {
         Some(&self.plan)
+    }
+
+    fn malformed_class(&self) -> Option<&'static str> {
+        Some(self.plan.malformed_class())
     }
 }
 

@@ -347,15 +347,33 @@ impl PartitionWriter {
             return self.take_change(record, &cdc, next).await;
         }
         let Some(value) = record.value() else {
-            let bad = BadRecord {
-                class: "malformed_avro",
-                reason: "record has no value (tombstone)".into(),
-            };
-            return self.bad(record, bad).await;
+            return self.bad(record, self.tombstone()).await;
         };
         match self.plan_for_value(value).await? {
             Ok(body_at) => self.append_row(record, RowBody::Value(body_at)).await,
             Err(bad) => self.bad(record, bad).await,
+        }
+    }
+
+    /// A record without a value on a route that is not CDC: a record its format cannot read, so
+    /// that an alert on the class points at the producers of that format. With the format left
+    /// to each schema id, the format of the records this writer read; before any, no schema id
+    /// says one: the record lacks the framing.
+    fn tombstone(&self) -> BadRecord {
+        let class = self
+            .route
+            .plans
+            .malformed_class()
+            .or_else(|| self.plan.as_ref().map(|p| p.malformed_class()));
+        match class {
+            Some(class) => BadRecord {
+                class,
+                reason: "record has no value (tombstone)".into(),
+            },
+            None => BadRecord {
+                class: "bad_magic",
+                reason: "record has no value (tombstone), so no schema id names its format".into(),
+            },
         }
     }
 

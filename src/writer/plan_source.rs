@@ -45,6 +45,12 @@ pub trait PlanSource: Send + Sync {
         None
     }
 
+    /// The dead-letter class of a record that cannot be read in the format this source
+    /// declares (a tombstone), or `None` when each schema id's registered type decides.
+    fn malformed_class(&self) -> Option<&'static str> {
+        None
+    }
+
     /// An AppendRows response carried `updated_schema`: the table changed under the connection.
     fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }

@@ -86,6 +86,16 @@ impl Plan {
         json::compile(schema, validate, table, options)
     }
 
+    /// The dead-letter class of a record this plan cannot read at all: its format's
+    /// `malformed_*` (docs/mapping.md, "Input framing and malformed records").
+    pub fn malformed_class(&self) -> &'static str {
+        match &self.body {
+            Body::Avro(_) => "malformed_avro",
+            Body::Protobuf(_) => "malformed_protobuf",
+            Body::Json { .. } => "malformed_json",
+        }
+    }
+
     /// The self-contained proto2 descriptor the rows are encoded with.
     pub fn descriptor(&self) -> &DescriptorProto {
         &self.descriptor
