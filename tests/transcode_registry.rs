@@ -112,6 +112,24 @@ async fn concurrent_misses_for_one_id_share_a_single_request() {
     assert_eq!(reg.id_requests(2), 1);
 }
 
+/// With the type left to the registry (`format` unset), the writers of every partition that meet
+/// a new id at once share one request too: not one per partition (12 for 2 topics of 6).
+#[tokio::test]
+async fn concurrent_misses_of_an_untyped_id_share_a_single_request() {
+    let (url, reg) = serve(None).await;
+    let client = Arc::new(SchemaRegistry::new(config(url)).unwrap());
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move { c.any_schema(2, None).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(reg.id_requests(2), 1);
+}
+
 #[tokio::test]
 async fn an_unknown_id_is_a_per_record_error_without_retries() {
     let (url, reg) = serve(None).await;

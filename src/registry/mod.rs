@@ -255,6 +255,9 @@ pub struct SchemaRegistry {
     protobuf_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<protobuf::RegisteredProtobuf>>>>>,
     /// JSON Schemas by id, with the documents they reference (`json.rs`).
     json_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<crate::transcode::json::JsonSchema>>>>>,
+    /// The registered type of each id read without a type given (`any_schema`): one fetch per
+    /// id for the whole process, however many partitions ask at once.
+    kinds: Mutex<HashMap<u32, Arc<OnceCell<SchemaKind>>>>,
     /// When each id still unknown was first answered 404 (by this process), for the grace.
     unknown_since: Mutex<HashMap<u32, Instant>>,
     requests: AtomicU64,
@@ -333,6 +336,7 @@ impl SchemaRegistry {
             cache: Mutex::new(HashMap::new()),
             protobuf_cache: Mutex::new(HashMap::new()),
             json_cache: Mutex::new(HashMap::new()),
+            kinds: Mutex::new(HashMap::new()),
             unknown_since: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -545,33 +549,38 @@ impl SchemaRegistry {
         } else if cached(&self.json_cache, id) {
             SchemaKind::Json
         } else {
-            let raw = self.with_grace(id, self.fetch_raw(id).await)?;
-            let kind = SchemaKind::of(raw.schema_type.as_deref())
-                .map_err(|reason| RegistryError::Unusable { id, reason })?;
-            // Parse into the cache of its type, so the lookups by type find it.
-            let parsed = match kind {
-                SchemaKind::Avro => self
-                    .cell(&self.cache, id)
-                    .get_or_try_init(|| async { parse_avro(id, raw) })
-                    .await
-                    .cloned()
-                    .map(AnySchema::Avro),
-                SchemaKind::Protobuf => self
-                    .cell(&self.protobuf_cache, id)
-                    .get_or_try_init(|| self.parse_protobuf(id, raw))
-                    .await
-                    .cloned()
-                    .map(AnySchema::Protobuf),
-                SchemaKind::Json => self
-                    .cell(&self.json_cache, id)
-                    .get_or_try_init(|| self.parse_json(id, raw))
-                    .await
-                    .cloned()
-                    .map(AnySchema::Json),
-            };
-            return self.with_grace(id, parsed);
+            // One fetch per id: the writers of every partition that meet the id first wait on
+            // this cell, and the schema lands in the cache of its type, where they find it.
+            let cell = self.cell(&self.kinds, id);
+            let kind = cell.get_or_try_init(|| self.fetch_and_parse(id)).await;
+            *self.with_grace(id, kind)?
         };
         Box::pin(self.any_schema(id, Some(kind))).await
+    }
+
+    /// Fetches `id` and parses it into the cache of its registered type; returns that type.
+    async fn fetch_and_parse(&self, id: u32) -> Result<SchemaKind, RegistryError> {
+        let raw = self.fetch_raw(id).await?;
+        let kind = SchemaKind::of(raw.schema_type.as_deref())
+            .map_err(|reason| RegistryError::Unusable { id, reason })?;
+        match kind {
+            SchemaKind::Avro => self
+                .cell(&self.cache, id)
+                .get_or_try_init(|| async { parse_avro(id, raw) })
+                .await
+                .map(drop),
+            SchemaKind::Protobuf => self
+                .cell(&self.protobuf_cache, id)
+                .get_or_try_init(|| self.parse_protobuf(id, raw))
+                .await
+                .map(drop),
+            SchemaKind::Json => self
+                .cell(&self.json_cache, id)
+                .get_or_try_init(|| self.parse_json(id, raw))
+                .await
+                .map(drop),
+        }?;
+        Ok(kind)
     }
 
     fn cell<T>(&self, cache: &Mutex<HashMap<u32, Arc<OnceCell<T>>>>, id: u32) -> Arc<OnceCell<T>> {
