@@ -517,3 +517,81 @@ async fn converges_under_kills(
     drop(replicas);
     std::mem::forget(registry);
 }
+
+/// `kbq_cdc_changes_total` counts the changes written, not the records dead-lettered because
+/// their row cannot be written: of an upsert and a delete that fit the table and an upsert whose
+/// value does not (a string into INT64), one upsert and one delete are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_row_cannot_be_written_is_not_counted_as_a_change() {
+    let f = Fixture::with(SinkOptions::partitions(1)).await;
+    let store = &f.emulator.store;
+    store
+        .insert_dataset(Dataset::new("p", "d"))
+        .expect("dataset");
+    let schema: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+        {"name": "n", "type": "INTEGER"},
+        {"name": "kafka_topic", "type": "STRING"},
+        {"name": "kafka_partition", "type": "INTEGER"},
+        {"name": "kafka_offset", "type": "INTEGER"}]}))
+    .unwrap();
+    let mut table = Table::new(f.table_ref(), schema);
+    table.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["id"]}}));
+    store.insert_table(table).expect("table");
+    let change = |key: &str, value: &str| Change {
+        partition: 0,
+        key: Some(key.as_bytes().to_vec()),
+        value: Some(value.as_bytes().to_vec()),
+    };
+    let changes = [
+        change(r#"{"id": 1}"#, r#"{"op": "c", "after": {"id": 1, "n": 5}}"#),
+        change(
+            r#"{"id": 2}"#,
+            r#"{"op": "c", "after": {"id": 2, "n": "x"}}"#,
+        ),
+        change(r#"{"id": 3}"#, r#"{"op": "c", "after": {"id": 3, "n": 7}}"#),
+        change(
+            r#"{"id": 3}"#,
+            r#"{"op": "d", "before": {"id": 3, "n": 7}}"#,
+        ),
+    ];
+    support::cdc::produce(&producer(&f.bootstrap), &f.topic, &changes);
+    let route = format!(
+        "  - topics: [\"{}\"]\n    table: \"{}\"\n    cdc:\n      mode: upsert_delete\n      primary_key: [id]",
+        f.topic, f.table
+    );
+    let config = f.config_with(
+        &unique_name("cdc-count"),
+        &support::sink::Tweaks {
+            schemaless_json: true,
+            delivery: Some("at_least_once"),
+            routes: vec![route],
+            ..Default::default()
+        },
+    );
+    let mut daemon = Daemon::start(&config);
+    let want: State = [(1, (String::new(), 5))].into_iter().collect();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) && daemon.is_running() {
+        let rows = f
+            .emulator
+            .store
+            .visible_row_count(&f.table_ref())
+            .unwrap_or(0);
+        if rows == want.len() as u64 && f.dead_letter_count() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let letters = f.dead_letters(1);
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].1, 1, "the upsert of id 2: {letters:?}");
+    let upserts = daemon.metric_with("kbq_cdc_changes_total", &["change=\"upsert\""]);
+    let deletes = daemon.metric_with("kbq_cdc_changes_total", &["change=\"delete\""]);
+    assert_eq!(
+        (upserts, deletes),
+        (2.0, 1.0),
+        "ids 1 and 3 upserted, 3 deleted"
+    );
+    assert!(daemon.terminate().success());
+}

@@ -350,7 +350,10 @@ impl PartitionWriter {
             return self.bad(record, self.tombstone()).await;
         };
         match self.plan_for_value(value).await? {
-            Ok(body_at) => self.append_row(record, RowBody::Value(body_at)).await,
+            Ok(body_at) => self
+                .append_row(record, RowBody::Value(body_at))
+                .await
+                .map(drop),
             Err(bad) => self.bad(record, bad).await,
         }
     }
@@ -454,7 +457,9 @@ impl PartitionWriter {
 
     /// Transcodes one record's row with the writer's plan into the open batch, sending the batch
     /// first when the row would overflow it (the rules are [`OpenBatch`]'s).
-    async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<(), RunEnd> {
+    /// Transcodes the record's row into the open batch (`Ok(true)`), or dead-letters it when it
+    /// cannot be written (`Ok(false)`).
+    async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<bool, RunEnd> {
         let limits = self.request_limits();
         if self.open.needs_reserve() {
             self.open.reserve(limits.reserve_len(self.batch_hint));
@@ -466,7 +471,7 @@ impl PartitionWriter {
                     class: record_error_class(&error),
                     reason: error.to_string(),
                 };
-                return self.bad(record, bad).await;
+                return self.bad(record, bad).await.map(|()| false);
             }
         };
         let encoded = encoded_row_len(range.len());
@@ -492,7 +497,7 @@ impl PartitionWriter {
         if self.open.is_full(&limits) {
             self.seal().await?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Transcodes `record`'s row (from `body`) to the end of the open batch's buffer.

@@ -54,8 +54,8 @@ impl PartitionWriter {
         };
         let change = plan.columns.row(&body[row], located.kind, &sequence);
         self.use_plan(plan.plan.clone()).await?;
-        self.count_change(located.kind);
-        self.append_row(record, RowBody::Change(change)).await
+        self.append_change(record, RowBody::Change(change), located.kind)
+            .await
     }
 
     /// A DELETE of the key in the record's Kafka key (through the registry in its own format, or
@@ -130,8 +130,22 @@ impl PartitionWriter {
         } else {
             self.use_plan(key_plan.plan.clone()).await?;
         }
-        self.count_change(ChangeKind::Delete);
-        self.append_row(record, RowBody::Proto(row)).await
+        self.append_change(record, RowBody::Proto(row), ChangeKind::Delete)
+            .await
+    }
+
+    /// Appends a change's row and counts it once it is in the batch: a row that cannot be
+    /// written is a dead letter, not a change.
+    async fn append_change(
+        &mut self,
+        record: Record,
+        row: RowBody,
+        kind: ChangeKind,
+    ) -> Result<(), RunEnd> {
+        if self.append_row(record, row).await? {
+            self.count_change(kind);
+        }
+        Ok(())
     }
 
     async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), RunEnd> {
