@@ -162,6 +162,35 @@ async fn a_tombstone_is_dead_lettered_with_its_formats_class() {
     }
 }
 
+/// `/readyz` follows the group's assignment at once: once the daemon has committed its first
+/// checkpoint it says ready, not "not a member of the consumer group yet" until librdkafka's
+/// next statistics report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_assignment_at_once() {
+    let f = Fixture::new(1).await;
+    let group = support::kafka::unique_name("ready");
+    let config = f.config(&group);
+    f.produce(10);
+    let daemon = Daemon::start(&config);
+    let started = std::time::Instant::now();
+    while f.checkpoints(&group).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let committed = started.elapsed();
+    let mut last = daemon.http_get("/readyz");
+    let asked = std::time::Instant::now();
+    while last.0 != 200 && asked.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(20));
+        last = daemon.http_get("/readyz");
+    }
+    assert_eq!(
+        last.0, 200,
+        "not ready 500 ms after the first checkpoint ({committed:?} after start): {}",
+        last.1
+    );
+}
+
 #[test]
 fn validate_accepts_the_test_config_shape() {
     // The configs above go through `validate` inside `run`; this keeps a syntax slip in the

@@ -85,6 +85,10 @@ impl ConsumerContext for SinkContext {
                 };
                 if let Err(e) = result {
                     tracing::error!(error = %e, "assign failed");
+                } else if let Some(metrics) = &self.settings.metrics {
+                    // The group gave this member its assignment (maybe none): a member from now
+                    // on, not from the next statistics report (every `statistics.interval.ms`).
+                    metrics.group_joined.set(1);
                 }
                 if !excluded.is_empty() {
                     // Assigned by the group (the broker matches a pattern itself under
