@@ -507,3 +507,23 @@ fn validation_applies_the_registered_schema_before_the_plan() {
     );
     assert!(validate(&s, &json!({"c": "a"})).is_ok());
 }
+
+/// BYTES take base64 as protojson does: either alphabet, with or without `=` padding (`"YQ"`
+/// is `a`, as `"YQ=="` is).
+#[test]
+fn bytes_take_base64_with_or_without_padding() {
+    for text in ["\"YQ\"", "\"YQ==\"", "\"YWI\"", "\"_-8\""] {
+        let want = match text {
+            "\"YQ\"" | "\"YQ==\"" => "61",
+            "\"YWI\"" => "6162",
+            _ => "ffef",
+        };
+        assert_eq!(
+            schemaless("BYTES", text),
+            Ok(json!({ "hex": want })),
+            "{text}"
+        );
+    }
+    // padding where none belongs is still not base64
+    assert_eq!(class(schemaless("BYTES", "\"YQ=\"")), "out_of_range");
+}

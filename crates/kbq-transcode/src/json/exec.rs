@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 
 use super::keys::same;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
@@ -304,9 +304,15 @@ fn value(
         }
         (Conv::Bytes, Token::String) => {
             let s = sc.string()?;
-            let bytes = STANDARD
+            // As protojson reads bytes: either alphabet, padded in full or not at all.
+            let (standard, url_safe) = if s.ends_with(b"=") {
+                (STANDARD, URL_SAFE)
+            } else {
+                (STANDARD_NO_PAD, URL_SAFE_NO_PAD)
+            };
+            let bytes = standard
                 .decode(&s)
-                .or_else(|_| URL_SAFE.decode(&s))
+                .or_else(|_| url_safe.decode(&s))
                 .map_err(|_| value_error(column, "string is not base64".into()))?;
             put_len_delimited(out, tag, &bytes);
         }
