@@ -8,6 +8,7 @@
 
 pub mod change;
 mod compile;
+pub mod connect_types;
 mod convert;
 mod derive;
 mod descriptor;

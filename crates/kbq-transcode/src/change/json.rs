@@ -80,6 +80,31 @@ impl ConnectEnvelope {
     }
 }
 
+/// Where the `schema` member of Kafka Connect's envelope is in `data` (a Kafka key or value):
+/// the block a route's plans are found by (`None`: the schema is null or absent). The scan stops
+/// at the block, which `JsonConverter` writes first; the rest of the record is checked when the
+/// change is located.
+pub fn connect_schema(data: &[u8]) -> Result<Option<Range<usize>>, NotAChange> {
+    let mut s = Scanner::new(data);
+    if s.peek().map_err(NotAChange::Json)? != Token::Object {
+        return Err(NotAChange::ConnectEnvelope {
+            problem: NOT_AN_ENVELOPE,
+        });
+    }
+    s.open(b'{');
+    let mut first = true;
+    while let Some(key) = s.next_key(first).map_err(NotAChange::Json)? {
+        first = false;
+        let token = s.peek().map_err(NotAChange::Json)?;
+        let start = s.pos;
+        s.skip(1).map_err(NotAChange::Json)?;
+        if *key == *b"schema" {
+            return Ok((token != Token::Null).then_some(start..s.pos));
+        }
+    }
+    Ok(None)
+}
+
 impl JsonShape {
     /// The shape of `schema`'s records (`None`: schemaless JSON, nothing checked up front) and
     /// the schema of their rows.

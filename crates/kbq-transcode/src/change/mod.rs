@@ -30,7 +30,7 @@ use crate::error::RecordError;
 use crate::proto::{Tag, WIRE_LEN, put_len_delimited};
 
 pub use avro::{append_change, key_row_schema};
-pub use json::{ConnectEnvelope, JsonShape};
+pub use json::{ConnectEnvelope, JsonShape, connect_schema};
 pub use protobuf::ProtoShape;
 pub use wire::renumber;
 

@@ -11,6 +11,7 @@ use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 
 use super::keys::KeyTable;
+use super::named;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
 use super::schema::{JsonSchema, Kind, Node, Shape};
 use crate::compile::{all_column_names, column_type, data_columns};
@@ -22,10 +23,6 @@ use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
 const ROOT_MESSAGE: &str = "Row";
-const CONNECT_TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
-const CONNECT_DATE: &str = "org.apache.kafka.connect.data.Date";
-const CONNECT_TIME: &str = "org.apache.kafka.connect.data.Time";
-pub(super) const CONNECT_DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 
 pub fn compile(
     schema: Option<&Arc<JsonSchema>>,
@@ -243,8 +240,14 @@ impl<'a> Compiler<'a> {
         number: i32,
     ) -> Result<(Conv, ProtoType), PlanError> {
         use FieldType as F;
+        // A value Kafka Connect or Debezium names is converted by its name (`named.rs`).
+        if let Some(s) = shape
+            && let Some(t) = named::connect_type(s, path)?
+            && let Some((conv, ty)) = named::conversion(t, s, column, path)?
+        {
+            return Ok((conv, ProtoType::scalar(ty)));
+        }
         let kind = shape.and_then(|s| s.kind);
-        let title = shape.and_then(|s| s.title);
         let schemaless = self.schema.is_none();
         let fits = |allowed: &[Kind]| kind.is_none_or(|k| allowed.contains(&k));
         let refuse = || match shape {
@@ -254,18 +257,23 @@ impl<'a> Compiler<'a> {
                 reason: "no conversion".into(),
             },
         };
-        // The unit of an integer into a time column: Connect's logical type names it; without a
-        // schema the table decides (µs for TIMESTAMP, days for DATE), as BigQuery's own JSON
-        // loading does for TIMESTAMP.
-        let unit = |connect: &str, unit: IntUnit, schemaless_unit: IntUnit| {
-            if title == Some(connect) {
-                Ok(unit)
-            } else if kind == Some(Kind::Integer) {
+        // The unit of an integer into a time column: a Connect or Debezium name gives it (above);
+        // without a schema the table decides (µs for TIMESTAMP, days for DATE), as BigQuery's
+        // own JSON loading does for TIMESTAMP.
+        let unit = |schemaless_unit: IntUnit| {
+            if kind == Some(Kind::Integer) {
                 Err(PlanError::Unsupported {
                     column: path.to_string(),
                     reason: format!(
-                        "an integer without the title {connect} has no unit for a {} column",
-                        column.field_type.as_str()
+                        "an integer has no unit for a {} column without a title that names one ({})",
+                        column.field_type.as_str(),
+                        match column.field_type {
+                            F::Date => "org.apache.kafka.connect.data.Date, io.debezium.time.Date",
+                            F::Time =>
+                                "org.apache.kafka.connect.data.Time, io.debezium.time.Time, MicroTime, NanoTime",
+                            _ =>
+                                "org.apache.kafka.connect.data.Timestamp, io.debezium.time.Timestamp, MicroTimestamp, NanoTimestamp",
+                        }
                     ),
                 })
             } else if schemaless {
@@ -284,31 +292,21 @@ impl<'a> Compiler<'a> {
                 } else {
                     DecimalTarget::BigNumeric
                 };
-                let conv = match title {
-                    Some(CONNECT_DECIMAL) => Conv::ConnectDecimal {
-                        target,
-                        scale: shape.and_then(|s| s.connect_scale).unwrap_or(0),
-                    },
-                    _ => Conv::Decimal(target),
-                };
-                scalar(conv, Type::Bytes)
+                scalar(Conv::Decimal(target), Type::Bytes)
             }
             F::Bool if fits(&[Kind::Boolean]) => scalar(Conv::Bool, Type::Bool),
             F::String | F::Geography if fits(&[Kind::String]) => scalar(Conv::Str, Type::String),
             F::Bytes if fits(&[Kind::String]) => scalar(Conv::Bytes, Type::Bytes),
             F::Json => scalar(Conv::Json, Type::String),
-            F::Timestamp if fits(&[Kind::String, Kind::Integer]) => scalar(
-                Conv::Timestamp(unit(CONNECT_TIMESTAMP, IntUnit::Millis, IntUnit::Micros)?),
-                Type::Int64,
-            ),
-            F::Date if fits(&[Kind::String, Kind::Integer]) => scalar(
-                Conv::Date(unit(CONNECT_DATE, IntUnit::Days, IntUnit::Days)?),
-                Type::Int32,
-            ),
-            F::Time if fits(&[Kind::String, Kind::Integer]) => scalar(
-                Conv::Time(unit(CONNECT_TIME, IntUnit::Millis, IntUnit::None)?),
-                Type::Int64,
-            ),
+            F::Timestamp if fits(&[Kind::String, Kind::Integer]) => {
+                scalar(Conv::Timestamp(unit(IntUnit::Micros)?), Type::Int64)
+            }
+            F::Date if fits(&[Kind::String, Kind::Integer]) => {
+                scalar(Conv::Date(unit(IntUnit::Days)?), Type::Int32)
+            }
+            F::Time if fits(&[Kind::String, Kind::Integer]) => {
+                scalar(unit(IntUnit::None).map(|_| Conv::Time)?, Type::Int64)
+            }
             F::DateTime if fits(&[Kind::String]) => scalar(Conv::DateTime, Type::Int64),
             F::Record if fits(&[Kind::Object]) => {
                 let name = self.desc.reserve_name(path);

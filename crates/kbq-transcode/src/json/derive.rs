@@ -8,15 +8,12 @@
 //! not allow `null` is REQUIRED; every other property NULLABLE. Columns come in the order of the
 //! property names (the schema is read as a JSON object, whose key order is not kept).
 
-use super::compile::CONNECT_DECIMAL;
+use super::named;
 use super::schema::{JsonSchema, Kind, Node, Shape};
+use crate::connect_types::ConnectType;
 use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-
-const CONNECT_TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
-const CONNECT_DATE: &str = "org.apache.kafka.connect.data.Date";
-const CONNECT_TIME: &str = "org.apache.kafka.connect.data.Time";
 
 pub fn table_schema_from_json(
     schema: &JsonSchema,
@@ -100,24 +97,27 @@ impl<'s> Deriver<'s> {
     ) -> Result<TableFieldSchema, DeriveError> {
         use FieldType as F;
         let scalar = |ty: F| Ok(TableFieldSchema::new(name, ty, Mode::Nullable));
-        if shape.title == Some(CONNECT_DECIMAL) {
+        match named::named_type(shape).map_err(|r| unsupported(path, r))? {
             // Kafka Connect's Decimal (a number, or base64 bytes): NUMERIC or BIGNUMERIC by its
             // precision and scale, as an Avro decimal; BIGNUMERIC without a precision.
-            return match (shape.connect_precision, shape.connect_scale) {
-                (Some(p), Some(s)) => {
-                    decimal_column(name, p, s, Mode::Nullable).map_err(|r| unsupported(path, r))
+            Some(ConnectType::Decimal {
+                scale,
+                precision: Some(p),
+            }) => {
+                return decimal_column(name, p, scale, Mode::Nullable)
+                    .map_err(|r| unsupported(path, r));
+            }
+            Some(ConnectType::Decimal { .. }) => return scalar(F::BigNumeric),
+            Some(t) => {
+                if let Some(ty) = named::derived_column(t) {
+                    return scalar(ty);
                 }
-                _ => scalar(F::BigNumeric),
-            };
+            }
+            None => {}
         }
         match shape.kind {
             Some(Kind::Boolean) => scalar(F::Bool),
-            Some(Kind::Integer) => scalar(match shape.title {
-                Some(CONNECT_TIMESTAMP) => F::Timestamp,
-                Some(CONNECT_DATE) => F::Date,
-                Some(CONNECT_TIME) => F::Time,
-                _ => F::Int64,
-            }),
+            Some(Kind::Integer) => scalar(F::Int64),
             Some(Kind::Number) => scalar(F::Float64),
             Some(Kind::String) => scalar(match (shape.format, shape.encoding) {
                 (Some("date-time"), _) => F::Timestamp,

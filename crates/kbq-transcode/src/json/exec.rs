@@ -5,16 +5,26 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use base64::alphabet;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 use super::keys::same;
-use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
+use super::named_exec;
+use super::ops::{Conv, FieldOp, IntUnit, Named, ObjectOp};
 use super::scan::{MAX_DEPTH, Number, Scanner, Token, malformed};
 use super::text;
 use crate::RecordError;
 use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
 use crate::exec::{put_decimal, put_f64, put_i64, value_error};
 use crate::proto::{close_len, open_len, put_len_delimited};
+
+/// Base64 of Kafka Connect's bytes (a Decimal, a geometry's WKB): padded by `JsonConverter`, taken
+/// without padding too.
+pub(super) const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// The whole record: one object, then nothing but whitespace.
 pub fn run_row(root: &ObjectOp, body: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
@@ -170,7 +180,12 @@ fn field(
 }
 
 /// A value of the wrong JSON type; malformed JSON in it is reported first.
-fn type_error(f: &FieldOp, token: Token, sc: &mut Scanner<'_>, depth: usize) -> RecordError {
+pub(super) fn type_error(
+    f: &FieldOp,
+    token: Token,
+    sc: &mut Scanner<'_>,
+    depth: usize,
+) -> RecordError {
     if let Err(e) = sc.skip(depth) {
         return e;
     }
@@ -193,9 +208,19 @@ fn column_type(conv: &Conv) -> &'static str {
         Conv::Json => "JSON",
         Conv::Timestamp(_) => "TIMESTAMP",
         Conv::Date(_) => "DATE",
-        Conv::Time(_) => "TIME",
+        Conv::Time => "TIME",
         Conv::DateTime => "DATETIME",
         Conv::Record(_) => "RECORD",
+        Conv::Named(n) => match n {
+            Named::Timestamp(_) | Named::ZonedTimestamp => "TIMESTAMP",
+            Named::DateTime(_) | Named::UtcDateTime => "DATETIME",
+            Named::Time(_) | Named::UtcTime => "TIME",
+            Named::UtcDate => "DATE",
+            Named::VariableScaleDecimal(Some(_)) => "NUMERIC/BIGNUMERIC",
+            Named::DecimalText { .. } | Named::VariableScaleDecimal(None) => "STRING",
+            Named::JsonDocument => "JSON",
+            Named::Wkb => "BYTES",
+        },
     }
 }
 
@@ -204,7 +229,7 @@ fn checked<T>(column: &Arc<str>, r: Result<T, String>) -> Result<T, RecordError>
 }
 
 /// A JSON integer (or an integral number such as `1e3`) as i64.
-fn integer(n: Number<'_>, column: &Arc<str>) -> Result<i64, RecordError> {
+pub(super) fn integer(n: Number<'_>, column: &Arc<str>) -> Result<i64, RecordError> {
     if let Some(v) = n.value {
         return Ok(v);
     }
@@ -224,15 +249,6 @@ fn integer(n: Number<'_>, column: &Arc<str>) -> Result<i64, RecordError> {
             format!("{} is not an integer (or not exactly)", n.text()),
         ))
     }
-}
-
-fn int_in_unit(v: i64, unit: IntUnit, column: &Arc<str>) -> Result<i64, RecordError> {
-    let micros = match unit {
-        IntUnit::Micros => Some(v),
-        IntUnit::Millis => v.checked_mul(1000),
-        IntUnit::Days | IntUnit::None => Some(v),
-    };
-    checked(column, timestamp_micros(micros))
 }
 
 #[inline]
@@ -282,7 +298,7 @@ fn value(
         }
         (Conv::ConnectDecimal { target, scale }, Token::String) => {
             let s = sc.string()?;
-            let bytes = STANDARD
+            let bytes = BASE64
                 .decode(&s)
                 .map_err(|_| value_error(column, "connect decimal is not base64".into()))?;
             let w = checked(column, Wide::from_be_twos(&bytes))?;
@@ -325,9 +341,9 @@ fn value(
             let v = checked(column, text::timestamp(&s))?;
             put_i64(out, tag, checked(column, timestamp_micros(Some(v)))?);
         }
-        (Conv::Timestamp(unit @ (IntUnit::Micros | IntUnit::Millis)), Token::Number) => {
+        (Conv::Timestamp(IntUnit::Micros), Token::Number) => {
             let v = integer(sc.number()?, column)?;
-            put_i64(out, tag, int_in_unit(v, *unit, column)?);
+            put_i64(out, tag, checked(column, timestamp_micros(Some(v)))?);
         }
         (Conv::Date(_), Token::String) => {
             let s = sc.text()?;
@@ -340,14 +356,9 @@ fn value(
                 .map_err(|_| value_error(column, format!("{v} days is out of range")))?;
             put_i64(out, tag, checked(column, date_days(days))? as i64);
         }
-        (Conv::Time(_), Token::String) => {
+        (Conv::Time, Token::String) => {
             let s = sc.text()?;
             let micros = checked(column, text::time(&s))?;
-            put_i64(out, tag, checked(column, time_packed(micros))?);
-        }
-        (Conv::Time(IntUnit::Millis), Token::Number) => {
-            let v = integer(sc.number()?, column)?;
-            let micros = v.checked_mul(1000).unwrap_or(i64::MAX);
             put_i64(out, tag, checked(column, time_packed(micros))?);
         }
         (Conv::DateTime, Token::String) => {
@@ -356,6 +367,7 @@ fn value(
             put_i64(out, tag, checked(column, datetime_packed(Some(local)))?);
         }
         (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
+        (Conv::Named(n), _) => named_exec::write(*n, f, token, sc, depth, out)?,
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())

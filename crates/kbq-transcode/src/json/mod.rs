@@ -4,9 +4,12 @@
 //! `docs/mapping.md`.
 
 mod compile;
+pub mod connect_schema;
 mod derive;
 mod exec;
 mod keys;
+mod named;
+mod named_exec;
 mod ops;
 pub(crate) mod scan;
 mod schema;

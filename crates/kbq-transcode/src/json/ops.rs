@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::keys::KeyTable;
+use crate::connect_types::TimeUnit;
 use crate::convert::DecimalTarget;
 use crate::proto::Tag;
 
@@ -40,7 +41,6 @@ pub enum IntUnit {
     /// Integers are refused (the unit would be a guess).
     None,
     Micros,
-    Millis,
     /// Days since the epoch (DATE).
     Days,
 }
@@ -69,14 +69,44 @@ pub enum Conv {
     Bytes,
     /// JSON ← any value, as its text.
     Json,
-    /// TIMESTAMP ← an RFC 3339 string, or an integer in `IntUnit`.
+    /// TIMESTAMP ← an RFC 3339 string, or (schemaless) an integer of µs.
     Timestamp(IntUnit),
     /// DATE ← `YYYY-MM-DD`, or days.
     Date(IntUnit),
-    /// TIME ← `HH:MM:SS[.f]`, or milliseconds of the day (Connect's Time).
-    Time(IntUnit),
+    /// TIME ← `HH:MM:SS[.f]` (integers come named: [`Named::Time`]).
+    Time,
     /// DATETIME ← `YYYY-MM-DD[T ]HH:MM:SS[.f]`.
     DateTime,
     /// RECORD ← an object.
     Record(Box<ObjectOp>),
+    /// A value a Kafka Connect or Debezium name types (`crate::connect_types`), where the name,
+    /// not the JSON shape, decides what is written (`named.rs`).
+    Named(Named),
+}
+
+/// The conversions of named values that no shape-typed [`Conv`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// TIMESTAMP ← an integer since the epoch in the unit.
+    Timestamp(TimeUnit),
+    /// DATETIME ← an integer since the epoch in the unit: the wall clock counted as UTC.
+    DateTime(TimeUnit),
+    /// TIME ← an integer since midnight in the unit.
+    Time(TimeUnit),
+    /// TIMESTAMP ← an ISO-8601 date-time with its offset, digits below the µs zero.
+    ZonedTimestamp,
+    /// DATETIME ← an ISO-8601 date-time with `Z` (Debezium's `IsoTimestamp`), the wall clock.
+    UtcDateTime,
+    /// TIME ← an ISO-8601 time with `Z`, digits below the µs zero.
+    UtcTime,
+    /// DATE ← `YYYY-MM-DD`, with `Z` or not (Debezium's `IsoDate`).
+    UtcDate,
+    /// STRING ← Connect's Decimal (base64 or a number) at `scale`, as decimal text.
+    DecimalText { scale: u32 },
+    /// NUMERIC/BIGNUMERIC (or STRING when `None`) ← Debezium's `VariableScaleDecimal` struct.
+    VariableScaleDecimal(Option<DecimalTarget>),
+    /// JSON ← a string holding a JSON document (Debezium's `Json`): the document itself.
+    JsonDocument,
+    /// BYTES ← the `wkb` member of Debezium's geometry structs.
+    Wkb,
 }

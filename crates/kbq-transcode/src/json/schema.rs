@@ -39,6 +39,8 @@ pub struct Shape<'s> {
     /// Connect's `connect.parameters`: a Decimal's `scale` and `connect.decimal.precision`.
     pub connect_scale: Option<u32>,
     pub connect_precision: Option<u32>,
+    /// Connect's `connect.parameters` as written (`crate::connect_types` reads them by name).
+    pub connect_parameters: Option<&'s serde_json::Map<String, Value>>,
 }
 
 /// A schema node and the document it was found in: a `#/…` reference inside a referenced
@@ -263,6 +265,7 @@ fn merge_annotations<'s>(obj: &'s serde_json::Map<String, Value>, shape: &mut Sh
         shape.encoding = Some(e);
     }
     if let Some(Value::Object(params)) = obj.get("connect.parameters") {
+        shape.connect_parameters = Some(params);
         let number = |key: &str| {
             params.get(key).and_then(|v| {
                 v.as_str()
