@@ -116,14 +116,17 @@ pub struct ResultLabel {
 }
 
 /// The `reason` label values of `kbq_dead_letter_records_total` (the classes of bad records).
-pub const DEAD_LETTER_REASONS: [&str; 8] = [
+pub const DEAD_LETTER_REASONS: [&str; 11] = [
     "bad_magic",
     "unknown_schema",
     "malformed_avro",
     "malformed_protobuf",
+    "malformed_json",
+    "schema_violation",
     "out_of_range",
     "row_rejected",
     "incompatible_schema",
+    "schema_too_complex",
     "cdc_change",
 ];
 

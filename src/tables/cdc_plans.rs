@@ -334,8 +334,9 @@ fn compile(
 ) -> Result<ChangePlan, BadRecord> {
     let source = rules.source_field.as_deref();
     let incompatible = |reason: String| bad("incompatible_schema", reason);
-    let unfit = |e: crate::transcode::PlanError| {
-        incompatible(format!("the change rows do not fit the table: {e}"))
+    let unfit = |e: crate::transcode::PlanError| match e.class() {
+        "incompatible_schema" => incompatible(format!("the change rows do not fit the table: {e}")),
+        class => bad(class, format!("the change rows: {e}")),
     };
     let (shape, plan, columns) = match writer {
         Some(WriterSchema::Avro(schema)) => {

@@ -248,12 +248,7 @@ impl RegistryPlans {
         let plan = writer
             .compile(&table, &self.options, self.input.json_validate)
             .map(Arc::new)
-            .map_err(|e| {
-                incompatible(format!(
-                    "{} does not fit the table: {e}",
-                    writer.describe(id)
-                ))
-            });
+            .map_err(|e| plan_refused(&writer.describe(id), &e));
         Ok((plan, version))
     }
 }
@@ -358,6 +353,17 @@ impl PlanSource for RegistryPlans {
             evolution.follow(&self.table, updated);
         }
     }
+}
+
+/// The bad record of a plan the compiler refused: `schema_too_complex` when the schema expands
+/// past the compiler's budget, `incompatible_schema` when it does not fit the table.
+pub(super) fn plan_refused(what: &str, e: &crate::transcode::PlanError) -> BadRecord {
+    let class = e.class();
+    let reason = match class {
+        "incompatible_schema" => format!("{what} does not fit the table: {e}"),
+        _ => format!("{what}: {e}"),
+    };
+    BadRecord { class, reason }
 }
 
 pub(super) fn incompatible(reason: String) -> BadRecord {

@@ -9,6 +9,7 @@ use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 use serde::Deserialize;
 
+use super::budget::Budget;
 use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
@@ -66,6 +67,8 @@ pub fn compile(
         options,
         desc: DescriptorBuilder::new(all_column_names(table)),
         visiting: Vec::new(),
+        budget: Budget::plan(),
+        min_sizes: vec![MinSize::Unknown; schema.nodes.len()],
     };
     let data_columns = data_columns(table, &options.metadata);
     c.visiting.push(schema.root);
@@ -125,6 +128,20 @@ struct Compiler<'a> {
     desc: DescriptorBuilder,
     /// Records being compiled, to refuse recursive schemas instead of looping.
     visiting: Vec<NodeId>,
+    /// What the plan may still build: a named type is expanded at each use, so the plan of a
+    /// small schema can be exponentially large.
+    budget: Budget,
+    /// `min_size` of each node, computed once: its recursion through named types would
+    /// otherwise be exponential too.
+    min_sizes: Vec<MinSize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum MinSize {
+    Unknown,
+    /// Being computed: a recursive use counts 0 bytes, which keeps the result a lower bound.
+    Visiting,
+    Known(usize),
 }
 
 type Fields = (Box<[Op]>, Vec<FieldDescriptorProto>, Option<Arc<str>>);
@@ -136,6 +153,8 @@ impl Compiler<'_> {
         columns: &[TableFieldSchema],
         prefix: &str,
     ) -> Result<Fields, PlanError> {
+        // The columns are indexed again at each use of a record type.
+        self.budget.nodes(columns.len())?;
         let by_name: HashMap<String, &TableFieldSchema> = columns
             .iter()
             .map(|c| (c.name.to_ascii_lowercase(), c))
@@ -230,6 +249,7 @@ impl Compiler<'_> {
         number: i32,
         element: bool,
     ) -> Result<Option<(Op, ProtoType)>, PlanError> {
+        self.budget.node()?;
         let node = self.schema.node(id);
         let incompatible = || PlanError::Incompatible {
             column: path.to_string(),
@@ -271,6 +291,9 @@ impl Compiler<'_> {
             }
             _ => {
                 let conv = scalar_conv(self.schema, id, column).ok_or_else(incompatible)?;
+                if let Conv::Enum(symbols) = &conv {
+                    self.charge_symbols(symbols)?;
+                }
                 let (wire, ty) = proto_of(&conv);
                 Ok(Some((
                     Op::Scalar {
@@ -430,6 +453,7 @@ impl Compiler<'_> {
     }
 
     fn skip(&mut self, id: NodeId) -> Result<Skip, PlanError> {
+        self.budget.node()?;
         let node = self.schema.node(id);
         Ok(match &node.kind {
             Kind::Null => Skip::Nothing,
@@ -465,6 +489,7 @@ impl Compiler<'_> {
     }
 
     fn json(&mut self, id: NodeId) -> Result<JsonOp, PlanError> {
+        self.budget.node()?;
         let node = self.schema.node(id);
         Ok(match (&node.kind, node.logical) {
             (Kind::Null, _) => JsonOp::Null,
@@ -483,7 +508,11 @@ impl Compiler<'_> {
             },
             (Kind::Fixed { .. }, Logical::Uuid) => JsonOp::UuidFixed,
             (Kind::Fixed { size, .. }, _) => JsonOp::Fixed(*size),
-            (Kind::Enum { symbols, .. }, _) => JsonOp::Enum(boxed_symbols(symbols)),
+            (Kind::Enum { symbols, .. }, _) => {
+                let symbols = boxed_symbols(symbols);
+                self.charge_symbols(&symbols)?;
+                JsonOp::Enum(symbols)
+            }
             (Kind::Array(items), _) => {
                 JsonOp::Array(Box::new(self.json(*items)?), self.min_size(*items))
             }
@@ -501,7 +530,10 @@ impl Compiler<'_> {
                 let fields = r
                     .fields
                     .iter()
-                    .map(|f| Ok((f.name.clone().into_boxed_str(), self.json(f.schema)?)))
+                    .map(|f| {
+                        self.budget.bytes(f.name.len())?;
+                        Ok((f.name.clone().into_boxed_str(), self.json(f.schema)?))
+                    })
                     .collect::<Result<Vec<_>, PlanError>>()?;
                 self.visiting.pop();
                 JsonOp::Record(fields.into_boxed_slice())
@@ -520,34 +552,43 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    /// The fewest bytes one value of this schema occupies; bounds array/map counts.
-    fn min_size(&self, id: NodeId) -> usize {
-        self.min_size_at(id, 0)
+    /// An enum's symbols are copied into the plan at each use of the enum.
+    fn charge_symbols(&mut self, symbols: &[Box<str>]) -> Result<(), PlanError> {
+        self.budget.nodes(symbols.len())?;
+        let bytes = symbols.iter().map(|s| s.len()).sum();
+        Ok(self.budget.bytes(bytes)?)
     }
 
-    fn min_size_at(&self, id: NodeId, depth: usize) -> usize {
-        if depth > 64 {
-            return 0;
+    /// The fewest bytes one value of this schema occupies (a lower bound); bounds array/map
+    /// counts. Each node is computed once.
+    fn min_size(&mut self, id: NodeId) -> usize {
+        match self.min_sizes[id] {
+            MinSize::Known(n) => return n,
+            MinSize::Visiting => return 0,
+            MinSize::Unknown => {}
         }
-        match &self.schema.node(id).kind {
+        self.min_sizes[id] = MinSize::Visiting;
+        // Capped so that the callers' `1 + size` cannot overflow.
+        let n = self.min_size_of(id).min(usize::MAX / 2);
+        self.min_sizes[id] = MinSize::Known(n);
+        n
+    }
+
+    fn min_size_of(&mut self, id: NodeId) -> usize {
+        let schema = self.schema;
+        match &schema.node(id).kind {
             Kind::Null => 0,
             Kind::Boolean | Kind::Int | Kind::Long | Kind::Bytes | Kind::String => 1,
             Kind::Enum { .. } | Kind::Array(_) | Kind::Map(_) => 1,
             Kind::Float => 4,
             Kind::Double => 8,
             Kind::Fixed { size, .. } => *size,
-            Kind::Union(b) => {
-                1 + b
-                    .iter()
-                    .map(|b| self.min_size_at(*b, depth + 1))
-                    .min()
-                    .unwrap_or(0)
-            }
+            Kind::Union(b) => 1 + b.iter().map(|b| self.min_size(*b)).min().unwrap_or(0),
             Kind::Record(r) => r
                 .fields
                 .iter()
-                .map(|f| self.min_size_at(f.schema, depth + 1))
-                .sum(),
+                .map(|f| self.min_size(f.schema))
+                .fold(0, usize::saturating_add),
         }
     }
 }

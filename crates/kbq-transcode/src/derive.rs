@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use super::budget::Budget;
 use super::compile::MetadataColumns;
 use super::error::DeriveError;
 use super::schema::{AvroSchema, Kind, Logical, NodeId, kind_name};
@@ -36,9 +37,14 @@ pub fn table_schema_from_avro(
     options: &DeriveOptions,
 ) -> Result<TableSchema, DeriveError> {
     let record = schema.root_record()?;
-    let d = Deriver { schema, options };
+    let mut d = Deriver {
+        schema,
+        options,
+        budget: Budget::derive(),
+    };
     let mut fields = Vec::with_capacity(record.fields.len());
     for f in &record.fields {
+        d.budget.node()?;
         let mut col = d.column(&f.name, f.schema, 1)?;
         col.description = f.doc.clone().or(col.description);
         fields.push(col);
@@ -100,11 +106,13 @@ fn decimal_type(precision: u32, scale: u32) -> Result<FieldType, String> {
 struct Deriver<'a> {
     schema: &'a AvroSchema,
     options: &'a DeriveOptions,
+    /// The columns the table may still get: a named type is expanded at each use.
+    budget: Budget,
 }
 
 impl Deriver<'_> {
     fn column(
-        &self,
+        &mut self,
         name: &str,
         id: NodeId,
         depth: usize,
@@ -149,6 +157,7 @@ impl Deriver<'_> {
                     if depth >= MAX_RECORD_DEPTH {
                         return Err(unsupported("nested deeper than 15 levels".into()));
                     }
+                    self.budget.nodes(2)?;
                     col.fields = vec![
                         TableFieldSchema::new("key", FieldType::String, Mode::Required),
                         self.column("value", *values, depth + 1)?,
@@ -165,6 +174,7 @@ impl Deriver<'_> {
                 let mut col = TableFieldSchema::new(name, FieldType::Record, Mode::Required);
                 col.description = r.doc.clone();
                 for f in &r.fields {
+                    self.budget.node()?;
                     let mut sub = self.column(&f.name, f.schema, depth + 1)?;
                     sub.description = f.doc.clone().or(sub.description);
                     col.fields.push(sub);

@@ -4,11 +4,15 @@
 
 use std::sync::Arc;
 
-/// The writer schema itself is unusable (not valid Avro, or a shape we cannot read).
+use crate::budget::TooComplex;
+
+/// The writer schema itself is unusable (not valid Avro or Protobuf, or a shape we cannot read).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
     #[error("invalid avro schema: {0}")]
     Invalid(String),
+    #[error("invalid protobuf schema: {0}")]
+    InvalidProtobuf(String),
 }
 
 /// The writer schema cannot be mapped onto the table. Decided once per (schema, table) pair.
@@ -46,6 +50,19 @@ pub enum PlanError {
     },
     #[error("json schema property {field} has no column in the table (unknown_fields: error)")]
     UnknownJsonProperty { field: String },
+    /// The schema expands past a compiler's work budget (`budget.rs`).
+    #[error(transparent)]
+    TooComplex(#[from] TooComplex),
+}
+
+impl PlanError {
+    /// The bounded class of the records a refused plan sends to the dead-letter topic.
+    pub fn class(&self) -> &'static str {
+        match self {
+            PlanError::TooComplex(_) => "schema_too_complex",
+            _ => "incompatible_schema",
+        }
+    }
 }
 
 /// Deriving a table schema from an Avro schema failed.
@@ -55,6 +72,8 @@ pub enum DeriveError {
     Schema(#[from] SchemaError),
     #[error("field {field}: {reason}")]
     Unsupported { field: String, reason: String },
+    #[error(transparent)]
+    TooComplex(#[from] TooComplex),
 }
 
 /// Why one record could not be transcoded. Never retryable: the same bytes fail the same way.
@@ -145,6 +164,10 @@ pub enum RecordError {
     JsonUnknownKey { key: String },
     #[error("the record does not match its json schema: {reason}")]
     JsonSchemaViolation { reason: String },
+    /// Reading the record through its schema would take more steps than the schema's work
+    /// budget allows (a schema whose types expand exponentially; `budget.rs`).
+    #[error("{what} takes more than {limit} steps: the schema is too complex")]
+    SchemaTooComplex { what: &'static str, limit: usize },
 }
 
 impl RecordError {
@@ -170,6 +193,7 @@ impl RecordError {
                 "incompatible_schema"
             }
             RecordError::JsonSchemaViolation { .. } => "schema_violation",
+            RecordError::SchemaTooComplex { .. } => "schema_too_complex",
             _ => "malformed_avro",
         }
     }

@@ -6,6 +6,7 @@
 //! [`Plan::descriptor`], which goes into AppendRows' `writer_schema`. The mapping is in
 //! `docs/mapping.md`.
 
+mod budget;
 pub mod change;
 mod compile;
 pub mod connect_types;
@@ -28,6 +29,9 @@ use std::ops::Range;
 
 use prost_types::DescriptorProto;
 
+pub use budget::{
+    MAX_DERIVED_COLUMNS, MAX_JSON_SCHEMA_STEPS, MAX_PLAN_BYTES, MAX_PLAN_NODES, TooComplex,
+};
 pub use compile::{MetadataColumns, PlanOptions, UnknownFields};
 pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
 pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};

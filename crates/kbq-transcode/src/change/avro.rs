@@ -301,9 +301,10 @@ fn field_spans(
     };
     let mut reader = AvroReader::new(body);
     let mut spans = Vec::with_capacity(r.fields.len());
+    let mut steps = Steps::for_body(body.len());
     for f in &r.fields {
         let start = body.len() - reader.remaining();
-        skip(schema, f.schema, &mut reader, 0)?;
+        skip(schema, f.schema, &mut reader, 0, &mut steps)?;
         spans.push(start..body.len() - reader.remaining());
     }
     Ok(spans)
@@ -332,13 +333,42 @@ fn scalar_text(
 
 const MAX_DEPTH: u32 = 64;
 
+/// The values one record's envelope may skip. Most values take a byte or more, but null and
+/// records of nulls take none, so a named type used many times could make one record of a few
+/// bytes cost 4^16 skips; the allowance is the one JSON Schema validation has per record.
+struct Steps {
+    limit: usize,
+    left: usize,
+}
+
+impl Steps {
+    fn for_body(len: usize) -> Steps {
+        let limit = crate::json::VALIDATE_STEPS_BASE
+            .saturating_add(len.saturating_mul(crate::json::VALIDATE_STEPS_PER_BYTE));
+        Steps { limit, left: limit }
+    }
+
+    fn step(&mut self) -> Result<(), RecordError> {
+        self.left = self
+            .left
+            .checked_sub(1)
+            .ok_or(RecordError::SchemaTooComplex {
+                what: "reading the change envelope",
+                limit: self.limit,
+            })?;
+        Ok(())
+    }
+}
+
 /// Skips one value of `node`.
 fn skip(
     schema: &AvroSchema,
     node: NodeId,
     r: &mut AvroReader<'_>,
     depth: u32,
+    steps: &mut Steps,
 ) -> Result<(), RecordError> {
+    steps.step()?;
     if depth > MAX_DEPTH {
         return Err(RecordError::Truncated {
             offset: 0,
@@ -370,12 +400,12 @@ fn skip(
         }
         Kind::Record(rec) => {
             for f in &rec.fields {
-                skip(schema, f.schema, r, depth + 1)?;
+                skip(schema, f.schema, r, depth + 1, steps)?;
             }
         }
         Kind::Union(branches) => {
             let b = r.branch(branches.len())?;
-            skip(schema, branches[b], r, depth + 1)?;
+            skip(schema, branches[b], r, depth + 1, steps)?;
         }
         Kind::Array(item) | Kind::Map(item) => {
             let is_map = matches!(schema.node(node).kind, Kind::Map(_));
@@ -390,7 +420,7 @@ fn skip(
                     if is_map {
                         r.string()?;
                     }
-                    skip(schema, *item, r, depth + 1)?;
+                    skip(schema, *item, r, depth + 1, steps)?;
                 }
             }
         }

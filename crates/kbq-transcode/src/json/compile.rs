@@ -13,7 +13,8 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use super::keys::KeyTable;
 use super::named;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
-use super::schema::{JsonSchema, Kind, Node, Shape};
+use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
+use crate::budget::Budget;
 use crate::compile::{all_column_names, column_type, data_columns};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
@@ -34,10 +35,11 @@ pub fn compile(
         schema: schema.map(|s| &**s),
         options,
         desc: DescriptorBuilder::new(all_column_names(table)),
+        budget: Budget::json_schema(),
     };
     let columns = data_columns(table, &options.metadata);
     let shape = match schema {
-        Some(s) => Some(s.shape(s.root_node()).map_err(|e| bad_schema("", e))?),
+        Some(s) => Some(c.shape(s, s.root_node(), "")?),
         None => None,
     };
     let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None)?;
@@ -51,6 +53,13 @@ pub fn compile(
         metadata,
         descriptor: c.desc.finish(root_desc),
     })
+}
+
+fn shape_error(path: &str, e: ShapeError) -> PlanError {
+    match e {
+        ShapeError::Bad(reason) => bad_schema(path, reason),
+        ShapeError::TooComplex(e) => PlanError::TooComplex(e),
+    }
 }
 
 fn bad_schema(path: &str, reason: String) -> PlanError {
@@ -106,9 +115,22 @@ struct Compiler<'a> {
     schema: Option<&'a JsonSchema>,
     options: &'a PlanOptions,
     desc: DescriptorBuilder,
+    /// The work every shape of this compilation may still do.
+    budget: Budget,
 }
 
 impl<'a> Compiler<'a> {
+    fn shape(
+        &mut self,
+        schema: &'a JsonSchema,
+        node: Node<'a>,
+        path: &str,
+    ) -> Result<Shape<'a>, PlanError> {
+        schema
+            .shape_within(node, &mut self.budget)
+            .map_err(|e| shape_error(path, e))
+    }
+
     fn object(
         &mut self,
         columns: &[TableFieldSchema],
@@ -145,9 +167,7 @@ impl<'a> Compiler<'a> {
             }
             by_lower.insert(lower.clone().into_boxed_str(), fields.len() as u16);
             let property = match (self.schema, properties.get(&lower)) {
-                (Some(s), Some((_, node))) => {
-                    Some(s.shape(*node).map_err(|e| bad_schema(&path, e))?)
-                }
+                (Some(s), Some((_, node))) => Some(self.shape(s, *node, &path)?),
                 _ => None,
             };
             let number = protos.len() as i32 + 1;
@@ -199,9 +219,7 @@ impl<'a> Compiler<'a> {
                     return Err(incompatible(&path, p, column));
                 }
                 match (self.schema, p.items) {
-                    (Some(s), Some(items)) => {
-                        Some(s.shape(items).map_err(|e| bad_schema(&path, e))?)
-                    }
+                    (Some(s), Some(items)) => Some(self.shape(s, items, &path)?),
                     _ => None,
                 }
             }

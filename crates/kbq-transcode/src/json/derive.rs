@@ -9,7 +9,8 @@
 //! property names (the schema is read as a JSON object, whose key order is not kept).
 
 use super::named;
-use super::schema::{JsonSchema, Kind, Node, Shape};
+use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
+use crate::budget::Budget;
 use crate::connect_types::ConnectType;
 use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
 use crate::{DeriveError, DeriveOptions};
@@ -19,16 +20,19 @@ pub fn table_schema_from_json(
     schema: &JsonSchema,
     options: &DeriveOptions,
 ) -> Result<TableSchema, DeriveError> {
-    let shape = schema
-        .shape(schema.root_node())
-        .map_err(|reason| unsupported("(root)", reason))?;
+    let mut d = Deriver {
+        schema,
+        steps: Budget::json_schema(),
+        columns: Budget::derive(),
+    };
+    let shape = d.shape(schema.root_node(), "(root)")?;
     if shape.kind != Some(Kind::Object) || shape.properties.is_empty() {
         return Err(unsupported(
             "(root)",
             "the schema is not an object with properties: a table needs named columns".into(),
         ));
     }
-    let mut fields = Deriver { schema }.columns(&shape, "", 1)?;
+    let mut fields = d.columns(&shape, "", 1)?;
     append_metadata(&mut fields, &options.metadata);
     Ok(TableSchema { fields })
 }
@@ -42,17 +46,24 @@ fn unsupported(field: &str, reason: String) -> DeriveError {
 
 struct Deriver<'s> {
     schema: &'s JsonSchema,
+    /// The work the shapes may still do.
+    steps: Budget,
+    /// The columns the table may still get.
+    columns: Budget,
 }
 
 impl<'s> Deriver<'s> {
-    fn shape(&self, node: Node<'s>, path: &str) -> Result<Shape<'s>, DeriveError> {
+    fn shape(&mut self, node: Node<'s>, path: &str) -> Result<Shape<'s>, DeriveError> {
         self.schema
-            .shape(node)
-            .map_err(|reason| unsupported(path, reason))
+            .shape_within(node, &mut self.steps)
+            .map_err(|e| match e {
+                ShapeError::Bad(reason) => unsupported(path, reason),
+                ShapeError::TooComplex(e) => DeriveError::TooComplex(e),
+            })
     }
 
     fn columns(
-        &self,
+        &mut self,
         object: &Shape<'s>,
         prefix: &str,
         depth: usize,
@@ -72,6 +83,7 @@ impl<'s> Deriver<'s> {
                     "two properties differ only in case (column names do not)".into(),
                 ));
             }
+            self.columns.node()?;
             let shape = self.shape(node, &path)?;
             let required = object.required.contains(&name) && !shape.nullable;
             let mut col = self.column(name, &shape, &path, depth)?;
@@ -89,7 +101,7 @@ impl<'s> Deriver<'s> {
     }
 
     fn column(
-        &self,
+        &mut self,
         name: &str,
         shape: &Shape<'s>,
         path: &str,

@@ -20,6 +20,7 @@ pub use derive::table_schema_from_json;
 pub use schema::JsonSchema;
 pub(crate) use schema::Kind as SchemaKind;
 pub use validate::validate;
+pub(crate) use validate::{VALIDATE_STEPS_BASE, VALIDATE_STEPS_PER_BYTE};
 
 pub(super) use validate::check_record;
 

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use crate::budget::{Budget, TooComplex};
+
 /// `$ref` chains longer than this are refused (a cycle).
 const MAX_REF_HOPS: usize = 64;
 
@@ -15,6 +17,35 @@ pub struct JsonSchema {
     root: Value,
     /// Referenced documents by reference name.
     references: HashMap<String, Value>,
+}
+
+/// Why a shape could not be read: the schema is wrong, or merging it would take more work than
+/// the budget allows (`allOf` of `$ref`s doubles the work at each level, whatever the depth).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShapeError {
+    Bad(String),
+    TooComplex(TooComplex),
+}
+
+impl From<String> for ShapeError {
+    fn from(reason: String) -> ShapeError {
+        ShapeError::Bad(reason)
+    }
+}
+
+impl From<TooComplex> for ShapeError {
+    fn from(e: TooComplex) -> ShapeError {
+        ShapeError::TooComplex(e)
+    }
+}
+
+impl From<ShapeError> for String {
+    fn from(e: ShapeError) -> String {
+        match e {
+            ShapeError::Bad(reason) => reason,
+            ShapeError::TooComplex(e) => e.to_string(),
+        }
+    }
 }
 
 /// What a plan reads from one schema node.
@@ -164,10 +195,20 @@ impl JsonSchema {
         }
     }
 
-    /// The shape of a node (references followed, unions of null and one type unwrapped).
-    pub fn shape<'s>(&'s self, node: Node<'s>) -> Result<Shape<'s>, String> {
+    /// The shape of a node (references followed, unions of null and one type unwrapped), with
+    /// a budget of its own: for the few shapes read outside a compilation.
+    pub fn shape<'s>(&'s self, node: Node<'s>) -> Result<Shape<'s>, ShapeError> {
+        self.shape_within(node, &mut Budget::json_schema())
+    }
+
+    /// The shape of a node, its work charged to the compilation's `budget`.
+    pub(crate) fn shape_within<'s>(
+        &'s self,
+        node: Node<'s>,
+        budget: &mut Budget,
+    ) -> Result<Shape<'s>, ShapeError> {
         let mut shape = Shape::default();
-        self.merge(node.doc, node.value, &mut shape, 0)?;
+        self.merge(node.doc, node.value, &mut shape, 0, budget)?;
         Ok(shape)
     }
 
@@ -177,10 +218,12 @@ impl JsonSchema {
         node: &'s Value,
         shape: &mut Shape<'s>,
         depth: usize,
-    ) -> Result<(), String> {
+        budget: &mut Budget,
+    ) -> Result<(), ShapeError> {
         if depth > MAX_REF_HOPS {
-            return Err("allOf/oneOf nested too deep".into());
+            return Err(ShapeError::Bad("allOf/oneOf nested too deep".into()));
         }
+        budget.node()?;
         let (doc, node) = self.resolve(doc, node)?;
         let Some(obj) = node.as_object() else {
             return Ok(()); // `true`: anything
@@ -188,12 +231,14 @@ impl JsonSchema {
         merge_type(obj, shape);
         merge_annotations(obj, shape);
         if let Some(Value::Array(required)) = obj.get("required") {
+            budget.nodes(required.len())?;
             shape
                 .required
                 .extend(required.iter().filter_map(Value::as_str));
         }
         merge_enum_const(obj, shape);
         if let Some(Value::Object(props)) = obj.get("properties") {
+            budget.nodes(props.len())?;
             for (name, v) in props {
                 shape
                     .properties
@@ -207,7 +252,7 @@ impl JsonSchema {
         }
         if let Some(Value::Array(all)) = obj.get("allOf") {
             for s in all {
-                self.merge(doc, s, shape, depth + 1)?;
+                self.merge(doc, s, shape, depth + 1, budget)?;
             }
         }
         for key in ["oneOf", "anyOf"] {
@@ -218,7 +263,7 @@ impl JsonSchema {
                     .collect();
                 shape.nullable |= non_null.len() < branches.len();
                 if let [only] = non_null[..] {
-                    self.merge(doc, only, shape, depth + 1)?;
+                    self.merge(doc, only, shape, depth + 1, budget)?;
                 }
             }
         }

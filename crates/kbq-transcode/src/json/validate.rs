@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::schema::JsonSchema;
 use crate::RecordError;
+use crate::budget::MAX_JSON_SCHEMA_STEPS;
 
 /// Parses and validates a record when the plan asks for it (a schema to validate against).
 pub fn check_record(schema: Option<&JsonSchema>, body: &[u8]) -> Result<(), RecordError> {
@@ -19,15 +20,89 @@ pub fn check_record(schema: Option<&JsonSchema>, body: &[u8]) -> Result<(), Reco
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return Ok(());
     };
-    validate(schema, &value).map_err(|reason| RecordError::JsonSchemaViolation { reason })
+    let mut walk = Walk::new(record_steps(body.len()));
+    let result = check(
+        schema,
+        schema.root(),
+        schema.root(),
+        &value,
+        "",
+        0,
+        &mut walk,
+    );
+    if walk.tripped {
+        return Err(RecordError::SchemaTooComplex {
+            what: "validating the record against its json schema",
+            limit: walk.limit,
+        });
+    }
+    result.map_err(|reason| RecordError::JsonSchemaViolation { reason })
 }
 
 /// Why `value` does not match the schema's root, or `Ok`.
 pub fn validate(schema: &JsonSchema, value: &Value) -> Result<(), String> {
-    check(schema, schema.root(), schema.root(), value, "", 0)
+    let mut walk = Walk::new(MAX_JSON_SCHEMA_STEPS);
+    let result = check(
+        schema,
+        schema.root(),
+        schema.root(),
+        value,
+        "",
+        0,
+        &mut walk,
+    );
+    match walk.tripped {
+        true => Err(format!(
+            "validation takes more than {} steps: the schema is too complex",
+            walk.limit
+        )),
+        false => result,
+    }
 }
 
 const MAX_DEPTH: usize = 128;
+
+/// The schema nodes one record may be checked against: a fixed allowance and a share per byte.
+/// A schema applies a few nodes to each value, and each value takes at least a byte; `allOf` of
+/// `$ref`s can apply 2^depth nodes to one value, which this bounds.
+pub const VALIDATE_STEPS_PER_BYTE: usize = 64;
+pub const VALIDATE_STEPS_BASE: usize = 10_000;
+
+fn record_steps(len: usize) -> usize {
+    VALIDATE_STEPS_BASE.saturating_add(len.saturating_mul(VALIDATE_STEPS_PER_BYTE))
+}
+
+/// The steps one validation may still take. Once spent, every check fails and the caller
+/// reports the budget, not the failure (a spent budget inside `anyOf` or `not` would otherwise
+/// read as a branch that does not match).
+struct Walk {
+    limit: usize,
+    left: usize,
+    tripped: bool,
+}
+
+impl Walk {
+    fn new(limit: usize) -> Walk {
+        Walk {
+            limit,
+            left: limit,
+            tripped: false,
+        }
+    }
+
+    fn step(&mut self) -> Result<(), String> {
+        match self.left.checked_sub(1) {
+            Some(left) if !self.tripped => {
+                self.left = left;
+                Ok(())
+            }
+            _ => {
+                self.tripped = true;
+                Err("validation step budget spent".into())
+            }
+        }
+    }
+}
 
 /// The value against one schema node: the keywords about the value itself (type, enum, const,
 /// numeric range, string length and pattern), then those about its items or properties, then
@@ -39,7 +114,9 @@ fn check(
     v: &Value,
     at: &str,
     depth: usize,
+    walk: &mut Walk,
 ) -> Result<(), String> {
+    walk.step()?;
     if depth > MAX_DEPTH {
         return Err(format!("{at}: schema nested too deep"));
     }
@@ -58,12 +135,12 @@ fn check(
         check_string(obj, text, at)?;
     }
     if let Value::Array(items) = v {
-        check_array(s, doc, obj, items, at, depth)?;
+        check_array(s, doc, obj, items, at, depth, walk)?;
     }
     if let Value::Object(fields) = v {
-        check_object(s, doc, obj, fields, at, depth)?;
+        check_object(s, doc, obj, fields, at, depth, walk)?;
     }
-    check_combinators(s, doc, obj, v, at, depth)
+    check_combinators(s, doc, obj, v, at, depth, walk)
 }
 
 type Keywords = serde_json::Map<String, Value>;
@@ -158,6 +235,7 @@ fn check_array(
     items: &[Value],
     at: &str,
     depth: usize,
+    walk: &mut Walk,
 ) -> Result<(), String> {
     if let Some(m) = obj.get("minItems").and_then(Value::as_u64)
         && (items.len() as u64) < m
@@ -171,7 +249,7 @@ fn check_array(
     }
     if let Some(item) = obj.get("items").filter(|i| i.is_object() || i.is_boolean()) {
         for (i, x) in items.iter().enumerate() {
-            check(s, doc, item, x, &format!("{at}[{i}]"), depth + 1)?;
+            check(s, doc, item, x, &format!("{at}[{i}]"), depth + 1, walk)?;
         }
     }
     Ok(())
@@ -185,6 +263,7 @@ fn check_object(
     fields: &Keywords,
     at: &str,
     depth: usize,
+    walk: &mut Walk,
 ) -> Result<(), String> {
     let props = obj.get("properties").and_then(Value::as_object);
     if let Some(Value::Array(required)) = obj.get("required") {
@@ -204,8 +283,8 @@ fn check_object(
             props.and_then(|p| p.get(k)),
             obj.get("additionalProperties"),
         ) {
-            (Some(p), _) => check(s, doc, p, x, &path, depth + 1)?,
-            (None, Some(extra)) => check(s, doc, extra, x, &path, depth + 1)?,
+            (Some(p), _) => check(s, doc, p, x, &path, depth + 1, walk)?,
+            (None, Some(extra)) => check(s, doc, extra, x, &path, depth + 1, walk)?,
             (None, None) => {}
         }
     }
@@ -220,23 +299,24 @@ fn check_combinators(
     v: &Value,
     at: &str,
     depth: usize,
+    walk: &mut Walk,
 ) -> Result<(), String> {
     if let Some(Value::Array(all)) = obj.get("allOf") {
         for b in all {
-            check(s, doc, b, v, at, depth + 1)?;
+            check(s, doc, b, v, at, depth + 1, walk)?;
         }
     }
     if let Some(Value::Array(any)) = obj.get("anyOf")
         && !any
             .iter()
-            .any(|b| check(s, doc, b, v, at, depth + 1).is_ok())
+            .any(|b| check(s, doc, b, v, at, depth + 1, walk).is_ok())
     {
         return fail(at, "matches none of anyOf".into());
     }
     if let Some(Value::Array(one)) = obj.get("oneOf") {
         let n = one
             .iter()
-            .filter(|b| check(s, doc, b, v, at, depth + 1).is_ok())
+            .filter(|b| check(s, doc, b, v, at, depth + 1, walk).is_ok())
             .count();
         if n != 1 {
             return fail(
@@ -246,7 +326,7 @@ fn check_combinators(
         }
     }
     if let Some(not) = obj.get("not")
-        && check(s, doc, not, v, at, depth + 1).is_ok()
+        && check(s, doc, not, v, at, depth + 1, walk).is_ok()
     {
         return fail(at, "matches the schema under not".into());
     }

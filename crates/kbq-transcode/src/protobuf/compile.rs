@@ -12,6 +12,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use super::ops::{Conv, FieldKind, FieldOp, Lookup, MessageOp, NOT_DECLARED, Special, Src};
 use super::reader::Val;
 use super::scalar::write_scalar;
+use crate::budget::Budget;
 use crate::compile::{all_column_names, column_type, data_columns};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
@@ -32,6 +33,7 @@ pub fn compile(
     let mut c = Compiler {
         options,
         desc: DescriptorBuilder::new(all_column_names(table)),
+        budget: Budget::plan(),
     };
     let columns = data_columns(table, &options.metadata);
     let (root, mut protos) = c.message(message, &columns, "", None, false)?;
@@ -99,6 +101,9 @@ fn oneof_groups(oneofs: HashMap<String, Vec<u16>>) -> Box<[Box<[u16]>]> {
 struct Compiler<'a> {
     options: &'a PlanOptions,
     desc: DescriptorBuilder,
+    /// What the plan may still build: a message type is compiled again at each field that
+    /// uses it (with a RECORD column), so a small schema could build a large plan.
+    budget: Budget,
 }
 
 impl Compiler<'_> {
@@ -111,6 +116,7 @@ impl Compiler<'_> {
         tag: Option<Tag>,
         map_entry: bool,
     ) -> Result<(MessageOp, Vec<FieldDescriptorProto>), PlanError> {
+        self.budget.nodes(message.fields().len() + columns.len())?;
         let by_name: HashMap<String, &TableFieldSchema> = columns
             .iter()
             .map(|c| (c.name.to_ascii_lowercase(), c))

@@ -9,6 +9,7 @@
 
 use prost_reflect::{Cardinality, FieldDescriptor, Kind, MapKey, MessageDescriptor, Value};
 
+use crate::budget::Budget;
 use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
@@ -20,14 +21,16 @@ pub fn table_schema_from_protobuf(
     message: &MessageDescriptor,
     options: &DeriveOptions,
 ) -> Result<TableSchema, DeriveError> {
-    let mut fields = columns(message, 1)?;
+    let mut fields = columns(message, 1, &mut Budget::derive())?;
     append_metadata(&mut fields, &options.metadata);
     Ok(TableSchema { fields })
 }
 
+/// `budget`: the columns the table may still get (a message type is expanded at each use).
 fn columns(
     message: &MessageDescriptor,
     depth: usize,
+    budget: &mut Budget,
 ) -> Result<Vec<TableFieldSchema>, DeriveError> {
     if message.fields().len() == 0 {
         return Err(DeriveError::Unsupported {
@@ -36,10 +39,18 @@ fn columns(
                 .into(),
         });
     }
-    message.fields().map(|fd| column(&fd, depth)).collect()
+    budget.nodes(message.fields().len())?;
+    message
+        .fields()
+        .map(|fd| column(&fd, depth, budget))
+        .collect()
 }
 
-fn column(fd: &FieldDescriptor, depth: usize) -> Result<TableFieldSchema, DeriveError> {
+fn column(
+    fd: &FieldDescriptor,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<TableFieldSchema, DeriveError> {
     let unsupported = |reason: String| DeriveError::Unsupported {
         field: fd.full_name().to_owned(),
         reason,
@@ -58,12 +69,12 @@ fn column(fd: &FieldDescriptor, depth: usize) -> Result<TableFieldSchema, Derive
     let mut col = match fd.kind() {
         Kind::Message(m) if fd.is_map() => {
             // A map entry is a message {key, value}: the plan writes it as a REPEATED RECORD.
-            record(name, &m, mode, depth)?
+            record(name, &m, mode, depth, budget)?
         }
         Kind::Message(m) => match well_known(&m, fd) {
             Some(Ok(col)) => col_with_mode(col, name, mode),
             Some(Err(reason)) => return Err(unsupported(reason)),
-            None => record(name, &m, mode, depth)?,
+            None => record(name, &m, mode, depth, budget)?,
         },
         Kind::Enum(_) | Kind::String => TableFieldSchema::new(name, FieldType::String, mode),
         Kind::Bytes => TableFieldSchema::new(name, FieldType::Bytes, mode),
@@ -98,6 +109,7 @@ fn record(
     message: &MessageDescriptor,
     mode: Mode,
     depth: usize,
+    budget: &mut Budget,
 ) -> Result<TableFieldSchema, DeriveError> {
     if depth >= MAX_RECORD_DEPTH {
         return Err(DeriveError::Unsupported {
@@ -106,7 +118,7 @@ fn record(
         });
     }
     let mut col = TableFieldSchema::new(name, FieldType::Record, mode);
-    col.fields = columns(message, depth + 1)?;
+    col.fields = columns(message, depth + 1, budget)?;
     Ok(col)
 }
 

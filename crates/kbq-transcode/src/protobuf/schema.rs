@@ -161,7 +161,7 @@ impl ProtoSchema {
         compiler.include_imports(true);
         compiler
             .open_file(ROOT_FILE)
-            .map_err(|e| SchemaError::Invalid(format!("protobuf schema: {e}")))?;
+            .map_err(|e| SchemaError::InvalidProtobuf(e.to_string()))?;
         Ok(ProtoSchema {
             pool: compiler.descriptor_pool(),
         })
