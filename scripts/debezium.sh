@@ -2,7 +2,8 @@
 # The source side of the Debezium pipeline test (tests/debezium_pipeline.rs, docs/cdc.md): a
 # private PostgreSQL cluster with logical decoding, and a Kafka Connect worker
 # (`ConnectStandalone`) running Debezium's PostgreSQL connector, both on loopback, each started
-# and stopped by its process id.
+# and stopped by its process id. The worker's classpath also holds Apicurio Registry's
+# AvroConverter, which a connector may name instead of the worker's JsonConverter.
 #
 #   scripts/debezium.sh fetch             download Kafka Connect and Debezium's jars once (Maven,
 #                                         cached beside the broker's, scripts/kafka.sh)

@@ -9,6 +9,12 @@
 //! builds one from schema texts ([`Registry::serve`], [`Registry::register`],
 //! [`Registry::subject`]).
 //!
+//! Apicurio Registry's serializers (its Kafka Connect `AvroConverter` with
+//! `apicurio.registry.as-confluent`) register through Apicurio's own API and frame records as
+//! Confluent does with the content id: [`Registry::router`] also takes their registration,
+//! `POST /apis/registry/v2/groups/{group}/artifacts`, and serves the schema under that id at
+//! Confluent's `/schemas/ids/{id}` (tests/debezium_pipeline.rs).
+//!
 //! The registry client's own tests make it misbehave: [`Registry::unavailable`] (503s),
 //! [`Registry::not_yet`] (an id answered 404 until it "replicates"), [`Registry::delay`] (a slow
 //! id); and [`Registry::router`] serves it over a listener of the test's own (TLS).
@@ -23,7 +29,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::{Value as Json, json};
 
 pub struct Registry {
@@ -103,6 +109,10 @@ impl Registry {
             .route(
                 "/subjects/{subject}/versions/{version}",
                 get(subject_version),
+            )
+            .route(
+                "/apis/registry/v2/groups/{group}/artifacts",
+                post(apicurio_register),
             )
             .with_state(self.clone())
     }
@@ -258,6 +268,47 @@ async fn subject_version(
         )
             .into_response(),
     }
+}
+
+/// Apicurio's registration (`ifExists=RETURN_OR_UPDATE`): the artifact `X-Registry-ArtifactId`
+/// gets the posted schema as its latest version, under the id of the same text if one is
+/// registered already (Apicurio's content id), else a new one; the answer is the artifact's
+/// metadata, whose `contentId` the serializer writes into each record's Confluent header.
+async fn apicurio_register(
+    State(reg): State<Arc<Registry>>,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let path = format!("/apis/registry/v2/groups/{group}/artifacts");
+    if let Some(refused) = reg.refuse(path, &headers) {
+        return refused;
+    }
+    let Some(artifact) = headers
+        .get("x-registry-artifactid")
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+    else {
+        return (StatusCode::BAD_REQUEST, "X-Registry-ArtifactId is missing").into_response();
+    };
+    let id = {
+        let data = reg.data.lock().unwrap();
+        let ids = data["ids"].as_object().cloned().unwrap_or_default();
+        let same = ids
+            .iter()
+            .find(|(_, e)| e["schema"].as_str() == Some(body.as_str()))
+            .and_then(|(id, _)| id.parse::<u32>().ok());
+        same.unwrap_or_else(|| ids.keys().filter_map(|i| i.parse().ok()).max().unwrap_or(0) + 1)
+    };
+    reg.register(id, &body);
+    reg.subject(&artifact, id);
+    let version = latest(&reg.data.lock().unwrap()["subjects"][&artifact]).unwrap_or(1);
+    axum::Json(json!({
+        "groupId": group, "id": artifact, "version": version.to_string(), "type": "AVRO",
+        "globalId": id, "contentId": id, "state": "ENABLED",
+        "createdOn": "2026-01-01T00:00:00Z", "modifiedOn": "2026-01-01T00:00:00Z",
+    }))
+    .into_response()
 }
 
 /// Runs `tests/python/<script>` with `python`, writing its JSON lines (the first holds the
