@@ -1276,9 +1276,25 @@ fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
 
     let config = config(&f, &unique_name("dbz-sink"), &registry, &routes);
     let mut daemon = Daemon::start_named(&config, "sink-1");
+    // the daemon writes the snapshot, then the first changes come
+    let first_table = table_ref(&tables[0].1);
+    let writing = Instant::now();
+    while f
+        .emulator
+        .store
+        .visible_row_count(&first_table)
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(
+            writing.elapsed() < Duration::from_secs(60) && daemon.is_running(),
+            "the daemon wrote no row of the snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     source.psql(&workload.changes(changes / 2));
     // killed while Connect still writes and the daemon still consumes
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(300));
     daemon.kill();
     source.psql(&workload.changes(changes - changes / 2));
     let mut daemon = Daemon::start_named(&config, "sink-2");
