@@ -29,6 +29,7 @@ use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterSha
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::new(defaults::HEALTH_STALE_AFTER));
+    crate::ops::panics::install(health.clone());
     let ops = http::serve(
         config.metrics.listen,
         metrics.clone(),

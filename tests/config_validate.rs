@@ -816,6 +816,46 @@ fn a_topic_pattern_librdkafka_cannot_compile_is_refused_naming_the_field() {
 }
 
 #[test]
+fn no_topic_pattern_ever_takes_an_internal_topic() {
+    // The subscription: librdkafka is told to ignore every `__*` topic, whatever the pattern.
+    let everything = Config::from_yaml(
+        &with_pattern(".*").replace(
+            "dead_letter:",
+            "routes:\n  - topic_pattern: '.*'\n    table: all\ndead_letter:",
+        ),
+        HashMap::new(),
+    )
+    .expect("parses");
+    let blacklist = everything
+        .consumer_properties()
+        .get("topic.blacklist")
+        .cloned();
+    assert!(
+        blacklist
+            .as_deref()
+            .is_some_and(|b| b.split(',').any(|e| e == "^__.*")),
+        "{blacklist:?}"
+    );
+    // A route's pattern: it matches everything but the internal topics.
+    let route = &everything.routes[0];
+    assert!(route.matches("orders"));
+    assert!(route.matches("_schemas"));
+    for internal in [
+        "__consumer_offsets",
+        "__transaction_state",
+        "__cluster_metadata",
+    ] {
+        assert!(!route.matches(internal), "{internal}");
+    }
+    // A topic listed by name is the operator's choice: nothing is added for a list.
+    let listed = Config::from_yaml(MINIMAL, HashMap::new()).expect("parses");
+    assert!(
+        !(listed.consumer_properties().get("topic.blacklist")).is_some_and(|b| b.contains("__")),
+        "no exclusion without a pattern"
+    );
+}
+
+#[test]
 fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_excludes_it() {
     // Anchored at the start only, as librdkafka reads it: `t` takes `t-dlq` too.
     let broad = Config::from_yaml(&with_pattern("t"), HashMap::new()).expect("parses");
@@ -832,7 +872,7 @@ fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_exc
             .consumer_properties()
             .get("topic.blacklist")
             .map(String::as_str),
-        Some("^t-dlq$")
+        Some("^t-dlq$,^__.*")
     );
 
     // Ending the pattern says it plainly; a user's own blacklist entries are kept.
@@ -851,7 +891,7 @@ fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_exc
             .consumer_properties()
             .get("topic.blacklist")
             .map(String::as_str),
-        Some("^tmp\\.,^t-dlq$")
+        Some("^tmp\\.,^t-dlq$,^__.*")
     );
 
     // A dead-letter topic with a dot: the dot is literal in the exclusion.
@@ -865,7 +905,7 @@ fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_exc
             .consumer_properties()
             .get("topic.blacklist")
             .map(String::as_str),
-        Some("^t\\.dlq$")
+        Some("^t\\.dlq$,^__.*")
     );
 
     // The validate command prints the warning and still succeeds.

@@ -733,11 +733,11 @@ fn kafka_metadata_columns_are_appended_from_the_callers_struct() {
     .unwrap();
     let headers = [
         KafkaHeader {
-            key: "trace",
+            key: b"trace",
             value: Some(b"abc"),
         },
         KafkaHeader {
-            key: "empty",
+            key: b"empty",
             value: None,
         },
     ];

@@ -1,5 +1,7 @@
 //! The Schema Registry client against the tests' registry (`tests/support/registry.rs`): caching,
-//! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes.
+//! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes, and the
+//! answers a hostile or broken registry gives (a body without end, a garbled 200, an unexpected
+//! 4xx, a redirect from https to http).
 
 mod support;
 
@@ -10,7 +12,7 @@ use kafka_bigquery_sink::registry::{BasicAuth, RegistryConfig, RegistryError, Sc
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value as Json, json};
-use support::registry::Registry;
+use support::registry::{Answer, Registry};
 use tokio::net::{TcpListener, TcpStream};
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#;
@@ -332,6 +334,115 @@ async fn tls_with_a_custom_ca_is_trusted_and_without_it_is_not() {
 
     cfg.ca_pem = Some(CA_PEM.as_bytes().to_vec());
     SchemaRegistry::new(cfg).unwrap().schema(1).await.unwrap();
+}
+
+/// A TLS registry on loopback serving `reg`, trusted through [`CA_PEM`]; its `https://` URL.
+async fn serve_tls(reg: &Arc<Registry>) -> String {
+    let certs = vec![CertificateDer::from_pem_slice(SERVER_CERT_PEM.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(SERVER_KEY_PEM.as_bytes()).unwrap();
+    let tls = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let listener = TlsListener {
+        tcp,
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+    };
+    let app = reg.router();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("https://{addr}")
+}
+
+#[tokio::test]
+async fn an_answer_that_never_ends_is_cut_at_the_configured_size_and_retried_as_an_outage() {
+    let (url, reg) = serve(None).await;
+    for _ in 0..4 {
+        reg.answer(3, Answer::Endless);
+    }
+    let mut cfg = config(url);
+    cfg.request_timeout = Duration::from_secs(20);
+    cfg.max_response_bytes = 1 << 20;
+    let client = SchemaRegistry::new(cfg).unwrap();
+    let started = std::time::Instant::now();
+    let err = client.schema(3).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Unavailable { attempts: 4, reason, .. }
+            if reason.contains("longer than schema_registry.max_response_bytes")),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "an outage: the partition waits");
+    // Cut at the size, not at the request timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing cached: the registry answering well again resolves the id.
+    client.schema(3).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_garbled_answer_is_retried_as_an_outage_and_never_cached() {
+    let (url, reg) = serve(None).await;
+    let client = SchemaRegistry::new(config(url)).unwrap();
+    // One garbled 200 among the attempts of a lookup: the lookup goes on and finds the schema.
+    reg.answer(3, Answer::Garbled);
+    client.schema(3).await.unwrap();
+    assert_eq!(reg.id_requests(3), 2);
+    // A lookup whose every attempt is garbled reports the registry unavailable (the partition
+    // waits), not the id unusable (its records dead-lettered until a restart).
+    for _ in 0..4 {
+        reg.answer(8, Answer::Garbled);
+    }
+    let err = client.schema(8).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Unavailable { reason, .. } if reason.contains("not a schema")),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    client.schema(8).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unexpected_client_error_is_retried_as_an_outage() {
+    let (url, reg) = serve(None).await;
+    let client = SchemaRegistry::new(config(url)).unwrap();
+    reg.answer(3, Answer::Status(422));
+    reg.answer(3, Answer::Status(400));
+    client.schema(3).await.unwrap();
+    assert_eq!(reg.id_requests(3), 3);
+    for _ in 0..4 {
+        reg.answer(8, Answer::Status(409));
+    }
+    let err = client.schema(8).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Unavailable { reason, .. } if reason.contains("http 409")),
+        "{err}"
+    );
+    client.schema(8).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_https_registry_is_never_followed_to_http() {
+    let (plain, plain_reg) = serve(None).await;
+    let reg = Registry::new(dump(), None);
+    for _ in 0..4 {
+        reg.answer(1, Answer::Redirect(format!("{plain}/schemas/ids/1")));
+    }
+    let mut cfg = config(serve_tls(&reg).await);
+    cfg.ca_pem = Some(CA_PEM.as_bytes().to_vec());
+    let client = SchemaRegistry::new(cfg).unwrap();
+    let err = client.schema(1).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Unavailable { reason, .. } if reason.contains("redirect from https to http")),
+        "{err}"
+    );
+    assert_eq!(plain_reg.id_requests(1), 0, "nothing asked over http");
+    // A redirect that stays on https is followed.
+    reg.answer(1, Answer::Redirect("/schemas/ids/3".into()));
+    client.schema(1).await.unwrap();
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub const SCHEMA_REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SCHEMA_REGISTRY_RETRIES: u32 = 5;
 /// A 404 from the registry can be transient (failover, restore).
 pub const SCHEMA_REGISTRY_NOT_FOUND_GRACE: Duration = Duration::from_secs(60);
+/// The largest registry answer read (`schema_registry.max_response_bytes`): above the largest
+/// schemas seen in use (a 50 MB schema is read whole), far below the memory a replica has.
+pub const SCHEMA_REGISTRY_MAX_RESPONSE_BYTES: ByteSize = ByteSize(64 * 1024 * 1024);
 /// The TopicNameStrategy subject of a topic's values.
 pub const SCHEMA_REGISTRY_TABLE_SUBJECT: &str = "{topic}-value";
 /// Every current Confluent serializer writes zig-zag message indexes.
@@ -93,6 +96,11 @@ pub const LOG_LEVEL: &str = "info";
 pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(30);
 /// How long a dead-letter send may wait for the broker's acknowledgement.
 pub const DEAD_LETTER_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// The dead-letter producer's `message.max.bytes` unless `dead_letter.properties` sets it:
+/// librdkafka's own default, which a broker's default topic limit (`max.message.bytes`,
+/// 1,048,588 bytes) admits. A dead letter larger is cut to fit (docs/operations.md, "Hostile
+/// input").
+pub const DEAD_LETTER_MAX_MESSAGE_BYTES: usize = 1_000_000;
 /// Pause between two lookups of a writer schema that the registry could not serve yet.
 pub const PLAN_LOOKUP_BACKOFF: Duration = Duration::from_secs(1);
 /// librdkafka's default `session.timeout.ms`, when `kafka.properties` does not set it.

@@ -71,17 +71,22 @@ impl Config {
     }
 
     /// The consumer properties of `run`: [`KafkaConfig::consumer_properties`], with the
-    /// excluded topics added to librdkafka's `topic.blacklist` (after the user's entries), so
-    /// that a `topic_pattern` never subscribes them. With KIP-848 the broker matches the
+    /// excluded topics (and, under a `topic_pattern`, every internal topic `__*`) added to
+    /// librdkafka's `topic.blacklist` (after the user's entries), so that a `topic_pattern`
+    /// never subscribes them. With KIP-848 the broker matches the
     /// pattern and may still assign them: the consumer leaves such partitions paused.
     pub fn consumer_properties(&self) -> Properties {
         let mut props = self.kafka.consumer_properties();
-        let excluded: Vec<String> = self
+        let mut excluded: Vec<String> = self
             .excluded_topics()
             .iter()
             .map(String::as_str)
             .map(super::topic_pattern::exact_name_pattern)
             .collect();
+        // A pattern never takes an internal topic (a listed one is the operator's choice).
+        if self.kafka.topic_pattern.is_some() {
+            excluded.push(super::topic_pattern::INTERNAL_TOPICS.to_string());
+        }
         if !excluded.is_empty() {
             let list = props
                 .get("topic.blacklist")

@@ -6,6 +6,10 @@ use super::ByteSize;
 /// projects and never above this).
 pub const MAX_REQUEST_BYTES: ByteSize = ByteSize(20 * 1024 * 1024);
 pub const MIN_REQUEST_BYTES: ByteSize = ByteSize(64 * 1024);
+/// The bounds of `schema_registry.max_response_bytes`: room for a small schema at least, and no
+/// more than a replica's memory could hold for one answer.
+pub const MIN_REGISTRY_RESPONSE_BYTES: ByteSize = ByteSize(64 * 1024);
+pub const MAX_REGISTRY_RESPONSE_BYTES: ByteSize = ByteSize(1024 * 1024 * 1024);
 /// BigQuery allows at most four clustering columns.
 pub const MAX_CLUSTERING_FIELDS: usize = 4;
 /// The longest table id BigQuery accepts.

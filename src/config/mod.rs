@@ -37,6 +37,7 @@ pub use validate::*;
 pub use values::*;
 
 pub use cdc::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, SequenceConfig};
+pub use topic_pattern::is_internal_topic;
 
 // ---------------------------------------------------------------------------------------------
 // The config
@@ -205,6 +206,11 @@ pub struct SchemaRegistryConfig {
     /// `use.deprecated.format`) or `none` (clients that write no array: the first message).
     #[serde(default = "default_sr_message_indexes")]
     pub protobuf_message_indexes: MessageIndexEncoding,
+    /// The largest registry answer read (default 64MiB, at most 1GiB): an answer longer is cut
+    /// off and counts as a registry outage (the partition waits and asks again, it never
+    /// dead-letters good records), so a registry answering without end cannot take the memory.
+    #[serde(default = "default_sr_max_response_bytes")]
+    pub max_response_bytes: ByteSize,
 }
 
 /// The encoding of record values read through the Schema Registry (`docs/mapping.md`).
@@ -241,6 +247,9 @@ pub(super) fn default_sr_not_found_grace() -> HumanDuration {
 }
 pub(super) fn default_sr_table_subject() -> String {
     defaults::SCHEMA_REGISTRY_TABLE_SUBJECT.into()
+}
+fn default_sr_max_response_bytes() -> ByteSize {
+    defaults::SCHEMA_REGISTRY_MAX_RESPONSE_BYTES
 }
 fn default_sr_message_indexes() -> MessageIndexEncoding {
     defaults::SCHEMA_REGISTRY_PROTOBUF_MESSAGE_INDEXES

@@ -105,10 +105,13 @@ pub fn table_for_topic(template: &str, topic: &str) -> String {
 
 impl RouteConfig {
     /// Whether this route takes `topic`. A pattern that does not compile matches nothing
-    /// (`validate` refuses it).
+    /// (`validate` refuses it), and no pattern matches an internal topic (`__*`).
     pub fn matches(&self, topic: &str) -> bool {
         if self.topics.iter().any(|t| t == topic) {
             return true;
+        }
+        if super::topic_pattern::is_internal_topic(topic) {
+            return false;
         }
         self.topic_pattern.as_deref().is_some_and(|p| {
             regex::Regex::new(&format!("^(?:{p})$")).is_ok_and(|re| re.is_match(topic))

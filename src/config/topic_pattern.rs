@@ -89,6 +89,18 @@ impl Drop for TopicPattern {
     }
 }
 
+/// Whether `topic` is one of Kafka's internal topics (`__consumer_offsets`,
+/// `__transaction_state`, …): a name that starts with `__`. A `topic_pattern` (the
+/// subscription's or a route's) never takes one: the sink's own commits feed
+/// `__consumer_offsets`, and its records are nobody's rows.
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
+/// The `topic.blacklist` entry that keeps every internal topic out of librdkafka's view of the
+/// cluster when the subscription is a pattern.
+pub const INTERNAL_TOPICS: &str = "^__.*";
+
 /// The `topic.blacklist` entry that keeps `topic` out of librdkafka's view of the cluster: the
 /// exact name, anchored at both ends (topic names hold letters, digits, `.`, `_` and `-`, of
 /// which only `.` means something to a regular expression).
@@ -99,6 +111,18 @@ pub fn exact_name_pattern(topic: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_topics_are_the_names_with_two_leading_underscores() {
+        assert!(is_internal_topic("__consumer_offsets"));
+        assert!(is_internal_topic("__transaction_state"));
+        assert!(!is_internal_topic("_schemas"));
+        assert!(!is_internal_topic("orders__eu"));
+        let blacklist = TopicPattern::compile(INTERNAL_TOPICS).unwrap();
+        assert!(blacklist.matches("__consumer_offsets"));
+        assert!(!blacklist.matches("orders"));
+        assert!(!blacklist.matches("_schemas"));
+    }
 
     #[test]
     fn a_subscription_is_anchored_at_the_start_only() {

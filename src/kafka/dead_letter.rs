@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
 use super::consumer::Record;
@@ -28,12 +28,19 @@ pub mod headers {
     pub const SOURCE_PARTITION: &str = "kbq.source.partition";
     pub const SOURCE_OFFSET: &str = "kbq.source.offset";
     pub const SOURCE_TIMESTAMP: &str = "kbq.source.timestamp";
+    /// On a dead letter cut to fit the producer's `message.max.bytes`: what was cut, and why.
+    pub const TRUNCATED: &str = "kbq.truncated";
+    /// On a cut dead letter: the record's value and key sizes before the cut, in bytes.
+    pub const ORIGINAL_VALUE_SIZE: &str = "kbq.original.value.size";
+    pub const ORIGINAL_KEY_SIZE: &str = "kbq.original.key.size";
 }
 
 #[derive(Clone)]
 pub struct DeadLetterProducer {
     producer: Producer,
     topic: String,
+    /// The producer's `message.max.bytes`: a dead letter larger is cut to fit.
+    max_message_bytes: usize,
 }
 
 #[derive(Clone)]
@@ -79,6 +86,13 @@ impl DeadLetterProducer {
         for (k, v) in properties {
             config.set(k, v);
         }
+        // Sized from the config: the operator's `message.max.bytes`, else the default (which a
+        // broker's default topic limit admits). `validate` checks a configured value is a
+        // number librdkafka takes.
+        let max_message_bytes = (properties.get("message.max.bytes"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(crate::config::defaults::DEAD_LETTER_MAX_MESSAGE_BYTES);
+        config.set("message.max.bytes", max_message_bytes.to_string());
         config.set("acks", "all");
         config.set("enable.idempotence", "true");
         config.set("message.timeout.ms", timeout.as_millis().to_string());
@@ -103,6 +117,7 @@ impl DeadLetterProducer {
                 _finder: Arc::new(finder),
             },
             topic: topic.to_string(),
+            max_message_bytes,
         })
     }
 
@@ -111,6 +126,7 @@ impl DeadLetterProducer {
         DeadLetterProducer {
             producer: Producer::Custom(sink),
             topic: topic.to_string(),
+            max_message_bytes: crate::config::defaults::DEAD_LETTER_MAX_MESSAGE_BYTES,
         }
     }
 
@@ -118,7 +134,10 @@ impl DeadLetterProducer {
         &self.topic
     }
 
-    /// Produces the record and waits for the broker's acknowledgement.
+    /// Produces the record and waits for the broker's acknowledgement. A dead letter larger
+    /// than the producer's `message.max.bytes` is sent cut to fit ([`Shape`]); one the broker
+    /// still refuses as too large (the topic's `max.message.bytes` is lower) is sent again as
+    /// its headers alone. An error [`is_permanent`] says no retry of this dead letter can cure.
     pub async fn send(
         &self,
         source_topic: &str,
@@ -134,49 +153,49 @@ impl DeadLetterProducer {
                 return sink.send(source_topic, source_partition, record, bad).await;
             }
         };
-        let partition = source_partition.to_string();
-        let offset = record.offset.0.to_string();
-        let timestamp = record.timestamp_ms.map(|t| t.to_string());
-        let mut hdrs = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
-        for (k, v) in &record.headers {
-            hdrs = hdrs.insert(Header {
-                key: k,
-                value: Some(v.as_ref()),
-            });
+        let source = Source {
+            topic: source_topic,
+            partition: source_partition,
+            record,
+            bad,
+        };
+        let shape = Shape::fit(record, &source.headers(), self.max_message_bytes);
+        match self.produce(producer, timeout, &source, &shape).await {
+            Err(e) if is_too_large(&e) && !shape.is_bare() => {
+                tracing::warn!(topic = %self.topic, partition = source_partition, offset = record.offset.0, error = %e, "dead letter refused as too large: sending its headers alone");
+                let bare = Shape::bare(record, self.max_message_bytes);
+                self.produce(producer, timeout, &source, &bare).await
+            }
+            other => other,
         }
-        hdrs = hdrs
-            .insert(Header {
-                key: headers::REASON,
-                value: Some(bad.reason.as_bytes()),
-            })
-            .insert(Header {
-                key: headers::CLASS,
-                value: Some(bad.class.as_bytes()),
-            })
-            .insert(Header {
-                key: headers::SOURCE_TOPIC,
-                value: Some(source_topic.as_bytes()),
-            })
-            .insert(Header {
-                key: headers::SOURCE_PARTITION,
-                value: Some(partition.as_bytes()),
-            })
-            .insert(Header {
-                key: headers::SOURCE_OFFSET,
-                value: Some(offset.as_bytes()),
-            });
-        if let Some(ts) = &timestamp {
-            hdrs = hdrs.insert(Header {
-                key: headers::SOURCE_TIMESTAMP,
-                value: Some(ts.as_bytes()),
-            });
+    }
+
+    async fn produce(
+        &self,
+        producer: &FutureProducer<WatchedContext>,
+        timeout: Duration,
+        source: &Source<'_>,
+        shape: &Shape,
+    ) -> Result<(), KafkaError> {
+        let record = source.record;
+        let mut hdrs = OwnedHeaders::new_with_capacity(record.headers.len() + 10);
+        if shape.original_headers {
+            for h in &record.headers {
+                super::headers::add(&mut hdrs, &h.key, h.value.as_deref());
+            }
+        }
+        for (key, value) in source.headers() {
+            super::headers::add(&mut hdrs, key.as_bytes(), Some(value.as_bytes()));
+        }
+        for (key, value) in shape.truncation_headers() {
+            super::headers::add(&mut hdrs, key.as_bytes(), Some(value.as_bytes()));
         }
         let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(hdrs);
         if let Some(key) = record.key() {
-            out = out.key(key);
+            out = out.key(&key[..shape.key_len]);
         }
         if let Some(value) = record.value() {
-            out = out.payload(value);
+            out = out.payload(&value[..shape.value_len]);
         }
         if let Some(ts) = record.timestamp_ms {
             out = out.timestamp(ts);
@@ -189,6 +208,165 @@ impl DeadLetterProducer {
     }
 }
 
+/// Where a dead letter came from and why, as the headers every dead letter carries.
+struct Source<'a> {
+    topic: &'a str,
+    partition: i32,
+    record: &'a Record,
+    bad: &'a BadRecord,
+}
+
+impl Source<'_> {
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (headers::REASON, self.bad.reason.clone()),
+            (headers::CLASS, self.bad.class.to_string()),
+            (headers::SOURCE_TOPIC, self.topic.to_string()),
+            (headers::SOURCE_PARTITION, self.partition.to_string()),
+            (headers::SOURCE_OFFSET, self.record.offset.0.to_string()),
+        ];
+        if let Some(ts) = self.record.timestamp_ms {
+            out.push((headers::SOURCE_TIMESTAMP, ts.to_string()));
+        }
+        out
+    }
+}
+
+/// Bytes a record costs on the wire besides its key, value and header bytes, as counted
+/// against `message.max.bytes`: the record batch's header (61 bytes), the record's own
+/// varints, and each header's. Counted generously: a dead letter cut a little short is fine,
+/// one refused is not.
+const RECORD_FRAMING: usize = 512;
+const HEADER_FRAMING: usize = 10;
+
+/// How much of a record a dead letter carries: all of it, or, when that is larger than the
+/// producer may send, its value (then its key, then its own headers) cut so it fits, with
+/// headers saying what was cut. The reason and the source coordinates are always kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape {
+    key_len: usize,
+    value_len: usize,
+    original_headers: bool,
+    /// The sizes of what was cut, when something was.
+    cut: Option<Cut>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cut {
+    limit: usize,
+    key_len: usize,
+    value_len: usize,
+    headers_dropped: usize,
+}
+
+/// The headers a cut dead letter carries in addition (their values are short decimal numbers
+/// and a sentence, counted by [`TRUNCATION_HEADERS_BOUND`]).
+const TRUNCATION_HEADERS_BOUND: usize = 512;
+
+impl Shape {
+    fn fit(record: &Record, ours: &[(&'static str, String)], limit: usize) -> Shape {
+        let key = record.key().map_or(0, <[u8]>::len);
+        let value = record.value().map_or(0, <[u8]>::len);
+        let originals: usize = (record.headers.iter())
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()) + HEADER_FRAMING)
+            .sum();
+        let ours: usize = (ours.iter())
+            .map(|(k, v)| k.len() + v.len() + HEADER_FRAMING)
+            .sum();
+        let fixed = RECORD_FRAMING + ours;
+        if fixed + originals + key + value <= limit {
+            return Shape {
+                key_len: key,
+                value_len: value,
+                original_headers: true,
+                cut: None,
+            };
+        }
+        let room = limit.saturating_sub(fixed + TRUNCATION_HEADERS_BOUND);
+        // The value first: the key and the producer's headers are what a reader of the
+        // dead-letter topic finds the record by.
+        let (key_len, value_len, original_headers) = if originals + key <= room {
+            (key, room - originals - key, true)
+        } else {
+            let key_len = key.min(room);
+            (key_len, value.min(room - key_len), false)
+        };
+        Shape {
+            key_len,
+            value_len: value_len.min(value),
+            original_headers,
+            cut: Some(Cut {
+                limit,
+                key_len: key,
+                value_len: value,
+                headers_dropped: if original_headers {
+                    0
+                } else {
+                    record.headers.len()
+                },
+            }),
+        }
+    }
+
+    /// The record's headers and nothing of its key, value or own headers.
+    fn bare(record: &Record, limit: usize) -> Shape {
+        Shape {
+            key_len: 0,
+            value_len: 0,
+            original_headers: false,
+            cut: Some(Cut {
+                limit,
+                key_len: record.key().map_or(0, <[u8]>::len),
+                value_len: record.value().map_or(0, <[u8]>::len),
+                headers_dropped: record.headers.len(),
+            }),
+        }
+    }
+
+    fn is_bare(&self) -> bool {
+        self.key_len == 0 && self.value_len == 0 && !self.original_headers
+    }
+
+    fn truncation_headers(&self) -> Vec<(&'static str, String)> {
+        let Some(cut) = &self.cut else {
+            return Vec::new();
+        };
+        vec![
+            (
+                headers::TRUNCATED,
+                format!(
+                    "dead letter over the producer's message.max.bytes of {}: value cut to {} bytes, key to {}, {} record headers dropped",
+                    cut.limit, self.value_len, self.key_len, cut.headers_dropped
+                ),
+            ),
+            (headers::ORIGINAL_VALUE_SIZE, cut.value_len.to_string()),
+            (headers::ORIGINAL_KEY_SIZE, cut.key_len.to_string()),
+        ]
+    }
+}
+
+/// A refusal because the dead letter is too large (locally, against `message.max.bytes`, or by
+/// the broker, against the topic's `max.message.bytes`).
+pub fn is_too_large(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::*;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | MessageBatchTooLarge | InvalidMessageSize)
+    )
+}
+
+/// Whether no retry of the same dead letter can succeed: the broker (or librdkafka) refused
+/// the record itself, not the moment. A produce that times out, a broker that is away, an
+/// authorization an operator can fix are retried; these are not.
+pub fn is_permanent(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::*;
+    is_too_large(error)
+        || matches!(
+            error.rdkafka_error_code(),
+            Some(InvalidRecord | InvalidMessage | BadMessage | UnsupportedForMessageFormat)
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -197,6 +375,88 @@ mod tests {
 
     fn defaults_interval() -> Duration {
         crate::config::defaults::KAFKA_STATISTICS_INTERVAL
+    }
+
+    fn record(key: usize, value: usize, headers: usize) -> Record {
+        let headers = (0..headers)
+            .map(|i| super::super::headers::Header {
+                key: bytes::Bytes::from(format!("h{i}")),
+                value: Some(bytes::Bytes::from(vec![b'v'; 100])),
+            })
+            .collect();
+        Record::new(
+            crate::checkpoint::offsets::KafkaOffset(7),
+            Some(1),
+            Some(&vec![b'k'; key]),
+            Some(&vec![b'x'; value]),
+            headers,
+            &mut bytes::BytesMut::new(),
+        )
+    }
+
+    fn ours() -> Vec<(&'static str, String)> {
+        vec![(headers::REASON, "why".into())]
+    }
+
+    #[test]
+    fn a_dead_letter_that_fits_goes_whole() {
+        let shape = Shape::fit(&record(10, 1_000, 3), &ours(), 100_000);
+        assert_eq!((shape.key_len, shape.value_len), (10, 1_000));
+        assert!(shape.original_headers && shape.cut.is_none());
+        assert!(shape.truncation_headers().is_empty());
+    }
+
+    #[test]
+    fn a_dead_letter_too_large_has_its_value_cut_to_fit_and_says_so() {
+        let limit = 100_000;
+        let r = record(10, 15_000_000, 3);
+        let shape = Shape::fit(&r, &ours(), limit);
+        assert_eq!(shape.key_len, 10);
+        assert!(shape.original_headers);
+        assert!(shape.value_len > limit / 2 && shape.value_len < limit);
+        let headers = shape.truncation_headers();
+        let original = headers
+            .iter()
+            .find(|(k, _)| *k == headers::ORIGINAL_VALUE_SIZE);
+        assert_eq!(original.map(|(_, v)| v.as_str()), Some("15000000"));
+        let size = shape.key_len
+            + shape.value_len
+            + RECORD_FRAMING
+            + 3 * (2 + 100 + HEADER_FRAMING)
+            + (headers.iter().chain(ours().iter()))
+                .map(|(k, v)| k.len() + v.len() + HEADER_FRAMING)
+                .sum::<usize>();
+        assert!(size <= limit, "{size} over {limit}");
+    }
+
+    #[test]
+    fn a_key_too_large_drops_the_records_headers_and_is_cut_too() {
+        let shape = Shape::fit(&record(200_000, 10, 3), &ours(), 100_000);
+        assert!(!shape.original_headers);
+        assert!(shape.key_len < 100_000 && shape.key_len > 0);
+        assert_eq!(shape.value_len, 0);
+        assert_eq!(shape.cut.as_ref().map(|c| c.headers_dropped), Some(3));
+    }
+
+    #[test]
+    fn size_refusals_and_bad_records_are_permanent_an_outage_is_not() {
+        use rdkafka::types::RDKafkaErrorCode::*;
+        for code in [MessageSizeTooLarge, MessageBatchTooLarge, InvalidRecord] {
+            assert!(
+                is_permanent(&KafkaError::MessageProduction(code)),
+                "{code:?}"
+            );
+        }
+        for code in [
+            MessageTimedOut,
+            BrokerNotAvailable,
+            TopicAuthorizationFailed,
+        ] {
+            assert!(
+                !is_permanent(&KafkaError::MessageProduction(code)),
+                "{code:?}"
+            );
+        }
     }
 
     #[test]

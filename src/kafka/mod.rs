@@ -5,5 +5,6 @@ pub mod commit_error;
 pub mod committed;
 pub mod consumer;
 pub mod dead_letter;
+pub mod headers;
 pub mod memory_budget;
 pub mod reconnect;

@@ -55,6 +55,8 @@ pub(crate) struct BrokerWatch {
     client: &'static str,
     /// The client's `bootstrap.servers` (none: nothing to add again).
     bootstrap: Option<String>,
+    /// Written by the statistics callback, read by the finder thread; plain values set whole,
+    /// so a poisoned lock (a panic elsewhere in the holder's thread) is taken as is.
     state: Mutex<Watch>,
 }
 
@@ -82,7 +84,10 @@ impl BrokerWatch {
     }
 
     fn observe_up(&self, up: bool, now: Instant) {
-        let mut w = self.state.lock().expect("broker watch");
+        let mut w = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if up {
             *w = Watch::default();
         } else {
@@ -95,14 +100,17 @@ impl BrokerWatch {
     pub(crate) fn brokerless(&self) -> bool {
         self.state
             .lock()
-            .expect("broker watch")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .brokerless_since
             .is_some()
     }
 
     /// Whether the bootstrap servers are to be added again now (and, if so, notes that they are).
     fn readd_due(&self, now: Instant) -> Option<Duration> {
-        let mut w = self.state.lock().expect("broker watch");
+        let mut w = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let since = w.brokerless_since?;
         let waited = now.saturating_duration_since(since);
         let last = w.readded.unwrap_or(since);

@@ -5,8 +5,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -27,6 +27,9 @@ pub struct Health {
     stale_after: Duration,
     /// `None` = ready; `Some(reason)` = not ready, and why.
     not_ready: Mutex<Option<String>>,
+    /// Why the process is dead for good (a thread panicked, see `ops::panics`): `/healthz`
+    /// fails from then on, however the event loop beats.
+    dead: OnceLock<String>,
 }
 
 impl Health {
@@ -36,7 +39,24 @@ impl Health {
             last_beat_ms: AtomicU64::new(0),
             stale_after,
             not_ready: Mutex::new(Some("starting".into())),
+            dead: OnceLock::new(),
         }
+    }
+
+    /// Makes `/healthz` fail from now on, with `reason` (the first reason stays).
+    pub fn fail(&self, reason: String) {
+        let _ = self.dead.set(reason);
+    }
+
+    /// Whether the process is alive: not dead for good, and its event loop beat recently.
+    pub fn liveness(&self) -> Result<(), String> {
+        if let Some(reason) = self.dead.get() {
+            return Err(reason.clone());
+        }
+        if !self.alive() {
+            return Err("event loop stalled".into());
+        }
+        Ok(())
     }
 
     /// Called by the event loop on every turn (cheap: one atomic store).
@@ -51,15 +71,23 @@ impl Health {
     }
 
     pub fn set_ready(&self) {
-        *self.not_ready.lock().expect("health lock") = None;
+        *self.not_ready() = None;
     }
 
     pub fn set_not_ready(&self, reason: impl Into<String>) {
-        *self.not_ready.lock().expect("health lock") = Some(reason.into());
+        *self.not_ready() = Some(reason.into());
+    }
+
+    /// The readiness lock. A panic while it was held cannot have left the reason half
+    /// written (it is set whole), so a poisoned lock is taken as is.
+    fn not_ready(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.not_ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn readiness(&self) -> Result<(), String> {
-        match &*self.not_ready.lock().expect("health lock") {
+        match &*self.not_ready() {
             None => Ok(()),
             Some(reason) => Err(reason.clone()),
         }
@@ -91,13 +119,9 @@ async fn metrics_text(State(s): State<OpsState>) -> impl IntoResponse {
 }
 
 async fn healthz(State(s): State<OpsState>) -> impl IntoResponse {
-    if s.health.alive() {
-        (StatusCode::OK, "ok\n".to_string())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "event loop stalled\n".to_string(),
-        )
+    match s.health.liveness() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
     }
 }
 

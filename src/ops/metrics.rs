@@ -116,7 +116,7 @@ pub struct ResultLabel {
 }
 
 /// The `reason` label values of `kbq_dead_letter_records_total` (the classes of bad records).
-pub const DEAD_LETTER_REASONS: [&str; 11] = [
+pub const DEAD_LETTER_REASONS: [&str; 12] = [
     "bad_magic",
     "unknown_schema",
     "malformed_avro",
@@ -125,6 +125,7 @@ pub const DEAD_LETTER_REASONS: [&str; 11] = [
     "schema_violation",
     "out_of_range",
     "row_rejected",
+    "row_too_large",
     "incompatible_schema",
     "schema_too_complex",
     "cdc_change",

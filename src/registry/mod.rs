@@ -48,6 +48,8 @@ pub struct RegistryConfig {
     /// How long an id may stay unknown (404) before it is `NotFound`; until then a 404 is
     /// `NotFoundYet`, which is retryable. Zero makes the first 404 final.
     pub not_found_grace: Duration,
+    /// The longest answer read: a longer one is cut off, and the attempt counts as failed.
+    pub max_response_bytes: usize,
 }
 
 #[derive(Clone)]
@@ -69,6 +71,7 @@ impl Default for RegistryConfig {
             min_backoff: defaults::SCHEMA_REGISTRY_BACKOFF_MIN,
             max_backoff: defaults::SCHEMA_REGISTRY_BACKOFF_MAX,
             not_found_grace: defaults::SCHEMA_REGISTRY_NOT_FOUND_GRACE,
+            max_response_bytes: defaults::SCHEMA_REGISTRY_MAX_RESPONSE_BYTES.0 as usize,
         }
     }
 }
@@ -99,6 +102,7 @@ impl RegistryConfig {
             request_timeout: sr.timeout.0,
             max_attempts: sr.retries.max(1) as usize,
             not_found_grace: sr.not_found_grace.0,
+            max_response_bytes: usize::try_from(sr.max_response_bytes.0).unwrap_or(usize::MAX),
             ..RegistryConfig::default()
         })
     }
@@ -121,6 +125,7 @@ impl fmt::Debug for RegistryConfig {
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("not_found_grace", &self.not_found_grace)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -313,7 +318,8 @@ impl SchemaRegistry {
         }
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout);
+            .timeout(config.request_timeout)
+            .redirect(redirect_policy());
         if let Some(pem) = &config.ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| RegistryError::Config(format!("ca certificate: {e}")))?;
@@ -480,10 +486,6 @@ impl SchemaRegistry {
             Err(e) => return retry(describe_reqwest(&e)),
         };
         let status = resp.status();
-        let unusable = |reason: String| SubjectError::Unusable {
-            subject: subject.to_string(),
-            reason,
-        };
         match status {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -497,19 +499,20 @@ impl SchemaRegistry {
                     status: status.as_u16(),
                 });
             }
-            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
-                return retry(format!("http {}", s.as_u16()));
-            }
-            s => {
-                return final_err(unusable(format!("registry answered http {}", s.as_u16())));
-            }
+            // Any other answer (a 5xx, a 429, a 4xx a registry does not answer a good
+            // request with) is the registry's or a proxy's trouble, not the subject's.
+            s => return retry(format!("http {}", s.as_u16())),
         }
-        let body = match resp.bytes().await {
+        let body = match read_body(resp, self.config.max_response_bytes).await {
             Ok(b) => b,
-            Err(e) => return retry(describe_reqwest(&e)),
+            Err(reason) => return retry(reason),
         };
-        serde_json::from_slice(&body)
-            .map_err(|e| Err(unusable(format!("response is not a schema version: {e}"))))
+        // A 200 whose body is not a schema version (an HTML page of a proxy, a body cut short)
+        // is garbled, not an answer about the subject.
+        match serde_json::from_slice(&body) {
+            Ok(latest) => Ok(latest),
+            Err(e) => retry(format!("the answer is not a schema version: {e}")),
+        }
     }
 
     /// The retry schedule of one lookup (`max_attempts` in all): the process's one backoff
@@ -699,26 +702,18 @@ impl SchemaRegistry {
                     status: status.as_u16(),
                 }));
             }
-            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
-                return Err(Attempt::Retry(format!("http {}", s.as_u16())));
-            }
-            s => {
-                return Err(Attempt::Final(RegistryError::Unusable {
-                    id,
-                    reason: format!("registry answered http {}", s.as_u16()),
-                }));
-            }
+            // Any other answer (a 5xx, a 429, a 4xx a registry does not answer a good
+            // request with) is the registry's or a proxy's trouble: retried as an outage, and
+            // never cached as what the id is.
+            s => return Err(Attempt::Retry(format!("http {}", s.as_u16()))),
         }
-        let body = resp
-            .bytes()
+        let body = read_body(resp, self.config.max_response_bytes)
             .await
-            .map_err(|e| Attempt::Retry(describe_reqwest(&e)))?;
-        serde_json::from_slice(&body).map_err(|e| {
-            Attempt::Final(RegistryError::Unusable {
-                id,
-                reason: format!("response is not a schema: {e}"),
-            })
-        })
+            .map_err(Attempt::Retry)?;
+        // A 200 whose body is not a schema (an HTML page of a proxy, a body cut short) is
+        // garbled, not an answer about the id: retried as an outage.
+        serde_json::from_slice(&body)
+            .map_err(|e| Attempt::Retry(format!("the answer is not a schema: {e}")))
     }
 }
 
@@ -739,6 +734,40 @@ fn parse_avro(id: u32, raw: SchemaResponse) -> Result<Arc<RegisteredSchema>, Reg
         text: raw.schema,
         schema,
     }))
+}
+
+/// Reads an answer's body, at most `max` bytes: a longer one (announced or streamed) is cut off
+/// as soon as it passes the limit, so a body that never ends costs `max` bytes and no more.
+async fn read_body(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let too_long =
+        || format!("the answer is longer than schema_registry.max_response_bytes ({max} bytes)");
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_long());
+    }
+    let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0) as usize);
+    while let Some(chunk) = resp.chunk().await.map_err(|e| describe_reqwest(&e))? {
+        if body.len() + chunk.len() > max {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Redirects as reqwest follows them (at most 10), except from `https` to anything else: the
+/// answer, and whatever a later request carries, would cross the network in the clear.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let from_https = attempt.previous().iter().any(|u| u.scheme() == "https");
+        if from_https && attempt.url().scheme() != "https" {
+            let to = attempt.url().scheme().to_string();
+            attempt.error(format!("refused a redirect from https to {to}"))
+        } else if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters (subject names may hold `/`,

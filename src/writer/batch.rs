@@ -180,6 +180,12 @@ impl<R> OpenBatch<R> {
         row
     }
 
+    /// Drops the row at the end of the buffer (`range`, not pushed): a row that cannot be sent.
+    pub fn discard_row(&mut self, range: Range<usize>) {
+        debug_assert_eq!(range.end, self.buffer.len(), "the row is the buffer's tail");
+        self.buffer.truncate(range.start);
+    }
+
     /// Appends a row's bytes to the buffer and returns its range (a row that was detached, or
     /// a row built outside the transcoder).
     pub fn append_bytes(&mut self, row: &[u8]) -> Range<usize> {

@@ -475,6 +475,22 @@ impl PartitionWriter {
             }
         };
         let encoded = encoded_row_len(range.len());
+        // A row whose request, sent alone, is over the configured limit can never be written:
+        // BigQuery refuses the request, and sending it would stop the partition. Whatever made
+        // it large (its value, its key, transcoding growth, the metadata columns), it is a bad
+        // record, decided before anything is sent.
+        let alone = limits.request_bound(encoded);
+        let max = self.shared.settings.max_request_bytes;
+        if alone > max {
+            self.open.discard_row(range);
+            let bad = BadRecord {
+                class: "row_too_large",
+                reason: format!(
+                    "its row of {encoded} bytes makes a request of {alone} bytes, over writer.max_request_bytes ({max} bytes)"
+                ),
+            };
+            return self.bad(record, bad).await.map(|()| false);
+        }
         let delta = admission::row_charge_delta(encoded, record.row_estimate());
         record.charge.adjust(delta);
         let range = match self.open.placement(encoded, &limits) {
@@ -505,9 +521,9 @@ impl PartitionWriter {
         let header_values: Vec<KafkaHeader<'_>> = record
             .headers
             .iter()
-            .map(|(k, v)| KafkaHeader {
-                key: k,
-                value: Some(v.as_ref()),
+            .map(|h| KafkaHeader {
+                key: &h.key,
+                value: h.value.as_deref(),
             })
             .collect();
         let meta = KafkaMetadata {

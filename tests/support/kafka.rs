@@ -223,6 +223,21 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
     }
 }
 
+/// Sets topic-level config `key` of `topic` to `value` (e.g. `max.message.bytes`).
+pub fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
+    use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+    let admin = admin_client(bootstrap);
+    let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = futures::executor::block_on(admin.alter_configs([&change], &opts))
+        .expect("alter_configs request");
+    for r in results {
+        if let Err((resource, code)) = r {
+            panic!("set {key}={value} on {resource:?}: {code}");
+        }
+    }
+}
+
 /// `create_topic` for synchronous tests: the admin client's future is completed by
 /// librdkafka's own thread, so no async runtime is needed.
 pub fn create_topic_blocking(bootstrap: &str, name: &str, partitions: i32) {

@@ -17,9 +17,11 @@
 //!
 //! The registry client's own tests make it misbehave: [`Registry::unavailable`] (503s),
 //! [`Registry::not_yet`] (an id answered 404 until it "replicates"), [`Registry::delay`] (a slow
-//! id); and [`Registry::router`] serves it over a listener of the test's own (TLS).
+//! id), [`Registry::answer`] (an id's next answers replaced: a garbled 200, any status, a body
+//! that never ends, a redirect); and [`Registry::router`] serves it over a listener of the
+//! test's own (TLS).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -54,6 +56,21 @@ struct Faults {
     not_yet: HashMap<u32, usize>,
     /// Each id here is answered only after this long.
     delays: HashMap<u32, Duration>,
+    /// Each id's next answers, in order, before it is answered as the registry holds it.
+    answers: HashMap<u32, VecDeque<Answer>>,
+}
+
+/// An answer that replaces what the registry holds for an id, once.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// 200 with an HTML page, as a proxy's error page.
+    Garbled,
+    /// This status with a JSON error body.
+    Status(u16),
+    /// 200 whose body starts like a schema and never ends.
+    Endless,
+    /// 302 to this URL.
+    Redirect(String),
 }
 
 impl Registry {
@@ -153,6 +170,12 @@ impl Registry {
         self.faults.lock().unwrap().delays.insert(id, delay);
     }
 
+    /// Answers `id` with `answer` once, after the answers queued before it.
+    pub fn answer(&self, id: u32, answer: Answer) {
+        let mut faults = self.faults.lock().unwrap();
+        faults.answers.entry(id).or_default().push_back(answer);
+    }
+
     /// The requests received for schema `id`, answered or refused.
     pub fn id_requests(&self, id: u32) -> usize {
         self.path_requests(&format!("/schemas/ids/{id}"))
@@ -230,6 +253,10 @@ async fn schema_by_id(
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
+    let scripted = (reg.faults.lock().unwrap().answers.get_mut(&id)).and_then(|a| a.pop_front());
+    if let Some(answer) = scripted {
+        return scripted_answer(answer);
+    }
     let entry = if reg.not_replicated(id) {
         None
     } else {
@@ -242,6 +269,33 @@ async fn schema_by_id(
             r#"{"error_code":40403,"message":"Schema not found"}"#,
         )
             .into_response(),
+    }
+}
+
+fn scripted_answer(answer: Answer) -> Response {
+    match answer {
+        Answer::Garbled => (
+            StatusCode::OK,
+            [("content-type", "text/html")],
+            "<html><body><h1>502 Bad Gateway</h1></body></html>",
+        )
+            .into_response(),
+        Answer::Status(code) => (
+            StatusCode::from_u16(code).expect("a status code"),
+            r#"{"error_code":42201,"message":"scripted"}"#,
+        )
+            .into_response(),
+        Answer::Endless => {
+            // 64 KiB chunks without end: the stream stops only when the client goes away.
+            let start = futures::stream::once(async {
+                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"{\"schema\": \""))
+            });
+            let chunk = bytes::Bytes::from(vec![b'a'; 64 * 1024]);
+            let rest = futures::stream::repeat_with(move || Ok(chunk.clone()));
+            let body = axum::body::Body::from_stream(futures::StreamExt::chain(start, rest));
+            (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Answer::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
     }
 }
 

@@ -23,7 +23,6 @@ use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
 use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
 use kafka_bigquery_sink::emulator::store::{Dataset, StreamKind, StreamPhase, Table, TableRef};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 
 // The daemon process lives in `support::daemon`; re-exported for the tests that import it here.
 #[allow(unused_imports)] // not every test binary that includes the fixture runs a daemon
@@ -285,6 +284,10 @@ pub struct Tweaks {
     /// Appended to the config file's name: two configs of one group that differ in what the
     /// name does not show (e.g. the metrics port of two replicas) need distinct files.
     pub name: Option<&'static str>,
+    /// `bigquery.metadata_columns.headers`: the headers column's name.
+    pub metadata_headers: Option<&'static str>,
+    /// Lines under `dead_letter.properties:` (indented by the caller's four spaces).
+    pub dead_letter_properties: Vec<String>,
 }
 
 impl Default for Tweaks {
@@ -311,6 +314,8 @@ impl Default for Tweaks {
             kafka_properties: Vec::new(),
             metrics_port: 0,
             name: None,
+            metadata_headers: None,
+            dead_letter_properties: Vec::new(),
         }
     }
 }
@@ -537,9 +542,9 @@ kafka:
     topic: kafka_topic
     partition: kafka_partition
     offset: kafka_offset
-dead_letter:
+{headers}dead_letter:
   topic: "{dlq}"
-checkpoint:
+{dead_letter_properties}checkpoint:
   interval: {interval}
 metrics:
   listen: "127.0.0.1:{metrics_port}"
@@ -557,6 +562,18 @@ shutdown_deadline: {deadline}
                 .map(|line| format!("{line}\n"))
                 .collect::<String>(),
             metrics_port = tweaks.metrics_port,
+            headers = tweaks
+                .metadata_headers
+                .map(|h| format!("    headers: {h}\n"))
+                .unwrap_or_default(),
+            dead_letter_properties = if tweaks.dead_letter_properties.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "  properties:\n{}\n",
+                    tweaks.dead_letter_properties.join("\n")
+                )
+            },
             interval = tweaks.checkpoint_interval,
             deadline = tweaks.shutdown_deadline,
             delivery = tweaks
@@ -873,12 +890,14 @@ shutdown_deadline: {deadline}
         {
             if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
                 quiet_since = Instant::now();
-                let headers = m.headers().expect("dead letters carry headers");
+                // As bytes: a dead letter keeps its record's headers, whose keys need not be
+                // text (rust-rdkafka's `Headers::iter` panics on such a key).
+                let headers = kafka_bigquery_sink::kafka::headers::read(&m);
                 let get = |name: &str| {
                     headers
                         .iter()
-                        .find(|h| h.key == name)
-                        .and_then(|h| h.value)
+                        .find(|h| h.key == name.as_bytes())
+                        .and_then(|h| h.value.as_ref())
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                         .unwrap_or_default()
                 };

@@ -94,7 +94,7 @@ pub fn plan(table: &TableSchema) -> Plan {
 /// something; a success must start where `out` ended. The row's range, on success.
 pub fn transcode_checked(plan: &Plan, input: &[u8], out: &mut Vec<u8>) -> Option<Range<usize>> {
     let headers = [KafkaHeader {
-        key: "h",
+        key: b"h",
         value: Some(&input[..input.len().min(3)]),
     }];
     let meta = KafkaMetadata {

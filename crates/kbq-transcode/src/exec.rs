@@ -28,9 +28,11 @@ pub struct KafkaMetadata<'a> {
     pub headers: &'a [KafkaHeader<'a>],
 }
 
+/// One Kafka header. Kafka does not make a key text: it is bytes here, and the headers column
+/// (whose `key` is a STRING) refuses a record whose key is not UTF-8.
 #[derive(Debug, Clone, Copy)]
 pub struct KafkaHeader<'a> {
-    pub key: &'a str,
+    pub key: &'a [u8],
     pub value: Option<&'a [u8]>,
 }
 
@@ -601,13 +603,25 @@ pub(super) fn write_metadata(
     }
     if let Some(h) = &ops.headers {
         for header in m.headers {
+            // The column's `key` is a STRING: a key that is not text has no exact value there,
+            // so the record is refused (dead-lettered with its headers intact), never written
+            // with a key changed.
+            let Ok(key) = std::str::from_utf8(header.key) else {
+                return Err(value_error(
+                    &h.column,
+                    format!(
+                        "header key {} is not valid utf-8",
+                        String::from_utf8_lossy(header.key).escape_debug()
+                    ),
+                ));
+            };
             let at = open_len(out, h.tag);
-            put_len_delimited(out, h.key, header.key.as_bytes());
+            put_len_delimited(out, h.key, key.as_bytes());
             if let Some(v) = header.value {
                 if h.value_is_string && std::str::from_utf8(v).is_err() {
                     return Err(value_error(
                         &h.column,
-                        format!("header {:?} is not valid utf-8", header.key),
+                        format!("header {key:?} is not valid utf-8"),
                     ));
                 }
                 put_len_delimited(out, h.value, v);

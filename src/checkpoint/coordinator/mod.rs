@@ -208,7 +208,17 @@ impl Coordinator {
                     Input::ShutdownDeadline
                 }
                 _ = ticker.tick() => Input::Tick,
-                Some(event) = self.consumer_events.recv() => Input::Consumer(event),
+                event = self.consumer_events.recv() => match event {
+                    Some(event) => Input::Consumer(event),
+                    // The thread ended without closing (it died outside its own catch): the
+                    // consumer failed, and the process must end rather than hold partitions.
+                    None => {
+                        self.exit.get_or_insert_with(|| {
+                            Exit::ConsumerFailed("the consumer thread ended without closing".into())
+                        });
+                        Input::Consumer(crate::kafka::consumer::ConsumerEvent::Closed)
+                    }
+                },
                 Some(event) = self.writer_rx.recv() => Input::Writer(event),
                 Some((tp, assignment, route)) = self.resolving.next(), if !self.resolving.is_idle() => {
                     Input::RouteResolved { tp, assignment, route }

@@ -123,6 +123,17 @@ impl Validator {
                 );
             }
         }
+        if let Some(size) = dl.properties.get("message.max.bytes")
+            && !(size.trim().parse::<usize>()).is_ok_and(|n| (1_000..=1_000_000_000).contains(&n))
+        {
+            self.err(
+                format!(
+                    "dead_letter.properties.{}",
+                    quoted_key("message.max.bytes")
+                ),
+                "must be a number of bytes from 1000 to 1000000000 (librdkafka's range): it sizes the dead letters, a larger one is cut to fit",
+            );
+        }
         if let Some(acks) = dl.properties.get("acks")
             && !matches!(acks.trim(), "all" | "-1")
         {

@@ -1,7 +1,7 @@
 //! How records are read: the schema registry or a fixed Avro schema or schemaless JSON, and each
 //! scope's input format (the top level, then each route with what it inherits).
 
-use crate::config::{Config, InputFormat, SchemaUpdate};
+use crate::config::{Config, InputFormat, SchemaUpdate, limits};
 
 use super::{Validator, is_http_url};
 
@@ -54,6 +54,18 @@ impl Validator {
             }
             if sr.timeout.0.is_zero() {
                 self.err("schema_registry.timeout", "must be above zero");
+            }
+            if !(limits::MIN_REGISTRY_RESPONSE_BYTES..=limits::MAX_REGISTRY_RESPONSE_BYTES)
+                .contains(&sr.max_response_bytes)
+            {
+                self.err(
+                    "schema_registry.max_response_bytes",
+                    format!(
+                        "must be from {} to {}",
+                        limits::MIN_REGISTRY_RESPONSE_BYTES,
+                        limits::MAX_REGISTRY_RESPONSE_BYTES
+                    ),
+                );
             }
             if sr.table_subject.trim().is_empty() {
                 self.err("schema_registry.table_subject", "must not be empty");

@@ -23,6 +23,9 @@ use super::commands::{ConsumerEvent, ConsumerSettings, PartitionLoad};
 /// Per owned partition, what the consumer thread knows for the [`WatermarkReader`].
 #[derive(Default)]
 pub(super) struct LagBook {
+    /// Shared by the consumer thread and the watermark reader. Each holder makes one map
+    /// operation on plain numbers, which a panic cannot leave half done: a poisoned lock is
+    /// taken as is, so one thread's panic does not take the other thread down too.
     pub(super) book: Mutex<HashMap<TopicPartition, Standing>>,
 }
 
@@ -40,7 +43,7 @@ impl LagBook {
         f(self
             .book
             .lock()
-            .expect("lag book")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(tp.clone())
             .or_default());
     }
@@ -58,7 +61,10 @@ impl LagBook {
     /// Forgets `tp` and its gauge, under the lock the reader sets gauges with: a revoked
     /// partition keeps no series.
     pub(super) fn remove(&self, tp: &TopicPartition, metrics: Option<&Metrics>) {
-        let mut book = self.book.lock().expect("lag book");
+        let mut book = self
+            .book
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         book.remove(tp);
         if let Some(metrics) = metrics {
             metrics.consumer_lag.remove(&lag_labels(tp));
@@ -114,15 +120,23 @@ impl WatermarkReader {
                         continue;
                     }
                     next = Instant::now() + every;
-                    let partitions: Vec<TopicPartition> =
-                        lag.book.lock().expect("lag book").keys().cloned().collect();
+                    let partitions: Vec<TopicPartition> = lag
+                        .book
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .keys()
+                        .cloned()
+                        .collect();
                     if partitions.is_empty() {
                         continue;
                     }
                     let highs = committed::high_watermarks(&client, &partitions, timeout);
                     let mut loads = Vec::with_capacity(highs.len());
                     {
-                        let book = lag.book.lock().expect("lag book");
+                        let book = lag
+                            .book
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                         for (tp, high) in highs {
                             let (Ok(high), Some(standing)) = (high, book.get(&tp)) else {
                                 continue;

@@ -85,6 +85,7 @@ pub fn spawn(
     let config = client_config(&settings);
     let lag = Arc::new(LagBook::default());
     let watermarks = watermark_reader(&settings, &config, &lag, &event_tx)?;
+    let events = event_tx.clone();
     let context = SinkContext {
         shared: Mutex::new(Shared::new(command_rx, event_tx, lag)),
         settings: settings.clone(),
@@ -97,7 +98,22 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name("kafka-consumer".into())
         .spawn(move || {
-            run(consumer);
+            // A panic here (a bug: nothing a record carries may reach one) must not leave a
+            // process that holds its partitions without consuming them: the coordinator hears
+            // the consumer failed and the process ends (the panic hook also fails `/healthz`).
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&consumer))) {
+                Ok(()) => leave_group(consumer),
+                Err(payload) => {
+                    let cause = crate::ops::panics::cause(payload.as_ref());
+                    let _ = events.send(ConsumerEvent::Fatal(format!(
+                        "the consumer thread panicked: {cause}"
+                    )));
+                    // Closing the consumer runs the revoke callback, which finds the state
+                    // lock poisoned and makes no handoff (see `rebalance`).
+                    drop(consumer);
+                    let _ = events.send(ConsumerEvent::Closed);
+                }
+            }
             if let Some(reader) = watermarks {
                 reader.stop();
             }
@@ -350,13 +366,13 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// The consumer thread's loop: each turn serves the commands and the housekeeping, then
 /// (unless the memory gate is closed) polls once and handles the message or error.
-fn run(consumer: BaseConsumer<SinkContext>) {
+fn run(consumer: &BaseConsumer<SinkContext>) {
     let settings = &consumer.context().settings;
     let mut poll_loop = PollLoop::new();
     loop {
-        match poll_loop.between_polls(&consumer, settings) {
+        match poll_loop.between_polls(consumer, settings) {
             Turn::Shutdown => break,
-            Turn::Gated if poll_loop.wait_at_gate(&consumer, settings) => continue,
+            Turn::Gated if poll_loop.wait_at_gate(consumer, settings) => continue,
             Turn::Gated | Turn::Poll => {}
         }
         poll_loop.gated_since = None;
@@ -364,11 +380,10 @@ fn run(consumer: BaseConsumer<SinkContext>) {
         match consumer.poll(POLL_TIMEOUT) {
             // Idle: the lag book is refreshed on the next turn's clock read.
             None => poll_loop.since_clock = CLOCK_EVERY_TURNS,
-            Some(Ok(message)) => poll_loop.dispatch(&consumer, settings, &message),
-            Some(Err(error)) => on_poll_error(&consumer, settings, &error),
+            Some(Ok(message)) => poll_loop.dispatch(consumer, settings, &message),
+            Some(Err(error)) => on_poll_error(consumer, settings, &error),
         }
     }
-    leave_group(consumer);
 }
 
 /// What the work between two polls decided.
@@ -470,7 +485,7 @@ impl PollLoop {
     ) {
         if self.current.partition != message.partition() || !of_topic(message, &self.current.topic)
         {
-            self.current = TopicPartition::new(message.topic(), message.partition());
+            self.current = TopicPartition::new(topic_name(message), message.partition());
         }
         let mut shared = consumer.context().shared.lock().expect("consumer state");
         let memory = settings.memory.as_deref();
@@ -529,6 +544,17 @@ fn of_topic(message: &BorrowedMessage<'_>, topic: &str) -> bool {
         std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_topic_name(message.topic_ptr()))
     };
     name.to_bytes() == topic.as_bytes()
+}
+
+/// The topic of `message`, without [`Message::topic`]'s panic on a name that is not UTF-8. A
+/// broker admits only ASCII letters, digits, `.`, `_` and `-` in a topic name, so the lossy
+/// form never changes a name a broker sent.
+fn topic_name(message: &BorrowedMessage<'_>) -> String {
+    // SAFETY: as in `of_topic`.
+    let name = unsafe {
+        std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_topic_name(message.topic_ptr()))
+    };
+    name.to_string_lossy().into_owned()
 }
 
 fn is_fatal(error: &KafkaError) -> bool {

@@ -104,7 +104,9 @@ impl ConsumerContext for SinkContext {
                 if partitions.is_empty() {
                     return;
                 }
-                let mut shared = self.shared.lock().expect("consumer state");
+                let Some(mut shared) = self.live_shared() else {
+                    return;
+                };
                 shared.assigned(consumer, &self.settings, partitions, committed);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
@@ -112,8 +114,9 @@ impl ConsumerContext for SinkContext {
                 let (_, partitions) = self.split_excluded(partitions_of(tpl));
                 if !partitions.is_empty() {
                     let lost = consumer.assignment_lost();
-                    let mut shared = self.shared.lock().expect("consumer state");
-                    shared.handoff(consumer, &self.settings, partitions, lost);
+                    if let Some(mut shared) = self.live_shared() {
+                        shared.handoff(consumer, &self.settings, partitions, lost);
+                    }
                 }
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -134,14 +137,33 @@ impl ConsumerContext for SinkContext {
 }
 
 impl SinkContext {
-    /// Splits `partitions` into those of excluded topics and the others.
+    /// The consumer's state, or `None` once the consumer thread panicked holding it (the
+    /// lock is poisoned). The thread is then closing the consumer on its way out and the
+    /// coordinator was told it failed: a callback then makes no handoff and no commit. The
+    /// state may be half-changed, and nothing it would commit is needed: the next owner
+    /// resumes from the last checkpoint, the exactly-once path.
+    fn live_shared(&self) -> Option<std::sync::MutexGuard<'_, Shared>> {
+        match self.shared.lock() {
+            Ok(shared) => Some(shared),
+            Err(_) => {
+                tracing::error!("the consumer thread failed: rebalance callback makes no handoff");
+                None
+            }
+        }
+    }
+
+    /// Splits `partitions` into those of excluded topics and the others. Under a pattern
+    /// subscription the internal topics (`__*`) are excluded too: with KIP-848 the broker
+    /// matches the pattern, and `topic.blacklist` does not reach its assignment.
     pub(super) fn split_excluded(
         &self,
         partitions: Vec<TopicPartition>,
     ) -> (Vec<TopicPartition>, Vec<TopicPartition>) {
-        partitions
-            .into_iter()
-            .partition(|tp| self.settings.excluded_topics.contains(&tp.topic))
+        let pattern = self.settings.topics.iter().any(|t| t.starts_with('^'));
+        partitions.into_iter().partition(|tp| {
+            self.settings.excluded_topics.contains(&tp.topic)
+                || (pattern && crate::config::is_internal_topic(&tp.topic))
+        })
     }
 }
 

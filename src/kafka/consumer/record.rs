@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use rdkafka::Message;
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::BorrowedMessage;
 
 use crate::checkpoint::offsets::KafkaOffset;
+use crate::kafka::headers::{self, Header};
 use crate::kafka::memory_budget::{Charge, PartitionBudget};
 
 /// Bytes of the chunks records are copied into, per partition. A chunk lives until its last
@@ -28,7 +29,8 @@ pub struct Record {
     /// Length of the value inside `data`; `None` for a record without a value (a tombstone).
     pub(super) value_len: Option<u32>,
     pub(super) has_key: bool,
-    pub headers: Vec<(String, Bytes)>,
+    /// Its headers as bytes: a key need not be text (see `kafka::headers`).
+    pub headers: Vec<Header>,
     /// Its bytes in the process's memory budget, given back when the record is dropped.
     pub charge: Charge,
 }
@@ -39,7 +41,7 @@ impl Record {
         timestamp_ms: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-        headers: Vec<(String, Bytes)>,
+        headers: Vec<Header>,
         arena: &mut BytesMut,
     ) -> Record {
         let (k, v) = (key.unwrap_or_default(), value.unwrap_or_default());
@@ -91,18 +93,11 @@ pub(super) fn record_of(
     read_headers: bool,
     arena: &mut BytesMut,
 ) -> Record {
-    let headers: Vec<(String, Bytes)> = (read_headers.then(|| message.headers()).flatten())
-        .map(|h| {
-            h.iter()
-                .map(|h| {
-                    (
-                        h.key.to_string(),
-                        h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let headers = if read_headers {
+        headers::read(message)
+    } else {
+        Vec::new()
+    };
     // librdkafka's raw offset becomes typed here, once.
     let mut record = Record::new(
         KafkaOffset(message.offset()),
@@ -116,7 +111,7 @@ pub(super) fn record_of(
         // Headers count as their bytes plus a small fixed cost each, the record as its key and
         // value plus the struct, and its future row and request copy as estimated.
         let headers: usize = (record.headers.iter())
-            .map(|(k, v)| k.len() + v.len() + 64)
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 64)
             .sum();
         let size =
             record.size() + 2 * record.row_estimate() + headers + std::mem::size_of::<Record>();

@@ -48,6 +48,16 @@ impl PartitionWriter {
                     let send = producer.send(&self.tp.topic, self.tp.partition, &record, &bad);
                     match unless_stopped(&mut self.stop, send).await? {
                         Ok(()) => break,
+                        // The topic refused even the dead letter cut to its headers: a retry
+                        // would be refused the same way without end, so the partition stops
+                        // here, where an operator sees why (readiness false).
+                        Err(e) if crate::kafka::dead_letter::is_permanent(&e) => {
+                            return Err(RunEnd::Failed(format!(
+                                "the dead-letter topic {} refused the record at offset {} for good: {e}",
+                                producer.topic(),
+                                record.offset.0
+                            )));
+                        }
                         Err(e) => {
                             // The DLQ must acknowledge before the record counts as handled;
                             // until it does, the partition waits (and still answers a stop).
