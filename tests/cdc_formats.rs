@@ -685,3 +685,89 @@ fn a_schemaless_kafka_key_in_kafka_connects_envelope_deletes_by_its_payload() {
         Some(0..key.len())
     );
 }
+
+/// A Debezium record of `after` as PostgreSQL's connector writes it under its defaults
+/// (`time.precision.mode: adaptive`, `decimal.handling.mode: precise`) through Kafka Connect's
+/// `JsonConverter` with `schemas.enable=true`: `ts` a `timestamp(3)`, `amount` a
+/// `numeric(12,3)`, `doc` a `jsonb`.
+fn debezium_defaults(after: &str) -> Vec<u8> {
+    let row = r#"{"type":"struct","optional":true,"name":"pg.public.t.Value","fields":[
+        {"type":"int32","optional":false,"field":"id"},
+        {"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","version":1,"field":"ts"},
+        {"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,
+         "parameters":{"scale":"3","connect.decimal.precision":"12"},"field":"amount"},
+        {"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"doc"}]"#;
+    format!(
+        r#"{{"schema":{{"type":"struct","optional":false,"name":"pg.public.t.Envelope","version":2,"fields":[
+            {row},"field":"before"}},{row},"field":"after"}},
+            {{"type":"string","optional":false,"field":"op"}},
+            {{"type":"int64","optional":true,"field":"ts_ms"}}]}},
+          "payload":{{"before":null,"after":{after},"op":"c","ts_ms":1}}}}"#
+    )
+    .into_bytes()
+}
+
+/// Kafka Connect's envelope carries the record's types: each is written by its name. On the code
+/// before this, the schema block was ignored and the values typed by their JSON shape: the
+/// timestamp's milliseconds read as microseconds (1970-01-20), the decimal's base64 `"1234"` read
+/// as the number 1234, and the JSON document stored as a JSON string.
+#[tokio::test]
+async fn debeziums_default_types_in_kafka_connects_envelope_are_written_by_their_names() {
+    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+    let table: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "id", "type": "INTEGER"}, {"name": "ts", "type": "TIMESTAMP"},
+        {"name": "amount", "type": "NUMERIC"}, {"name": "doc", "type": "JSON"}]}))
+    .unwrap();
+    let plans = ChangePlans::new(
+        ChangeInput::SchemalessJson,
+        &table,
+        PlanOptions::default(),
+        ChangeRules {
+            format: ChangeFormat::Debezium,
+            source_field: None,
+            deletes: true,
+            epoch: 3,
+            json_envelope: ConnectEnvelope::On,
+        },
+    )
+    .unwrap();
+    // 2024-03-01 12:34:56.789 in milliseconds; -2658.824 unscaled is 0xD76DF8, base64 "1234".
+    let record = debezium_defaults(
+        r#"{"id":1,"ts":1709296496789,"amount":"1234","doc":"{\"a\": 1, \"b\": [true]}"}"#,
+    );
+    let (plan, at) = plans.value_plan(&record).await.ok().unwrap();
+    let located = plan.shape.locate(&record[at..]).unwrap();
+    let row = write(&located, &plan.plan, plan.columns, &record[at..], 7);
+    let codec = RowCodec::compile(plan.plan.descriptor(), &table).unwrap();
+    let cells = codec.render(&row, &table);
+    assert_eq!(cells["f"][1]["v"], "1.709296496789E9", "{cells}");
+    assert_eq!(cells["f"][2]["v"], "-2658.824", "{cells}");
+    assert_eq!(cells["f"][3]["v"], r#"{"a":1,"b":[true]}"#, "{cells}");
+
+    // The same schema block again finds the same plan, not a new one.
+    let again = debezium_defaults(r#"{"id":2,"ts":null,"amount":null,"doc":null}"#);
+    let (same, _) = plans.value_plan(&again).await.ok().unwrap();
+    assert!(Arc::ptr_eq(&plan, &same));
+    // A value the name says cannot be written exactly is a bad record with the reason.
+    let bad = debezium_defaults(r#"{"id":3,"ts":1,"amount":"1234","doc":"{\"a\": "}"#);
+    let located = plan.shape.locate(&bad).unwrap();
+    let mut out = Vec::new();
+    let e = plan
+        .columns
+        .transcode(
+            &plan.plan,
+            &bad[located.row.unwrap()],
+            located.kind,
+            "0/0/1",
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("column doc") && e.to_string().contains("not a json document"),
+        "{e}"
+    );
+    // A record whose schema is null has no types: a bad record, never a guess.
+    let untyped = br#"{"schema":null,"payload":{"before":null,"after":{"id":1},"op":"c"}}"#;
+    let e = plans.value_plan(untyped).await.err().unwrap();
+    assert!(format!("{e:?}").contains("cdc_json_envelope"), "{e:?}");
+}

@@ -22,6 +22,11 @@ pub const CDC_FORMAT: CdcFormat = CdcFormat::Debezium;
 pub const LOG_FORMAT: LogFormat = LogFormat::Text;
 /// The first section of CDC sequence numbers until an operator raises it.
 pub const CDC_SEQUENCE_EPOCH: u64 = 0;
+/// Distinct Kafka Connect schema blocks (`cdc.schemas_enable: true`) whose plans a route keeps,
+/// for values and for keys each; past it the least recently used is dropped and compiled again
+/// when it returns (`src/tables/connect_schemas.rs`). A Debezium table's schema changes only
+/// when the source table is altered, so a route sees a handful; not configurable.
+pub const CONNECT_SCHEMAS_PER_ROUTE: usize = 64;
 
 pub const PARTITION_ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
 /// librdkafka properties the sink sets unless `kafka.properties` does.

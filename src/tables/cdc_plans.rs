@@ -2,18 +2,23 @@
 //! or schemaless JSON), where the change is in a record ([`ChangeShape`]) and the plan that writes
 //! its row with the two pseudo-columns; per key schema, the plan that writes a key-only DELETE
 //! row for a tombstone. Cached by schema id (and Protobuf message path) for the life of the
-//! process (ids are immutable), like the plans of an ordinary route.
+//! process (ids are immutable), like the plans of an ordinary route; records in Kafka Connect's
+//! JSON envelope carry their schema, and their plans are cached by its block
+//! (`connect_schemas.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::connect_schemas::SchemaBlocks;
 use super::plans::{RegistryInput, WriterSchema, writer_schema};
 use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use crate::config::defaults::CONNECT_SCHEMAS_PER_ROUTE;
 use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
 use crate::transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, ConnectEnvelope,
-    JsonShape, ProtoShape, key_row_schema, with_change_fields,
+    JsonShape, NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields,
 };
+use crate::transcode::json::connect_schema as connect;
 use crate::transcode::protobuf::{MessagePath, split_message_indexes};
 use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
 use kbq_core::bad_record::BadRecord;
@@ -42,6 +47,8 @@ pub enum ChangeSchemas {
     Registry(Arc<SchemaRegistry>, RegistryInput),
     /// Raw Avro with one schema, or schemaless JSON: the plan, compiled at start.
     Fixed(Arc<ChangePlan>),
+    /// JSON in Kafka Connect's envelope: each record's `schema` block is its schema.
+    Envelope,
 }
 
 /// A route's CDC settings, as the writer applies them.
@@ -80,6 +87,9 @@ pub struct ChangePlans {
     keys: Cache<Arc<KeyPlan>>,
     /// Whether a schema id is Protobuf (its records carry a message-index array).
     protobuf_ids: Mutex<HashMap<u32, bool>>,
+    /// Plans by Kafka Connect schema block, of values and of keys.
+    value_blocks: SchemaBlocks<Result<Arc<ChangePlan>, BadRecord>>,
+    key_blocks: SchemaBlocks<Result<Arc<KeyPlan>, BadRecord>>,
 }
 
 /// The table schema plans compile against: the table's columns and the pseudo-columns.
@@ -141,6 +151,9 @@ impl ChangePlans {
             ChangeInput::FixedAvro(schema) => {
                 (fixed(Some(WriterSchema::Avro(schema.clone())))?, false)
             }
+            ChangeInput::SchemalessJson if rules.json_envelope == ConnectEnvelope::On => {
+                (ChangeSchemas::Envelope, true)
+            }
             ChangeInput::SchemalessJson => (fixed(None)?, true),
             ChangeInput::Registry(registry, input) => {
                 (ChangeSchemas::Registry(registry, input), false)
@@ -155,6 +168,8 @@ impl ChangePlans {
             values: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
             protobuf_ids: Mutex::new(HashMap::new()),
+            value_blocks: SchemaBlocks::new(CONNECT_SCHEMAS_PER_ROUTE),
+            key_blocks: SchemaBlocks::new(CONNECT_SCHEMAS_PER_ROUTE),
         })
     }
 
@@ -165,6 +180,24 @@ impl ChangePlans {
     ) -> Result<(Arc<ChangePlan>, usize), PlanLookupError> {
         let (registry, input) = match &self.schemas {
             ChangeSchemas::Fixed(plan) => return Ok((plan.clone(), 0)),
+            ChangeSchemas::Envelope => {
+                let block = schema_block(payload, "")?;
+                let found = self.value_blocks.get_or_compile(block, |block| {
+                    let writer = connect_writer(block, "")?;
+                    let mut plan = compile(
+                        Some(&writer),
+                        &self.tables,
+                        &self.options,
+                        &self.rules,
+                        false,
+                    )?;
+                    if let ChangeShape::Json(shape) = plan.shape {
+                        plan.shape = ChangeShape::Json(shape.with_envelope(ConnectEnvelope::On));
+                    }
+                    Ok(Arc::new(plan))
+                });
+                return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
+            }
             ChangeSchemas::Registry(r, input) => (r, input),
         };
         let bad_value = |class: &'static str, reason: String| bad(class, reason);
@@ -194,6 +227,15 @@ impl ChangePlans {
         let relaxed = relaxed(&self.tables);
         let (registry, input) = match &self.schemas {
             ChangeSchemas::Registry(r, input) => (r, input),
+            ChangeSchemas::Envelope => {
+                let block = schema_block(key, "the kafka key: ")?;
+                let found = self.key_blocks.get_or_compile(block, |block| {
+                    let writer = connect_writer(block, "the kafka key: ")
+                        .map_err(|b| bad("cdc_no_key", b.reason))?;
+                    key_compile(Some(&writer), &relaxed, &self.options, ConnectEnvelope::On)
+                });
+                return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
+            }
             ChangeSchemas::Fixed(_) if self.schemaless => {
                 let found = self.key_cached((0, MessagePath::FIRST), || {
                     key_compile(None, &relaxed, &self.options, self.rules.json_envelope)
@@ -305,6 +347,29 @@ impl ChangePlans {
             Err(e) => Ok(Err(bad("unknown_schema", e.to_string()))),
         }
     }
+}
+
+/// The `schema` block of a record in Kafka Connect's envelope; `what` names a key.
+fn schema_block<'a>(data: &'a [u8], what: &str) -> Result<&'a [u8], PlanLookupError> {
+    let refuse = |class: &'static str, reason: String| {
+        PlanLookupError::BadRecord(bad(class, format!("{what}{reason}")))
+    };
+    match connect_schema(data) {
+        Ok(Some(range)) => Ok(&data[range]),
+        Ok(None) => Err(refuse(
+            "cdc_json_envelope",
+            "the schema of kafka connect's json envelope is null or absent: there are no types to read the payload by".into(),
+        )),
+        Err(e @ NotAChange::Json(_)) => Err(refuse("malformed_json", e.to_string())),
+        Err(e) => Err(refuse(e.class(), e.to_string())),
+    }
+}
+
+/// The writer schema a Kafka Connect schema block describes.
+fn connect_writer(block: &[u8], what: &str) -> Result<WriterSchema, BadRecord> {
+    connect::parse(block)
+        .map(|s| WriterSchema::Json(Arc::new(s)))
+        .map_err(|e| bad("incompatible_schema", format!("{what}{e}")))
 }
 
 fn cache<T: Clone>(

@@ -1,10 +1,12 @@
 //! A route's table as it must be before anything is consumed: read, or created (with its
-//! dataset) when the route has `create_table`, from the fixed Avro schema or from the latest
-//! schema of the topic's subject in the registry.
+//! dataset) when the route has `create_table`, from the fixed Avro schema, from the latest
+//! schema of the topic's subject in the registry, or from the Kafka Connect schema of the topic's
+//! newest record (`envelope_table.rs`).
 
 use anyhow::{Context, anyhow, bail};
 
 use super::cdc;
+use super::envelope_table;
 use super::plans::writer_schema;
 use super::settings::registry_input;
 use crate::backoff;
@@ -35,7 +37,9 @@ pub(super) async fn ensure_table(
     if let Some(existing) = read_table(rest, table).await? {
         return Ok(existing);
     }
-    if route.format == Some(config::InputFormat::Json) {
+    // Kafka Connect's envelope carries the schema: the one schemaless json that can make a table.
+    let envelope = route.cdc.filter(|c| c.schemas_enable == Some(true));
+    if route.format == Some(config::InputFormat::Json) && envelope.is_none() {
         bail!(
             "table {} (topic {topic}, {}) does not exist; schemaless json routes do not create tables",
             table.resource_name(),
@@ -54,6 +58,10 @@ pub(super) async fn ensure_table(
         metadata: route.metadata_columns.clone(),
     };
     let derived = match (schema, registry, &config.schema_registry) {
+        _ if envelope.is_some() => {
+            let cdc = envelope.expect("checked");
+            envelope_table::derive(config, cdc, topic, &options).await?
+        }
         (Some(schema), _, _) => derive_avro(schema, route.cdc, &options)?,
         (None, Some(registry), Some(sr)) => {
             let subject = sr.table_subject.replace("{topic}", topic);

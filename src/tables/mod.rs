@@ -6,7 +6,9 @@
 
 pub mod cdc;
 pub mod cdc_plans;
+mod connect_schemas;
 mod ensure;
+mod envelope_table;
 pub mod evolution;
 pub mod plans;
 pub mod router;

@@ -13,6 +13,9 @@ pub(super) struct Scope {
     pub(super) raw_avro: bool,
     pub(super) create_table: Option<String>,
     pub(super) add_columns: Option<String>,
+    /// Records in Kafka Connect's JSON envelope (`cdc.schemas_enable: true`), which carry their
+    /// schema: a table can be created from them.
+    pub(super) connect_envelope: bool,
 }
 
 impl Validator {
@@ -130,11 +133,11 @@ impl Validator {
                         "json is not read beside avro.schema_file (its schema would be ignored)",
                     );
                 }
-                if let Some(path) = s.create_table {
+                if let Some(path) = s.create_table.filter(|_| !s.connect_envelope) {
                     self.err(
                         &path,
                         format!(
-                            "create_table is not supported for schemaless json ({}): there is no schema to create the table from; create the table first",
+                            "create_table is not supported for schemaless json ({}) outside kafka connect's envelope (cdc.schemas_enable: true): there is no schema to create the table from; create the table first",
                             s.format_path
                         ),
                     );
@@ -172,6 +175,7 @@ fn format_scopes(c: &Config) -> Vec<Scope> {
             .then(|| "bigquery.create_table".into()),
         add_columns: (b.schema_update == SchemaUpdate::AddColumns)
             .then(|| "bigquery.schema_update".into()),
+        connect_envelope: false,
     }];
     for (i, r) in c.routes.iter().enumerate() {
         let create_table = match (&r.create_table, &b.create_table) {
@@ -196,6 +200,7 @@ fn format_scopes(c: &Config) -> Vec<Scope> {
             raw_avro: r.avro.is_some() || c.avro.is_some(),
             create_table,
             add_columns,
+            connect_envelope: r.cdc.as_ref().and_then(|c| c.schemas_enable) == Some(true),
         });
         // A CDC route reads every format: Avro (raw or registry), Protobuf, JSON Schema and
         // schemaless JSON (docs/cdc.md); what each needs is checked in `cdc::validate`.

@@ -1,0 +1,126 @@
+//! `create_table` of a route whose records carry their schema in Kafka Connect's JSON envelope
+//! (`cdc.schemas_enable: true`, docs/cdc.md). There is no registry to ask: the table is derived
+//! from the `schema` block of the topic's newest record, as a registry route's table is derived
+//! from its subject's latest schema; older records fit it as Debezium's do (a source table's new
+//! columns are optional). The last few records of each partition are read by a consumer that
+//! never subscribes and never commits (as `inspect` reads), the newest value with a schema taken;
+//! an empty topic has no schema yet, and the route fails naming the topic.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::cdc;
+use super::plans::WriterSchema;
+use crate::bigquery::table_schema::TableSchema;
+use crate::config::{CdcConfig, Config, defaults};
+use crate::transcode::DeriveOptions;
+use crate::transcode::change::connect_schema;
+use crate::transcode::json::connect_schema as connect;
+
+/// Records read back from the end of each partition: the newest may be tombstones (Debezium
+/// follows each delete with one), which carry no schema.
+const RECORDS_PER_PARTITION: i64 = 16;
+/// How long the reads may take in all.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// No record for this long: what was there has been read.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// The columns of the rows of the topic's newest record's schema.
+pub(super) async fn derive(
+    config: &Config,
+    cdc: &CdcConfig,
+    topic: &str,
+    options: &DeriveOptions,
+) -> anyhow::Result<TableSchema> {
+    let consumer = crate::inspect::group_reader(config)?;
+    let owned = topic.to_owned();
+    let block = tokio::task::spawn_blocking(move || newest_schema(&consumer, &owned))
+        .await
+        .context("reading the topic's newest record")??;
+    let Some(block) = block else {
+        bail!(
+            "topic {topic} has no record in kafka connect's envelope yet to create the table from (create_table of a schemas_enable route derives it from the newest record's schema): start the connector first, or create the table"
+        );
+    };
+    let schema =
+        connect::parse(&block).map_err(|e| anyhow!("topic {topic}'s newest record: {e}"))?;
+    tracing::info!(
+        topic,
+        "creating the table from the kafka connect schema of the topic's newest record"
+    );
+    cdc::row_writer(WriterSchema::Json(std::sync::Arc::new(schema)), cdc)?
+        .derive(options)
+        .map_err(|e| {
+            anyhow!("cannot derive a table schema from topic {topic}'s kafka connect schema: {e}")
+        })
+}
+
+/// The schema block of the newest value (by timestamp) among the last records of each
+/// partition; `None` when there is none.
+fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    let timeout = defaults::KAFKA_REQUEST_TIMEOUT;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .with_context(|| format!("cannot read topic {topic}'s metadata"))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = Vec::new();
+    for p in partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, timeout)
+            .with_context(|| format!("cannot read the watermarks of {topic}/{p}"))?;
+        if high > low {
+            let from = (high - RECORDS_PER_PARTITION).max(low);
+            assignment.add_partition_offset(topic, p, Offset::Offset(from))?;
+            ends.push((p, high));
+        }
+    }
+    if ends.is_empty() {
+        return Ok(None);
+    }
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut newest: Option<(i64, Vec<u8>)> = None;
+    // A partition's high watermark may count a transaction marker no poll returns: stop when
+    // every partition's end was read, or after a quiet spell.
+    let mut quiet = Duration::ZERO;
+    while !ends.is_empty() && quiet < QUIET {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("reading the last records of topic {topic} took longer than {READ_TIMEOUT:?}");
+        }
+        let wait = left.min(Duration::from_millis(250));
+        let Some(message) = consumer.poll(wait) else {
+            quiet += wait;
+            continue;
+        };
+        quiet = Duration::ZERO;
+        let message = message.with_context(|| format!("cannot read topic {topic}"))?;
+        if message.offset() + 1
+            >= ends
+                .iter()
+                .find(|(p, _)| *p == message.partition())
+                .map_or(0, |e| e.1)
+        {
+            ends.retain(|(p, _)| *p != message.partition());
+        }
+        let Some(value) = message.payload() else {
+            continue;
+        };
+        let Ok(Some(range)) = connect_schema(value) else {
+            continue;
+        };
+        let at = message.timestamp().to_millis().unwrap_or(i64::MIN);
+        if newest.as_ref().is_none_or(|(t, _)| at >= *t) {
+            newest = Some((at, value[range].to_vec()));
+        }
+    }
+    Ok(newest.map(|(_, block)| block))
+}
