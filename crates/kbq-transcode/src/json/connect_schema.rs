@@ -43,7 +43,9 @@ fn translate(connect: &Value, depth: usize) -> Result<Value, String> {
     let mut out = Map::new();
     let json_type = match ty {
         "int8" | "int16" | "int32" | "int64" => "integer",
-        "float32" | "float64" => "number",
+        // JsonConverter's names for FLOAT32 and FLOAT64 (Kafka's `JsonSchema.FLOAT_TYPE_NAME`,
+        // `DOUBLE_TYPE_NAME`), as Debezium's records carry them for `real` and `double precision`
+        "float" | "double" => "number",
         "boolean" => "boolean",
         "string" => "string",
         "bytes" => {
@@ -149,6 +151,14 @@ mod tests {
         assert_eq!(p["amount"]["connect.parameters"]["scale"], json!("3"));
         assert_eq!(p["tags"]["items"], json!({"type": ["string", "null"]}));
         assert_eq!(p["m"], json!({"connect.type": "map"}));
+        let floats = parse(
+            br#"{"type":"struct","fields":[{"type":"float","optional":true,"field":"r"},
+              {"type":"double","optional":false,"field":"d"}]}"#,
+        )
+        .unwrap();
+        let p = &floats.root()["properties"];
+        assert_eq!(p["r"], json!({"type": ["number", "null"]}));
+        assert_eq!(p["d"], json!({"type": "number"}));
         let e = parse(br#"{"type":"struct","fields":[{"type":"uint8","field":"x"}]}"#);
         assert!(e.unwrap_err().contains("field x: kafka connect type"));
     }
