@@ -617,8 +617,8 @@ fn unnamed_bytes_take_base64_with_or_without_padding() {
 fn a_geometry_struct_into_a_record_column_is_read_field_by_field() {
     let block = json!({"type": "struct", "optional": false, "fields": [
         {"type": "struct", "optional": true, "field": "c", "name": "io.debezium.data.geometry.Point",
-         "fields": [{"type": "float64", "optional": false, "field": "x"},
-                    {"type": "float64", "optional": false, "field": "y"}]}]});
+         "fields": [{"type": "double", "optional": false, "field": "x"},
+                    {"type": "double", "optional": false, "field": "y"}]}]});
     let schema = connect_schema::parse(block.to_string().as_bytes()).unwrap();
     let table: TableSchema =
         serde_json::from_value(json!({"fields": [{"name": "c", "type": "RECORD",
