@@ -40,6 +40,7 @@ pub fn group_reader(config: &Config) -> anyhow::Result<BaseConsumer> {
     }
     client
         .create()
+        .map_err(crate::kafka::redact::redacted)
         .context("cannot create a kafka client for the group")
 }
 

@@ -1015,3 +1015,237 @@ fn json_inputs_name_the_registry_and_table_fields_they_need_or_refuse() {
         "{errs:#?}"
     );
 }
+
+#[test]
+fn a_misspelt_librdkafka_property_fails_validate_naming_the_key_never_the_value() {
+    let yaml = MINIMAL.replace(
+        "  topics: [t]\n",
+        "  topics: [t]\n  properties:\n    sasl.pasword: hunter2-4711\n    fetch.wait.max.ms: soon-4711\n",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    assert!(
+        errs.iter().any(
+            |e| e == "kafka.properties.\"sasl.pasword\": not a librdkafka property (misspelt?)"
+        ),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e
+            .starts_with("kafka.properties.\"fetch.wait.max.ms\": librdkafka refuses the value")),
+        "{errs:#?}"
+    );
+    assert!(!errs.iter().any(|e| e.contains("hunter2")), "{errs:#?}");
+    let dl = MINIMAL.replace(
+        "  topic: t-dlq\n",
+        "  topic: t-dlq\n  properties:\n    ssl.key.passwrd: hunter2-4711\n",
+    );
+    let errs = errors(&dl, HashMap::new());
+    assert_eq!(
+        errs,
+        vec!["dead_letter.properties.\"ssl.key.passwrd\": not a librdkafka property (misspelt?)"]
+    );
+}
+
+#[test]
+fn secret_bearing_keys_are_hidden_even_when_misspelt() {
+    use kafka_bigquery_sink::config::Properties;
+    for key in [
+        "sasl.password",
+        "sasl.pasword",
+        "sasl.jaas.config",
+        "ssl.key.pem",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "sasl.oauthbearer.token.endpoint.url.token",
+        "sasl.oauthbearer.assertion.private.key.passphrase",
+    ] {
+        assert!(Properties::is_secret(key), "{key}");
+    }
+    for key in ["sasl.mechanism", "security.protocol", "fetch.max.bytes"] {
+        assert!(!Properties::is_secret(key), "{key}");
+    }
+}
+
+#[test]
+fn an_http_endpoint_with_real_credentials_is_refused_unless_it_is_a_local_emulator() {
+    let http = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  endpoint: http://bigquery.example.internal\n",
+    );
+    assert_one_error(
+        &http,
+        HashMap::new(),
+        "bigquery.endpoint: an http:// endpoint would carry the credentials' bearer token in the clear",
+    );
+    let emulator = http.replace("  table: t\n", "  table: t\n  local_emulator: true\n");
+    assert_eq!(errors(&emulator, HashMap::new()), Vec::<String>::new());
+    let none = http.replace("  table: t\n", "  table: t\n  credentials: none\n");
+    assert_eq!(errors(&none, HashMap::new()), Vec::<String>::new());
+    let https = MINIMAL.replace(
+        "  table: t\n",
+        "  table: t\n  endpoint: https://bigquery.example.internal\n",
+    );
+    assert_eq!(errors(&https, HashMap::new()), Vec::<String>::new());
+}
+
+#[test]
+fn turning_off_certificate_checks_is_warned_about() {
+    let yaml = MINIMAL
+        .replace(
+            "  topics: [t]\n",
+            "  topics: [t]\n  properties:\n    security.protocol: ssl\n    enable.ssl.certificate.verification: 'false'\n",
+        )
+        .replace(
+            "  topic: t-dlq\n",
+            "  topic: t-dlq\n  properties:\n    ssl.endpoint.identification.algorithm: none\n",
+        );
+    let c = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    validate(&c).expect("valid: only warned about");
+    let warned: Vec<String> = warnings(&c).iter().map(ToString::to_string).collect();
+    for expected in [
+        "kafka.properties.\"enable.ssl.certificate.verification\": the brokers' certificates are not verified",
+        "dead_letter.properties.\"ssl.endpoint.identification.algorithm\": the brokers' host names are not checked",
+    ] {
+        assert!(
+            warned.iter().any(|w| w.starts_with(expected)),
+            "{expected}: {warned:#?}"
+        );
+    }
+}
+
+#[test]
+fn project_dataset_and_table_names_follow_bigquerys_rules() {
+    for (field, value, expected) in [
+        (
+            "project: p",
+            "project: ../../../x",
+            "bigquery.project: `../../../x` is not a project id",
+        ),
+        (
+            "project: p",
+            "project: Acme",
+            "bigquery.project: `Acme` is not a project id",
+        ),
+        (
+            "project: p",
+            "project: 'cfg?alt=media'",
+            "bigquery.project: `cfg?alt=media` is not a project id",
+        ),
+        (
+            "table: t",
+            "table: 'cfg?alt=media'",
+            "bigquery.table: '?' cannot be in a table id",
+        ),
+        (
+            "table: t",
+            "table: 'cfg#x'",
+            "bigquery.table: '#' cannot be in a table id",
+        ),
+        (
+            "table: t",
+            "table: 'x%2Fy'",
+            "bigquery.table: '%' cannot be in a table id",
+        ),
+    ] {
+        let yaml = MINIMAL.replace(field, value);
+        assert_one_error(&yaml, HashMap::new(), expected);
+    }
+    let long = MINIMAL.replace("dataset: d", &format!("dataset: {}", "d".repeat(1025)));
+    assert_one_error(
+        &long,
+        HashMap::new(),
+        "bigquery.dataset: at most 1024 bytes",
+    );
+    for (field, value) in [
+        ("project: p", "project: example.com:my-project-7"),
+        ("table: t", "table: 'orders 2024-eu_{topic}'"),
+        ("table: t", "table: bestellungen_größe"),
+    ] {
+        let yaml = MINIMAL.replace(field, value);
+        assert_eq!(
+            errors(&yaml, HashMap::new()),
+            Vec::<String>::new(),
+            "{value}"
+        );
+    }
+}
+
+#[test]
+fn secrets_are_read_from_files_and_never_printed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let password = write("sr-password", "sr-pw-4711\n");
+    let kafka = write("kafka-password", "kafka-pw-4711\r\n");
+    let yaml = format!(
+        "{}schema_registry:\n  url: https://sr.example.internal\n  username: kbq\n  password_file: {password}\n",
+        MINIMAL
+            .replace("avro:\n  schema_file: s.avsc\n", "")
+            .replace(
+                "  topics: [t]\n",
+                &format!("  topics: [t]\n  properties:\n    security.protocol: sasl_ssl\n    sasl.mechanism: PLAIN\n    sasl.username: kbq\n  property_files:\n    sasl.password: {kafka}\n"),
+            )
+    );
+    let config_file = write("config.yaml", &yaml);
+    let c = Config::load(Path::new(&config_file)).expect("loads");
+    let sr = c.schema_registry.as_ref().expect("registry");
+    assert_eq!(sr.password.as_ref().expect("read").expose(), "sr-pw-4711");
+    assert_eq!(
+        c.kafka.consumer_properties()["sasl.password"],
+        "kafka-pw-4711"
+    );
+    assert!(!format!("{c:?}").contains("4711"));
+
+    // Both forms, or a file that is not there: the field is named, the contents never.
+    let both = yaml.replace(
+        "  username: kbq\n",
+        "  username: kbq\n  password: inline-4711\n",
+    );
+    let missing = yaml.replace(&password, "/nonexistent/sr-password");
+    for (text, expected) in [
+        (
+            both,
+            "schema_registry.password_file: set either schema_registry.password or schema_registry.password_file, not both",
+        ),
+        (
+            missing,
+            "schema_registry.password_file: cannot read /nonexistent/sr-password",
+        ),
+    ] {
+        let file = write("bad.yaml", &text);
+        let errs = Config::load(Path::new(&file))
+            .expect_err("refused")
+            .errors();
+        assert!(errs.iter().any(|e| e.starts_with(expected)), "{errs:#?}");
+        assert!(!errs.iter().any(|e| e.contains("4711")), "{errs:#?}");
+    }
+}
+
+#[test]
+fn a_config_past_the_parsers_size_limit_says_so_in_words() {
+    let huge = format!(
+        "{}  location: {}\n",
+        MINIMAL.replace("dead_letter:\n  topic: t-dlq\n", ""),
+        "x".repeat(65 << 20)
+    );
+    let huge = format!("{huge}dead_letter:\n  topic: t-dlq\n");
+    let errs = errors(&huge, HashMap::new());
+    assert_eq!(
+        errs.len(),
+        1,
+        "{}",
+        errs.join("\n").chars().take(500).collect::<String>()
+    );
+    assert!(
+        errs[0].contains("the config is too large to be a config"),
+        "{}",
+        &errs[0]
+    );
+    assert!(!errs[0].contains("budget breached"), "{}", &errs[0]);
+    assert!(!errs[0].contains("ScalarBytes"), "{}", &errs[0]);
+}

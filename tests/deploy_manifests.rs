@@ -44,6 +44,7 @@ fn kustomization_lists_every_manifest_of_the_base() {
         "podmonitor.yaml",
         "poddisruptionbudget.yaml",
         "serviceaccount.yaml",
+        "networkpolicy.yaml",
     ] {
         assert!(
             resources.contains(&kind_file),
@@ -238,4 +239,60 @@ fn keda_scaling_steps_are_further_apart_than_a_checkpoint_cycle_and_a_rebalance(
             "{name} = {seconds}s is not above a checkpoint cycle plus a rebalance ({bound}s)"
         );
     }
+}
+
+#[test]
+fn only_the_scraper_reaches_the_ops_port_and_the_pod_mounts_no_api_token() {
+    let np = manifest("base/networkpolicy.yaml");
+    assert_eq!(np["kind"], "NetworkPolicy");
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "kafka-bigquery-sink"
+    );
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let rules = np["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "one rule: the scraper");
+    let rule = &rules[0];
+    assert_eq!(
+        rule["ports"],
+        serde_json::json!([{"port": "metrics", "protocol": "TCP"}])
+    );
+    let peers = rule["from"].as_array().unwrap();
+    assert_eq!(peers.len(), 1);
+    // Both selectors in one peer: the scraper's pods in the scraper's namespace, not either.
+    assert!(peers[0]["namespaceSelector"].is_object());
+    assert!(peers[0]["podSelector"]["matchExpressions"].is_array());
+
+    let d = manifest("base/deployment.yaml");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    let sa = manifest("base/serviceaccount.yaml");
+    assert_eq!(sa["automountServiceAccountToken"], false);
+}
+
+#[test]
+fn no_manifest_names_an_image_by_the_latest_tag() {
+    fn walk(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "tpl") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    if line.contains(":latest") {
+                        found.push(format!("{}:{}: {line}", path.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"),
+        &mut found,
+    );
+    assert!(found.is_empty(), "{found:#?}");
 }

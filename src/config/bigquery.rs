@@ -24,6 +24,10 @@ pub struct BigQueryConfig {
     /// REST share it.
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// The `endpoint` is a local emulator: only then may an `http://` endpoint receive real
+    /// credentials (`adc`, `key_file`), whose bearer token it would carry in the clear.
+    #[serde(default)]
+    pub local_emulator: bool,
     /// `adc` (default: Application Default Credentials, e.g. GKE Workload Identity),
     /// `{key_file: path}` (a service-account key) or `none` (only with an emulator `endpoint`).
     #[serde(default = "default_credentials")]

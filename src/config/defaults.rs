@@ -91,12 +91,23 @@ pub const RECOVERY_RESOLVE_FALLBACK: ResolveFallback = ResolveFallback::Fail;
 /// NOT_FOUND on a stream can be transient (docs/architecture.md#bigquery-facts): asked this often
 /// before the stream counts as gone.
 pub const STREAM_NOT_FOUND_RETRIES: u32 = 3;
+/// All of the pod's own addresses: in Kubernetes that is the pod's IP (and loopback), reached
+/// only as far as the NetworkPolicy of `deploy/` lets it (the scraper).
 pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
 pub const LOG_LEVEL: &str = "info";
 
 // Settings the sink fixes itself (not in the config file), kept here so that every default is in
 // one place.
 
+/// The ops port (`/metrics`, `/healthz`, `/readyz`), docs/operations.md#hostile-input: connections
+/// served at once (a scraper and the kubelet need a few; more wait in the listen backlog).
+pub const OPS_MAX_CONNECTIONS: usize = 64;
+/// A request's headers must arrive within this, or its connection is closed.
+pub const OPS_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Any ops connection is asked to close after this (idle keep-alive ones included).
+pub const OPS_MAX_CONNECTION_AGE: Duration = Duration::from_secs(30);
+/// What a connection asked to close gets to finish its response before it is dropped.
+pub const OPS_CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// `/healthz` turns false when the coordinator has not beaten for this long.
 pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(30);
 /// How long a dead-letter send may wait for the broker's acknowledgement.

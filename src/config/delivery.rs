@@ -112,6 +112,9 @@ pub struct DeadLetterConfig {
     /// dead-lettered record must be durable before its checkpoint commits.
     #[serde(default)]
     pub properties: Properties,
+    /// Producer properties whose values are read from files, as `kafka.property_files`.
+    #[serde(default)]
+    pub property_files: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 /// What to do where no exact continuation exists (docs/architecture.md#recovery).

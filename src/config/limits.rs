@@ -14,3 +14,7 @@ pub const MAX_REGISTRY_RESPONSE_BYTES: ByteSize = ByteSize(1024 * 1024 * 1024);
 pub const MAX_CLUSTERING_FIELDS: usize = 4;
 /// The longest table id BigQuery accepts.
 pub const MAX_TABLE_ID_BYTES: usize = 1024;
+/// The longest dataset id BigQuery accepts.
+pub const MAX_DATASET_ID_BYTES: usize = 1024;
+/// The longest project id Google Cloud accepts (without its `domain:` prefix).
+pub const MAX_PROJECT_ID_CHARS: usize = 30;

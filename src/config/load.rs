@@ -76,7 +76,8 @@ impl Config {
         let env: HashMap<String, String> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let config = Config::from_yaml(&text, env).map_err(LoadError::Invalid)?;
+        let mut config = Config::from_yaml(&text, env).map_err(LoadError::Invalid)?;
+        config.read_secret_files().map_err(LoadError::Invalid)?;
         validate(&config).map_err(LoadError::Invalid)?;
         Ok(config)
     }
@@ -270,12 +271,40 @@ pub(super) mod yaml_paths {
     }
 
     /// A serde-saphyr error as a `ConfigError` with the field path of its position.
+    /// What a tripped limit of the YAML parser means, in words (its own message is the
+    /// limit's name and counters: `budget breached: ScalarBytes { .. }`).
+    fn budget_message(breach: &serde_saphyr::budget::BudgetBreach) -> String {
+        use serde_saphyr::budget::BudgetBreach as B;
+        let why = match breach {
+            B::ScalarBytes { total_scalar_bytes } => format!(
+                "its values add up to more than the parser's limit ({total_scalar_bytes} bytes read)"
+            ),
+            B::InputBytes { input_bytes } => {
+                format!("it is larger than the parser's limit ({input_bytes} bytes read)")
+            }
+            B::Depth { depth } => format!("it nests {depth} levels deep"),
+            B::Nodes { nodes } => format!("it holds more than {nodes} values"),
+            B::Events { events } => format!("it holds more than {events} YAML events"),
+            B::Aliases { .. } | B::Anchors { .. } | B::AliasAnchorRatio { .. } => {
+                "it uses too many YAML anchors or aliases (an alias bomb?)".to_string()
+            }
+            B::Documents { documents } => format!("it holds {documents} YAML documents"),
+            _ => "it exceeds a limit of the YAML parser".to_string(),
+        };
+        format!(
+            "the config is too large to be a config: {why}; was a file pasted or substituted into it?"
+        )
+    }
+
     pub(super) fn parse_error(text: &str, e: &serde_saphyr::Error) -> ConfigError {
-        let mut message = e
-            .without_snippet()
-            .render_with_options(serde_saphyr::render_options! {
-                snippets: serde_saphyr::SnippetMode::Off,
-            });
+        let mut message = match e.without_snippet() {
+            serde_saphyr::Error::Budget { breach, .. } => budget_message(breach),
+            _ => e
+                .without_snippet()
+                .render_with_options(serde_saphyr::render_options! {
+                    snippets: serde_saphyr::SnippetMode::Off,
+                }),
+        };
         let Some(loc) = e.location().filter(|l| l.line() > 0) else {
             return ConfigError::at("", message);
         };

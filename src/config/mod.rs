@@ -7,6 +7,7 @@
 //! without a default is an error naming it) and reports parse errors with their field path and
 //! line. [`validate`] then checks the rules between fields and returns every violation at once.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -23,6 +24,7 @@ pub mod limits;
 mod load;
 mod ops;
 mod routes;
+mod secret_files;
 mod topic_pattern;
 mod validate;
 mod values;
@@ -132,6 +134,11 @@ pub struct KafkaConfig {
     /// (unless `group.protocol=consumer`, whose assignor runs on the broker).
     #[serde(default)]
     pub properties: Properties,
+    /// librdkafka properties whose values are read from files (a mounted Kubernetes Secret),
+    /// e.g. `sasl.password: /var/run/secrets/kafka/password`; read once at start, one trailing
+    /// newline dropped. A property is set here or in `properties`, not both.
+    #[serde(default)]
+    pub property_files: BTreeMap<String, PathBuf>,
 }
 
 impl KafkaConfig {
@@ -171,9 +178,16 @@ pub struct SchemaRegistryConfig {
     /// Basic-auth password; requires `username`.
     #[serde(default)]
     pub password: Option<Secret>,
+    /// A file holding the password (a mounted Kubernetes Secret), instead of `password`; read
+    /// once at start, one trailing newline dropped.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
     /// Bearer token, instead of basic auth.
     #[serde(default)]
     pub bearer_token: Option<Secret>,
+    /// A file holding the bearer token, instead of `bearer_token`.
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
     /// PEM file of CA certificates to trust, in addition to the system roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,

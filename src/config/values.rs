@@ -198,14 +198,26 @@ impl fmt::Debug for Secret {
 pub struct Properties(pub BTreeMap<String, String>);
 
 impl Properties {
-    /// Whether librdkafka treats the value of `key` as a credential.
+    /// Whether the value of `key` may be a credential: passwords, secrets, tokens, private
+    /// keys, PEM blocks, JAAS and OAUTHBEARER configs. Misspelt keys are judged by the same
+    /// words, so `sasl.pasword` is still hidden.
     pub fn is_secret(key: &str) -> bool {
         let key = key.to_ascii_lowercase();
-        key.contains("password")
-            || key.contains("secret")
+        [
+            "pass",
+            "pasw",
+            "pwd",
+            "secret",
+            "token",
+            "private",
+            "credential",
+            "jaas",
+            "oauthbearer.config",
+        ]
+        .iter()
+        .any(|word| key.contains(word))
             || key.ends_with(".pem")
-            || key == "sasl.jaas.config"
-            || key == "sasl.oauthbearer.config"
+            || key.contains(".key")
     }
 }
 

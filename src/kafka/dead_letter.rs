@@ -103,7 +103,9 @@ impl DeadLetterProducer {
         let context = WatchedContext {
             brokers: brokers.clone(),
         };
-        let producer: FutureProducer<WatchedContext> = config.create_with_context(context)?;
+        let producer: FutureProducer<WatchedContext> = config
+            .create_with_context(context)
+            .map_err(crate::kafka::redact::redacted)?;
         let held = producer.clone();
         let finder =
             BrokerFinder::spawn("kafka-dead-letter-brokers", brokers, move |watch, now| {

@@ -8,3 +8,4 @@ pub mod dead_letter;
 pub mod headers;
 pub mod memory_budget;
 pub mod reconnect;
+pub mod redact;

@@ -17,6 +17,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
+use crate::config::defaults;
 
 /// Liveness and readiness, written by the daemon's loops, read by the probes.
 pub struct Health {
@@ -135,6 +136,32 @@ async fn readyz(State(s): State<OpsState>) -> impl IntoResponse {
     }
 }
 
+/// What one client may hold of the ops port: the port is reachable by whatever can reach the
+/// pod, so a slow or idle client must not keep connections (and file descriptors) without end.
+#[derive(Debug, Clone, Copy)]
+pub struct OpsLimits {
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this (a half-sent request is closed after it).
+    pub header_read_timeout: Duration,
+    /// A connection is asked to close after this, whatever it does (an idle keep-alive one too);
+    /// a scrape takes milliseconds and Prometheus reconnects.
+    pub max_connection_age: Duration,
+    /// What a connection asked to close still gets to finish its response.
+    pub close_grace: Duration,
+}
+
+impl Default for OpsLimits {
+    fn default() -> Self {
+        OpsLimits {
+            max_connections: defaults::OPS_MAX_CONNECTIONS,
+            header_read_timeout: defaults::OPS_HEADER_READ_TIMEOUT,
+            max_connection_age: defaults::OPS_MAX_CONNECTION_AGE,
+            close_grace: defaults::OPS_CLOSE_GRACE,
+        }
+    }
+}
+
 /// Serves the ops routes until `shutdown` is cancelled; returns the bound address.
 pub async fn serve(
     listen: SocketAddr,
@@ -142,15 +169,84 @@ pub async fn serve(
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
+    serve_with(
+        listen,
+        router(metrics, health),
+        OpsLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `app` with `limits`: its own accept loop, since `axum::serve` has neither timeouts
+/// nor a connection cap.
+pub async fn serve_with(
+    listen: SocketAddr,
+    app: Router,
+    limits: OpsLimits,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let app = router(metrics, health);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-    });
+    tokio::spawn(accept_loop(listener, app, limits, shutdown));
     Ok(addr)
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: OpsLimits,
+    shutdown: CancellationToken,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    // HTTP/1 only (scrapers and probes speak it): the header timeout then runs from the
+    // first byte a connection is expected to send, with no protocol sniffing before it.
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    loop {
+        // A slot first: at the cap, new connections wait in the kernel's backlog rather than
+        // each taking a file descriptor here.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            _ = shutdown.cancelled() => return,
+        };
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(%error, "ops port cannot accept a connection");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let builder = builder.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = tokio::time::sleep(limits.max_connection_age) => {}
+                _ = shutdown.cancelled() => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            // A client that does not read its response is dropped after the grace.
+            let _ = tokio::time::timeout(limits.close_grace, conn).await;
+        });
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +282,60 @@ mod tests {
         let (code, body) = get("/metrics").await;
         assert_eq!(code, 200);
         assert!(body.contains("kbq_open_streams"));
+        token.cancel();
+    }
+
+    /// More half-sent and idle connections than the cap: each is closed after the header
+    /// timeout (the ones past the cap wait in the backlog, then get their turn), and `/metrics`
+    /// answers afterwards. `axum::serve` kept every one open.
+    #[tokio::test]
+    async fn slow_and_idle_clients_are_closed_and_metrics_still_answers() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = OpsLimits::default();
+        let token = CancellationToken::new();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(Metrics::new()),
+            Arc::new(Health::new(Duration::from_secs(30))),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        let clients = limits.max_connections + 6;
+        let mut conns = Vec::new();
+        for i in 0..clients {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if i % 2 == 0 {
+                tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    .await
+                    .unwrap();
+            }
+            conns.push(tcp);
+        }
+        let start = Instant::now();
+        // Two rounds of the header timeout (the cap's worth, then the rest), and slack.
+        let deadline = 2 * limits.header_read_timeout + Duration::from_secs(5);
+        for (i, tcp) in conns.iter_mut().enumerate() {
+            let left = deadline.saturating_sub(start.elapsed());
+            let mut buf = [0u8; 256];
+            let closed = tokio::time::timeout(left, async {
+                loop {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            assert!(
+                closed.is_ok(),
+                "connection {i} still open after {deadline:?}"
+            );
+        }
+        let r = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
         token.cancel();
     }
 }

@@ -29,24 +29,33 @@ VALUE_SETS = ["default"] + sorted(p.name for p in (CHART / "ci").glob("*.yaml"))
 # helm's own default Kubernetes version depends on how it was built: name the oldest we claim.
 KUBE_VERSION = "1.31.0"
 EXPECTED_KINDS = {
-    "default": {"Deployment", "ConfigMap", "Service", "ServiceAccount", "PodDisruptionBudget"},
+    "default": {
+        "Deployment",
+        "ConfigMap",
+        "Service",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    },
     "everything-values.yaml": {
         "Deployment",
         "ConfigMap",
         "Service",
         "ServiceAccount",
         "PodDisruptionBudget",
+        "NetworkPolicy",
         "PodMonitor",
         "PrometheusRule",
         "ScaledObject",
     },
-    "existing-configmap-values.yaml": {"Deployment"},
+    "existing-configmap-values.yaml": {"Deployment", "NetworkPolicy"},
     "production-values.yaml": {
         "Deployment",
         "ConfigMap",
         "Service",
         "ServiceAccount",
         "PodDisruptionBudget",
+        "NetworkPolicy",
         "PodMonitor",
         "PrometheusRule",
     },

@@ -109,6 +109,7 @@ impl Validator {
             );
         }
         let Some(dl) = &c.dead_letter else { return };
+        self.librdkafka_properties("dead_letter.properties", &dl.properties);
         if let Some(topic) = topic {
             if !is_kafka_topic_name(topic) {
                 self.err(

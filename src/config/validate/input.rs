@@ -38,18 +38,20 @@ impl Validator {
             if !is_http_url(&sr.url) {
                 self.err("schema_registry.url", "must be an http:// or https:// URL");
             }
-            match (&sr.username, &sr.password) {
-                (Some(_), None) => self.err(
+            let password = sr.password.is_some() || sr.password_file.is_some();
+            let token = sr.bearer_token.is_some() || sr.bearer_token_file.is_some();
+            match (&sr.username, password) {
+                (Some(_), false) => self.err(
                     "schema_registry.password",
                     "required with schema_registry.username",
                 ),
-                (None, Some(_)) => self.err(
+                (None, true) => self.err(
                     "schema_registry.username",
                     "required with schema_registry.password",
                 ),
                 _ => {}
             }
-            if sr.bearer_token.is_some() && (sr.username.is_some() || sr.password.is_some()) {
+            if token && (sr.username.is_some() || password) {
                 self.err(
                     "schema_registry.bearer_token",
                     "use either basic auth (username/password) or a bearer token, not both",

@@ -1,7 +1,11 @@
 //! The `kafka` section: servers, the subscription (topics or a pattern), librdkafka properties.
 
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaConfRes;
+
 use crate::config::topic_pattern::TopicPattern;
-use crate::config::{FORCED_CONSUMER_PROPERTIES, KafkaConfig};
+use crate::config::{FORCED_CONSUMER_PROPERTIES, KafkaConfig, Properties};
 
 use super::{Validator, is_kafka_topic_name, quoted_key};
 
@@ -110,6 +114,7 @@ impl Validator {
                 );
             }
         }
+        self.librdkafka_properties("kafka.properties", &k.properties);
         if k.is_kip848() && k.properties.contains_key("partition.assignment.strategy") {
             self.err(
                 format!(
@@ -119,5 +124,54 @@ impl Validator {
                 "not used with group.protocol=consumer (the broker assigns partitions)",
             );
         }
+    }
+
+    /// Each property is one librdkafka knows, with a value it takes: each is set on a native
+    /// configuration of its own (no client, no I/O), as the client would set it at start. A
+    /// misspelt name fails here, naming the key; a secret's value is never shown.
+    pub(super) fn librdkafka_properties(&mut self, path: &str, properties: &Properties) {
+        for (key, value) in properties.iter() {
+            let mut one = ClientConfig::new();
+            one.set(key, value);
+            let Err(KafkaError::ClientConfig(result, desc, ..)) = one.create_native_config() else {
+                continue;
+            };
+            let message = match result {
+                RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN => {
+                    "not a librdkafka property (misspelt?)".to_string()
+                }
+                _ if Properties::is_secret(key) => {
+                    "librdkafka refuses the value (not shown: it is a secret)".to_string()
+                }
+                _ => format!("librdkafka refuses the value: {desc}"),
+            };
+            self.err(format!("{path}.{}", quoted_key(key)), message);
+        }
+    }
+}
+
+/// Turned-off certificate checks: valid, but anyone on the path can then pose as the broker and
+/// read the records and the SASL credentials.
+pub(super) fn certificate_warnings(
+    path: &str,
+    properties: &Properties,
+    out: &mut Vec<crate::config::ConfigError>,
+) {
+    let off = |key: &str, values: &[&str]| {
+        properties
+            .get(key)
+            .is_some_and(|v| values.iter().any(|off| v.trim().eq_ignore_ascii_case(off)))
+    };
+    if off("enable.ssl.certificate.verification", &["false", "0"]) {
+        out.push(crate::config::ConfigError::at(
+            format!("{path}.{}", quoted_key("enable.ssl.certificate.verification")),
+            "the brokers' certificates are not verified: anyone on the network path can pose as a broker and read the records and credentials",
+        ));
+    }
+    if off("ssl.endpoint.identification.algorithm", &["none"]) {
+        out.push(crate::config::ConfigError::at(
+            format!("{path}.{}", quoted_key("ssl.endpoint.identification.algorithm")),
+            "the brokers' host names are not checked against their certificates: any certificate from a trusted CA passes",
+        ));
     }
 }

@@ -38,6 +38,13 @@ pub fn warnings(config: &Config) -> Vec<ConfigError> {
             }
         }
     }
+    let mut sections = vec![("kafka.properties", &config.kafka.properties)];
+    if let Some(dl) = &config.dead_letter {
+        sections.push(("dead_letter.properties", &dl.properties));
+    }
+    for (path, properties) in sections {
+        kafka::certificate_warnings(path, properties, &mut out);
+    }
     delivery::warnings(config, &mut out);
     cdc::warnings(config, &mut out);
     out

@@ -14,6 +14,15 @@ impl Validator {
         let b = &c.bigquery;
         if b.project.trim().is_empty() {
             self.err("bigquery.project", "must not be empty");
+        } else if !is_project_id(&b.project) {
+            self.err(
+                "bigquery.project",
+                format!(
+                    "`{}` is not a project id: lowercase letters, digits and hyphens, at most {}, optionally after `domain:`",
+                    b.project,
+                    limits::MAX_PROJECT_ID_CHARS
+                ),
+            );
         }
         if b.dataset.is_empty()
             || !b
@@ -25,12 +34,27 @@ impl Validator {
                 "bigquery.dataset",
                 "must be letters, digits and underscores",
             );
+        } else if b.dataset.len() > limits::MAX_DATASET_ID_BYTES {
+            self.err(
+                "bigquery.dataset",
+                format!("at most {} bytes", limits::MAX_DATASET_ID_BYTES),
+            );
         }
         self.table_setting("bigquery.table", &b.table);
         if let Some(endpoint) = &b.endpoint
             && !is_http_url(endpoint)
         {
             self.err("bigquery.endpoint", "must be an http:// or https:// URL");
+        }
+        if let Some(endpoint) = &b.endpoint
+            && endpoint.starts_with("http://")
+            && b.credentials != Credentials::None
+            && !b.local_emulator
+        {
+            self.err(
+                "bigquery.endpoint",
+                "an http:// endpoint would carry the credentials' bearer token in the clear: use https://, credentials: none for an emulator, or set bigquery.local_emulator: true",
+            );
         }
         if b.credentials == Credentials::None && b.endpoint.is_none() {
             self.err(
@@ -60,6 +84,13 @@ impl Validator {
             self.err(
                 path,
                 "a table id, not a path (set project and dataset separately)",
+            );
+        } else if let Some(c) = without_placeholder.chars().find(|c| !is_table_id_char(*c)) {
+            self.err(
+                path,
+                format!(
+                    "{c:?} cannot be in a table id (letters, marks, digits, `_`, `-` and spaces)"
+                ),
             );
         } else if without_placeholder.len() > limits::MAX_TABLE_ID_BYTES {
             self.err(
@@ -246,5 +277,37 @@ impl Validator {
                 );
             }
         }
+    }
+}
+
+/// A Google Cloud project id: lowercase letters, digits and hyphens, starting with a letter,
+/// optionally after a `domain:` (`example.com:my-project`).
+fn is_project_id(project: &str) -> bool {
+    let (domain, id) = match project.rsplit_once(':') {
+        Some((domain, id)) => (Some(domain), id),
+        None => (None, project),
+    };
+    let domain_ok = domain.is_none_or(|d| {
+        !d.is_empty()
+            && d.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'))
+    });
+    domain_ok
+        && id.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && id.len() <= limits::MAX_PROJECT_ID_CHARS
+}
+
+/// A character BigQuery takes in a table id: Unicode letters, marks and numbers, connector and
+/// dash punctuation, spaces. ASCII is checked exactly (letters, digits, `_`, `-`, space); beyond
+/// ASCII only control characters and line separators are refused, the rest left to BigQuery
+/// (the standard library cannot sort characters into Unicode categories).
+fn is_table_id_char(c: char) -> bool {
+    if c.is_ascii() {
+        c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ' ')
+    } else {
+        !c.is_control() && !matches!(c, '\u{2028}' | '\u{2029}')
     }
 }

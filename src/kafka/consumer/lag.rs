@@ -103,7 +103,9 @@ impl WatermarkReader {
         let context = WatchedContext {
             brokers: brokers.clone(),
         };
-        let client: BaseConsumer<WatchedContext> = config.create_with_context(context)?;
+        let client: BaseConsumer<WatchedContext> = config
+            .create_with_context(context)
+            .map_err(crate::kafka::redact::redacted)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let timeout = settings.request_timeout;

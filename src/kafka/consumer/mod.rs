@@ -91,7 +91,9 @@ pub fn spawn(
         settings: settings.clone(),
         brokers: BrokerWatch::new("consumer", &config),
     };
-    let consumer: BaseConsumer<SinkContext> = config.create_with_context(context)?;
+    let consumer: BaseConsumer<SinkContext> = config
+        .create_with_context(context)
+        .map_err(crate::kafka::redact::redacted)?;
     count_initial_partitions(&consumer, &settings);
     let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
