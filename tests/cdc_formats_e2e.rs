@@ -251,10 +251,11 @@ async fn schemaless_json_debezium_changes_converge_across_a_kill() {
 
 /// Schemaless JSON from Kafka Connect's `JsonConverter` with `schemas.enable=true`: keys and
 /// values in the `{"schema", "payload"}` envelope, ordered by the `source.lsn` of the payload;
-/// the table is created from the schema block of the topic's newest record.
+/// the table is created from the schema block of the topic's newest record, its primary key from
+/// that record's key schema.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemaless_json_in_kafka_connects_envelope_converges_across_a_kill() {
-    let route = "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      primary_key: [id]\n      schemas_enable: true\n      sequence: {source_field: source.lsn}";
+    let route = "    create_table: {}\n    cdc:\n      mode: upsert_delete\n      schemas_enable: true\n      sequence: {source_field: source.lsn}";
     converges_across_a_kill("connect", route).await;
 }
 

@@ -162,10 +162,15 @@ fn validate_key(
     let mut err = |path: String, message: String| errors.push(ConfigError::at(path, message));
     // Without a key in the config it is read from the Kafka key's registered schema.
     let raw_avro = route.avro.is_some() || config.avro.is_some();
-    if c.primary_key.is_none() && (raw_avro || schemaless || config.schema_registry.is_none()) {
+    // Kafka Connect's envelope carries the key's schema with each key.
+    let envelope = schemaless && c.schemas_enable == Some(true);
+    if c.primary_key.is_none()
+        && !envelope
+        && (raw_avro || schemaless || config.schema_registry.is_none())
+    {
         err(
             format!("{path}.primary_key"),
-            "is required when the kafka key's schema does not come from schema_registry (raw avro or schemaless json input): list the key columns".into(),
+            "is required when the kafka key's schema does not come from schema_registry or kafka connect's envelope (raw avro, or schemaless json without schemas_enable: true): list the key columns".into(),
         );
     }
     if let Some(subject) = &c.key_subject {

@@ -98,8 +98,10 @@ pub(super) fn key_columns(key: &WriterSchema) -> Result<Vec<String>, String> {
 }
 
 /// The route's CDC settings with the primary key filled in from the Kafka key's latest
-/// registered schema (`key_subject`, by default `{topic}-key`) when the config lists none.
+/// registered schema (`key_subject`, by default `{topic}-key`), or from the key schema of the
+/// topic's newest record in Kafka Connect's envelope, when the config lists none.
 pub(super) async fn with_key(
+    config: &crate::config::Config,
     cdc: &CdcConfig,
     registry: Option<&SchemaRegistry>,
     topic: &str,
@@ -107,6 +109,16 @@ pub(super) async fn with_key(
 ) -> anyhow::Result<CdcConfig> {
     if cdc.primary_key.is_some() {
         return Ok(cdc.clone());
+    }
+    if cdc.schemas_enable == Some(true) {
+        // Kafka Connect's envelope: the key's schema comes with the records.
+        let columns = super::envelope_table::key_columns(config, topic)
+            .await
+            .map_err(|e| anyhow!("{}.cdc.primary_key is not set and {e}", route.path))?;
+        tracing::info!(topic, primary_key = ?columns, "primary key taken from the kafka key's schema in kafka connect's envelope");
+        let mut out = cdc.clone();
+        out.primary_key = Some(columns);
+        return Ok(out);
     }
     let Some(registry) = registry else {
         bail!(
@@ -346,11 +358,11 @@ mod tests {
         let route = config.route_for("customers");
         let cdc = route.cdc.unwrap();
         assert!(cdc.primary_key.is_none());
-        let keyed = with_key(cdc, Some(&registry), "customers", &route)
+        let keyed = with_key(&config, cdc, Some(&registry), "customers", &route)
             .await
             .unwrap();
         assert_eq!(keyed.key(), ["id", "region"]);
-        let e = with_key(cdc, Some(&registry), "orders", &route)
+        let e = with_key(&config, cdc, Some(&registry), "orders", &route)
             .await
             .unwrap_err()
             .to_string();
@@ -361,12 +373,12 @@ mod tests {
         // Another subject (the RecordNameStrategy's, or one with the topic in it).
         let mut named = cdc.clone();
         named.key_subject = Some("{topic}-key".into());
-        let keyed = with_key(&named, Some(&registry), "customers", &route)
+        let keyed = with_key(&config, &named, Some(&registry), "customers", &route)
             .await
             .unwrap();
         assert_eq!(keyed.key(), ["id", "region"]);
         named.key_subject = Some("db.customers.Key".into());
-        let e = with_key(&named, Some(&registry), "customers", &route)
+        let e = with_key(&config, &named, Some(&registry), "customers", &route)
             .await
             .unwrap_err()
             .to_string();

@@ -4,7 +4,9 @@
 //! from its subject's latest schema; older records fit it as Debezium's do (a source table's new
 //! columns are optional). The last few records of each partition are read by a consumer that
 //! never subscribes and never commits (as `inspect` reads), the newest value with a schema taken;
-//! an empty topic has no schema yet, and the route fails naming the topic.
+//! an empty topic has no schema yet, and the route fails naming the topic. A route without
+//! `primary_key` takes it from the same record's key schema, as a registry route takes it from
+//! the key subject's latest schema.
 
 use std::time::{Duration, Instant};
 
@@ -35,12 +37,7 @@ pub(super) async fn derive(
     topic: &str,
     options: &DeriveOptions,
 ) -> anyhow::Result<TableSchema> {
-    let consumer = crate::inspect::group_reader(config)?;
-    let owned = topic.to_owned();
-    let block = tokio::task::spawn_blocking(move || newest_schema(&consumer, &owned))
-        .await
-        .context("reading the topic's newest record")??;
-    let Some(block) = block else {
+    let Some(Newest { value: block, .. }) = newest(config, topic).await? else {
         bail!(
             "topic {topic} has no record in kafka connect's envelope yet to create the table from (create_table of a schemas_enable route derives it from the newest record's schema): start the connector first, or create the table"
         );
@@ -58,9 +55,48 @@ pub(super) async fn derive(
         })
 }
 
-/// The schema block of the newest value (by timestamp) among the last records of each
-/// partition; `None` when there is none.
-fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<Vec<u8>>> {
+/// The primary key the Kafka key's schema of the topic's newest record gives: the key struct's
+/// fields in their order (each of a type a primary key may have, `cdc::key_columns`).
+pub(super) async fn key_columns(config: &Config, topic: &str) -> anyhow::Result<Vec<String>> {
+    let key = match newest(config, topic).await? {
+        Some(Newest { key: Some(key), .. }) => key,
+        _ => bail!(
+            "topic {topic} has no record with a key in kafka connect's envelope yet to read the primary key from: start the connector first, or list the key columns"
+        ),
+    };
+    let schema = connect::parse(&key).map_err(|e| anyhow!("the kafka key's schema: {e}"))?;
+    let mut columns = cdc::key_columns(&WriterSchema::Json(std::sync::Arc::new(schema)))
+        .map_err(|e| anyhow!("the kafka key's schema gives no primary key: {e}"))?;
+    // The JSON Schema model keeps no field order; the Connect struct does.
+    let order: Vec<String> = serde_json::from_slice::<serde_json::Value>(&key)?["fields"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|f| f["field"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    columns.sort_by_key(|c| order.iter().position(|o| o == c));
+    Ok(columns)
+}
+
+/// The schema blocks of the newest record with a value schema.
+struct Newest {
+    value: Vec<u8>,
+    key: Option<Vec<u8>>,
+}
+
+async fn newest(config: &Config, topic: &str) -> anyhow::Result<Option<Newest>> {
+    let consumer = crate::inspect::group_reader(config)?;
+    let owned = topic.to_owned();
+    tokio::task::spawn_blocking(move || newest_schema(&consumer, &owned))
+        .await
+        .context("reading the topic's newest record")?
+}
+
+/// The schema blocks of the newest value (by timestamp) among the last records of each
+/// partition, and of its key; `None` when there is none.
+fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<Newest>> {
     let timeout = defaults::KAFKA_REQUEST_TIMEOUT;
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
@@ -87,7 +123,7 @@ fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<
     }
     consumer.assign(&assignment)?;
     let deadline = Instant::now() + READ_TIMEOUT;
-    let mut newest: Option<(i64, Vec<u8>)> = None;
+    let mut newest: Option<(i64, Newest)> = None;
     // A partition's high watermark may count a transaction marker no poll returns: stop when
     // every partition's end was read, or after a quiet spell.
     let mut quiet = Duration::ZERO;
@@ -119,8 +155,12 @@ fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<
         };
         let at = message.timestamp().to_millis().unwrap_or(i64::MIN);
         if newest.as_ref().is_none_or(|(t, _)| at >= *t) {
-            newest = Some((at, value[range].to_vec()));
+            let key = message
+                .key()
+                .and_then(|k| Some(k[connect_schema(k).ok()??].to_vec()));
+            let value = value[range].to_vec();
+            newest = Some((at, Newest { value, key }));
         }
     }
-    Ok(newest.map(|(_, block)| block))
+    Ok(newest.map(|(_, n)| n))
 }

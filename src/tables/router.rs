@@ -215,7 +215,9 @@ impl Router {
         let registry = self.registry()?;
         // A CDC route without a configured primary key takes it from the Kafka key's schema.
         let keyed = match settings.cdc {
-            Some(c) => Some(cdc::with_key(c, registry.as_deref(), topic, settings).await?),
+            Some(c) => {
+                Some(cdc::with_key(&self.config, c, registry.as_deref(), topic, settings).await?)
+            }
             None => None,
         };
         let keyed_settings = TopicRoute {
