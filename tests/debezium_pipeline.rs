@@ -18,7 +18,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -83,15 +83,19 @@ enum Setting {
     /// which Kafka Connect's worker would otherwise get), Connect's types as `connect.name`
     /// annotations (its `AvroData`), registered in the test's registry.
     Avro,
+    /// Debezium's defaults into a table the daemon creates from the envelope's schema block
+    /// (`create_table: {}`): its columns and primary key are checked too.
+    Created,
 }
 
-const SETTINGS: [Setting; 6] = [
+const SETTINGS: [Setting; 7] = [
     Setting::Defaults,
     Setting::AdaptiveTimeMicroseconds,
     Setting::ConnectTime,
     Setting::DecimalString,
     Setting::DecimalDouble,
     Setting::Avro,
+    Setting::Created,
 ];
 
 impl Setting {
@@ -103,6 +107,7 @@ impl Setting {
             Setting::DecimalString => "decimal_string",
             Setting::DecimalDouble => "decimal_double",
             Setting::Avro => "avro_apicurio",
+            Setting::Created => "created",
         }
     }
 
@@ -128,7 +133,7 @@ impl Setting {
 
     fn time_and_decimal(self) -> &'static str {
         match self {
-            Setting::Defaults | Setting::Avro => "",
+            Setting::Defaults | Setting::Avro | Setting::Created => "",
             Setting::AdaptiveTimeMicroseconds => "time.precision.mode=adaptive_time_microseconds\n",
             Setting::ConnectTime => "time.precision.mode=connect\n",
             Setting::DecimalString => "decimal.handling.mode=string\n",
@@ -436,42 +441,9 @@ const ALL_COLUMNS: &[Column] = &[
 /// wrong (`timestamp(3)` as milliseconds read as microseconds). With
 /// `KBQ_DEBEZIUM_COLUMNS=all` they are in, and the test fails naming each.
 fn not_read_yet(setting: Setting) -> &'static [&'static str] {
-    // Connect's Decimal (base64) and Debezium's VariableScaleDecimal (a struct); Debezium's
-    // integer times and timestamps into TIME and DATETIME, `io.debezium.time.Timestamp`
-    // (milliseconds) into TIMESTAMP; `io.debezium.data.Json` (a string holding the document).
-    const JSON: &[&str] = &[
-        "c_numeric",
-        "c_numeric_free",
-        "c_time",
-        "c_time3",
-        "c_ts0",
-        "c_ts3",
-        "c_ts6_dt",
-        "c_json",
-        "c_jsonb",
-    ];
-    // and Connect's Timestamp (milliseconds) for `timestamp(6)` into TIMESTAMP
-    const CONNECT: &[&str] = &[
-        "c_numeric",
-        "c_numeric_free",
-        "c_time",
-        "c_time3",
-        "c_ts0",
-        "c_ts3",
-        "c_ts6",
-        "c_ts6_dt",
-        "c_json",
-        "c_jsonb",
-    ];
-    // `numeric` as a decimal string or a double is read
-    const DECIMAL_READ: &[&str] = &[
-        "c_time", "c_time3", "c_ts0", "c_ts3", "c_ts6_dt", "c_json", "c_jsonb",
-    ];
     match setting {
-        Setting::Defaults | Setting::AdaptiveTimeMicroseconds => JSON,
-        Setting::ConnectTime => CONNECT,
-        Setting::DecimalString | Setting::DecimalDouble => DECIMAL_READ,
         Setting::Avro => AVRO,
+        _ => &[],
     }
 }
 
@@ -526,10 +498,12 @@ fn columns_of(setting: Setting) -> Vec<&'static Column> {
 impl Column {
     /// The column's BigQuery type and mode under `setting`.
     fn bigquery(&self, setting: Setting) -> (&'static str, &'static str) {
-        let bq = if setting == Setting::DecimalDouble && self.kind == Kind::Decimal {
-            "FLOAT64"
-        } else {
-            self.bq
+        let bq = match (setting, self.kind) {
+            (Setting::DecimalDouble, Kind::Decimal) => "FLOAT64",
+            // what `create_table` derives (docs/mapping.md): Debezium's timestamps without a
+            // zone become DATETIME
+            (Setting::Created, Kind::Timestamp) if self.pg != "timestamptz" => "DATETIME",
+            _ => self.bq,
         };
         match bq.split_once(' ') {
             Some((t, "REPEATED")) => (t, "REPEATED"),
@@ -540,9 +514,10 @@ impl Column {
 
     /// How values are compared under `setting`.
     fn kind(&self, setting: Setting) -> Kind {
-        match self.kind {
-            Kind::Decimal if setting == Setting::DecimalDouble => Kind::Float64,
-            kind => kind,
+        match (self.kind, self.bigquery(setting).0) {
+            (Kind::Decimal, "FLOAT64") => Kind::Float64,
+            (Kind::Timestamp, "DATETIME") => Kind::Datetime,
+            (kind, _) => kind,
         }
     }
 
@@ -998,6 +973,15 @@ fn create_table_sql() -> String {
 
 /// The BigQuery table of `setting`: every column, nullable but the key, with its primary key.
 fn create_bigquery_table(f: &Fixture, table: &str, setting: Setting) {
+    let reference = table_ref(table);
+    let mut t = Table::new(reference, bigquery_schema(setting));
+    t.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["id"]}}));
+    f.emulator.store.insert_table(t).expect("table");
+}
+
+/// The BigQuery columns of `setting`'s table: the type a user would choose for each, or what
+/// `create_table` derives.
+fn bigquery_schema(setting: Setting) -> TableSchema {
     let fields: Vec<serde_json::Value> = columns_of(setting)
         .iter()
         .map(|c| {
@@ -1005,12 +989,31 @@ fn create_bigquery_table(f: &Fixture, table: &str, setting: Setting) {
             serde_json::json!({"name": c.name, "type": t, "mode": mode})
         })
         .collect();
-    let schema: TableSchema =
-        serde_json::from_value(serde_json::json!({ "fields": fields })).expect("schema");
-    let reference = table_ref(table);
-    let mut t = Table::new(reference, schema);
-    t.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["id"]}}));
-    f.emulator.store.insert_table(t).expect("table");
+    serde_json::from_value(serde_json::json!({ "fields": fields })).expect("schema")
+}
+
+/// The table `create_table` made from the envelope's schema block: the derived columns and the
+/// primary key.
+fn assert_created(f: &Fixture, table: &str) {
+    let t = f
+        .emulator
+        .store
+        .get_table(&table_ref(table))
+        .expect("the daemon created the table");
+    assert_eq!(t.primary_key(), ["id"], "{table}: its primary key");
+    // compared as sets: the derived table lists its columns by name, not in the source's order
+    let columns = |schema: &TableSchema| -> BTreeSet<String> {
+        schema
+            .fields
+            .iter()
+            .map(|c| format!("{} {:?} {:?}", c.name, c.field_type, c.mode()))
+            .collect()
+    };
+    assert_eq!(
+        columns(&t.schema),
+        columns(&bigquery_schema(Setting::Created)),
+        "{table}: the columns create_table derived"
+    );
 }
 
 fn table_ref(table: &str) -> TableRef {
@@ -1020,7 +1023,10 @@ fn table_ref(table: &str) -> TableRef {
 /// A BigQuery table's visible rows, in [`Rows`]' form.
 fn table_rows(f: &Fixture, table: &str, setting: Setting) -> Rows {
     let reference = table_ref(table);
-    let t = f.emulator.store.get_table(&reference).expect("table");
+    // a table `create_table` makes exists once the daemon has started its route
+    let Some(t) = f.emulator.store.get_table(&reference) else {
+        return Rows::new();
+    };
     let page = f
         .emulator
         .store
@@ -1141,10 +1147,14 @@ fn config(
                 Setting::Avro => ("avro", ""),
                 _ => ("json", "\n      schemas_enable: true"),
             };
+            let create = match setting {
+                Setting::Created => "\n    create_table: {}",
+                _ => "",
+            };
             format!(
                 "  - topics: [\"{topic}\"]
     table: \"{table}\"
-    format: {format}
+    format: {format}{create}
     cdc:
       mode: upsert_delete
       format: debezium{envelope}
@@ -1232,6 +1242,32 @@ fn wait_equal(f: &Fixture, source: &SourceSide, tables: &[(Setting, String)], ti
     }
 }
 
+/// Waits until `topic` holds at least `n` records.
+fn wait_for_records(bootstrap: &str, topic: &str, n: i64) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = support::kafka::consumer_config(bootstrap, &unique_name("count"))
+        .create()
+        .expect("consumer");
+    let started = Instant::now();
+    loop {
+        let held: i64 = (0..PARTITIONS)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .map_or(0, |(low, high)| high - low)
+            })
+            .sum();
+        if held >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{topic} holds {held} records, not the snapshot's {n}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
     let started = Instant::now();
     eprintln!(
@@ -1263,7 +1299,9 @@ fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
         let topic = format!("{prefix}.public.src");
         create_topic_blocking(&f.bootstrap, &topic, PARTITIONS);
         let table = format!("src_{}", setting.name());
-        create_bigquery_table(&f, &table, setting);
+        if setting != Setting::Created {
+            create_bigquery_table(&f, &table, setting);
+        }
         routes.push((setting, topic, table.clone()));
         tables.push((setting, table));
         connectors.push(source.connector(setting, &prefix, &registry));
@@ -1274,6 +1312,13 @@ fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
         started.elapsed().as_secs_f64()
     );
 
+    // `create_table` derives the table from a record of the topic: the snapshot's records are
+    // in Kafka before the daemon starts (the worker's producer may still hold them when its
+    // connectors report streaming)
+    let snapshot = source.rows(Setting::Defaults).len() as i64;
+    for (_, topic, _) in &routes {
+        wait_for_records(&f.bootstrap, topic, snapshot);
+    }
     let config = config(&f, &unique_name("dbz-sink"), &registry, &routes);
     let mut daemon = Daemon::start_named(&config, "sink-1");
     // the daemon takes in the snapshot (a row written or a record dead-lettered), then the
@@ -1301,6 +1346,11 @@ fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
     let mut daemon = Daemon::start_named(&config, "sink-2");
     wait_equal(&f, &source, &tables, Duration::from_secs(90));
     assert_eq!(f.dead_letter_count(), 0, "{}", dead_letter_summary(&f));
+    for (setting, table) in &tables {
+        if *setting == Setting::Created {
+            assert_created(&f, table);
+        }
+    }
     assert!(daemon.errors().is_empty(), "{:?}", daemon.errors());
     assert!(daemon.terminate().success());
     let carried: Vec<String> = SETTINGS
