@@ -84,7 +84,8 @@ enum Setting {
     /// annotations (its `AvroData`), registered in the test's registry.
     Avro,
     /// Debezium's defaults into a table the daemon creates from the envelope's schema block
-    /// (`create_table: {}`): its columns and primary key are checked too.
+    /// (`create_table: {}`, `primary_key` unset: the Kafka key's schema block gives it): its
+    /// columns and primary key are checked too.
     Created,
 }
 
@@ -1147,9 +1148,10 @@ fn config(
                 Setting::Avro => ("avro", ""),
                 _ => ("json", "\n      schemas_enable: true"),
             };
-            let create = match setting {
-                Setting::Created => "\n    create_table: {}",
-                _ => "",
+            // the created table takes its primary key from the Kafka key's schema block
+            let (create, key) = match setting {
+                Setting::Created => ("\n    create_table: {}", ""),
+                _ => ("", "\n      primary_key: [id]"),
             };
             format!(
                 "  - topics: [\"{topic}\"]
@@ -1157,8 +1159,7 @@ fn config(
     format: {format}{create}
     cdc:
       mode: upsert_delete
-      format: debezium{envelope}
-      primary_key: [id]
+      format: debezium{envelope}{key}
       sequence: {{source_field: source.lsn}}
 "
             )
