@@ -18,8 +18,8 @@ const BOMB: u32 = 13;
 
 /// 16 record types, each with 4 fields of the next one; the row's `bomb` field has the first.
 fn bomb() -> String {
-    let mut ty = r#"{"type":"record","name":"T16","fields":[{"name":"leaf","type":"string"}]}"#
-        .to_string();
+    let mut ty =
+        r#"{"type":"record","name":"T16","fields":[{"name":"leaf","type":"string"}]}"#.to_string();
     for level in (1..16).rev() {
         let next = format!("T{}", level + 1);
         ty = format!(
