@@ -64,11 +64,16 @@ pub(super) async fn key_columns(config: &Config, topic: &str) -> anyhow::Result<
             "topic {topic} has no record with a key in kafka connect's envelope yet to read the primary key from: start the connector first, or list the key columns"
         ),
     };
-    let schema = connect::parse(&key).map_err(|e| anyhow!("the kafka key's schema: {e}"))?;
+    key_columns_of(&key)
+}
+
+/// The primary key of a Kafka key's Connect schema block.
+fn key_columns_of(key: &[u8]) -> anyhow::Result<Vec<String>> {
+    let schema = connect::parse(key).map_err(|e| anyhow!("the kafka key's schema: {e}"))?;
     let mut columns = cdc::key_columns(&WriterSchema::Json(std::sync::Arc::new(schema)))
         .map_err(|e| anyhow!("the kafka key's schema gives no primary key: {e}"))?;
     // The JSON Schema model keeps no field order; the Connect struct does.
-    let order: Vec<String> = serde_json::from_slice::<serde_json::Value>(&key)?["fields"]
+    let order: Vec<String> = serde_json::from_slice::<serde_json::Value>(key)?["fields"]
         .as_array()
         .map(|f| {
             f.iter()
@@ -163,4 +168,22 @@ fn newest_schema(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Option<
         }
     }
     Ok(newest.map(|(_, n)| n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_primary_key_is_the_key_structs_fields_in_their_order() {
+        let key = br#"{"type":"struct","optional":false,"name":"pg.public.t.Key","fields":[
+            {"type":"string","optional":false,"field":"region"},
+            {"type":"int64","optional":false,"field":"id"},
+            {"type":"int32","optional":false,"name":"io.debezium.time.Date","field":"day"}]}"#;
+        assert_eq!(key_columns_of(key).unwrap(), ["region", "id", "day"]);
+        let float =
+            br#"{"type":"struct","fields":[{"type":"double","optional":false,"field":"w"}]}"#;
+        let e = key_columns_of(float).unwrap_err().to_string();
+        assert!(e.contains("key field w is FLOAT"), "{e}");
+    }
 }
