@@ -14,6 +14,7 @@ use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
 use super::metadata_columns::metadata_ops;
+use super::named;
 use super::ops::{Conv, JsonOp, OnNull, Op, RecordOp, Skip};
 use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
@@ -257,6 +258,16 @@ impl Compiler<'_> {
             column_type: column_type(column),
         };
         let repeated = column.mode() == Mode::Repeated;
+        // A type Connect's AvroData names decides the conversion before the Avro type does.
+        if !repeated || element {
+            match named::conv(self.schema, id, column, path)? {
+                Some(named::Named::Conv(conv)) => return Ok(Some(scalar_op(conv, path, number))),
+                Some(named::Named::Field(index)) => {
+                    return self.one_field(id, index, column, path, number, element);
+                }
+                None => {}
+            }
+        }
         match &node.kind {
             Kind::Null => Ok(None),
             Kind::Union(branches) => self.union(branches, column, path, number, element),
@@ -294,17 +305,47 @@ impl Compiler<'_> {
                 if let Conv::Enum(symbols) = &conv {
                     self.charge_symbols(symbols)?;
                 }
-                let (wire, ty) = proto_of(&conv);
-                Ok(Some((
-                    Op::Scalar {
-                        tag: Tag::new(number as u32, wire),
-                        conv,
-                        column: path.clone(),
-                    },
-                    ProtoType::scalar(ty),
-                )))
+                Ok(Some(scalar_op(conv, path, number)))
             }
         }
+    }
+
+    /// One field of a record written as the column's value, the record's other fields read and
+    /// skipped: the fields run inline, without a nested message of their own.
+    fn one_field(
+        &mut self,
+        id: NodeId,
+        index: usize,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+        element: bool,
+    ) -> Result<Option<(Op, ProtoType)>, PlanError> {
+        let schema = self.schema;
+        let Kind::Record(record) = &schema.node(id).kind else {
+            unreachable!("named::conv names a field of records only");
+        };
+        let mut fields = Vec::with_capacity(record.fields.len());
+        let mut ty = None;
+        for (i, f) in record.fields.iter().enumerate() {
+            if i != index {
+                fields.push(Op::Skip(self.skip(f.schema)?));
+                continue;
+            }
+            match self.value(f.schema, column, path, number, element)? {
+                Some((op, t)) => {
+                    fields.push(op);
+                    ty = Some(t);
+                }
+                None => fields.push(self.always_null(f.schema, column, path)?),
+            }
+        }
+        let op = Op::Record(Box::new(RecordOp {
+            tag: None,
+            fields: fields.into_boxed_slice(),
+            missing_required: None,
+        }));
+        Ok(ty.map(|t| (op, t)))
     }
 
     /// A union: one op per branch (a null branch becomes the column's null handling), all of
@@ -665,6 +706,18 @@ fn scalar_conv(schema: &AvroSchema, id: NodeId, column: &TableFieldSchema) -> Op
     })
 }
 
+fn scalar_op(conv: Conv, path: &Arc<str>, number: i32) -> (Op, ProtoType) {
+    let (wire, ty) = proto_of(&conv);
+    (
+        Op::Scalar {
+            tag: Tag::new(number as u32, wire),
+            conv,
+            column: path.clone(),
+        },
+        ProtoType::scalar(ty),
+    )
+}
+
 fn proto_of(conv: &Conv) -> (u32, Type) {
     match conv {
         Conv::Int
@@ -691,6 +744,7 @@ fn proto_of(conv: &Conv) -> (u32, Type) {
         | Conv::Decimal { .. }
         | Conv::IntToNumeric(_)
         | Conv::LongToNumeric(_) => (WIRE_LEN, Type::Bytes),
+        Conv::Named(named) => named.proto(),
     }
 }
 

@@ -7,6 +7,8 @@
 //! what the value means (its unit, its zone, its encoding). An unknown name is `None` (the value
 //! is read by its physical type, as any unnamed value).
 
+use kbq_core::table_schema::FieldType;
+
 /// How many of a second a time integer counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeUnit {
@@ -275,6 +277,34 @@ pub enum Temporal {
     /// Time since the epoch of a wall-clock date and time without a zone, counted as if it
     /// were UTC: the same instant in a TIMESTAMP column, the same wall clock in DATETIME.
     LocalDateTime(TimeUnit),
+}
+
+impl ConnectType {
+    /// The column `create_table` and `add_columns` give a value of this type, the same in every
+    /// format (`None`: as its shape, a struct becoming a RECORD; a Decimal's is by its precision
+    /// and scale, `derive::named_column`). Debezium's timestamps without a zone (`Timestamp`,
+    /// `MicroTimestamp`, `NanoTimestamp`, `IsoTimestamp`) become DATETIME, the wall clock they
+    /// are; Connect's `Timestamp` and a zoned timestamp, TIMESTAMP. `ZonedTime` keeps its offset
+    /// in a STRING (TIME has no zone). `VariableScaleDecimal` declares no scale: BIGNUMERIC, whose
+    /// 38 integer and 38 fractional digits hold what NUMERIC's 29 and 9 do not (a value beyond
+    /// them is a per-record error).
+    pub fn derived_column(self) -> Option<FieldType> {
+        use ConnectType as C;
+        use FieldType as F;
+        Some(match (self, self.temporal()) {
+            (C::Decimal { .. }, _) => F::Numeric, // by precision and scale: the caller
+            (C::VariableScaleDecimal, _) => F::BigNumeric,
+            (_, Some(Temporal::Days)) | (C::IsoDate, _) => F::Date,
+            (_, Some(Temporal::TimeOfDay(_))) | (C::IsoTime, _) => F::Time,
+            (_, Some(Temporal::Instant(_))) | (C::ZonedTimestamp, _) => F::Timestamp,
+            (_, Some(Temporal::LocalDateTime(_))) | (C::IsoTimestamp, _) => F::DateTime,
+            (C::Year | C::MicroDuration, _) => F::Int64,
+            (C::Json, _) => F::Json,
+            (C::Bits, _) => F::Bytes,
+            (C::Geometry | C::Geography | C::Point, _) => return None,
+            _ => F::String,
+        })
+    }
 }
 
 #[cfg(test)]

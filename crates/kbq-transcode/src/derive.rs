@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::budget::Budget;
 use super::compile::MetadataColumns;
+use super::connect_types::ConnectType;
 use super::error::DeriveError;
 use super::schema::{AvroSchema, Kind, Logical, NodeId, kind_name};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
@@ -89,6 +90,29 @@ pub(crate) fn decimal_column(
     Ok(col)
 }
 
+/// The column of a value Kafka Connect or Debezium names ([`ConnectType::derived_column`]), for
+/// every format that carries the names; a Decimal's by its precision and scale as an Avro
+/// decimal, BIGNUMERIC when the producer does not say the precision. `None`: the value's own
+/// shape decides (a geometry struct).
+pub(crate) fn named_column(
+    name: &str,
+    t: ConnectType,
+    mode: Mode,
+) -> Result<Option<TableFieldSchema>, String> {
+    Ok(match t {
+        ConnectType::Decimal {
+            scale,
+            precision: Some(p),
+        } => Some(decimal_column(name, p, scale, mode)?),
+        ConnectType::Decimal {
+            precision: None, ..
+        } => Some(TableFieldSchema::new(name, FieldType::BigNumeric, mode)),
+        t => t
+            .derived_column()
+            .map(|ty| TableFieldSchema::new(name, ty, mode)),
+    })
+}
+
 fn decimal_type(precision: u32, scale: u32) -> Result<FieldType, String> {
     // NUMERIC holds 29 integer and 9 fractional digits; BIGNUMERIC 38 and 38.
     let integer_digits = precision.saturating_sub(scale);
@@ -122,6 +146,13 @@ impl Deriver<'_> {
             reason,
         };
         let node = self.schema.node(id);
+        // A type Connect's AvroData names has the column the name says, as in every format.
+        if let Some(named) = &node.connect {
+            let named = named.clone().map_err(&unsupported)?;
+            if let Some(col) = named_column(name, named, Mode::Required).map_err(&unsupported)? {
+                return Ok(col);
+            }
+        }
         match &node.kind {
             Kind::Union(branches) => {
                 let Some((_, inner)) = self.schema.nullable_branch(id) else {

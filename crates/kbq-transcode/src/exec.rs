@@ -298,6 +298,7 @@ fn scalar_cold(
             let v = r.long()?;
             put_i64(out, tag, checked(time_packed(v))?);
         }
+        Conv::Named(named) => super::named::run(named, tag, column, r, out)?,
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ mod error;
 mod exec;
 pub mod json;
 mod metadata_columns;
+mod named;
 mod ops;
 mod proto;
 pub mod protobuf;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::convert::DecimalTarget;
+use super::named::NamedConv;
 use super::proto::Tag;
 
 #[derive(Debug, Clone)]
@@ -91,6 +92,8 @@ pub enum Conv {
     DateTimeNanos,
     TimeMillis,
     TimeMicros,
+    /// A conversion only a Connect or Debezium named type needs (`named.rs`).
+    Named(NamedConv),
 }
 
 /// Skipping an Avro value still validates its structure, so a skipped field cannot hide a

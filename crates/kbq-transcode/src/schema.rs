@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::connect_types::ConnectType;
 use super::error::SchemaError;
 
 /// Index of a node in [`AvroSchema::nodes`].
@@ -25,6 +26,11 @@ pub struct AvroSchema {
 pub struct Node {
     pub kind: Kind,
     pub logical: Logical,
+    /// The Connect or Debezium type `connect.name` names, when the name is one
+    /// [`ConnectType`] knows: `Err` says why its `connect.parameters` do not fit it (a plan that
+    /// writes the value refuses it with that reason). Unknown names (a record's own name, which
+    /// `AvroData` repeats there) are `None`, and the value is read by its Avro type.
+    pub connect: Option<Result<ConnectType, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -165,8 +171,19 @@ struct Parser {
 
 impl Parser {
     fn push(&mut self, kind: Kind, logical: Logical) -> NodeId {
-        self.nodes.push(Node { kind, logical });
+        self.nodes.push(Node {
+            kind,
+            logical,
+            connect: None,
+        });
         self.nodes.len() - 1
+    }
+
+    /// Like [`Parser::push`], with the Connect type the schema object names.
+    fn push_named(&mut self, kind: Kind, logical: Logical, obj: &Map<String, Value>) -> NodeId {
+        let id = self.push(kind, logical);
+        self.nodes[id].connect = connect_type(obj);
+        id
     }
 
     fn parse(
@@ -262,7 +279,7 @@ impl Parser {
                     None => return self.named_or_primitive(prim, namespace),
                 };
                 let logical = primitive_logical(&kind, logical_name, sql_type, obj);
-                Ok(self.push(kind, logical))
+                Ok(self.push_named(kind, logical, obj))
             }
         }
     }
@@ -315,12 +332,13 @@ impl Parser {
             Some("uuid") if size == 16 => Logical::Uuid,
             _ => Logical::None,
         };
-        let id = self.push(
+        let id = self.push_named(
             Kind::Fixed {
                 name: name.clone(),
                 size,
             },
             logical,
+            obj,
         );
         self.names.insert(name, id);
         Ok(id)
@@ -334,13 +352,14 @@ impl Parser {
     ) -> Result<NodeId, SchemaError> {
         let (name, ns) = self.declared_name(obj, namespace)?;
         // Registered before the fields so that a recursive reference resolves to this node.
-        let id = self.push(
+        let id = self.push_named(
             Kind::Record(Record {
                 name: name.clone(),
                 doc: None,
                 fields: Vec::new(),
             }),
             Logical::None,
+            obj,
         );
         self.names.insert(name.clone(), id);
         let fields_json = obj
@@ -400,6 +419,17 @@ impl Parser {
         let child_ns = full.rsplit_once('.').map(|(ns, _)| ns.to_owned());
         Ok((full, child_ns))
     }
+}
+
+/// The type `connect.name` names, with `connect.parameters` (a map of strings) as its
+/// parameters: how `AvroData.fromConnectSchema` writes a named Connect schema on any Avro type
+/// but a union (confluentinc/schema-registry,
+/// `avro-data/src/main/java/io/confluent/connect/avro/AvroData.java`).
+fn connect_type(obj: &Map<String, Value>) -> Option<Result<ConnectType, String>> {
+    let name = obj.get("connect.name").and_then(Value::as_str)?;
+    let parameters = obj.get("connect.parameters").and_then(Value::as_object);
+    let parameter = |key: &str| parameters?.get(key)?.as_str();
+    ConnectType::from_name(name, parameter).transpose()
 }
 
 fn full_name(name: &str, namespace: Option<&str>) -> String {

@@ -250,6 +250,7 @@ fn row_schema(schema: &AvroSchema, node: NodeId) -> AvroSchema {
     out.nodes.push(Node {
         kind: Kind::String,
         logical: crate::schema::Logical::None,
+        connect: None,
     });
     // A copy of the row record, so that the envelope's own node (which `before` may share)
     // keeps its shape for `locate`.

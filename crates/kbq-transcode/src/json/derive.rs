@@ -11,8 +11,7 @@
 use super::named;
 use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
 use crate::budget::Budget;
-use crate::connect_types::ConnectType;
-use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
+use crate::derive::{MAX_RECORD_DEPTH, append_metadata, named_column};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -109,23 +108,11 @@ impl<'s> Deriver<'s> {
     ) -> Result<TableFieldSchema, DeriveError> {
         use FieldType as F;
         let scalar = |ty: F| Ok(TableFieldSchema::new(name, ty, Mode::Nullable));
-        match named::named_type(shape).map_err(|r| unsupported(path, r))? {
-            // Kafka Connect's Decimal (a number, or base64 bytes): NUMERIC or BIGNUMERIC by its
-            // precision and scale, as an Avro decimal; BIGNUMERIC without a precision.
-            Some(ConnectType::Decimal {
-                scale,
-                precision: Some(p),
-            }) => {
-                return decimal_column(name, p, scale, Mode::Nullable)
-                    .map_err(|r| unsupported(path, r));
-            }
-            Some(ConnectType::Decimal { .. }) => return scalar(F::BigNumeric),
-            Some(t) => {
-                if let Some(ty) = named::derived_column(t) {
-                    return scalar(ty);
-                }
-            }
-            None => {}
+        if let Some(t) = named::named_type(shape).map_err(|r| unsupported(path, r))?
+            && let Some(col) =
+                named_column(name, t, Mode::Nullable).map_err(|r| unsupported(path, r))?
+        {
+            return Ok(col);
         }
         match shape.kind {
             Some(Kind::Boolean) => scalar(F::Bool),

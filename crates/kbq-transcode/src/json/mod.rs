@@ -13,7 +13,7 @@ mod named_exec;
 mod ops;
 pub(crate) mod scan;
 mod schema;
-mod text;
+pub(crate) mod text;
 mod validate;
 
 pub use derive::table_schema_from_json;

@@ -32,27 +32,6 @@ pub(super) fn connect_type(
     })
 }
 
-/// The column `create_table` and `add_columns` give a named type (`None`: as its shape, a
-/// struct becoming a RECORD). Debezium's timestamps without a zone become DATETIME, the wall
-/// clock they are; Connect's `Timestamp` and a zoned timestamp, TIMESTAMP.
-pub(super) fn derived_column(t: ConnectType) -> Option<FieldType> {
-    use ConnectType as C;
-    use FieldType as F;
-    Some(match (t, t.temporal()) {
-        (C::Decimal { .. }, _) => F::Numeric, // by precision and scale: the caller
-        (C::VariableScaleDecimal, _) => F::BigNumeric,
-        (_, Some(Temporal::Days)) | (C::IsoDate, _) => F::Date,
-        (_, Some(Temporal::TimeOfDay(_))) | (C::IsoTime, _) => F::Time,
-        (_, Some(Temporal::Instant(_))) | (C::ZonedTimestamp, _) => F::Timestamp,
-        (_, Some(Temporal::LocalDateTime(_))) | (C::IsoTimestamp, _) => F::DateTime,
-        (C::Year | C::MicroDuration, _) => F::Int64,
-        (C::Json, _) => F::Json,
-        (C::Bits, _) => F::Bytes,
-        (C::Geometry | C::Geography | C::Point, _) => return None,
-        _ => F::String,
-    })
-}
-
 /// The conversion of a value of type `t` into `column`; `Ok(None)` when the name changes
 /// nothing for this column (a struct into a RECORD column: read field by field).
 pub(super) fn conversion(

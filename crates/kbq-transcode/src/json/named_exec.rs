@@ -43,25 +43,25 @@ pub(super) fn write(
         }
         (Named::ZonedTimestamp, Token::String) => {
             let s = sc.text()?;
-            checked(whole_micros(&s).map(|()| 0))?;
+            checked(text::whole_micros(&s).map(|()| 0))?;
             let v = checked(text::timestamp(&s))?;
             put_i64(out, f.tag, checked(timestamp_micros(Some(v)))?);
         }
         (Named::UtcDateTime, Token::String) => {
             let s = sc.text()?;
-            checked(whole_micros(&s).map(|()| 0))?;
-            let local = checked(utc(&s).and_then(text::datetime))?;
+            checked(text::whole_micros(&s).map(|()| 0))?;
+            let local = checked(text::utc(&s).and_then(text::datetime))?;
             put_i64(out, f.tag, checked(datetime_packed(Some(local)))?);
         }
         (Named::UtcTime, Token::String) => {
             let s = sc.text()?;
-            checked(whole_micros(&s).map(|()| 0))?;
+            checked(text::whole_micros(&s).map(|()| 0))?;
             let v = checked(text::time(&s))?;
             put_i64(out, f.tag, checked(time_packed(v))?);
         }
         (Named::UtcDate, Token::String) => {
             let s = sc.text()?;
-            let days = checked(utc(&s).and_then(text::date))?;
+            let days = checked(text::utc(&s).and_then(text::date))?;
             put_i64(out, f.tag, days);
         }
         (Named::DecimalText { scale }, Token::String) => {
@@ -106,32 +106,6 @@ pub(super) fn write(
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())
-}
-
-/// Non-zero digits below the microsecond in a date-time or time's fraction are an error.
-fn whole_micros(s: &str) -> Result<(), String> {
-    let Some(dot) = s.find('.') else {
-        return Ok(());
-    };
-    let fraction = s[dot + 1..].bytes().take_while(u8::is_ascii_digit).skip(6);
-    match fraction.clone().all(|d| d == b'0') {
-        true => Ok(()),
-        false => Err(format!(
-            "{s:?} has digits below the microsecond, which bigquery cannot hold"
-        )),
-    }
-}
-
-/// The text before its zone, which must be UTC (`Z` or `+00:00`): Debezium's `IsoDate` and
-/// `IsoTimestamp` write UTC always; any other offset would move the value.
-fn utc(s: &str) -> Result<&str, String> {
-    for zone in ["Z", "z", "+00:00"] {
-        if let Some(local) = s.strip_suffix(zone) {
-            return Ok(local);
-        }
-    }
-    // Any other offset stays and the date or date-time refuses it.
-    Ok(s)
 }
 
 /// Debezium's `VariableScaleDecimal`: `{"scale": int32, "value": base64}` in either order.

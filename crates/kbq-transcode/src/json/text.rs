@@ -132,6 +132,33 @@ pub fn timestamp(text: &str) -> Result<i64, String> {
     Ok(local - offset_minutes * 60_000_000)
 }
 
+/// Non-zero digits below the microsecond in a date-time or time's fraction are an error (the
+/// parsers above truncate them; a value Kafka Connect or Debezium names is never truncated).
+pub(crate) fn whole_micros(s: &str) -> Result<(), String> {
+    let Some(dot) = s.find('.') else {
+        return Ok(());
+    };
+    let fraction = s[dot + 1..].bytes().take_while(u8::is_ascii_digit).skip(6);
+    match fraction.clone().all(|d| d == b'0') {
+        true => Ok(()),
+        false => Err(format!(
+            "{s:?} has digits below the microsecond, which bigquery cannot hold"
+        )),
+    }
+}
+
+/// The text before its zone, which must be UTC (`Z` or `+00:00`): Debezium's `IsoDate` and
+/// `IsoTimestamp` write UTC always; any other offset would move the value.
+pub(crate) fn utc(s: &str) -> Result<&str, String> {
+    for zone in ["Z", "z", "+00:00"] {
+        if let Some(local) = s.strip_suffix(zone) {
+            return Ok(local);
+        }
+    }
+    // Any other offset stays and the date or date-time refuses it.
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
