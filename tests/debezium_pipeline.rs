@@ -436,33 +436,6 @@ const ALL_COLUMNS: &[Column] = &[
     },
 ];
 
-/// Columns whose Debezium types the daemon does not read yet under each setting (docs/cdc.md,
-/// "What each setting gives"): the setting's connector leaves them out of its records
-/// (`column.exclude.list`), since one such value dead-letters its whole row or is written
-/// wrong (`timestamp(3)` as milliseconds read as microseconds). With
-/// `KBQ_DEBEZIUM_COLUMNS=all` they are in, and the test fails naming each.
-fn not_read_yet(setting: Setting) -> &'static [&'static str] {
-    match setting {
-        Setting::Avro => AVRO,
-        _ => &[],
-    }
-}
-
-/// Under Avro the plan refuses Debezium's types that carry no Avro logical type (an `int` into
-/// DATE, a `long` into TIME or TIMESTAMP, a `string` into TIMESTAMP, a record into BIGNUMERIC):
-/// every record of the schema would be dead-lettered.
-const AVRO: &[&str] = &[
-    "c_numeric_free",
-    "c_date",
-    "c_time",
-    "c_time3",
-    "c_ts0",
-    "c_ts3",
-    "c_ts6",
-    "c_ts6_dt",
-    "c_tstz",
-];
-
 /// `KBQ_DEBEZIUM_COLUMNS`: unset, empty or `all` (every column), or a list (`c_int,c_text`:
 /// those and the key).
 fn columns_asked() -> &'static [&'static str] {
@@ -484,15 +457,6 @@ fn columns() -> Vec<&'static Column> {
             [] | ["all"] => true,
             only => only.contains(&c.name),
         })
-        .collect()
-}
-
-/// The columns `setting` carries and the test compares: the source's, less those the daemon
-/// does not read yet under it (unless `KBQ_DEBEZIUM_COLUMNS` is set).
-fn columns_of(setting: Setting) -> Vec<&'static Column> {
-    columns()
-        .into_iter()
-        .filter(|c| !columns_asked().is_empty() || !not_read_yet(setting).contains(&c.name))
         .collect()
 }
 
@@ -734,7 +698,7 @@ impl SourceSide {
 
     /// The source table as `setting` promises to carry it.
     fn rows(&self, setting: Setting) -> Rows {
-        let columns = columns_of(setting);
+        let columns = columns();
         let exprs: Vec<String> = columns.iter().map(|c| c.expected_sql(setting)).collect();
         let sql = format!(
             "SELECT coalesce(json_agg(json_build_array({}) ORDER BY id), '[]') FROM src;",
@@ -763,12 +727,6 @@ impl SourceSide {
 
     fn connector(&self, setting: Setting, prefix: &str, registry: &str) -> PathBuf {
         let name = setting.name();
-        let carried = columns_of(setting);
-        let excluded: Vec<String> = columns()
-            .iter()
-            .filter(|c| !carried.iter().any(|k| k.name == c.name))
-            .map(|c| format!("public.src.{}", c.name))
-            .collect();
         let file = self.dir.path().join(format!("{name}.properties"));
         let text = format!(
             "name={name}
@@ -784,10 +742,8 @@ slot.name={name}
 publication.name={name}
 publication.autocreate.mode=filtered
 table.include.list=public.src
-column.exclude.list={excluded}
 {extra}",
             port = self.port,
-            excluded = excluded.join(","),
             extra = setting.properties(registry)
         );
         std::fs::write(&file, text).expect("connector properties");
@@ -983,7 +939,7 @@ fn create_bigquery_table(f: &Fixture, table: &str, setting: Setting) {
 /// The BigQuery columns of `setting`'s table: the type a user would choose for each, or what
 /// `create_table` derives.
 fn bigquery_schema(setting: Setting) -> TableSchema {
-    let fields: Vec<serde_json::Value> = columns_of(setting)
+    let fields: Vec<serde_json::Value> = columns()
         .iter()
         .map(|c| {
             let (t, mode) = c.bigquery(setting);
@@ -1033,7 +989,7 @@ fn table_rows(f: &Fixture, table: &str, setting: Setting) -> Rows {
         .store
         .read_visible_rows(&reference, 0, usize::MAX)
         .expect("rows");
-    let columns = columns_of(setting);
+    let columns = columns();
     let at: Vec<usize> = columns
         .iter()
         .map(|c| {
@@ -1217,7 +1173,7 @@ fn wait_equal(f: &Fixture, source: &SourceSide, tables: &[(Setting, String)], ti
             .zip(&want)
             .map(|((setting, table), want)| {
                 let got = table_rows(f, table, *setting);
-                (*setting, differences(&columns_of(*setting), want, &got))
+                (*setting, differences(&columns(), want, &got))
             })
             .filter(|(_, d)| !d.is_empty())
             .collect();
@@ -1354,15 +1310,11 @@ fn run_pipeline(seed: u64, snapshot_rows: usize, changes: usize) {
     }
     assert!(daemon.errors().is_empty(), "{:?}", daemon.errors());
     assert!(daemon.terminate().success());
-    let carried: Vec<String> = SETTINGS
-        .iter()
-        .map(|s| format!("{} {}", s.name(), columns_of(*s).len()))
-        .collect();
     eprintln!(
-        "debezium pipeline: {} rows equal in {} tables (columns: {}) after {:.1}s",
+        "debezium pipeline: {} rows × {} columns equal in {} tables after {:.1}s",
         source.rows(Setting::Defaults).len(),
+        columns().len(),
         tables.len(),
-        carried.join(", "),
         started.elapsed().as_secs_f64()
     );
 }
