@@ -771,3 +771,50 @@ async fn debeziums_default_types_in_kafka_connects_envelope_are_written_by_their
     let e = plans.value_plan(untyped).await.err().unwrap();
     assert!(format!("{e:?}").contains("cdc_json_envelope"), "{e:?}");
 }
+
+/// The Kafka key in Kafka Connect's envelope is typed by its own schema block: a delete by a key
+/// whose column is a Debezium `Timestamp` writes that instant (on the code before, its
+/// milliseconds were read as microseconds, as in the value).
+#[tokio::test]
+async fn a_kafka_key_in_kafka_connects_envelope_is_typed_by_its_schema_block() {
+    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+    let table: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
+        {"name": "day", "type": "TIMESTAMP", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"}]}))
+    .unwrap();
+    let plans = ChangePlans::new(
+        ChangeInput::SchemalessJson,
+        &table,
+        PlanOptions::default(),
+        ChangeRules {
+            format: ChangeFormat::Debezium,
+            source_field: None,
+            deletes: true,
+            epoch: 0,
+            json_envelope: ConnectEnvelope::On,
+        },
+    )
+    .unwrap();
+    let key = br#"{"schema":{"type":"struct","optional":false,"name":"pg.public.t.Key","fields":[
+        {"type":"int64","optional":false,"name":"io.debezium.time.Timestamp","version":1,"field":"day"}]},
+        "payload":{"day":1709296496789}}"#;
+    let (key_plan, at) = plans.key_plan(key).await.ok().unwrap();
+    let range = key_plan.envelope.record(&key[at..]).unwrap().unwrap();
+    let mut row = Vec::new();
+    key_plan
+        .columns
+        .transcode(
+            &key_plan.plan,
+            &key[range],
+            ChangeKind::Delete,
+            "0/0/1",
+            &mut row,
+        )
+        .unwrap();
+    let codec = RowCodec::compile(key_plan.plan.descriptor(), &table).unwrap();
+    assert_eq!(codec.render(&row, &table)["f"][0]["v"], "1.709296496789E9");
+    // A key whose schema does not fit the table's column is refused with the reason.
+    let flag = br#"{"schema":{"type":"struct","fields":[{"type":"boolean","optional":false,"field":"day"}]},
+        "payload":{"day":true}}"#;
+    let e = plans.key_plan(flag).await.err().unwrap();
+    assert!(format!("{e:?}").contains("cdc_no_key"), "{e:?}");
+}
