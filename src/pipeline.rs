@@ -55,7 +55,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     }
     let writer_shared = Arc::new(WriterShared {
         client,
-        dead_letter: dead_letter_producer(&config)?,
+        dead_letter: dead_letter_producer(&config).await?,
         metrics: metrics.clone(),
         stream_creation: Arc::new(StreamCreationLimiter::for_a_replica()),
         settings: writer_settings(&config),
@@ -113,17 +113,25 @@ async fn resolve_listed_topics(
 }
 
 /// The dead-letter producer, when bad records go to a dead-letter topic.
-fn dead_letter_producer(config: &Config) -> anyhow::Result<Option<DeadLetterProducer>> {
+async fn dead_letter_producer(config: &Config) -> anyhow::Result<Option<DeadLetterProducer>> {
     match (&config.dead_letter, config.on_bad_record) {
         (Some(dl), BadRecordPolicy::DeadLetter) => {
             let topic = dl
                 .topic
                 .as_deref()
                 .ok_or_else(|| anyhow!("dead_letter.topic is required"))?;
-            Ok(Some(DeadLetterProducer::new(
-                &dl.producer_properties(&config.kafka),
+            let properties = dl.producer_properties(&config.kafka);
+            let limit = crate::kafka::dead_letter::topic_max_message_bytes(
+                &properties,
+                topic,
+                defaults::KAFKA_REQUEST_TIMEOUT,
+            )
+            .await;
+            Ok(Some(DeadLetterProducer::sized(
+                &properties,
                 topic,
                 defaults::DEAD_LETTER_SEND_TIMEOUT,
+                limit,
             )?))
         }
         (None, BadRecordPolicy::DeadLetter) => {

@@ -7,8 +7,9 @@
 //!   the limit whose row and request grow past it; the emulator refuses requests over BigQuery's
 //!   10 MB, as the service does. Their dead letters are larger than the dead-letter producer
 //!   may send, so they go cut to fit, saying so.
-//! * A dead letter the topic refuses as too large even cut (its `max.message.bytes` is below
-//!   the producer's): it goes as its headers alone, never retried without end.
+//! * A dead-letter topic smaller than the producer: its dead letters are cut to the topic's own
+//!   `max.message.bytes`, read at start; one the topic refuses anyway (it shrank since) goes as
+//!   its headers alone, never retried without end.
 
 mod support;
 
@@ -254,27 +255,45 @@ async fn a_row_over_the_request_limit_is_dead_lettered_cut_to_fit_and_the_partit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_the_topic_still_refuses_as_too_large_goes_as_its_headers_alone() {
-    // The dead-letter topic admits less than the producer's default 1,000,000 bytes: a dead
-    // letter cut to the producer's size is refused by the broker, and is sent again as its
-    // headers alone instead of being retried without end.
+async fn dead_letters_fit_the_topics_own_size_and_one_it_still_refuses_goes_as_its_headers_alone() {
+    // The dead-letter topic admits 100,000 bytes, below the producer's default 1,000,000: the
+    // daemon reads the topic's size at start and cuts a dead letter to fit it.
     let f = Fixture::new(1).await;
     set_topic_config(&f.bootstrap, &f.dlq, "max.message.bytes", "100000");
     let config = f.config(&unique_name("smalldlq"));
     f.produce(50);
     // Not Avro: every byte continues a varint that never ends.
-    let bad_at = produce_large(&f.bootstrap, &f.topic, 0, &vec![0xff; 500_000]);
+    let first = produce_large(&f.bootstrap, &f.topic, 0, &vec![0xff; 500_000]);
     f.produce(50);
     let mut daemon = Daemon::start(&config);
-    f.wait_exactly_once(Duration::from_secs(90));
     let dead = read_dead_letters(&f, 1);
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
-    assert_eq!(d.source(), (0, bad_at));
+    assert_eq!(d.source(), (0, first));
     assert_eq!(
         d.header("kbq.error.class").as_deref(),
         Some("malformed_avro")
     );
+    assert_eq!(
+        d.header("kbq.original.value.size").as_deref(),
+        Some("500000")
+    );
+    assert!(
+        d.value.len() > 50_000 && d.value.len() < 100_000,
+        "cut to the topic's size: {}",
+        d.value.len()
+    );
+    // The topic shrinks under the running daemon: the next dead letter, cut to the size read at
+    // start, is refused as too large and goes as its headers alone instead of being retried
+    // without end.
+    set_topic_config(&f.bootstrap, &f.dlq, "max.message.bytes", "20000");
+    let second = produce_large(&f.bootstrap, &f.topic, 0, &vec![0xff; 500_000]);
+    f.produce(50);
+    f.wait_exactly_once(Duration::from_secs(90));
+    let dead = read_dead_letters(&f, 2);
+    assert_eq!(dead.len(), 2);
+    let d = &dead[1];
+    assert_eq!(d.source(), (0, second));
     assert_eq!(
         d.header("kbq.original.value.size").as_deref(),
         Some("500000")

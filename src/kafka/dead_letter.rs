@@ -82,16 +82,29 @@ impl DeadLetterProducer {
         topic: &str,
         timeout: Duration,
     ) -> Result<Self, KafkaError> {
+        Self::sized(properties, topic, timeout, None)
+    }
+
+    /// As [`Self::new`], no larger than `topic_limit` (the topic's own `max.message.bytes`,
+    /// see [`topic_max_message_bytes`]) when it is known.
+    pub fn sized(
+        properties: &BTreeMap<String, String>,
+        topic: &str,
+        timeout: Duration,
+        topic_limit: Option<usize>,
+    ) -> Result<Self, KafkaError> {
         let mut config = ClientConfig::new();
         for (k, v) in properties {
             config.set(k, v);
         }
         // Sized from the config: the operator's `message.max.bytes`, else the default (which a
-        // broker's default topic limit admits). `validate` checks a configured value is a
-        // number librdkafka takes.
-        let max_message_bytes = (properties.get("message.max.bytes"))
+        // broker's default topic limit admits), lowered to the topic's own limit. `validate`
+        // checks a configured value is a number librdkafka takes; librdkafka takes no less
+        // than 1000.
+        let configured = (properties.get("message.max.bytes"))
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(crate::config::defaults::DEAD_LETTER_MAX_MESSAGE_BYTES);
+        let max_message_bytes = topic_limit.map_or(configured, |t| configured.min(t).max(1000));
         config.set("message.max.bytes", max_message_bytes.to_string());
         config.set("acks", "all");
         config.set("enable.idempotence", "true");
@@ -207,6 +220,61 @@ impl DeadLetterProducer {
             .await
             .map(|_| ())
             .map_err(|(e, _)| e)
+    }
+}
+
+/// The `max.message.bytes` of `topic` as the broker applies it, read once at start with the
+/// producer's connection settings; `None` when it cannot be read (no DescribeConfigs
+/// permission, a topic not created yet, a broker away): the producer then keeps its own size,
+/// and a dead letter the topic refuses as too large goes as its headers alone.
+pub async fn topic_max_message_bytes(
+    properties: &BTreeMap<String, String>,
+    topic: &str,
+    timeout: Duration,
+) -> Option<usize> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let mut config = ClientConfig::new();
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    let read = async {
+        let admin: AdminClient<DefaultClientContext> =
+            config.create().map_err(|e| e.to_string())?;
+        let options = AdminOptions::new().request_timeout(Some(timeout));
+        let answer = admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let resource = (answer.into_iter().next())
+            .ok_or("no answer")?
+            .map_err(|code| code.to_string())?;
+        let value = (resource
+            .get("max.message.bytes")
+            .and_then(|e| e.value.clone()))
+        .ok_or("no max.message.bytes in the answer")?;
+        value.trim().parse::<usize>().map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(limit)) => {
+            tracing::info!(
+                topic,
+                max_message_bytes = limit,
+                "dead-letter topic size read"
+            );
+            Some(limit)
+        }
+        Ok(Err(reason)) => {
+            tracing::warn!(topic, reason = %reason, "cannot read the dead-letter topic's max.message.bytes: dead letters are sized by the producer's message.max.bytes alone");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                topic,
+                "reading the dead-letter topic's max.message.bytes timed out: dead letters are sized by the producer's message.max.bytes alone"
+            );
+            None
+        }
     }
 }
 

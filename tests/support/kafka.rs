@@ -236,6 +236,26 @@ pub fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
             panic!("set {key}={value} on {resource:?}: {code}");
         }
     }
+    // The broker applies a change after it answered: wait until it reports the new value, so
+    // a client started next reads it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = futures::executor::block_on(
+            admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts),
+        )
+        .expect("describe_configs request");
+        let now = (described.into_iter().next())
+            .and_then(|r| r.ok())
+            .and_then(|c| c.get(key).and_then(|e| e.value.clone()));
+        if now.as_deref() == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} of {topic} still {now:?} after 30s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `create_topic` for synchronous tests: the admin client's future is completed by
