@@ -926,6 +926,16 @@ shutdown_deadline: {deadline}
     /// The group's committed offset and parsed metadata per partition of the fixture's topic
     /// (read without joining).
     pub fn checkpoints(&self, group: &str) -> BTreeMap<i32, (i64, CommitMetadata)> {
+        self.try_checkpoints(group).expect("read committed offsets")
+    }
+
+    /// [`Self::checkpoints`], or the broker's error: a group that has just formed may have no
+    /// coordinator yet (`NotCoordinator` while the offsets topic's leader is elected), which a
+    /// test that polls from the daemon's start must read as "none yet".
+    pub fn try_checkpoints(
+        &self,
+        group: &str,
+    ) -> Result<BTreeMap<i32, (i64, CommitMetadata)>, rdkafka::error::KafkaError> {
         let consumer: BaseConsumer = consumer_config(&self.bootstrap, group)
             .create()
             .expect("consumer");
@@ -936,15 +946,15 @@ shutdown_deadline: {deadline}
             &consumer,
             &partitions,
             Duration::from_secs(10),
-        )
-        .expect("read committed offsets");
-        read.into_iter()
+        )?;
+        Ok(read
+            .into_iter()
             .filter_map(|(tp, c)| {
                 let c = c?;
                 let meta = CommitMetadata::parse(&c.metadata).expect("our metadata parses");
                 Some((tp.partition, (c.offset.0, meta)))
             })
-            .collect()
+            .collect())
     }
 
     /// `projects/…/streams/{id}` for a stream id of a checkpoint.
