@@ -302,3 +302,28 @@ async fn dead_letters_fit_the_topics_own_size_and_one_it_still_refuses_goes_as_i
     assert!(!daemon.logged("sending its headers alone").is_empty());
     assert!(daemon.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_that_names_internal_topics_never_consumes_them() {
+    // The pattern matches `__consumer_offsets` (and every `__*` topic) besides the fixture's
+    // topic: the internal topics are never assigned, so none of their records (the group
+    // commits of every client of the broker, the sink's own among them) is read or
+    // dead-lettered.
+    let f = Fixture::new(1).await;
+    let tweaks = Tweaks {
+        topic_pattern: Some(format!("^(__.*|{})$", f.topic.replace('.', "\\."))),
+        ..Tweaks::default()
+    };
+    let config = f.config_with(&unique_name("internal"), &tweaks);
+    f.produce(100);
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(90));
+    // A few checkpoint cycles more: their commits land in `__consumer_offsets`.
+    std::thread::sleep(Duration::from_secs(3));
+    let internal: Vec<_> = (daemon.logged("partition assigned").into_iter())
+        .filter(|l| l["partition"].as_str().is_some_and(|p| p.starts_with("__")))
+        .collect();
+    assert!(internal.is_empty(), "{internal:?}");
+    assert_eq!(f.dead_letter_count(), 0);
+    assert!(daemon.terminate().success());
+}
