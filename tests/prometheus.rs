@@ -8,7 +8,9 @@
 //! real daemon running against the real broker and the emulator. With FlushRows failing through
 //! the emulator's fault hooks, `KbqBigQueryErrors` goes pending, then firing, and resolves once
 //! the fault is removed; before the fault no alert is active and every rule evaluates without
-//! error. Every query of the Grafana dashboard (`deploy/grafana/`) runs against that Prometheus
+//! error. `/metrics` declares the format it serves: `promtool check metrics` accepts what a
+//! plain client gets, and the Prometheus stores every counter's type and help. Every query of the
+//! Grafana dashboard (`deploy/grafana/`) runs against that Prometheus
 //! and must return series. The rules are the shipped ones with every duration divided by
 //! [`TIME_SCALE`] (a 10 minute hold lasts 20 s); the shipped durations are what the promtool unit
 //! tests check.
@@ -140,9 +142,9 @@ fn every_alert_has_a_runbook_paragraph_a_firing_and_a_quiet_unit_test_and_known_
                 .to_string(),
         );
         assert_eq!(
-            alert["annotations"]["runbook"].as_str(),
+            alert["annotations"]["runbook_url"].as_str(),
             Some(format!("docs/operations.md#{}", name.to_lowercase()).as_str()),
-            "{name}: the runbook annotation"
+            "{name}: the runbook_url annotation"
         );
         assert!(
             runbooks.contains(&name["Kbq".len()..]),
@@ -350,6 +352,99 @@ impl Drop for Prometheus {
     }
 }
 
+/// The counters of `docs/metrics.md` (`kbq_…_total`).
+fn specified_counters() -> Vec<String> {
+    let metrics = std::fs::read_to_string(repo("docs/metrics.md")).expect("metrics.md");
+    let row = regex::Regex::new(r"^\| `(kbq_[a-z_]+_total)` \| counter \|").expect("regex");
+    metrics
+        .lines()
+        .filter_map(|l| row.captures(l).map(|c| c[1].to_string()))
+        .collect()
+}
+
+/// `/metrics` answers each client in a format it reads, under that format's content type: a
+/// plain client gets the Prometheus text format, which `promtool check metrics` accepts; a
+/// client asking for OpenMetrics gets OpenMetrics; and the Prometheus scraping the daemon knows
+/// every counter's type and help.
+async fn metrics_format_is_declared(ops: SocketAddr, prometheus: &Prometheus) {
+    let client = reqwest::Client::new();
+    let plain = client
+        .get(format!("http://{ops}/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(
+        plain.headers()[reqwest::header::CONTENT_TYPE],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let body = plain.text().await.expect("body");
+    let mut check = Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    {
+        use std::io::Write as _;
+        let mut stdin = check.stdin.take().expect("stdin");
+        stdin.write_all(body.as_bytes()).expect("write the scrape");
+    }
+    let out = check.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics fails on /metrics:\n{}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let open = client
+        .get(format!("http://{ops}/metrics"))
+        .header(
+            reqwest::header::ACCEPT,
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(
+        open.headers()[reqwest::header::CONTENT_TYPE],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(open.text().await.expect("body").ends_with("# EOF\n"));
+
+    // What the scraping Prometheus stored (after a few scrapes).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stored = prometheus
+        .api(
+            "targets/metadata",
+            &[("match_target", r#"{job="kafka-bigquery-sink"}"#)],
+        )
+        .await;
+    let stored = stored.as_array().expect("metadata").clone();
+    let counters = specified_counters();
+    assert!(
+        counters.len() >= 10,
+        "counters of docs/metrics.md: {counters:?}"
+    );
+    let mut missing = Vec::new();
+    for counter in &counters {
+        let family = counter.trim_end_matches("_total");
+        let known = stored.iter().any(|m| {
+            (m["metric"] == family || m["metric"] == counter.as_str())
+                && m["type"] == "counter"
+                && m["help"].as_str().is_some_and(|h| !h.is_empty())
+        });
+        if !known && !ONLY_ON_CDC_ROUTES.contains(&counter.as_str()) {
+            missing.push(counter.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "counters without type or help in Prometheus: {missing:?}\nstored: {stored:?}"
+    );
+    eprintln!("{} counters stored with type and help", counters.len());
+}
+
 /// (panel title or variable name, PromQL) pairs.
 type Queries = Vec<(String, String)>;
 
@@ -554,6 +649,8 @@ shutdown_deadline: 20s
         prometheus.log()
     );
 
+    metrics_format_is_declared(daemon.ops_addr(), &prometheus).await;
+
     // Healthy: after the longest scaled window has filled, every rule evaluates cleanly and none
     // is active.
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -604,8 +701,8 @@ shutdown_deadline: 20s
         "rows became visible while every FlushRows failed"
     );
 
-    // Every series the dashboard needs exists now (the error counter appears with its first
-    // error): every panel's query returns series.
+    // Every series the dashboard needs exists now (the error panel shows the classes above 0,
+    // and FlushRows is failing): every panel's query returns series.
     let (queries, variables) = dashboard_queries();
     let mut empty = Vec::new();
     for (title, expr) in &queries {

@@ -1,4 +1,5 @@
-//! The side HTTP server: `/metrics` (Prometheus text), `/healthz` (the process and its event loop
+//! The side HTTP server: `/metrics` (OpenMetrics for a client that accepts it, else the
+//! Prometheus text format), `/healthz` (the process and its event loop
 //! are alive) and `/readyz` (joined the group, no partition failed closed, and checkpoints
 //! succeed within their bound; a joined replica without partitions is ready). The coordinator
 //! decides readiness; `docs/metrics.md` documents the probes for Kubernetes.
@@ -11,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
+use super::metrics::{Exposition, Metrics};
 use crate::config::defaults;
 
 /// Liveness and readiness, written by the daemon's loops, read by the probes.
@@ -109,14 +110,32 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
         .with_state(OpsState { metrics, health })
 }
 
-async fn metrics_text(State(s): State<OpsState>) -> impl IntoResponse {
+async fn metrics_text(State(s): State<OpsState>, headers: HeaderMap) -> impl IntoResponse {
+    let format = negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.encode(),
+        [(header::CONTENT_TYPE, format.content_type())],
+        s.metrics.encode(format),
     )
+}
+
+/// OpenMetrics when the `Accept` header lists it with a non-zero weight (Prometheus asks for it
+/// first), else the Prometheus text format, which every scraper and `promtool` read.
+fn negotiate(accept: Option<&str>) -> Exposition {
+    let accepts_openmetrics = accept.unwrap_or("").split(',').any(|range| {
+        let mut params = range.split(';').map(str::trim);
+        let media = params.next().unwrap_or("");
+        media.eq_ignore_ascii_case("application/openmetrics-text")
+            && !params.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            })
+    });
+    if accepts_openmetrics {
+        Exposition::OpenMetrics
+    } else {
+        Exposition::Prometheus
+    }
 }
 
 async fn healthz(State(s): State<OpsState>) -> impl IntoResponse {
@@ -252,6 +271,23 @@ async fn accept_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openmetrics_only_for_a_client_that_accepts_it() {
+        // What Prometheus sends by default.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate(Some(prometheus)), Exposition::OpenMetrics);
+        assert_eq!(negotiate(None), Exposition::Prometheus);
+        assert_eq!(negotiate(Some("*/*")), Exposition::Prometheus);
+        assert_eq!(
+            negotiate(Some("text/plain;version=0.0.4")),
+            Exposition::Prometheus
+        );
+        assert_eq!(
+            negotiate(Some("application/openmetrics-text; q=0, text/plain")),
+            Exposition::Prometheus
+        );
+    }
 
     #[tokio::test]
     async fn probes_answer_from_health_state() {

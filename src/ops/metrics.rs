@@ -131,6 +131,35 @@ pub const DEAD_LETTER_REASONS: [&str; 12] = [
     "cdc_change",
 ];
 
+/// The `rpc` label values of `kbq_bigquery_errors_total`: every call that counts its errors.
+pub const BIGQUERY_RPCS: [&str; 5] = [
+    "AppendRows",
+    "CreateWriteStream",
+    "FlushRows",
+    "FinalizeWriteStream",
+    "GetWriteStream",
+];
+
+/// The two text formats `/metrics` answers in (`ops::http` picks one from the request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposition {
+    /// OpenMetrics 1.0.0: counter families without `_total` in `# TYPE`, ends in `# EOF`.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4, for clients that do not accept OpenMetrics.
+    Prometheus,
+}
+
+impl Exposition {
+    /// The `Content-Type` that declares the body's format: a body served under the other
+    /// format's type loses its counters' type and help in the scraper.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Exposition::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
 /// The `change` label values of `kbq_cdc_changes_total`.
 pub const CDC_CHANGES: [&str; 3] = ["upsert", "delete", "ignored"];
 
@@ -503,6 +532,19 @@ impl Metrics {
                 .dead_letter_records
                 .get_or_create(&ReasonLabel { reason });
         }
+        // An error counter born at 1 hides its first error from `rate` and `increase`: the
+        // classes without a storage error code are bounded (rpc × gRPC code) and start at 0.
+        // A class with a storage code still appears with its first error (the alerts in
+        // deploy/prometheus/ see a series born at 1 too).
+        for rpc in BIGQUERY_RPCS {
+            for code in (1..=16).map(tonic::Code::from_i32) {
+                let _ = self.bigquery_errors.get_or_create(&ErrorLabels {
+                    rpc,
+                    code: crate::bigquery::error::code_name(code),
+                    storage_code: "none",
+                });
+            }
+        }
         for kind in ["assign", "revoke", "lost"] {
             let _ = self.rebalances.get_or_create(&KindLabel { kind });
         }
@@ -566,6 +608,10 @@ impl Metrics {
 
     /// Counts a BigQuery error under its bounded labels.
     pub fn bigquery_error(&self, rpc: &'static str, error: &crate::bigquery::error::WriteError) {
+        debug_assert!(
+            BIGQUERY_RPCS.contains(&rpc),
+            "{rpc} is not in BIGQUERY_RPCS"
+        );
         let storage_code = error
             .storage
             .as_ref()
@@ -580,13 +626,20 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition format.
-    pub fn encode(&self) -> String {
+    /// Every metric in `format`.
+    pub fn encode(&self, format: Exposition) -> String {
         self.checkpoint_age
             .set(self.checkpoint_age_seconds().unwrap_or(0.0));
-        let mut out = String::with_capacity(8 << 10);
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
+        let mut out = String::with_capacity(16 << 10);
+        match format {
+            Exposition::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
+            Exposition::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+        }
+        .expect("writing to a String cannot fail");
         out
     }
 }
@@ -613,7 +666,8 @@ mod tests {
         m.append_latency
             .get_or_create(&TableLabel { table: "t".into() })
             .observe(0.002);
-        let text = m.encode();
+        let text = m.encode(Exposition::OpenMetrics);
+        assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(
             text.contains("kbq_records_consumed_total{topic=\"orders\"} 3"),
             "{text}"
@@ -627,5 +681,33 @@ mod tests {
             text.contains("# TYPE kbq_checkpoint_last_success_age_seconds gauge"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_prometheus_format_types_counters_by_their_sample_name_and_has_no_eof() {
+        let m = Metrics::new();
+        m.preregister("t", &["orders".to_string()]);
+        let text = m.encode(Exposition::Prometheus);
+        assert!(
+            text.contains("# TYPE kbq_records_consumed_total counter"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+    }
+
+    #[test]
+    fn error_classes_without_a_storage_code_start_at_0() {
+        let m = Metrics::new();
+        m.preregister("t", &["orders".to_string()]);
+        let text = m.encode(Exposition::OpenMetrics);
+        for rpc in BIGQUERY_RPCS {
+            for code in ["PERMISSION_DENIED", "UNAUTHENTICATED", "UNAVAILABLE"] {
+                let series = format!(
+                    "kbq_bigquery_errors_total{{rpc=\"{rpc}\",code=\"{code}\",storage_code=\"none\"}} 0\n"
+                );
+                assert!(text.contains(&series), "{series} missing:\n{text}");
+            }
+        }
+        assert!(!text.contains("code=\"OK\""), "{text}");
     }
 }

@@ -70,15 +70,22 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// Parses the text exposition: `# TYPE` lines and samples.
+/// Parses the text exposition (either format): `# TYPE` lines keyed by family, and samples.
 pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Sample>) {
     let mut types = HashMap::new();
     let mut samples = Vec::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let mut parts = rest.split_whitespace();
-            let name = parts.next().expect("name").to_string();
-            types.insert(name, parts.next().expect("type").to_string());
+            let name = parts.next().expect("name");
+            let kind = parts.next().expect("type");
+            // Keyed by family: the Prometheus text format names a counter by its sample
+            // (`x_total`), OpenMetrics by its family (`x`).
+            let family = match kind {
+                "counter" => name.strip_suffix("_total").unwrap_or(name),
+                _ => name,
+            };
+            types.insert(family.to_string(), kind.to_string());
             continue;
         }
         if line.starts_with('#') || line.trim().is_empty() {
