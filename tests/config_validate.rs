@@ -579,7 +579,7 @@ fn an_empty_file_says_what_is_required() {
 fn table_and_credential_rules_name_their_fields() {
     let yaml = MINIMAL.replace(
         "  table: t\n",
-        "  table: t\n  credentials: none\n  create_table:\n    require_partition_filter: true\n    clustering: [a, b, c, d, e]\n    labels:\n      Team: x\n",
+        "  table: t\n  credentials: none\n  create_table:\n    require_partition_filter: true\n    clustering: [a, b, c, d, e]\n    labels:\n      Team: x\n    protobuf_message: shop..Order\n",
     );
     let errs = errors(&yaml, HashMap::new());
     for expected in [
@@ -587,13 +587,14 @@ fn table_and_credential_rules_name_their_fields() {
         "bigquery.create_table.require_partition_filter: requires bigquery.create_table.time_partitioning",
         "bigquery.create_table.clustering: at most 4 columns",
         "bigquery.create_table.labels.\"Team\": a label key",
+        "bigquery.create_table.protobuf_message: `shop..Order` is not the full name",
     ] {
         assert!(
             errs.iter().any(|e| e.starts_with(expected)),
             "{expected}: {errs:#?}"
         );
     }
-    assert_eq!(errs.len(), 4, "{errs:#?}");
+    assert_eq!(errs.len(), 5, "{errs:#?}");
 }
 
 #[test]

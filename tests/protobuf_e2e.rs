@@ -177,3 +177,136 @@ async fn confluent_protobuf_records_land_exactly_once_and_value_exact() {
     assert!(d.errors().is_empty(), "{:?}", d.errors());
     assert!(d.terminate().success());
 }
+
+/// A file of two top-level messages, `[0]` and `[1]` in Confluent's message index.
+const SHOP: &str = r#"syntax = "proto3";
+package shop;
+message Order { int64 id = 1; string customer = 2; }
+message Refund { int64 refund_id = 1; string reason = 2; }
+"#;
+
+/// `shop.Refund` (index `[1]`) or `shop.Order` (`[0]`) after Confluent's header for schema id 1:
+/// magic byte, big-endian id, then the index array as zig-zag varints (`[1]` is a count of 1 and
+/// the index 1: `02 02`; `[0]` is the single byte `00`).
+fn shop_record(message: &str, fields: &[(&str, prost_reflect::Value)]) -> Vec<u8> {
+    use prost::Message;
+    let schema = kafka_bigquery_sink::transcode::protobuf::ProtoSchema::compile(SHOP, &[]).unwrap();
+    let descriptor = schema.pool().get_message_by_name(message).unwrap();
+    let mut m = prost_reflect::DynamicMessage::new(descriptor);
+    for (name, value) in fields {
+        m.set_field_by_name(name, value.clone());
+    }
+    let mut out = vec![0, 0, 0, 0, 1];
+    out.extend_from_slice(match message {
+        "shop.Refund" => &[0x02, 0x02],
+        _ => &[0x00],
+    });
+    out.extend(m.encode_to_vec());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn create_table_takes_the_named_message_and_a_message_with_no_column_is_dead_lettered() {
+    use prost_reflect::Value as P;
+    let f = Fixture::with(SinkOptions::partitions(1)).await;
+    let entry = json!({"schema": SHOP, "schemaType": "PROTOBUF"});
+    let mut version = entry.clone();
+    version["subject"] = json!(format!("{}-value", f.topic));
+    version["version"] = json!(1);
+    version["id"] = json!(1);
+    let (registry, _) = Registry::serve_dump(json!({
+        "ids": {"1": entry},
+        "subjects": {format!("{}-value", f.topic): {"1": version}},
+    }))
+    .await;
+
+    let payloads = vec![
+        shop_record(
+            "shop.Refund",
+            &[
+                ("refund_id", P::I64(7)),
+                ("reason", P::String("late".into())),
+            ],
+        ),
+        // The file's first message: under `unknown_fields: ignore` (the default) none of its
+        // fields has a column, so its row would hold nothing but the Kafka metadata.
+        shop_record(
+            "shop.Order",
+            &[("id", P::I64(5)), ("customer", P::String("x".into()))],
+        ),
+        shop_record("shop.Refund", &[("refund_id", P::I64(-1))]),
+    ];
+    let offsets = f.source.produce_raw(0, &payloads);
+    f.source.expect([(0, offsets[0]), (0, offsets[2])]);
+
+    // Without a name the file's two messages leave the table undecided: the daemon refuses
+    // to start rather than create it from the first.
+    let tweaks = Tweaks {
+        registry_url: Some(format!("http://{registry}")),
+        format: Some("protobuf"),
+        create_table: Some(true),
+        ..Tweaks::default()
+    };
+    let mut unnamed = Daemon::start(&f.config_with(&unique_name("protobuf-unnamed"), &tweaks));
+    let started = std::time::Instant::now();
+    while unnamed.is_running() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!unnamed.is_running(), "the daemon kept running");
+    let refused = unnamed.lines().into_iter().find(|l| {
+        l.contains("2 top-level messages") && l.contains("create_table.protobuf_message")
+    });
+    assert!(refused.is_some(), "{:?}", unnamed.lines());
+    assert!(f.table_columns(&f.table).is_none(), "a table was created");
+
+    let config = f.config_with(&unique_name("protobuf-named"), &tweaks);
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("  create_table: {}\n"), "{text}");
+    let text = text.replace(
+        "  create_table: {}\n",
+        "  create_table: {protobuf_message: shop.Refund}\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+
+    let dead = f.dead_letters(1);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (_, offset, class, reason) = &dead[0];
+    assert_eq!(
+        (*offset, class.as_str()),
+        (offsets[1], "incompatible_schema")
+    );
+    assert!(
+        reason.contains("no field of protobuf message shop.Order has a column"),
+        "{reason}"
+    );
+    assert_eq!(
+        f.table_columns(&f.table).unwrap(),
+        [
+            "refund_id",
+            "reason",
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset"
+        ]
+    );
+    let stored = f.emulator.store.get_table(&f.table_ref()).unwrap();
+    let page = f
+        .emulator
+        .store
+        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
+        .unwrap();
+    let mut rows: Vec<Json> = page
+        .rows
+        .iter()
+        .map(|row| {
+            let r = row.codec.render(&row.data, &stored.schema);
+            json!([r["f"][0]["v"], r["f"][1]["v"]])
+        })
+        .collect();
+    rows.sort_by_key(|r| r.to_string());
+    assert_eq!(rows, vec![json!(["-1", ""]), json!(["7", "late"])]);
+    assert!(d.errors().is_empty(), "{:?}", d.errors());
+    assert!(d.terminate().success());
+}

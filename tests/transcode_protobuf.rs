@@ -584,6 +584,87 @@ fn kafka_metadata_columns_follow_the_message() {
 }
 
 #[test]
+fn a_message_none_of_whose_fields_has_a_column_is_refused_rather_than_written_as_metadata_alone() {
+    let pool = schema(SCHEMA).pool().clone();
+    let inner = pool.get_message_by_name("p.Inner").unwrap();
+    let metadata = MetadataColumns {
+        topic: Some("kafka_topic".into()),
+        offset: Some("kafka_offset".into()),
+        ..MetadataColumns::default()
+    };
+    let options = PlanOptions {
+        unknown_fields: UnknownFields::Ignore,
+        metadata,
+    };
+    // Columns of p.Rec that none of p.Inner's fields (s, n, ds) names.
+    let rec_columns = vec![
+        col("i64", "INTEGER"),
+        col("b", "BOOLEAN"),
+        col("kafka_topic", "STRING"),
+        col("kafka_offset", "INTEGER"),
+    ];
+    let err = Plan::compile_protobuf(&inner, &table(rec_columns.clone()), &options).unwrap_err();
+    assert!(
+        matches!(&err, PlanError::NoProtoFieldWritten { message } if message == "p.Inner"),
+        "{err}"
+    );
+    assert_eq!(err.class(), "incompatible_schema");
+    // One field with a column is enough: the others are dropped as `ignore` says.
+    let mut with_s = rec_columns;
+    with_s.push(col("s", "STRING"));
+    Plan::compile_protobuf(&inner, &table(with_s), &options).unwrap();
+    // A table of metadata columns alone keeps nothing of any message, by its own design.
+    let only_metadata = table(vec![
+        col("kafka_topic", "STRING"),
+        col("kafka_offset", "INTEGER"),
+    ]);
+    Plan::compile_protobuf(&inner, &only_metadata, &options).unwrap();
+    // A message without fields has nothing to lose.
+    let empty = schema(r#"syntax = "proto3"; package e; message Nothing {}"#)
+        .pool()
+        .get_message_by_name("e.Nothing")
+        .unwrap();
+    let rec_table = table(vec![
+        col("i64", "INTEGER"),
+        col("kafka_topic", "STRING"),
+        col("kafka_offset", "INTEGER"),
+    ]);
+    Plan::compile_protobuf(&empty, &rec_table, &options).unwrap();
+}
+
+#[test]
+fn the_table_message_is_the_one_named_or_the_only_one_never_the_first_of_several() {
+    let several = schema(
+        r#"syntax = "proto3"; package shop;
+           message Order { message Line { string sku = 1; } int64 id = 1; }
+           message Refund { int64 id = 1; string why = 2; }
+           message Audit { string who = 1; }"#,
+    );
+    let err = several.table_message(None).unwrap_err();
+    assert!(
+        err.contains("3 top-level messages")
+            && err.contains("shop.Audit")
+            && err.contains("create_table.protobuf_message"),
+        "{err}"
+    );
+    for name in ["shop.Refund", "shop.Audit", "shop.Order.Line"] {
+        assert_eq!(several.table_message(Some(name)).unwrap().full_name(), name);
+    }
+    let err = several.table_message(Some("shop.Nope")).unwrap_err();
+    assert!(err.contains("no message shop.Nope"), "{err}");
+    // A message of an imported file is not one the records' index can name.
+    let err = schema(SCHEMA)
+        .table_message(Some("google.protobuf.Timestamp"))
+        .unwrap_err();
+    assert!(
+        err.contains("no message google.protobuf.Timestamp"),
+        "{err}"
+    );
+    let one = schema(PROTO2);
+    assert_eq!(one.table_message(None).unwrap().full_name(), "q.Old");
+}
+
+#[test]
 fn columns_that_cannot_hold_a_field_are_plan_errors_naming_both() {
     let d = rec();
     for (columns, needle) in [
@@ -601,6 +682,7 @@ fn columns_that_cannot_hold_a_field_are_plan_errors_naming_both() {
     }
     // A REQUIRED column no field fills fails every record, as for Avro.
     let t = table(vec![
+        col("i64", "INTEGER"),
         json!({"name": "nope", "type": "STRING", "mode": "REQUIRED"}),
     ]);
     let p = plan(&d, &t);

@@ -101,6 +101,11 @@ pub struct CreateTableConfig {
     /// Table labels (lowercase keys and values).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The full name of the Protobuf message the table is created from (`shop.Order`, or a
+    /// nested `shop.Order.Line`): required when the subject's latest schema declares more than
+    /// one top-level message; unset, the only one.
+    #[serde(default)]
+    pub protobuf_message: Option<String>,
 }
 
 /// Time partitioning of a created table.

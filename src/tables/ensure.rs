@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow, bail};
 
 use super::cdc;
 use super::envelope_table;
-use super::plans::writer_schema;
+use super::plans::{WriterSchema, writer_schema};
 use super::settings::registry_input;
 use crate::backoff;
 use crate::bigquery::rest_client::{
@@ -159,10 +159,24 @@ async fn derive_from_subject(
     tracing::info!(topic, subject = %subject, schema_id = id, format = kind.as_str(), "creating the table from the subject's latest schema");
     let derived = match &registered {
         AnySchema::Avro(r) => derive_avro(&r.schema, route.cdc, options)?,
-        // The file's first message: what Confluent's serializers frame as `[0]`.
         other => {
-            let writer = writer_schema(other, id, &MessagePath::FIRST)
-                .map_err(|bad| anyhow!("{}", bad.reason))?;
+            let writer = match other {
+                // The message the route names, or the file's only one: never a guess among
+                // several (docs/mapping.md, "Which message a table holds").
+                AnySchema::Protobuf(p) => {
+                    let named = route.create_table.and_then(|c| c.protobuf_message.as_deref());
+                    let message = p.schema.table_message(named).map_err(|e| {
+                        anyhow!(
+                            "cannot create table {} (topic {topic}, {}) from schema id {id} of subject {subject}: {e}",
+                            table.resource_name(),
+                            route.path
+                        )
+                    })?;
+                    WriterSchema::Protobuf(message)
+                }
+                _ => writer_schema(other, id, &MessagePath::FIRST)
+                    .map_err(|bad| anyhow!("{}", bad.reason))?,
+            };
             match route.cdc {
                 Some(c) => cdc::row_writer(writer, c)?,
                 None => writer,

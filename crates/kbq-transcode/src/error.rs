@@ -42,6 +42,13 @@ pub enum PlanError {
     },
     #[error("protobuf field {field} has no column in the table (unknown_fields: error)")]
     UnknownProtoField { field: String },
+    /// Not one field of the message has a column although the table has data columns: its
+    /// records would be rows of Kafka metadata alone, most likely another message than the
+    /// table's (docs/mapping.md, "Which message a table holds").
+    #[error(
+        "no field of protobuf message {message} has a column in the table: its records would keep only the kafka metadata (is it the message the table was made for?)"
+    )]
+    NoProtoFieldWritten { message: String },
     #[error("column {column}: json {json} cannot be written to a {column_type} column")]
     JsonIncompatible {
         column: String,

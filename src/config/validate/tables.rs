@@ -115,6 +115,14 @@ impl Validator {
                 );
             }
         }
+        if let Some(name) = &ct.protobuf_message
+            && !name.split('.').all(is_column_name)
+        {
+            self.err(
+                format!("{path}.protobuf_message"),
+                format!("`{name}` is not the full name of a protobuf message (`package.Message`)"),
+            );
+        }
         if ct.require_partition_filter && ct.time_partitioning.is_none() {
             self.err(
                 format!("{path}.require_partition_filter"),

@@ -37,6 +37,14 @@ pub fn compile(
     };
     let columns = data_columns(table, &options.metadata);
     let (root, mut protos) = c.message(message, &columns, "", None, false)?;
+    // Under `unknown_fields: ignore` a message of another shape still compiles, to a plan that
+    // drops every field: refused instead, so its records are dead-lettered with their data
+    // rather than written as rows that hold nothing of it.
+    if protos.is_empty() && message.fields().next().is_some() && !columns.is_empty() {
+        return Err(PlanError::NoProtoFieldWritten {
+            message: message.full_name().to_owned(),
+        });
+    }
     let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
     let root_desc = descriptor::message(ROOT_MESSAGE, protos);
     Ok(Plan {

@@ -191,6 +191,36 @@ impl ProtoSchema {
         Some(message)
     }
 
+    /// The message a table is derived from: the one named (its full name, top-level or nested,
+    /// declared in the root file), or the file's only top-level message. A file of several
+    /// top-level messages and no name is refused: its records may carry any of them, and the
+    /// first is not more likely than the others (docs/mapping.md, "Which message a table holds").
+    pub fn table_message(&self, name: Option<&str>) -> Result<MessageDescriptor, String> {
+        let names = self.message_names();
+        match name {
+            Some(name) => {
+                let mut pending: Vec<MessageDescriptor> = self.root().messages().collect();
+                while let Some(m) = pending.pop() {
+                    if m.full_name() == name {
+                        return Ok(m);
+                    }
+                    pending.extend(m.child_messages());
+                }
+                Err(format!(
+                    "the schema declares no message {name} (top-level messages: {names:?})"
+                ))
+            }
+            None if names.len() == 1 => self
+                .message(&MessagePath::FIRST)
+                .ok_or_else(|| "the schema declares no message".to_owned()),
+            None if names.is_empty() => Err("the schema declares no message".to_owned()),
+            None => Err(format!(
+                "the schema declares {} top-level messages {names:?}; name the one the records carry with create_table.protobuf_message",
+                names.len()
+            )),
+        }
+    }
+
     /// The full names of the root file's top-level messages, for error messages.
     pub fn message_names(&self) -> Vec<String> {
         self.root()
