@@ -1,4 +1,4 @@
-//! The config (README, "Configuration reference"): the shipped examples validate, and every kind of
+//! The config (docs/configuration.md): the shipped examples validate, and every kind of
 //! mistake is reported with the path of the field that is wrong.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! The daemon's YAML configuration (README, "Configuration reference"): typed sections, `${ENV}`
+//! The daemon's YAML configuration (docs/configuration.md): typed sections, `${ENV}`
 //! substitution, every default in [`defaults`], and [`validate`], which checks a parsed config
 //! without any I/O and names the field path of every error.
 //!

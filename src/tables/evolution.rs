@@ -1,4 +1,4 @@
-//! Schema evolution (`bigquery.schema_update: add_columns`, README). It hangs off the plan
+//! Schema evolution (`bigquery.schema_update: add_columns`, docs/configuration.md). It hangs off the plan
 //! source because that is where a new writer schema is first seen: before compiling its plan, the
 //! writer schema's fields (Avro, Protobuf or JSON Schema) without a column become NULLABLE columns
 //! (`tables.patch`), and the plan is compiled only once the Storage Write API reports them

@@ -1,4 +1,4 @@
-//! A real Apache Kafka broker for the tests (README, "Tests"), started through `scripts/kafka.sh`.
+//! A real Apache Kafka broker for the tests (docs/testing.md), started through `scripts/kafka.sh`.
 //!
 //! * `KafkaBroker::shared()`: the broker of the whole test run when the test script exported
 //!   `KBQ_KAFKA_BOOTSTRAP`, else one private broker per test binary, started on first use.
@@ -343,7 +343,7 @@ pub fn consumer_config_kip848(bootstrap: &str, group_id: &str) -> ClientConfig {
     cfg
 }
 
-/// A consumer config with the settings the sink forces (README, `kafka.properties`) and timeouts
+/// A consumer config with the settings the sink forces (docs/configuration.md, `kafka.properties`) and timeouts
 /// short enough for tests: a member that leaves or dies is noticed in seconds.
 pub fn consumer_config(bootstrap: &str, group_id: &str) -> ClientConfig {
     let mut cfg = ClientConfig::new();

@@ -29,7 +29,7 @@ pub struct EmulatorArgs {
     /// Idle lifetime of a PENDING stream, in seconds (undocumented by Google; BUFFERED's value).
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     pub pending_stream_ttl_secs: u64,
-    /// Fault rules (YAML or JSON) installed at start; see the README's emulator section.
+    /// Fault rules (YAML or JSON) installed at start; see docs/emulator.md, "Fault injection".
     #[arg(long)]
     pub faults: Option<PathBuf>,
     /// Keep only these top-level columns (comma-separated) of each appended row; every row is

@@ -1,6 +1,6 @@
 //! A local BigQuery: the Storage Write API over gRPC and the REST calls the daemon and users need.
 //! Reached only from `main` and `quickstart`; it shares nothing with the daemon but Google's wire
-//! types. What it serves: README, "The emulator"; the BigQuery behaviour the sink relies on:
+//! types. What it serves: docs/emulator.md; the BigQuery behaviour the sink relies on:
 //! docs/architecture.md#bigquery-facts.
 
 pub mod cdc;

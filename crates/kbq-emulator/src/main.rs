@@ -1,5 +1,5 @@
 //! `kbq-emulator`: the emulator alone, for anyone testing a Storage Write API writer; the same
-//! flags as `kafka-bigquery-sink emulator` (README, "The emulator").
+//! flags as `kafka-bigquery-sink emulator` (docs/emulator.md).
 
 use clap::Parser;
 use kbq_emulator::cli::EmulatorArgs;

@@ -96,7 +96,7 @@ pub struct ProtocolConfig {
 }
 
 impl ProtocolConfig {
-    /// The protocol's own defaults (the daemon's come from its config: README, "Recovery
+    /// The protocol's own defaults (the daemon's come from its config: docs/guarantee.md, "Recovery
     /// policies").
     pub fn new() -> Self {
         ProtocolConfig {
