@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The fuzzers and generator-driven property tests with fresh random seeds, for as long as asked.
-# The test command runs them on committed seeds and fixed counts only (tests/transcode_fuzz.rs,
-# tests/transcode_props.rs, the emulator's rows/validate_tests.rs, scripts/test.d/fuzz.sh); this
-# hunts for new failures. (The model tests and the simulation have their own: model-soak.sh,
+# The test command runs them on committed seeds and fixed counts only (fuzz.rs and props.rs in
+# crates/kbq-transcode/tests/transcode/, the emulator's rows/validate_tests.rs,
+# scripts/test.d/fuzz.sh); this hunts for new failures. (The model tests and the simulation have their own: model-soak.sh,
 # simulate.sh.)
 #
 #   scripts/fuzz-soak.sh --minutes M      M minutes of the stable mutation fuzzer's fresh seeds,
@@ -11,7 +11,7 @@
 #                                         (when a nightly toolchain is installed)
 #
 # A failing mutation-fuzzer seed is printed with `FUZZ_SEED=<seed>`, which replays it:
-#   FUZZ_SEED=<seed> cargo test --test transcode_fuzz
+#   FUZZ_SEED=<seed> cargo test -p kbq-transcode --test transcode fuzz::
 # libFuzzer writes a crashing input to fuzz/artifacts/transcode/ (replay: cargo +nightly fuzz run
 # transcode <file>). Every failure found becomes a committed seed or a committed test case.
 set -euo pipefail
@@ -29,8 +29,8 @@ done
 [ -n "$minutes" ] || usage
 seconds=$((minutes * 60))
 
-if ! out=$(KBQ_FUZZ_FRESH_SECONDS="$seconds" cargo test --locked --test transcode_fuzz -- --nocapture 2>&1); then
-    echo "fuzz-soak: tests/transcode_fuzz.rs failed on a fresh seed:"
+if ! out=$(KBQ_FUZZ_FRESH_SECONDS="$seconds" cargo test --locked -p kbq-transcode --test transcode -- fuzz:: --nocapture 2>&1); then
+    echo "fuzz-soak: crates/kbq-transcode/tests/transcode/fuzz.rs failed on a fresh seed:"
     echo "$out" | grep -v '^fuzz: fresh seed' | tail -n 40
     exit 1
 fi
@@ -40,8 +40,8 @@ echo "$out" | grep -E '^fuzz: [0-9]+ fresh seeds|test result'
 end=$((SECONDS + seconds))
 runs=0
 while [ "$SECONDS" -lt "$end" ]; do
-    if ! out=$(KBQ_PROPTEST_FRESH=1 cargo test --locked --test transcode_props 2>&1); then
-        echo "fuzz-soak: tests/transcode_props.rs failed on a fresh seed:"; echo "$out" | tail -n 40; exit 1
+    if ! out=$(KBQ_PROPTEST_FRESH=1 cargo test --locked -p kbq-transcode --test transcode -- props:: --skip json_props:: 2>&1); then
+        echo "fuzz-soak: crates/kbq-transcode/tests/transcode/props.rs failed on a fresh seed:"; echo "$out" | tail -n 40; exit 1
     fi
     if ! out=$(KBQ_PROPTEST_FRESH=1 cargo test --locked -p kbq-emulator rows::validate_tests 2>&1); then
         echo "fuzz-soak: the emulator's row property tests failed on a fresh seed:"; echo "$out" | tail -n 40; exit 1

@@ -1,7 +1,7 @@
 //! Fuzz target: arbitrary bytes as the Avro body of records of the transcoder's fuzz case (a
-//! schema that exercises every plan op, `tests/support/transcode_case.rs`, which the bounded
-//! stable fuzzer `tests/transcode_fuzz.rs` runs too), plus arbitrary schema texts for the parser
-//! and compiler. No input may panic, and an error must leave the batch buffer exactly as it was.
+//! schema that exercises every plan op, `crates/kbq-transcode/tests/transcode/support/case.rs`,
+//! which the bounded stable fuzzer `crates/kbq-transcode/tests/transcode/fuzz.rs` runs too), plus
+//! arbitrary schema texts for the parser and compiler. No input may panic, and an error must leave the batch buffer exactly as it was.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use kbq_core::table_schema::TableSchema;
 use kbq_transcode::Plan;
 
-#[path = "../../tests/support/transcode_case.rs"]
+#[path = "../../crates/kbq-transcode/tests/transcode/support/case.rs"]
 mod case;
 
 fn table() -> &'static TableSchema {

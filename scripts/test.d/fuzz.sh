@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing of the transcoder (fuzz/), deterministic: a fixed libFuzzer seed, a
 # fixed number of runs and an empty corpus, so the test command passes or fails the same way on
 # every run (fresh random seeds: scripts/fuzz-soak.sh). The stable mutation fuzzer
-# (tests/transcode_fuzz.rs) already ran its committed seeds inside `cargo test`; this adds
+# (crates/kbq-transcode/tests/transcode/fuzz.rs) already ran its committed seeds inside `cargo test`; this adds
 # libFuzzer where a nightly toolchain exists (cargo-fuzz needs it for the sanitizer flags).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

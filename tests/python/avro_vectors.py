@@ -4,7 +4,7 @@ Usage: python avro_vectors.py OUT_FILE
 
 Writes one JSON object per line: the writer schema, the BigQuery table columns, the Avro binary
 datum (hex) as fastavro encodes it, and the values BigQuery must receive, computed here with
-Python's datetime and decimal modules. `tests/transcode_vectors.rs` runs this script and checks
+Python's datetime and decimal modules. `crates/kbq-transcode/tests/transcode/vectors.rs` runs this script and checks
 the Rust transcoder against every line.
 
 Expected values use one JSON shape: integers and floats as numbers, strings as strings, bytes as

@@ -3,11 +3,9 @@
 //! the row decoded by prost-reflect from the plan's own descriptor. Expected values are written
 //! out by hand (dates and instants computed here independently).
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::json::{JsonSchema, validate};
-use kafka_bigquery_sink::transcode::{
-    Plan, PlanError, PlanOptions, RecordError, UnknownFields, file_for,
-};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::json::{JsonSchema, validate};
+use kbq_transcode::{Plan, PlanError, PlanOptions, RecordError, UnknownFields, file_for};
 use num_bigint::BigInt;
 use prost_reflect::{DescriptorPool, DynamicMessage, ReflectMessage, Value as PValue};
 use prost_types::FileDescriptorSet;

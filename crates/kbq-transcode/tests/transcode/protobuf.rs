@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::protobuf::{MessagePath, ProtoSchema};
-use kafka_bigquery_sink::transcode::{
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::protobuf::{MessagePath, ProtoSchema};
+use kbq_transcode::{
     KafkaMetadata, MetadataColumns, Plan, PlanError, PlanOptions, RecordError, UnknownFields,
     file_for,
 };
@@ -572,7 +572,7 @@ fn kafka_metadata_columns_follow_the_message() {
     let meta = KafkaMetadata {
         topic: "orders",
         partition: 3,
-        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(77),
+        offset: kbq_core::offsets::KafkaOffset(77),
         ..KafkaMetadata::default()
     };
     let mut out = Vec::new();

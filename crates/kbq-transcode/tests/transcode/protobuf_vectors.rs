@@ -9,57 +9,17 @@
 //! `scripts/venv.sh` from `tests/python/requirements.txt`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::protobuf::{
-    MessageIndexEncoding, ProtoSchema, split_message_indexes,
-};
-use kafka_bigquery_sink::transcode::{Plan, PlanOptions, RecordError, file_for, split_confluent};
-use prost_reflect::{DescriptorPool, DynamicMessage, ReflectMessage, Value as PValue};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::protobuf::{MessageIndexEncoding, ProtoSchema, split_message_indexes};
+use kbq_transcode::{Plan, PlanOptions, RecordError, file_for, split_confluent};
+use prost_reflect::{DescriptorPool, DynamicMessage};
 use prost_types::FileDescriptorSet;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Value as Json, json};
 
-#[path = "support/python.rs"]
-mod oracle;
-use oracle::python;
-
-fn to_json(v: &PValue) -> Json {
-    match v {
-        PValue::Bool(b) => json!(b),
-        PValue::I32(i) => json!(i),
-        PValue::I64(i) => json!(i),
-        PValue::U32(i) => json!(i),
-        PValue::U64(i) => json!(i),
-        PValue::F32(f) => json!(f),
-        PValue::F64(f) => json!(f),
-        PValue::String(s) => json!(s),
-        PValue::Bytes(b) => {
-            json!({"hex": b.iter().map(|x| format!("{x:02x}")).collect::<String>()})
-        }
-        PValue::List(l) => Json::Array(l.iter().map(to_json).collect()),
-        PValue::Message(m) => message_json(m),
-        other => panic!("unexpected proto value {other:?}"),
-    }
-}
-
-fn message_json(m: &DynamicMessage) -> Json {
-    let mut obj = Map::new();
-    for fd in m.descriptor().fields() {
-        if m.has_field(&fd) {
-            obj.insert(fd.name().to_owned(), to_json(&m.get_field(&fd)));
-        }
-    }
-    Json::Object(obj)
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use crate::support::proto_json::{hex, message_json};
+use crate::support::python::{python, repository};
 
 /// The references of a registered schema, resolved recursively through the subjects, as
 /// `(import name, text)`.
@@ -80,7 +40,7 @@ fn vectors() -> Option<Vec<Json>> {
     let python = python()?;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vectors.jsonl");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/protobuf_vectors.py");
+    let script = repository().join("tests/python/protobuf_vectors.py");
     let status = Command::new(python)
         .arg(&script)
         .arg(&file)

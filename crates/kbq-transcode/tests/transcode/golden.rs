@@ -3,8 +3,8 @@
 
 use apache_avro::types::Value;
 use apache_avro::{Decimal, Schema};
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::{
     AvroSchema, KafkaHeader, KafkaMetadata, MetadataColumns, Plan, PlanError, PlanOptions,
     RecordError, UnknownFields, file_for, frame_confluent, split_confluent,
 };
@@ -744,7 +744,7 @@ fn kafka_metadata_columns_are_appended_from_the_callers_struct() {
     let meta = KafkaMetadata {
         topic: "orders",
         partition: 3,
-        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(42),
+        offset: kbq_core::offsets::KafkaOffset(42),
         timestamp_millis: Some(1_000),
         key: Some(b"k"),
         headers: &headers,

@@ -5,54 +5,16 @@
 //! The interpreter is `KBQ_PYTHON`, else the repository's `.venv/bin/python` (made by
 //! `scripts/venv.sh` from `tests/python/requirements.txt`).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{AvroSchema, Plan, PlanOptions, RecordError, file_for};
-use prost_reflect::{DescriptorPool, DynamicMessage, ReflectMessage, Value as PValue};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::{AvroSchema, Plan, PlanOptions, RecordError, file_for};
+use prost_reflect::{DescriptorPool, DynamicMessage};
 use prost_types::FileDescriptorSet;
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Value as Json, json};
 
-#[path = "support/python.rs"]
-mod oracle;
-use oracle::python;
-
-fn to_json(v: &PValue) -> Json {
-    match v {
-        PValue::Bool(b) => json!(b),
-        PValue::I32(i) => json!(i),
-        PValue::I64(i) => json!(i),
-        PValue::U32(i) => json!(i),
-        PValue::U64(i) => json!(i),
-        PValue::F32(f) => json!(f),
-        PValue::F64(f) => json!(f),
-        PValue::String(s) => json!(s),
-        PValue::Bytes(b) => {
-            json!({"hex": b.iter().map(|x| format!("{x:02x}")).collect::<String>()})
-        }
-        PValue::List(l) => Json::Array(l.iter().map(to_json).collect()),
-        PValue::Message(m) => message_json(m),
-        other => panic!("unexpected proto value {other:?}"),
-    }
-}
-
-fn message_json(m: &DynamicMessage) -> Json {
-    let mut obj = Map::new();
-    for fd in m.descriptor().fields() {
-        if m.has_field(&fd) {
-            obj.insert(fd.name().to_owned(), to_json(&m.get_field(&fd)));
-        }
-    }
-    Json::Object(obj)
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use crate::support::proto_json::{hex, message_json};
+use crate::support::python::{python, repository};
 
 #[test]
 fn fastavro_vectors_transcode_to_the_values_python_expects() {
@@ -61,7 +23,7 @@ fn fastavro_vectors_transcode_to_the_values_python_expects() {
     };
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vectors.jsonl");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/avro_vectors.py");
+    let script = repository().join("tests/python/avro_vectors.py");
     let status = Command::new(python)
         .arg(&script)
         .arg(&file)

@@ -8,8 +8,8 @@
 use std::fmt::Write;
 
 use chrono::{DateTime, Duration, FixedOffset, NaiveDate};
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::transcode::{Plan, PlanOptions, file_for};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::{Plan, PlanOptions, file_for};
 use num_bigint::BigInt;
 use prost_reflect::{
     DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value as PValue,

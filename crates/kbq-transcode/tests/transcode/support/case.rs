@@ -1,11 +1,11 @@
 //! The transcoder's fuzz case: one Avro schema that exercises every plan op, its table, the
 //! options, and the check every input must pass. Two fuzzers run it: the coverage-guided target
 //! (`fuzz/fuzz_targets/transcode.rs`, cargo-fuzz on nightly, `scripts/test.d/fuzz.sh`) and the
-//! bounded mutation fuzzer on stable (`tests/transcode_fuzz.rs`, in `cargo test`), so what the
+//! bounded mutation fuzzer on stable (`fuzz.rs` beside this folder, in `cargo test`), so what the
 //! test checks is what libFuzzer explores.
 //!
-//! Both include this file with `#[path]` rather than import it from `kbq-transcode` behind a
-//! feature: it is test data and a test oracle, not part of the transcoder's API; a feature would
+//! The fuzz target includes this file with `#[path]` rather than import it from `kbq-transcode`
+//! behind a feature: it is test data and a test oracle, not part of the transcoder's API; a feature would
 //! put it in the product's crate and its feature set (cargo unifies features across a build)
 //! for the sake of two test binaries; and the fuzz crate is a workspace of its own that shares
 //! no dev-dependency with the package. The file needs only what both already depend on:

@@ -6,8 +6,8 @@
 use apache_avro::types::Value;
 use apache_avro::{Decimal, Schema};
 use chrono::{DateTime, Datelike, NaiveDate, Timelike};
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::transcode::{AvroSchema, Plan, PlanOptions, RecordError, file_for};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_transcode::{AvroSchema, Plan, PlanOptions, RecordError, file_for};
 use num_bigint::BigInt;
 use proptest::prelude::*;
 use prost_reflect::{

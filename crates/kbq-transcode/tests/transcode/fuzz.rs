@@ -48,16 +48,13 @@ fn each_seed(per_seed: u64, mut run: impl FnMut(u64, u64)) {
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::transcode::{Plan, file_for};
+use kbq_transcode::{Plan, file_for};
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use prost_types::FileDescriptorSet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-#[path = "support/transcode_case.rs"]
-mod case;
-
-use case::SCHEMA;
+use crate::support::case::{self, SCHEMA};
 
 fn seed_record(rng: &mut StdRng) -> Value {
     let s = |v: &str| Value::String(v.to_owned());

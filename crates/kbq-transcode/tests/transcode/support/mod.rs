@@ -1,0 +1,5 @@
+//! What several of the transcoder's test modules share.
+
+pub mod case;
+pub mod proto_json;
+pub mod python;
