@@ -2,7 +2,7 @@
 //!
 //! `offsets`, `metadata` and `protocol` live in the `kbq-core` crate, whose dependencies keep them
 //! pure (no I/O, no async, no Kafka or gRPC types); they are re-exported here. The async shells translate librdkafka and BigQuery results into [`protocol::Event`]s and execute the
-//! [`protocol::Action`]s. That is what lets `tests/checkpoint_model.rs` drive the protocol against
+//! [`protocol::Action`]s. That is what lets `crates/kbq-core/tests/model/exactly_once.rs` drive the protocol against
 //! a model of Kafka and BigQuery with a fault injected at every step.
 //!
 //! What a shell owes the protocol:

@@ -1,5 +1,5 @@
 //! The invariants, checked where an effect lands (a commit, a flush, a finalize) and at the
-//! end of a seed: the model test's (tests/checkpoint_model.rs), plus the two the shells can
+//! end of a seed: the model test's (crates/kbq-core/tests/model/exactly_once.rs), plus the two the shells can
 //! break (the meaning of `K`; no finalize of a stream a checkpoint in doubt names).
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! The exactly-once checkpoint protocol against the models of Kafka and BigQuery, with two
 //! replicas and a fault injected at every step (docs/architecture.md#invariants). The harness is
-//! shared with `tests/ledger_model.rs` (`tests/support/model*.rs`); this file holds what the
+//! shared with `ledger.rs` (`support/`); this file holds what the
 //! protocol needs: how the shell serves its actions, what its outcomes explain, the invariants
 //! it must keep on every step, the oracle at the end, and the histories that once failed.
 //!
@@ -9,11 +9,11 @@
 //! generation on a commit, never which partitions the member owns; a commit can fail for one
 //! partition and land for the others; commits already handed over complete before a rebalance
 //! finishes. BigQuery: BUFFERED streams with explicit-offset appends, a flush cursor, finalize,
-//! TTL expiry, and no API that tells where a cursor is (`tests/support/model_bigquery.rs`).
+//! TTL expiry, and no API that tells where a cursor is (`support/bigquery.rs`).
 //!
 //! Every request the protocol sends sits in a per-replica outbox until a step delivers it, so its
 //! effect can land late, land with its answer lost, or not land at all
-//! (`tests/support/model_exactly_once.rs`: the group's moves, the writers, the faults).
+//! (`exactly_once/world.rs`: the group's moves, the writers, the faults).
 //!
 //! Both out-of-range policies are product paths (`recovery.on_out_of_range`), so each history
 //! runs one, drawn per seed, and in half the histories retention overtakes a lagging reader.
@@ -23,12 +23,9 @@
 //! that every record below where it stopped is visible exactly once, and that no commit claims
 //! a record that was never written.
 
-// The model indexes its per-partition arrays by partition number, like Kafka does.
-#![allow(clippy::needless_range_loop)]
-
-use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
-use kafka_bigquery_sink::checkpoint::offsets::{RowOffset, StreamId};
-use kafka_bigquery_sink::checkpoint::protocol::{
+use kbq_core::metadata::CommitMetadata;
+use kbq_core::offsets::{RowOffset, StreamId};
+use kbq_core::protocol::{
     Action, AnomalyPolicy, CheckpointProtocol, CommitEntry, CommitError, CommitOutcome, Event,
     FailReason, FlushOutcome, FlushPurpose, LostStreamPolicy, MissingCheckpointPolicy,
     OutOfRangePolicy, Outcome, ProtocolConfig, StartCase,
@@ -36,21 +33,13 @@ use kafka_bigquery_sink::checkpoint::protocol::{
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-#[path = "support/model.rs"]
-mod model;
-#[path = "support/model_bigquery.rs"]
-mod model_bigquery;
-#[path = "support/model_exactly_once.rs"]
-mod model_exactly_once;
-#[path = "support/model_kafka.rs"]
-mod model_kafka;
-#[path = "support/seeds.rs"]
-mod seeds;
+mod world;
 
-use model::{Delivery, Model, PARTITIONS, REPLICAS, Shell, Trace};
-use model_bigquery::{BigQuery, StreamState};
-use model_exactly_once::{Op, Process, ROW_BYTES, Request, Writer, index, table};
-use model_kafka::Kafka;
+use crate::support::bigquery::{BigQuery, StreamState};
+use crate::support::kafka::Kafka;
+use crate::support::model::{self, Delivery, Model, PARTITIONS, REPLICAS, Shell, Trace};
+use crate::support::seeds;
+use world::{Op, Process, ROW_BYTES, Request, Writer, index, table};
 
 #[derive(Default)]
 struct World {
@@ -76,7 +65,7 @@ struct World {
     /// out-of-range under the `fail` policy (`World::stopped_out_of_range`).
     stopped: [Option<i64>; PARTITIONS],
     anomalies: u32,
-    /// The group's state between rebalances (`tests/support/model_exactly_once.rs`).
+    /// The group's state between rebalances (`exactly_once/world.rs`).
     rebalancing: bool,
     rebalance_again: bool,
     slow_drain: bool,
@@ -414,7 +403,7 @@ impl World {
         if !gen_ok {
             // As the shell answers it: the call failed, the read-back worked (OffsetFetch needs
             // no membership) and shows nothing of ours landed, so the error comes per partition.
-            return model_exactly_once::not_applied(entries, "illegal generation");
+            return world::not_applied(entries, "illegal generation");
         }
         let mut results = Vec::new();
         for e in entries {
@@ -620,13 +609,13 @@ fn out_of_range_policy(fail: bool) -> OutOfRangePolicy {
 
 fn suite() -> seeds::Suite<impl Strategy<Value = History>> {
     seeds::Suite {
-        test: "checkpoint_model",
-        filter: "every_record",
+        test: "model",
+        filter: "exactly_once::every_record",
         histories: (
             any::<bool>(),
             2..8u64,
             0..6i64,
-            prop::collection::vec(model_exactly_once::op(), 1..80),
+            prop::collection::vec(world::op(), 1..80),
             (any::<bool>(), any::<bool>()),
         ),
         run: |(resolve, cap_rows, initial, ops, (fail, overtakes))| {

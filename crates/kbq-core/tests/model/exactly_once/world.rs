@@ -1,18 +1,16 @@
-//! The world of `tests/checkpoint_model.rs` (the exactly-once protocol): its replicas, their
+//! The world of `exactly_once.rs` (the exactly-once protocol): its replicas, their
 //! writers on BUFFERED streams, the requests in their outboxes, how the group moves partitions
 //! (eager and cooperative rebalances, the revoke callback under the commit lock, lost sessions
 //! and zombies) and the faults a history injects. What the protocol must keep on each step and
 //! at the end is in the test file, which defines `World`; the models of Kafka and BigQuery are
-//! `model_kafka.rs` and `model_bigquery.rs`. Included with `#[path]` by that test only.
+//! `support/kafka.rs` and `support/bigquery.rs`.
 
 use super::World;
-use super::model::{Delivery, Model, PARTITIONS, REPLICAS, Shell, delivery};
-use super::model_bigquery::Append;
-use kafka_bigquery_sink::checkpoint::metadata::{CommitMetadata, TableFingerprint};
-use kafka_bigquery_sink::checkpoint::offsets::{
-    Acknowledged, Incarnation, NextOffset, RowCount, RowOffset, StreamId,
-};
-use kafka_bigquery_sink::checkpoint::protocol::{
+use crate::support::bigquery::Append;
+use crate::support::model::{Delivery, Model, PARTITIONS, REPLICAS, Shell, delivery};
+use kbq_core::metadata::{CommitMetadata, TableFingerprint};
+use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, RowOffset, StreamId};
+use kbq_core::protocol::{
     CheckpointProtocol, CommitEntry, CommitError, CommitId, CommitOutcome, Event, FlushOutcome,
     FlushPurpose, RoutedTable, TopicPartition,
 };

@@ -1,4 +1,4 @@
-//! The model tests' BigQuery (`tests/support/model.rs`), one table per topic: BUFFERED streams
+//! The model tests' BigQuery (`model.rs`), one table per topic: BUFFERED streams
 //! with explicit-offset appends, a flush cursor, finalize and expiry, for the exactly-once
 //! protocol; the `_default` stream, whose appends are visible as they land and carry no offset,
 //! for the at-least-once ledger; and the group's marker, a label per table. The rules are
@@ -8,9 +8,9 @@
 #![allow(dead_code)]
 
 use super::model::{Delivery, PARTITIONS};
-use kafka_bigquery_sink::checkpoint::metadata::TableFingerprint;
-use kafka_bigquery_sink::checkpoint::offsets::{KafkaOffset, RowOffset};
-use kafka_bigquery_sink::checkpoint::protocol::FlushOutcome;
+use kbq_core::metadata::TableFingerprint;
+use kbq_core::offsets::{KafkaOffset, RowOffset};
+use kbq_core::protocol::FlushOutcome;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The model tests' Kafka (`tests/support/model.rs`): per partition a log with a start that
+//! The model tests' Kafka (`model.rs`): per partition a log with a start that
 //! retention moves and an end that producers move, a committed offset with its metadata; a
 //! consumer group of members, a generation and an owner per partition. As the real group
 //! coordinator, a commit is checked against the member's generation only, never against which
@@ -10,9 +10,9 @@
 #![allow(dead_code)]
 
 use super::model::PARTITIONS;
-use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
-use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
-use kafka_bigquery_sink::checkpoint::protocol::{Assignment, CommittedRead, PartitionOrigin};
+use kbq_core::metadata::CommitMetadata;
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{Assignment, CommittedRead, PartitionOrigin};
 use std::collections::BTreeSet;
 
 #[derive(Debug, Default)]

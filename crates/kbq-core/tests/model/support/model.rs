@@ -1,12 +1,12 @@
-//! The harness the two model tests share: `tests/checkpoint_model.rs` drives the exactly-once
-//! protocol, `tests/ledger_model.rs` the at-least-once ledger, each against the models of Kafka
-//! (`model_kafka.rs`) and BigQuery (`model_bigquery.rs`). Both machines are events in, actions
+//! The harness the two model tests share: `exactly_once.rs` drives the exactly-once
+//! protocol, `ledger.rs` the at-least-once ledger, each against the models of Kafka
+//! (`kafka.rs`) and BigQuery (`bigquery.rs`). Both machines are events in, actions
 //! out; this file holds what serving them has in common: the replicas and the group's size, the
 //! faults a request can meet, the shell's inbox, the schedule of a run, and the trace a failure
-//! prints. Included with `#[path]`, not through `support`.
+//! prints.
 
-use kafka_bigquery_sink::checkpoint::ledger::AtLeastOnceLedger;
-use kafka_bigquery_sink::checkpoint::protocol::{Action, CheckpointProtocol, Event};
+use kbq_core::ledger::AtLeastOnceLedger;
+use kbq_core::protocol::{Action, CheckpointProtocol, Event};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 

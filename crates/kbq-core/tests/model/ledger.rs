@@ -32,40 +32,27 @@
 //!   failed partition (the model writes no exactly-once checkpoint and deletes no record).
 //!
 //! Not modelled: exactly-once checkpoints left by a switch of modes (the ledger runs the
-//! exactly-once recovery for them: its own unit tests and `tests/checkpoint_model.rs`), retention,
+//! exactly-once recovery for them: its own unit tests and `exactly_once.rs`), retention,
 //! row errors and the dead-letter topic, a zombie writer appending after its assignment was lost
 //! (the model stops it at once).
 //!
-//! The harness is shared with `tests/checkpoint_model.rs` (`tests/support/model*.rs`): the
+//! The harness is shared with `exactly_once.rs` (`support/`): the
 //! models of Kafka and BigQuery, the faults, the shell's inbox, the schedule and the seeds.
 
-// The model indexes its per-partition arrays by partition number, like Kafka does.
-#![allow(clippy::needless_range_loop)]
-
-use kafka_bigquery_sink::checkpoint::ledger::AtLeastOnceLedger;
-use kafka_bigquery_sink::checkpoint::metadata::{CommitMetadata, TableFingerprint};
-use kafka_bigquery_sink::checkpoint::offsets::{
-    Acknowledged, Incarnation, NextOffset, RowCount, StreamId,
-};
-use kafka_bigquery_sink::checkpoint::protocol::{
+use kbq_core::ledger::AtLeastOnceLedger;
+use kbq_core::metadata::{CommitMetadata, TableFingerprint};
+use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
+use kbq_core::protocol::{
     Action, CommitEntry, CommitError, CommitId, CommitOutcome, Event, MissingCheckpointPolicy,
     ProtocolConfig, RoutedTable, TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-#[path = "support/model.rs"]
-mod model;
-#[path = "support/model_bigquery.rs"]
-mod model_bigquery;
-#[path = "support/model_kafka.rs"]
-mod model_kafka;
-#[path = "support/seeds.rs"]
-mod seeds;
-
-use model::{Delivery, Model, PARTITIONS, REPLICAS, Shell, Trace, delivery};
-use model_bigquery::BigQuery;
-use model_kafka::Kafka;
+use crate::support::bigquery::BigQuery;
+use crate::support::kafka::Kafka;
+use crate::support::model::{self, Delivery, Model, PARTITIONS, REPLICAS, Shell, Trace, delivery};
+use crate::support::seeds;
 /// `writer.max_inflight_requests` and `writer.max_rows_per_request` of the model's writers.
 const MAX_INFLIGHT: usize = 2;
 const MAX_ROWS: i64 = 3;
@@ -742,8 +729,8 @@ type History = (i64, Vec<Op>);
 
 fn suite() -> seeds::Suite<impl Strategy<Value = History>> {
     seeds::Suite {
-        test: "ledger_model",
-        filter: "no_record",
+        test: "model",
+        filter: "ledger::no_record",
         histories: (0..6i64, prop::collection::vec(op(), 1..100)),
         run: |(initial, ops)| {
             run(*initial, ops);

@@ -1,7 +1,7 @@
-//! The seed harness of the model tests (`tests/checkpoint_model.rs`, `tests/ledger_model.rs`):
+//! The seed harness of the model tests (`exactly_once.rs`, `ledger.rs`):
 //! one generated history per seed, a fixed committed set of seeds in the test command, fresh
 //! random seeds only through `scripts/model-soak.sh`, and a failing seed shrunk to a minimal input
-//! and printed with the command that replays it. Included with `#[path]`, not through `support`.
+//! and printed with the command that replays it.
 
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -142,7 +142,7 @@ where
 fn failing_seed(test: &str, filter: &str, seed: u64, why: &str) -> String {
     format!(
         "model seed {seed} fails; replay it with \
-         `KBQ_MODEL_SEED={seed} cargo test --test {test} {filter}`\n{why}"
+         `KBQ_MODEL_SEED={seed} cargo test -p kbq-core --test {test} {filter}`\n{why}"
     )
 }
 
