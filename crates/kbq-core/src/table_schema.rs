@@ -34,6 +34,16 @@ pub struct TableFieldSchema {
     pub scale: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_value_expression: Option<String>,
+    /// RANGE columns: the type of the range's bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_element_type: Option<RangeElementType>,
+}
+
+/// `TableFieldSchema.rangeElementType` of the REST API: `{"type": "DATE"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RangeElementType {
+    #[serde(rename = "type")]
+    pub element_type: FieldType,
 }
 
 impl TableFieldSchema {
@@ -48,6 +58,7 @@ impl TableFieldSchema {
             precision: None,
             scale: None,
             default_value_expression: None,
+            range_element_type: None,
         }
     }
 

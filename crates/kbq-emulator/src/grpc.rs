@@ -199,8 +199,35 @@ pub fn proto_table_schema(schema: &TableSchema) -> bq::TableSchema {
 }
 
 fn proto_field(f: &TableFieldSchema) -> bq::TableFieldSchema {
-    use bq::table_field_schema::{Mode as M, Type as T};
-    let kind = match &f.field_type {
+    use bq::table_field_schema::{FieldElementType, Mode as M};
+    let mode = match f.mode() {
+        Mode::Nullable => M::Nullable,
+        Mode::Required => M::Required,
+        Mode::Repeated => M::Repeated,
+    };
+    let int = |s: &Option<String>| s.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
+    bq::TableFieldSchema {
+        name: f.name.clone(),
+        r#type: proto_type(&f.field_type) as i32,
+        mode: mode as i32,
+        fields: f.fields.iter().map(proto_field).collect(),
+        description: f.description.clone().unwrap_or_default(),
+        max_length: int(&f.max_length),
+        precision: int(&f.precision),
+        scale: int(&f.scale),
+        default_value_expression: f.default_value_expression.clone().unwrap_or_default(),
+        // Clients build a RANGE column's proto message from it (Go's adapt package refuses a
+        // RANGE without it).
+        range_element_type: f.range_element_type.as_ref().map(|r| FieldElementType {
+            r#type: proto_type(&r.element_type) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+fn proto_type(field_type: &FieldType) -> bq::table_field_schema::Type {
+    use bq::table_field_schema::Type as T;
+    match field_type {
         FieldType::String => T::String,
         FieldType::Bytes => T::Bytes,
         FieldType::Int64 => T::Int64,
@@ -220,24 +247,6 @@ fn proto_field(f: &TableFieldSchema) -> bq::TableFieldSchema {
             "RANGE" => T::Range,
             _ => T::Unspecified,
         },
-    };
-    let mode = match f.mode() {
-        Mode::Nullable => M::Nullable,
-        Mode::Required => M::Required,
-        Mode::Repeated => M::Repeated,
-    };
-    let int = |s: &Option<String>| s.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
-    bq::TableFieldSchema {
-        name: f.name.clone(),
-        r#type: kind as i32,
-        mode: mode as i32,
-        fields: f.fields.iter().map(proto_field).collect(),
-        description: f.description.clone().unwrap_or_default(),
-        max_length: int(&f.max_length),
-        precision: int(&f.precision),
-        scale: int(&f.scale),
-        default_value_expression: f.default_value_expression.clone().unwrap_or_default(),
-        ..Default::default()
     }
 }
 
