@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};
 
-use crate::cdc::ConnectionMode;
+use crate::cdc::{ChangeKind, ConnectionMode};
 use crate::faults::{FaultAction, Faults, Rpc};
 use crate::quota::{QuotaSettings, Quotas};
-use crate::rows::RowCodec;
+use crate::rows::{Interpretation, MissingValues, RowCodec};
 use crate::status::{BqError, DROP_MARKER};
 use crate::store::{
     CommitOutcome, RowBatch, Store, StoreError, StreamInfo, StreamKind, WriteStream,
@@ -299,6 +299,8 @@ pub struct AppendSession {
     keep_columns: Option<Arc<[String]>>,
     /// Insert or upsert (CDC) rows: a connection carries one kind only.
     mode: ConnectionMode,
+    /// `default_missing_value_interpretation`, sticky: it holds until a request sets another.
+    default_interpretation: Interpretation,
 }
 
 const ROW_ERRORS_MESSAGE: &str = "Errors found while processing rows. Please refer to the row_errors field for details. The list may not be complete because of the size limitations.";
@@ -333,6 +335,7 @@ impl AppendSession {
             schema_seen: HashMap::new(),
             keep_columns: None,
             mode: ConnectionMode::default(),
+            default_interpretation: Interpretation::Null,
         }
     }
 
@@ -398,6 +401,14 @@ impl AppendSession {
             );
             return reply(Err(e), Vec::new());
         }
+        let missing = match self.missing_values(
+            req.default_missing_value_interpretation,
+            &req.missing_value_interpretations,
+            &entity,
+        ) {
+            Ok(m) => m,
+            Err(e) => return reply(Err(e), Vec::new()),
+        };
         let data = match proto_data(req.rows, &entity) {
             Ok(data) => data,
             Err(status) => return AppendOutcome::End(status),
@@ -423,6 +434,30 @@ impl AppendSession {
         if let Err(e) = cdc_rows::admit(&mut self.mode, &stream, &kinds, &entity) {
             return reply(Err(e), Vec::new());
         }
+        let rows = if codec.has_defaults() {
+            let delete = |i: usize| kinds.get(i) == Some(&ChangeKind::Delete);
+            match codec.fill(rows, &missing, delete) {
+                Ok(rows) => rows,
+                Err(errors) => {
+                    let row_errors = errors
+                        .into_iter()
+                        .take(MAX_ROW_ERRORS)
+                        .map(|(index, message)| bq::RowError {
+                            index: index as i64,
+                            code: bq::row_error::RowErrorCode::FieldsError as i32,
+                            message,
+                        })
+                        .collect();
+                    let e = BqError::new(
+                        Code::InvalidArgument,
+                        format!("{ROW_ERRORS_MESSAGE} Entity: {entity}"),
+                    );
+                    return reply(Err(e), row_errors);
+                }
+            }
+        } else {
+            rows
+        };
         let rows = match &self.keep_columns {
             Some(columns) => project(&codec, &rows, columns),
             None => rows,
@@ -438,6 +473,42 @@ impl AppendSession {
             }
             Err(e) => reply(Err(BqError::from(&e)), Vec::new()),
         }
+    }
+
+    /// The missing-value interpretations of this request: its per-column map over the
+    /// connection's default, which the request may change for itself and every later one.
+    fn missing_values(
+        &mut self,
+        default: i32,
+        columns: &HashMap<String, i32>,
+        entity: &str,
+    ) -> Result<MissingValues, BqError> {
+        use bq::append_rows_request::MissingValueInterpretation as M;
+        let read = |value: i32, what: &str| match M::try_from(value) {
+            Ok(M::NullValue) => Ok(Interpretation::Null),
+            Ok(M::DefaultValue) => Ok(Interpretation::Default),
+            // "Requests with this value will be rejected" (storage.proto).
+            _ => Err(BqError::new(
+                Code::InvalidArgument,
+                format!(
+                    "Invalid missing value interpretation {value} for {what}. Entity: {entity}"
+                ),
+            )),
+        };
+        if default != M::Unspecified as i32 {
+            self.default_interpretation = read(default, "default_missing_value_interpretation")?;
+        }
+        let mut missing = MissingValues {
+            default: self.default_interpretation,
+            columns: HashMap::with_capacity(columns.len()),
+        };
+        for (column, &value) in columns {
+            let interpretation = read(value, &format!("column {column}"))?;
+            missing
+                .columns
+                .insert(column.to_lowercase(), interpretation);
+        }
+        Ok(missing)
     }
 
     fn destination(&mut self, requested: &str) -> Result<(String, Arc<WriteStream>), Status> {

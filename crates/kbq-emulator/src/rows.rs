@@ -21,6 +21,7 @@ mod compile;
 #[cfg(test)]
 mod compile_tests;
 mod decimal;
+mod defaults;
 mod pseudo;
 mod render;
 #[cfg(test)]
@@ -34,6 +35,7 @@ mod wire;
 
 pub use civil::timestamp_seconds_text;
 use compile::OwnedWire;
+pub use defaults::{FillErrors, Interpretation, MissingValues};
 pub use pseudo::PseudoColumns;
 pub use render::RenderOptions;
 use wire::{Reader, WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT};
@@ -63,6 +65,13 @@ pub enum SchemaError {
     },
     #[error("Invalid proto schema: BqMessage.proto: {0}")]
     InvalidDescriptor(String),
+    /// REQUIRED columns without a default that the writer schema omits (our wording: no text of
+    /// BigQuery's is on record).
+    #[error(
+        "The proto schema has no field for the REQUIRED column(s) {}, which have no default value",
+        quote_list(.columns)
+    )]
+    MissingRequired { columns: Vec<String> },
 }
 
 impl SchemaError {
@@ -96,6 +105,8 @@ pub struct RowCodec {
     root: MessagePlan,
     /// The CDC pseudo-columns the writer schema declares (never table columns).
     pseudo: PseudoColumns,
+    /// The top-level columns with a default value expression.
+    defaults: Vec<defaults::ColumnDefault>,
 }
 
 /// Proto scalar kinds, as declared in the descriptor.
@@ -264,6 +275,9 @@ struct MessagePlan {
     required: Vec<u32>,
     /// Lower-case column name → field index, for rendering in the table's column order.
     by_column: HashMap<String, usize>,
+    /// Lower-case column name → index of the field holding its default when a row got it (top
+    /// level only; `defaults.rs`).
+    fills: HashMap<String, usize>,
 }
 
 const SMALL_NUMBERS: u32 = 1024;
@@ -350,6 +364,35 @@ impl MessagePlan {
     #[inline]
     fn field(&self, number: u32) -> Option<&FieldPlan> {
         self.field_index(number).map(|i| &self.fields[i])
+    }
+
+    /// The field number of field `index`.
+    fn number_of(&self, index: usize) -> u32 {
+        let small = self
+            .small_numbers
+            .iter()
+            .position(|&i| i as usize == index + 1);
+        match small {
+            Some(number) => number as u32,
+            None => self
+                .large_numbers
+                .iter()
+                .find(|&&(_, i)| i as usize == index)
+                .map(|&(n, _)| n)
+                .unwrap_or(0),
+        }
+    }
+
+    /// The largest field number in use.
+    fn max_number(&self) -> u32 {
+        let small = self.small_numbers.iter().rposition(|&i| i > 0).unwrap_or(0) as u32;
+        let large = self
+            .large_numbers
+            .iter()
+            .map(|&(n, _)| n)
+            .max()
+            .unwrap_or(0);
+        small.max(large)
     }
 }
 

@@ -7,11 +7,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::big_query_write_client::BigQueryWriteClient;
 use kbq_core::table_schema::{FieldType, Mode, RangeElementType, TableFieldSchema, TableSchema};
 use kbq_emulator::server::{Emulator, EmulatorConfig};
 use kbq_emulator::store::{Dataset, Table, TableRef};
+use prost_types::field_descriptor_proto::{Label, Type};
+use prost_types::{DescriptorProto, FieldDescriptorProto};
+use serde_json::Value;
 use tonic::transport::Channel;
 
 const DEFAULT_STREAM: &str = "projects/p/datasets/d/tables/t/streams/_default";
@@ -35,6 +39,304 @@ async fn emulator_with(schema: TableSchema) -> (Emulator, BigQueryWriteClient<Ch
         .await
         .expect("connect");
     (emulator, BigQueryWriteClient::new(channel))
+}
+
+fn column(
+    name: &str,
+    field_type: FieldType,
+    mode: Mode,
+    default: Option<&str>,
+) -> TableFieldSchema {
+    TableFieldSchema {
+        default_value_expression: default.map(str::to_string),
+        ..TableFieldSchema::new(name, field_type, mode)
+    }
+}
+
+fn field(name: &str, number: i32, kind: Type) -> FieldDescriptorProto {
+    FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        r#type: Some(kind as i32),
+        label: Some(Label::Optional as i32),
+        ..Default::default()
+    }
+}
+
+fn descriptor(fields: Vec<FieldDescriptorProto>) -> DescriptorProto {
+    DescriptorProto {
+        name: Some("Row".into()),
+        field: fields,
+        ..Default::default()
+    }
+}
+
+fn request(descriptor: Option<DescriptorProto>, rows: Vec<Bytes>) -> bq::AppendRowsRequest {
+    bq::AppendRowsRequest {
+        write_stream: DEFAULT_STREAM.into(),
+        rows: Some(bq::append_rows_request::Rows::ProtoRows(
+            bq::append_rows_request::ProtoData {
+                writer_schema: descriptor.map(|d| bq::ProtoSchema {
+                    proto_descriptor: Some(d),
+                }),
+                rows: Some(bq::ProtoRows {
+                    serialized_rows: rows,
+                }),
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// Sends the requests on one AppendRows call and returns each answer (a response, or the status
+/// that ended the call).
+async fn append(
+    client: &mut BigQueryWriteClient<Channel>,
+    requests: Vec<bq::AppendRowsRequest>,
+) -> Vec<Result<bq::AppendRowsResponse, tonic::Status>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(requests.len().max(1));
+    let n = requests.len();
+    let mut responses = match client
+        .append_rows(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(status) => return vec![Err(status)],
+    };
+    let mut out = Vec::new();
+    for req in requests {
+        tx.send(req).await.expect("send");
+        match responses.message().await {
+            Ok(Some(resp)) => out.push(Ok(resp)),
+            Ok(None) => break,
+            Err(status) => {
+                out.push(Err(status));
+                break;
+            }
+        }
+    }
+    assert!(out.len() <= n);
+    out
+}
+
+fn string_row(fields: &[(u32, &str)]) -> Bytes {
+    let mut buf = Vec::new();
+    for (number, value) in fields {
+        prost::encoding::string::encode(*number, &value.to_string(), &mut buf);
+    }
+    Bytes::from(buf)
+}
+
+/// Every visible row as `tabledata.list` cells (`v` values) in column order.
+fn table_rows(emulator: &Emulator) -> Vec<Vec<Value>> {
+    let table = TableRef::new("p", "d", "t");
+    let schema = emulator.store.get_table(&table).expect("table").schema;
+    let rows = emulator
+        .store
+        .read_visible_rows(&table, 0, 1000)
+        .expect("rows");
+    rows.rows
+        .iter()
+        .map(|row| {
+            row.codec.render(&row.data, &schema)["f"]
+                .as_array()
+                .expect("cells")
+                .iter()
+                .map(|cell| cell["v"].clone())
+                .collect()
+        })
+        .collect()
+}
+
+fn ok(answer: &Result<bq::AppendRowsResponse, tonic::Status>) -> bool {
+    matches!(answer, Ok(resp) if matches!(resp.response, Some(bq::append_rows_response::Response::AppendResult(_))))
+}
+
+// ---- Column defaults and missing-value interpretations ----
+
+/// Go's `DefaultValueHandling` table: `id`, `strcol`, `strcol_withdef` ("defaultvalue"),
+/// `intcol`, `intcol_withdef` (-99), `otherstr`, `otherstr_withdef` ("otherval").
+fn defaults_schema() -> TableSchema {
+    TableSchema {
+        fields: vec![
+            column("id", FieldType::String, Mode::Nullable, None),
+            column("strcol", FieldType::String, Mode::Nullable, None),
+            column(
+                "strcol_withdef",
+                FieldType::String,
+                Mode::Nullable,
+                Some("\"defaultvalue\""),
+            ),
+            column("intcol", FieldType::Int64, Mode::Nullable, None),
+            column(
+                "intcol_withdef",
+                FieldType::Int64,
+                Mode::Nullable,
+                Some("-99"),
+            ),
+            column("otherstr", FieldType::String, Mode::Nullable, None),
+            column(
+                "otherstr_withdef",
+                FieldType::String,
+                Mode::Nullable,
+                Some("'otherval'"),
+            ),
+        ],
+    }
+}
+
+/// The writer schema of Go's `DefaultValuesPartialSchema`: the first five columns.
+fn partial_descriptor() -> DescriptorProto {
+    descriptor(vec![
+        field("id", 1, Type::String),
+        field("strcol", 2, Type::String),
+        field("strcol_withdef", 3, Type::String),
+        field("intcol", 4, Type::Int64),
+        field("intcol_withdef", 5, Type::Int64),
+    ])
+}
+
+#[tokio::test]
+async fn columns_missing_from_the_writer_schema_get_their_default_and_unset_fields_follow_the_interpretation()
+ {
+    use bq::append_rows_request::MissingValueInterpretation as M;
+    let (emulator, mut client) = emulator_with(defaults_schema()).await;
+    let row = string_row(&[(1, "someval")]);
+    let first = request(Some(partial_descriptor()), vec![row.clone()]);
+    let mut second = request(None, vec![row.clone()]);
+    second.default_missing_value_interpretation = M::DefaultValue as i32;
+    // The default interpretation holds for later requests; the map overrides it per column.
+    let mut third = request(None, vec![row]);
+    third
+        .missing_value_interpretations
+        .insert("strcol_withdef".into(), M::NullValue as i32);
+    let answers = append(&mut client, vec![first, second, third]).await;
+    assert!(answers.iter().all(ok), "{answers:?}");
+    let null = Value::Null;
+    let s = |v: &str| Value::String(v.into());
+    assert_eq!(
+        table_rows(&emulator),
+        vec![
+            // No interpretation: NULL for the unset fields, the default for the omitted column.
+            vec![
+                s("someval"),
+                null.clone(),
+                null.clone(),
+                null.clone(),
+                null.clone(),
+                null.clone(),
+                s("otherval")
+            ],
+            // DEFAULT_VALUE: the unset fields with a default get it.
+            vec![
+                s("someval"),
+                null.clone(),
+                s("defaultvalue"),
+                null.clone(),
+                s("-99"),
+                null.clone(),
+                s("otherval")
+            ],
+            // {strcol_withdef: NULL_VALUE} over the sticky DEFAULT_VALUE.
+            vec![
+                s("someval"),
+                null.clone(),
+                null.clone(),
+                null.clone(),
+                s("-99"),
+                null.clone(),
+                s("otherval")
+            ],
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_required_column_with_a_default_is_filled_when_the_writer_schema_omits_it() {
+    let schema = TableSchema {
+        fields: vec![
+            column("id", FieldType::String, Mode::Required, None),
+            column(
+                "loaded",
+                FieldType::Timestamp,
+                Mode::Required,
+                Some("CURRENT_TIMESTAMP()"),
+            ),
+            column("origin", FieldType::String, Mode::Required, Some("'kafka'")),
+        ],
+    };
+    let (emulator, mut client) = emulator_with(schema).await;
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let answers = append(
+        &mut client,
+        vec![request(
+            Some(descriptor(vec![field("id", 1, Type::String)])),
+            vec![string_row(&[(1, "a")])],
+        )],
+    )
+    .await;
+    assert!(answers.iter().all(ok), "{answers:?}");
+    let rows = table_rows(&emulator);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][0], Value::String("a".into()));
+    assert_eq!(rows[0][2], Value::String("kafka".into()));
+    // TIMESTAMP cells are floating-point seconds in tabledata.list's default format.
+    let loaded: f64 = rows[0][1].as_str().expect("a timestamp").parse().unwrap();
+    assert!(
+        (loaded - before).abs() < 60.0,
+        "{loaded} is not the append's time {before}"
+    );
+}
+
+#[tokio::test]
+async fn a_required_column_without_a_default_that_the_writer_schema_omits_is_refused() {
+    let schema = TableSchema {
+        fields: vec![
+            column("id", FieldType::String, Mode::Nullable, None),
+            column("must", FieldType::Int64, Mode::Required, None),
+        ],
+    };
+    let (emulator, mut client) = emulator_with(schema).await;
+    let answers = append(
+        &mut client,
+        vec![request(
+            Some(descriptor(vec![field("id", 1, Type::String)])),
+            vec![string_row(&[(1, "a")])],
+        )],
+    )
+    .await;
+    let status = answers[0].as_ref().expect_err("the call ends");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("'must'"), "{}", status.message());
+    assert!(table_rows(&emulator).is_empty());
+}
+
+#[tokio::test]
+async fn a_required_column_with_a_default_left_unset_under_null_value_is_a_row_error() {
+    let schema = TableSchema {
+        fields: vec![
+            column("id", FieldType::String, Mode::Nullable, None),
+            column("origin", FieldType::String, Mode::Required, Some("'kafka'")),
+        ],
+    };
+    let (emulator, mut client) = emulator_with(schema).await;
+    let writer = descriptor(vec![
+        field("id", 1, Type::String),
+        field("origin", 2, Type::String),
+    ]);
+    let rows = vec![string_row(&[(1, "a"), (2, "set")]), string_row(&[(1, "b")])];
+    let answers = append(&mut client, vec![request(Some(writer), rows)]).await;
+    let resp = answers[0].as_ref().expect("a response");
+    assert_eq!(resp.row_errors.len(), 1, "{resp:?}");
+    assert_eq!(resp.row_errors[0].index, 1);
+    assert_eq!(
+        resp.row_errors[0].message,
+        "Missing required field: origin."
+    );
+    assert!(table_rows(&emulator).is_empty());
 }
 
 // ---- GetWriteStream ----

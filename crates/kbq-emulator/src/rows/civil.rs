@@ -2,7 +2,6 @@
 //! REST API writes.
 
 /// Days since 1970-01-01 of a proleptic Gregorian date.
-#[cfg(test)]
 pub(super) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
@@ -48,6 +47,25 @@ pub(super) struct Time {
     minute: u32,
     second: u32,
     micros: u32,
+}
+
+impl Time {
+    pub(super) fn micros_of_day(self) -> i64 {
+        ((self.hour as i64 * 60 + self.minute as i64) * 60 + self.second as i64) * 1_000_000
+            + self.micros as i64
+    }
+
+    /// The time of day of `micros` in `0..86_400_000_000`.
+    pub(super) fn from_micros_of_day(micros: i64) -> Time {
+        let micros = micros.rem_euclid(86_400_000_000);
+        let seconds = micros / 1_000_000;
+        Time {
+            hour: (seconds / 3600) as u32,
+            minute: (seconds / 60 % 60) as u32,
+            second: (seconds % 60) as u32,
+            micros: (micros % 1_000_000) as u32,
+        }
+    }
 }
 
 pub(super) fn valid_date(year: i64, month: u32, day: u32) -> Option<Date> {

@@ -46,16 +46,18 @@ impl RowCodec {
             .names
             .insert(root_name.to_string(), Named::Message(descriptor));
         compiler.index(root_name.to_string(), descriptor)?;
-        let root = compiler.message(descriptor, root_name, &table.fields, "", "")?;
+        let mut root = compiler.message(descriptor, root_name, &table.fields, "", "")?;
         if !compiler.extras.is_empty() {
             return Err(SchemaError::ExtraFields {
                 fields: compiler.extras,
             });
         }
+        let defaults = super::defaults::plan_defaults(&mut root, &table.fields)?;
         Ok(RowCodec {
             descriptor: descriptor.clone(),
             root,
             pseudo: compiler.pseudo,
+            defaults,
         })
     }
 
@@ -214,6 +216,7 @@ impl<'d> Compiler<'d> {
             large_numbers: Vec::new(),
             required: Vec::new(),
             by_column: HashMap::new(),
+            fills: HashMap::new(),
         };
         let mut seen_numbers: HashMap<u32, &str> = HashMap::new();
         for field in &message.field {
@@ -265,9 +268,14 @@ impl<'d> Compiler<'d> {
                 }
                 _ => None,
             };
+            // A REQUIRED top-level column with a default may be left unset: the request's
+            // missing-value interpretation decides (defaults.rs).
+            let column_default =
+                column_prefix.is_empty() && column.default_value_expression.is_some();
             let must_be_set = !repeated
                 && default.is_none()
-                && (column.mode() == Mode::Required || field.label() == Label::Required);
+                && ((column.mode() == Mode::Required && !column_default)
+                    || field.label() == Label::Required);
             let index = plan.fields.len();
             let required_slot = must_be_set.then(|| {
                 plan.required.push(index as u32);
@@ -449,7 +457,7 @@ pub(super) fn unescape_c(text: &str) -> Option<Vec<u8>> {
 
 impl MessagePlan {
     /// Finds field `index` by its `number` from now on.
-    fn number(&mut self, number: u32, index: usize) {
+    pub(super) fn number(&mut self, number: u32, index: usize) {
         if number < SMALL_NUMBERS {
             if self.small_numbers.len() <= number as usize {
                 self.small_numbers.resize(number as usize + 1, 0);

@@ -57,7 +57,13 @@ pub(super) fn render_message(
     let cells: Vec<Value> = columns
         .iter()
         .map(|column| {
-            let Some(&index) = plan.by_column.get(&column.name.to_lowercase()) else {
+            let lower = column.name.to_lowercase();
+            // A default written into the row stands for the column (defaults.rs).
+            let index = match plan.fills.get(&lower) {
+                Some(&fill) if !values[fill].is_empty() => Some(fill),
+                _ => plan.by_column.get(&lower).copied(),
+            };
+            let Some(index) = index else {
                 return if column.mode() == Mode::Repeated {
                     json!({ "v": [] })
                 } else {
