@@ -366,3 +366,125 @@ async fn get_write_stream_full_names_the_element_type_of_a_range_column() {
         Some(bq::table_field_schema::Type::Timestamp as i32)
     );
 }
+
+// ---- TIMESTAMP from google.protobuf.Timestamp ----
+
+/// Java's `testRowErrors` table: `foo STRING(10)`, `bar TIMESTAMP`.
+fn bad_rows_schema() -> TableSchema {
+    let mut text = TableFieldSchema::new("foo", FieldType::String, Mode::Nullable);
+    text.max_length = Some("10".into());
+    TableSchema {
+        fields: vec![
+            text,
+            TableFieldSchema::new("bar", FieldType::Timestamp, Mode::Nullable),
+        ],
+    }
+}
+
+/// `foo` and `bar` as a `google.protobuf.Timestamp`, nested under the name Google's clients
+/// give it when they make a descriptor self-contained.
+fn timestamp_descriptor(type_name: &str) -> DescriptorProto {
+    let mut bar = field("bar", 2, Type::Message);
+    bar.type_name = Some(type_name.into());
+    DescriptorProto {
+        nested_type: vec![DescriptorProto {
+            name: Some(type_name.into()),
+            field: vec![
+                field("seconds", 1, Type::Int64),
+                field("nanos", 2, Type::Int32),
+            ],
+            ..Default::default()
+        }],
+        ..descriptor(vec![field("foo", 1, Type::String), bar])
+    }
+}
+
+fn timestamp_row(text: &str, seconds: i64, nanos: i32) -> Bytes {
+    let mut stamp = Vec::new();
+    prost::encoding::int64::encode(1, &seconds, &mut stamp);
+    prost::encoding::int32::encode(2, &nanos, &mut stamp);
+    let mut buf = Vec::new();
+    prost::encoding::string::encode(1, &text.to_string(), &mut buf);
+    prost::encoding::bytes::encode(2, &stamp, &mut buf);
+    Bytes::from(buf)
+}
+
+#[tokio::test]
+async fn a_timestamp_column_takes_google_protobuf_timestamp_and_bad_rows_are_named_by_index() {
+    let (emulator, mut client) = emulator_with(bad_rows_schema()).await;
+    let writer = timestamp_descriptor("google_protobuf_Timestamp");
+    let bad = vec![
+        timestamp_row("aaabbbcccddd", 1_663_821_424, 0),
+        timestamp_row("bbb", i64::MIN, 0),
+        timestamp_row("cccdddeeefffggg", 1_663_621_424, 0),
+    ];
+    let good = vec![
+        timestamp_row("aaa", 1_664_821_424, 0),
+        timestamp_row("bbb", 1_663_821_424, 0),
+        timestamp_row("ccc", 1_664_801_424, 500_000),
+    ];
+    let answers = append(
+        &mut client,
+        vec![request(Some(writer), bad), request(None, good)],
+    )
+    .await;
+    let refused = answers[0].as_ref().expect("the bad request is answered");
+    let errors: Vec<(i64, i32, &str)> = refused
+        .row_errors
+        .iter()
+        .map(|e| (e.index, e.code, e.message.as_str()))
+        .collect();
+    let fields = bq::row_error::RowErrorCode::FieldsError as i32;
+    assert_eq!(
+        errors,
+        vec![
+            (
+                0,
+                fields,
+                "Field foo: STRING(10) has maximum length 10 but got a value with length 12 on field foo."
+            ),
+            (
+                1,
+                fields,
+                "Timestamp field value is out of range: -9223372036854775808 on field bar."
+            ),
+            (
+                2,
+                fields,
+                "Field foo: STRING(10) has maximum length 10 but got a value with length 15 on field foo."
+            ),
+        ]
+    );
+    assert!(ok(&answers[1]), "{answers:?}");
+    let text = |micros: i64| Value::String(kbq_emulator::rows::timestamp_seconds_text(micros));
+    assert_eq!(
+        table_rows(&emulator),
+        vec![
+            vec![Value::String("aaa".into()), text(1_664_821_424_000_000)],
+            vec![Value::String("bbb".into()), text(1_663_821_424_000_000)],
+            vec![Value::String("ccc".into()), text(1_664_801_424_000_500)],
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_message_of_another_name_is_no_timestamp() {
+    let (_emulator, mut client) = emulator_with(bad_rows_schema()).await;
+    let answers = append(
+        &mut client,
+        vec![request(
+            Some(timestamp_descriptor("Stamp")),
+            vec![timestamp_row("a", 1, 0)],
+        )],
+    )
+    .await;
+    let status = answers[0]
+        .as_ref()
+        .expect_err("the writer schema is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("BigQuery field type TIMESTAMP"),
+        "{}",
+        status.message()
+    );
+}

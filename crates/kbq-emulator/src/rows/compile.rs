@@ -239,7 +239,9 @@ impl<'d> Compiler<'d> {
                 )));
             }
             let kind = column_kind(column);
-            let proto = check_shape(field, proto, column, &kind, &where_)?;
+            let timestamp_message = kind == ColumnKind::Timestamp
+                && matches!(&named, Some((name, Named::Message(m))) if is_timestamp_message(name, m));
+            let proto = check_shape(field, proto, column, &kind, timestamp_message, &where_)?;
             let column_path = format!("{column_prefix}{}", column.name);
             let mut enum_values = Vec::new();
             let mut nested = None;
@@ -503,6 +505,7 @@ fn check_shape(
     proto: Option<ProtoKind>,
     column: &TableFieldSchema,
     kind: &ColumnKind,
+    timestamp_message: bool,
     where_: &str,
 ) -> Result<ProtoKind, SchemaError> {
     let Some(proto) = proto else {
@@ -512,7 +515,7 @@ fn check_shape(
             column_type: kind.name(),
         });
     };
-    if !kind.accepts(proto) {
+    if !kind.accepts(proto) && !timestamp_message {
         return Err(SchemaError::TypeMismatch {
             path: where_.to_owned(),
             proto_type: proto.name().into(),
@@ -532,6 +535,26 @@ fn check_shape(
         });
     }
     Ok(proto)
+}
+
+/// `google.protobuf.Timestamp`, which BigQuery takes for a TIMESTAMP column (the type table of
+/// the Storage Write API's documentation). A writer schema is self-contained, so the type comes
+/// nested, under the name Google's Java and Go clients give it when they normalize a descriptor
+/// (`google_protobuf_Timestamp`), with the well-known fields: `int64 seconds = 1; int32 nanos = 2`.
+fn is_timestamp_message(name: &str, message: &DescriptorProto) -> bool {
+    let short = name.rsplit('.').next().unwrap_or(name);
+    let field = |number: i32, field_name: &str, kind: Type| {
+        message.field.iter().any(|f| {
+            f.number() == number
+                && f.name() == field_name
+                && f.r#type() == kind
+                && f.label() != Label::Repeated
+        })
+    };
+    (short == "google_protobuf_Timestamp" || name == "google.protobuf.Timestamp")
+        && message.field.len() == 2
+        && field(1, "seconds", Type::Int64)
+        && field(2, "nanos", Type::Int32)
 }
 
 /// An enum's values by number; an enum without values is refused.

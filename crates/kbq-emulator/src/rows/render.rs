@@ -9,7 +9,7 @@ use super::civil::{
     format_time, parse_date, parse_datetime, parse_time,
 };
 use super::decimal::{UnscaledDecimal, format_decimal_text, format_scaled};
-use super::validate::{MAX_DEPTH, ValueError, for_each_packed};
+use super::validate::{MAX_DEPTH, ValueError, for_each_packed, timestamp_message_micros};
 use super::wire::{Reader, Scalar, WIRE_LEN, Wire, scalar, wire_type_of};
 use super::{
     ColumnKind, FieldPlan, MessagePlan, NumericSpec, ProtoKind, RowCodec, timestamp_seconds_text,
@@ -113,6 +113,30 @@ fn cell(
     options: RenderOptions,
     depth: u32,
 ) -> Value {
+    if field.proto == ProtoKind::Message
+        && field.message.is_none()
+        && field.column == ColumnKind::Timestamp
+        && !field.repeated
+    {
+        // google.protobuf.Timestamp; occurrences of a singular message merge, field by field.
+        let merged: Vec<u8> = occurrences
+            .iter()
+            .filter_map(|w| match w {
+                Wire::Len(b) => Some(*b),
+                _ => None,
+            })
+            .flatten()
+            .copied()
+            .collect();
+        if occurrences.is_empty() {
+            return null_cell();
+        }
+        return match timestamp_message_micros(&merged) {
+            Ok(micros) if options.int64_timestamp => json!({ "v": micros.to_string() }),
+            Ok(micros) => json!({ "v": timestamp_seconds_text(micros) }),
+            Err(_) => null_cell(),
+        };
+    }
     if field.proto == ProtoKind::Message && field.message.is_none() {
         // A message in a column of a type this emulator does not model (RANGE).
         return null_cell();
