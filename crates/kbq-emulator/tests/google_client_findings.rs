@@ -488,3 +488,71 @@ async fn a_message_of_another_name_is_no_timestamp() {
         status.message()
     );
 }
+
+/// Java's `testStreamWriterWithDefaultValue`: a TIMESTAMP column with `CURRENT_TIMESTAMP()` as
+/// default, written from a string field; one row sets every field, one none, under DEFAULT_VALUE.
+#[tokio::test]
+async fn a_timestamp_column_takes_a_timestamp_literal_from_a_string_field() {
+    use bq::append_rows_request::MissingValueInterpretation as M;
+    let schema = TableSchema {
+        fields: vec![
+            column(
+                "foo_with_default",
+                FieldType::String,
+                Mode::Nullable,
+                Some("'default_value_for_test'"),
+            ),
+            column(
+                "bar_without_default",
+                FieldType::String,
+                Mode::Nullable,
+                None,
+            ),
+            column(
+                "date_with_default_to_current",
+                FieldType::Timestamp,
+                Mode::Nullable,
+                Some("CURRENT_TIMESTAMP()"),
+            ),
+        ],
+    };
+    let (emulator, mut client) = emulator_with(schema).await;
+    let writer = descriptor(vec![
+        field("foo_with_default", 1, Type::String),
+        field("bar_without_default", 2, Type::String),
+        field("date_with_default_to_current", 3, Type::String),
+    ]);
+    let mut req = request(
+        Some(writer),
+        vec![
+            string_row(&[
+                (1, "foo_value"),
+                (2, "bar_value"),
+                (3, "2022-02-02 01:02:03"),
+            ]),
+            string_row(&[]),
+        ],
+    );
+    req.default_missing_value_interpretation = M::DefaultValue as i32;
+    let answers = append(&mut client, vec![req]).await;
+    assert!(answers.iter().all(ok), "{answers:?}");
+    let rows = table_rows(&emulator);
+    let text = |micros: i64| Value::String(kbq_emulator::rows::timestamp_seconds_text(micros));
+    // 2022-02-02 01:02:03 UTC.
+    assert_eq!(
+        rows[0],
+        vec![
+            Value::String("foo_value".into()),
+            Value::String("bar_value".into()),
+            text(1_643_763_723_000_000),
+        ]
+    );
+    assert_eq!(rows[1][0], Value::String("default_value_for_test".into()));
+    assert_eq!(rows[1][1], Value::Null);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let filled: f64 = rows[1][2].as_str().expect("a timestamp").parse().unwrap();
+    assert!((now - filled).abs() < 60.0, "{filled} is not now ({now})");
+}

@@ -157,6 +157,51 @@ pub(super) fn parse_datetime(s: &[u8]) -> Option<(Date, Time)> {
     (pos == s.len()).then_some((date, time))
 }
 
+/// A TIMESTAMP literal's text as microseconds since the epoch: a DATETIME literal, then
+/// optionally a zone: ` UTC`, `Z`, or an offset `±hh[:mm]` (with or without a space before it).
+/// Named zones (`America/Los_Angeles`) are not read.
+pub(super) fn parse_timestamp(s: &[u8]) -> Option<i64> {
+    let s = s.trim_ascii();
+    let (civil, offset_secs) = if let Some(civil) = s.strip_suffix(b" UTC") {
+        (civil, 0)
+    } else if let Some(civil) = s.strip_suffix(b"Z").or_else(|| s.strip_suffix(b"z")) {
+        (civil, 0)
+    } else {
+        match zone_offset(s) {
+            Some((civil, offset)) => (civil, offset),
+            None => (s, 0),
+        }
+    };
+    let (date, time) = parse_datetime(civil)?;
+    let days = days_from_civil(date.year, date.month, date.day);
+    Some((days * 86_400 - offset_secs) * 1_000_000 + time.micros_of_day())
+}
+
+/// A trailing `±hh` or `±hh:mm` after a time of day: (the text before it, the offset in seconds).
+fn zone_offset(s: &[u8]) -> Option<(&[u8], i64)> {
+    let sign_at = s.iter().rposition(|&b| b == b'+' || b == b'-')?;
+    // The sign must follow the time (a date's own dashes come before the first ':').
+    let first_colon = s.iter().position(|&b| b == b':')?;
+    if sign_at < first_colon {
+        return None;
+    }
+    let zone = &s[sign_at + 1..];
+    let mut pos = 0;
+    let hours = digits(zone, &mut pos, 2)?;
+    let minutes = if pos < zone.len() {
+        expect(zone, &mut pos, b':')?;
+        digits(zone, &mut pos, 2)?
+    } else {
+        0
+    };
+    if pos != zone.len() || hours > 14 || minutes > 59 {
+        return None;
+    }
+    let sign = if s[sign_at] == b'-' { -1 } else { 1 };
+    let offset = sign * (i64::from(hours) * 3600 + i64::from(minutes) * 60);
+    Some((s[..sign_at].trim_ascii_end(), offset))
+}
+
 /// CivilTimeEncoder's packed TIME: `hour<<32 | minute<<26 | second<<20 | micros`.
 pub(super) fn decode_packed_time(packed: i64) -> Option<Time> {
     if packed < 0 || packed >> 37 != 0 {

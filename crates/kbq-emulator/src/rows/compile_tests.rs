@@ -69,12 +69,13 @@ fn extra_fields_inside_records_are_reported_with_their_path() {
 
 #[test]
 fn incompatible_types_fail_the_schema_with_bigquerys_text() {
-    let d = message("Song", vec![field("released", 1, Type::String)]);
+    // (A string into TIMESTAMP is taken: it is a TIMESTAMP literal.)
+    let d = message("Song", vec![field("released", 1, Type::Bool)]);
     let t = table(vec![col("released", "TIMESTAMP")]);
     let err = RowCodec::compile(&d, &t).unwrap_err();
     assert_eq!(
         err.message(),
-        "The proto field mismatched with BigQuery field at Song.released, the proto field type string, BigQuery field type TIMESTAMP"
+        "The proto field mismatched with BigQuery field at Song.released, the proto field type bool, BigQuery field type TIMESTAMP"
     );
     assert_eq!(err.storage_code(), None);
     let d = message("Song", vec![field("n", 1, Type::Double)]);

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use kbq_core::table_schema::{Mode, TableFieldSchema};
 use prost::encoding::{WireType, encode_key, encode_varint};
 
-use super::civil::{civil_from_days, days_from_civil, format_date, format_time, parse_datetime};
+use super::civil::{civil_from_days, format_date, format_time, parse_timestamp};
 use super::validate::check_value;
 use super::wire::{Reader, Wire};
 use super::{ColumnKind, FieldPlan, MessagePlan, ProtoKind, RowCodec, SchemaError, ValueCheck};
@@ -222,7 +222,7 @@ fn literal(text: &str, proto: ProtoKind, column: &ColumnKind) -> Option<Vec<u8>>
     match proto {
         ProtoKind::Int64 if *column == ColumnKind::Timestamp => {
             let quoted = typed_string(text, "TIMESTAMP")?;
-            encode_varint(timestamp_literal(&quoted)? as u64, &mut out);
+            encode_varint(parse_timestamp(quoted.as_bytes())? as u64, &mut out);
         }
         ProtoKind::Int64 => encode_varint(text.parse::<i64>().ok()? as u64, &mut out),
         ProtoKind::Double => {
@@ -292,27 +292,6 @@ fn string_literal(text: &str) -> Option<String> {
         });
     }
     Some(out)
-}
-
-/// A TIMESTAMP literal's text (`2024-01-02 03:04:05[.ffffff][ UTC|Z|±hh:mm]`) as microseconds.
-fn timestamp_literal(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (civil, offset_secs) = if let Some(civil) = text.strip_suffix(" UTC") {
-        (civil, 0)
-    } else if let Some(civil) = text.strip_suffix(['Z', 'z']) {
-        (civil, 0)
-    } else if text.len() > 6 && matches!(text.as_bytes()[text.len() - 6], b'+' | b'-') {
-        let (civil, zone) = text.split_at(text.len() - 6);
-        let sign = if zone.starts_with('-') { -1 } else { 1 };
-        let hours: i64 = zone.get(1..3)?.parse().ok()?;
-        let minutes: i64 = zone.get(4..6)?.parse().ok()?;
-        (civil, sign * (hours * 3600 + minutes * 60))
-    } else {
-        (text, 0)
-    };
-    let (date, time) = parse_datetime(civil.as_bytes())?;
-    let days = days_from_civil(date.year, date.month, date.day);
-    Some((days * 86_400 - offset_secs) * 1_000_000 + time.micros_of_day())
 }
 
 fn missing_required(column: &str) -> String {

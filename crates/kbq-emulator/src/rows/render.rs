@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::civil::{
     Date, Time, civil_from_days, decode_packed_datetime, decode_packed_time, format_date,
-    format_time, parse_date, parse_datetime, parse_time,
+    format_time, parse_date, parse_datetime, parse_time, parse_timestamp,
 };
 use super::decimal::{UnscaledDecimal, format_decimal_text, format_scaled};
 use super::validate::{MAX_DEPTH, ValueError, for_each_packed, timestamp_message_micros};
@@ -230,6 +230,7 @@ pub(super) fn render_scalar(field: &FieldPlan, wire: Wire<'_>, options: RenderOp
             let micros = match value {
                 Scalar::Signed(v) => Some(v),
                 Scalar::Unsigned(v) => i64::try_from(v).ok(),
+                Scalar::Text(b) => parse_timestamp(b),
                 _ => None,
             };
             micros.map(|v| {

@@ -3,6 +3,7 @@
 
 use super::civil::{
     decode_packed_datetime, decode_packed_time, parse_date, parse_datetime, parse_time,
+    parse_timestamp,
 };
 use super::decimal::{UnscaledDecimal, decimal_len, decimal_shape};
 use super::wire::{
@@ -280,6 +281,12 @@ pub(super) fn check_value(field: &FieldPlan, wire: Wire<'_>) -> Result<(), Value
             let micros = match value {
                 Scalar::Signed(v) => v,
                 Scalar::Unsigned(v) => i64::try_from(v).unwrap_or(i64::MAX),
+                Scalar::Text(b) => {
+                    return parse_timestamp(b)
+                        .filter(|m| (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(m))
+                        .map(|_| ())
+                        .ok_or(ValueError::BadLiteral("TIMESTAMP"));
+                }
                 _ => return Ok(()),
             };
             if (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&micros) {
