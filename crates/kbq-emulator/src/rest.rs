@@ -11,17 +11,19 @@ mod constraints;
 mod query;
 mod resources;
 mod schema_change;
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+use tower::ServiceExt as _;
 
 use crate::rows::RenderOptions;
 use crate::store::{Store, StoreError, TableRef};
@@ -129,8 +131,22 @@ struct RestState {
     jobs: Arc<Mutex<HashMap<(String, String), QueryJob>>>,
 }
 
-/// The REST routes over the emulator's store.
+/// The REST routes over the emulator's store, behind the request decoding of Google's clients
+/// (`transport.rs`): every request the other routers of the server do not take comes here.
 pub fn router(store: Arc<Store>) -> Router {
+    let routes = routes(store);
+    Router::new().fallback(move |request: Request| {
+        let routes = routes.clone();
+        async move {
+            match transport::decode(request).await {
+                Ok(request) => routes.oneshot(request).await.into_response(),
+                Err(e) => e.into_response(),
+            }
+        }
+    })
+}
+
+fn routes(store: Arc<Store>) -> Router {
     let state = RestState {
         store,
         jobs: Arc::default(),
