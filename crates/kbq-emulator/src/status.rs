@@ -91,9 +91,17 @@ impl From<&StoreError> for BqError {
                 Code::AlreadyExists,
                 format!("Already Exists: Dataset {project}:{dataset}"),
             ),
-            E::TableNotFound { entity, .. } => BqError::new(
+            // The real service masks a missing table as PERMISSION_DENIED, "Permission
+            // 'TABLES_GET' denied on resource '<table>' (or it may not exist)" (TABLES_UPDATE_DATA
+            // for CreateWriteStream), and clients test the text for "it may not exist" (Java's
+            // testJsonStreamWriterWithDefaultSchemaNoTable). Without IAM the emulator answers
+            // NOT_FOUND and keeps that clause (docs/emulator.md).
+            E::TableNotFound { table, entity } => BqError::new(
                 Code::NotFound,
-                format!("Requested entity was not found. Entity: {entity}"),
+                format!(
+                    "Requested entity was not found. Resource '{}' (or it may not exist). Entity: {entity}",
+                    table.path()
+                ),
             )
             .with_storage(storage_code::TABLE_NOT_FOUND, entity),
             E::TableExists { table } => BqError::new(

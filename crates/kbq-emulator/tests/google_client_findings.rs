@@ -556,3 +556,27 @@ async fn a_timestamp_column_takes_a_timestamp_literal_from_a_string_field() {
     let filled: f64 = rows[1][2].as_str().expect("a timestamp").parse().unwrap();
     assert!((now - filled).abs() < 60.0, "{filled} is not now ({now})");
 }
+
+// ---- A missing table ----
+
+/// Java's `testJsonStreamWriterWithDefaultSchemaNoTable`: GetWriteStream on the `_default` stream
+/// of a table that does not exist fails with a text saying the table may not exist.
+#[tokio::test]
+async fn the_default_stream_of_a_missing_table_says_it_may_not_exist() {
+    let (_emulator, mut client) = emulator_with(TableSchema { fields: vec![] }).await;
+    let missing = "projects/p/datasets/d/tables/missing/_default";
+    let status = client
+        .get_write_stream(bq::GetWriteStreamRequest {
+            name: missing.into(),
+            view: bq::WriteStreamView::Full as i32,
+        })
+        .await
+        .expect_err("no such table");
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert_eq!(
+        status.message(),
+        format!(
+            "Requested entity was not found. Resource 'projects/p/datasets/d/tables/missing' (or it may not exist). Entity: {missing}"
+        )
+    );
+}
