@@ -179,6 +179,80 @@ fn an_unknown_key_names_its_path() {
 }
 
 #[test]
+fn every_parse_error_of_a_file_is_reported_at_once_with_its_path_and_line() {
+    // Six mistakes of different kinds in different sections: one run names them all.
+    let yaml = "\
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  grup_id: typo
+  group_id: g
+  topics: [t]
+avro:
+  schema_file: s.avsc
+bigquery:
+  project: p
+  dataset: d
+  table: t
+  metadata_columns:
+    offst: _offset
+checkpoint:
+  interval: 5 seconds
+writer:
+  max_request_bytes: 8 megs
+  linger: 50ms
+dead_letter:
+  topic: t-dlq
+  pasword: x
+shutdown_deadline: soon
+log:
+  format: yaml
+";
+    let errs = errors(yaml, HashMap::new());
+    let expected = [
+        ("kafka.grup_id: unknown field", 3),
+        ("bigquery.metadata_columns.offst: unknown field", 13),
+        ("checkpoint.interval: invalid duration `5 seconds`", 15),
+        ("writer.max_request_bytes:", 17),
+        ("dead_letter.pasword: unknown field", 21),
+        ("shutdown_deadline: invalid duration", 22),
+        ("log.format:", 24),
+    ];
+    for (start, line) in expected {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(start) && e.ends_with(&format!("(line {line})"))),
+            "no error starting with {start:?} at line {line} in {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), expected.len(), "{errs:#?}");
+}
+
+#[test]
+fn a_cut_required_field_is_not_reported_missing_and_the_errors_after_it_still_are() {
+    // group_id is required: its bad value is the error, not its absence once cut out.
+    let yaml = MINIMAL
+        .replace("  group_id: g", "  group_id: [not, a, string]")
+        .replace("  topic: t-dlq", "  topic: t-dlq\n  tpoic: x");
+    let errs = errors(&yaml, HashMap::new());
+    assert!(errs[0].starts_with("kafka.group_id:"), "{errs:#?}");
+    assert!(
+        errs.iter().all(|e| !e.contains("missing field")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("dead_letter.tpoic: unknown field")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn a_yaml_syntax_error_is_reported_alone() {
+    let yaml = MINIMAL.replace("  group_id: g", "  group_id: [g");
+    assert_eq!(errors(&yaml, HashMap::new()).len(), 1);
+}
+
+#[test]
 fn a_missing_required_field_names_its_path() {
     let yaml = MINIMAL.replace("  group_id: g\n", "");
     assert_one_error(&yaml, HashMap::new(), "kafka.group_id: missing field");

@@ -97,13 +97,78 @@ impl Config {
         if !quoted.is_empty() {
             return Err(quoted);
         }
-        let options = serde_saphyr::options! {
-            strict_booleans: true,
-        }
-        .with_properties(env);
-        serde_saphyr::from_str_with_options::<Config>(text, options)
-            .map_err(|e| vec![yaml_paths::parse_error(text, &e)])
+        let parse = |text: &str| {
+            let options = serde_saphyr::options! {
+                strict_booleans: true,
+            }
+            .with_properties(env.clone());
+            serde_saphyr::from_str_with_options::<Config>(text, options)
+                .map_err(|e| yaml_paths::parse_error(text, &e))
+        };
+        let first = match parse(text) {
+            Ok(config) => return Ok(config),
+            Err(error) => error,
+        };
+        Err(every_parse_error(text, first, parse))
     }
+}
+
+/// At most this many parse errors are reported from one file.
+const MAX_PARSE_ERRORS: usize = 64;
+
+/// Every parse error of a config, not only the first: the deserializer stops at the first
+/// problem, so the field it names is cut out of the text (its lines blanked, so that later
+/// errors keep their line numbers) and the text parsed again, until it parses or nothing more
+/// can be cut. A required field that was cut is then missing, and a mapping whose only field was
+/// cut is then empty: those consequences are not reported, and the mapping is cut in turn to
+/// reach the errors after it. A YAML syntax error stops at
+/// the first (the structure after it is unknown).
+fn every_parse_error<T>(
+    text: &str,
+    first: ConfigError,
+    parse: impl Fn(&str) -> Result<T, ConfigError>,
+) -> Vec<ConfigError> {
+    let mut errors = vec![first];
+    if yaml_paths::has_syntax_error(text) {
+        return errors;
+    }
+    let mut cut: Vec<String> = Vec::new();
+    let mut text = text.to_string();
+    let mut next_cut = errors[0].path.clone();
+    while errors.len() < MAX_PARSE_ERRORS {
+        if next_cut.is_empty() {
+            break;
+        }
+        let Some(shorter) = yaml_paths::blank_node(&text, &next_cut) else {
+            break;
+        };
+        cut.push(next_cut.clone());
+        text = shorter;
+        let error = match parse(&text) {
+            Ok(_) => break,
+            Err(error) => error,
+        };
+        if error.message == "missing field" && cut.contains(&error.path) {
+            // The consequence of a cut: cut the mapping that lacks the field.
+            next_cut = yaml_paths::parent(&error.path).to_string();
+            continue;
+        }
+        if cut.iter().any(|c| yaml_paths::parent(c) == error.path) {
+            // A mapping left empty by a cut is null, not a mapping: also a consequence.
+            next_cut = error.path.clone();
+            continue;
+        }
+        if errors.contains(&error) {
+            break;
+        }
+        next_cut = if error.message == "missing field" || error.line.is_none() {
+            String::new()
+        } else {
+            error.path.clone()
+        };
+        errors.push(error);
+    }
+    errors
 }
 
 /// Field paths for YAML positions: serde-saphyr reports a line and column, the user wants to
@@ -240,6 +305,60 @@ pub(super) mod yaml_paths {
         found
     }
 
+    /// Whether the text is not well-formed YAML.
+    pub(super) fn has_syntax_error(text: &str) -> bool {
+        Parser::new_from_str(text).any(|e| e.is_err())
+    }
+
+    /// The path of the mapping or sequence that holds the field at `path`.
+    pub(super) fn parent(path: &str) -> &str {
+        match path.rfind(['.', '[']) {
+            Some(i) => &path[..i],
+            None => "",
+        }
+    }
+
+    /// The text with the node at `path` (a mapping entry, key and value, or a sequence item)
+    /// replaced by blank lines; None when it is not found or shares a line with a node outside
+    /// it (flow style), which cannot be cut by lines.
+    pub(super) fn blank_node(text: &str, path: &str) -> Option<String> {
+        let inside = |p: &str| {
+            p == path
+                || p.strip_prefix(path)
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+        };
+        let mut start: Option<u64> = None;
+        let mut end: Option<u64> = None;
+        walk(text, |node| {
+            match start {
+                None if node.path == path => start = Some(node.line),
+                Some(_) if !inside(&node.path) => {
+                    end = Some(node.line);
+                    return false;
+                }
+                _ => {}
+            }
+            true
+        });
+        let start = start?;
+        if end == Some(start) {
+            return None;
+        }
+        let mut out = String::with_capacity(text.len());
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            let number = i as u64 + 1;
+            let blank = number >= start && end.is_none_or(|end| number < end);
+            if blank {
+                if line.ends_with('\n') {
+                    out.push('\n');
+                }
+            } else {
+                out.push_str(line);
+            }
+        }
+        Some(out)
+    }
+
     /// Whether the document has any node (not only comments and blank lines). A YAML syntax
     /// error counts as content: the deserializer reports it.
     pub(super) fn has_content(text: &str) -> bool {
@@ -248,7 +367,7 @@ pub(super) mod yaml_paths {
             nodes += 1;
             false
         });
-        nodes > 0 || Parser::new_from_str(text).any(|e| e.is_err())
+        nodes > 0 || has_syntax_error(text)
     }
 
     pub(super) fn quoted_substitutions(text: &str) -> Vec<ConfigError> {
