@@ -94,6 +94,7 @@ pub const STREAM_NOT_FOUND_RETRIES: u32 = 3;
 /// All of the pod's own addresses: in Kubernetes that is the pod's IP (and loopback), reached
 /// only as far as the NetworkPolicy of `deploy/` lets it (the scraper).
 pub const METRICS_LISTEN: &str = "0.0.0.0:9464";
+/// The log filter where neither `log.level` nor `RUST_LOG` sets one.
 pub const LOG_LEVEL: &str = "info";
 
 // Settings the sink fixes itself (not in the config file), kept here so that every default is in

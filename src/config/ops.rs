@@ -30,16 +30,16 @@ impl Default for MetricsConfig {
 pub struct LogConfig {
     /// `text` (default, for humans) or `json` (for GKE / Cloud Logging).
     pub format: LogFormat,
-    /// A `tracing` filter: a level (`info`, default) or directives like
-    /// `info,kafka_bigquery_sink::writer=debug`.
-    pub level: String,
+    /// A `tracing` filter: a level or directives like `info,kafka_bigquery_sink::writer=debug`.
+    /// Set, it wins over `RUST_LOG`; unset, `RUST_LOG` applies, else `info`.
+    pub level: Option<String>,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             format: defaults::LOG_FORMAT,
-            level: defaults::LOG_LEVEL.into(),
+            level: None,
         }
     }
 }

@@ -10,13 +10,40 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::{LogConfig, LogFormat};
+use crate::config::{LogConfig, LogFormat, defaults};
+
+/// Where the log filter came from.
+#[derive(Debug, PartialEq, Eq)]
+enum FilterSource {
+    /// `log.level`: set in the config, so it wins over `RUST_LOG` (a manifest's or a base
+    /// image's `RUST_LOG` must not silently undo what the config says).
+    Config,
+    /// `RUST_LOG`: the operator's choice where the config leaves `log.level` unset.
+    Environment,
+    /// Neither: the default level.
+    Default,
+}
+
+/// The filter and its source: `log.level` when the config sets it, else `RUST_LOG` when set,
+/// else the default (docs/operations.md, Logs).
+fn filter_directives<'a>(
+    level: Option<&'a str>,
+    rust_log: Option<&'a str>,
+) -> (&'a str, FilterSource) {
+    match (level, rust_log) {
+        (Some(level), _) => (level, FilterSource::Config),
+        (None, Some(env)) if !env.trim().is_empty() => (env, FilterSource::Environment),
+        _ => (defaults::LOG_LEVEL, FilterSource::Default),
+    }
+}
 
 /// Installs the global subscriber once (later calls are ignored, e.g. in tests).
 pub fn init(config: &LogConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let rust_log = std::env::var(EnvFilter::DEFAULT_ENV).ok();
+    let (directives, source) = filter_directives(config.level.as_deref(), rust_log.as_deref());
+    // validate has checked log.level; a malformed RUST_LOG falls back to the default level.
+    let filter =
+        EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new(defaults::LOG_LEVEL));
     // Colours only on a terminal: a log redirected to a file or collected from a container keeps
     // plain text (the JSON format never colours).
     let builder = tracing_subscriber::fmt()
@@ -27,6 +54,15 @@ pub fn init(config: &LogConfig) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.event_format(CloudLoggingJson).try_init(),
     };
+    if source == FilterSource::Config
+        && let Some(ignored) = rust_log.as_deref()
+    {
+        tracing::info!(
+            rust_log = %ignored,
+            log_level = directives,
+            "RUST_LOG is ignored: the config sets log.level (unset it to filter with RUST_LOG)"
+        );
+    }
 }
 
 /// One JSON object per line: `{"timestamp", "severity", "message", "target", <fields>}`.
@@ -129,6 +165,26 @@ fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_level_wins_over_rust_log_which_applies_only_where_the_config_is_silent() {
+        assert_eq!(
+            filter_directives(Some("warn"), Some("debug")),
+            ("warn", FilterSource::Config)
+        );
+        assert_eq!(
+            filter_directives(None, Some("debug,rdkafka=warn")),
+            ("debug,rdkafka=warn", FilterSource::Environment)
+        );
+        assert_eq!(
+            filter_directives(None, Some(" ")),
+            ("info", FilterSource::Default)
+        );
+        assert_eq!(
+            filter_directives(None, None),
+            ("info", FilterSource::Default)
+        );
+    }
 
     #[test]
     fn rfc3339_timestamps_have_the_expected_shape() {

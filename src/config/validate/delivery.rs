@@ -196,7 +196,9 @@ impl Validator {
         }
         // A bare word is a valid filter for `tracing` (a target name), so `verbose` would
         // silently log nothing: a single directive without `=` must be a level.
-        let level = c.log.level.trim();
+        let Some(level) = c.log.level.as_deref().map(str::trim) else {
+            return;
+        };
         let bare = !level.contains(['=', ',', '[']);
         const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
         if bare && !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
