@@ -27,6 +27,6 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /usr/local/bin/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
 USER 65532:65532
-EXPOSE 9090
+EXPOSE 9464
 ENTRYPOINT ["/usr/local/bin/kafka-bigquery-sink"]
 CMD ["run", "-c", "/etc/kafka-bigquery-sink/config.yaml"]

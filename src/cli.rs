@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "kafka-bigquery-sink",
     version,
-    about = "Kafka (Avro) → BigQuery Storage Write API, exactly once"
+    about = "Kafka → BigQuery Storage Write API, exactly once"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -20,6 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the sink daemon.
     Run {
+        /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
@@ -30,11 +31,13 @@ pub enum Command {
     Quickstart(crate::quickstart::QuickstartArgs),
     /// Parse and validate a config file without any I/O.
     Validate {
+        /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
     /// Print per-partition checkpoint state, read from Kafka without joining the group.
     Inspect {
+        /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
         /// Print JSON instead of a table.
@@ -44,6 +47,7 @@ pub enum Command {
     /// Flush and finalize what checkpoints of unsubscribed topics still reference, then record
     /// them at rest (f = K). Run it with the group's consumers stopped.
     Recover {
+        /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
         /// Every topic the group has checkpoints for, subscribed or not.

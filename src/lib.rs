@@ -1,5 +1,5 @@
-//! kafka-bigquery-sink: Avro records from Kafka into BigQuery through the Storage Write API,
-//! exactly once. docs/architecture.md (#crates, #module-map) draws the layout and the rules
+//! kafka-bigquery-sink: records from Kafka (Avro, Protobuf, JSON) into BigQuery through the
+//! Storage Write API, exactly once. docs/architecture.md (#crates, #module-map) draws the layout and the rules
 //! between modules (the checkpoint protocol is pure, the emulator is reached only from the CLI).
 
 pub mod backoff;

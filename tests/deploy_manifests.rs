@@ -3,7 +3,8 @@
 //! container, the PodDisruptionBudget, the Workload Identity annotation and the metrics scrape.
 //! That the API server would accept them (kustomize's rendering of the base and every overlay,
 //! validated against the Kubernetes and Prometheus operator schemas) is checked by
-//! `tests/python/test_deploy_manifests.py`.
+//! `tests/python/test_deploy_manifests.py`, the Helm chart's renderings by
+//! `tests/python/test_helm_chart.py`.
 
 use std::path::Path;
 
@@ -39,9 +40,7 @@ fn kustomization_lists_every_manifest_of_the_base() {
     }
     for kind_file in [
         "deployment.yaml",
-        "configmap.yaml",
         "service.yaml",
-        "podmonitor.yaml",
         "poddisruptionbudget.yaml",
         "serviceaccount.yaml",
         "networkpolicy.yaml",
@@ -66,10 +65,7 @@ fn deployment_has_probes_security_context_and_a_grace_period_above_the_shutdown_
     assert!(c["resources"]["requests"]["memory"].is_string());
     assert!(c["resources"]["limits"]["memory"].is_string());
 
-    let config: Value = {
-        let cm = manifest("base/configmap.yaml");
-        serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap()
-    };
+    let config: Value = serde_saphyr::from_str(&base_config_text()).unwrap();
     let deadline = seconds(config["shutdown_deadline"].as_str().unwrap());
     let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
     assert!(
@@ -98,7 +94,7 @@ fn service_account_carries_the_workload_identity_annotation() {
 fn disruption_budget_and_scrape_config_select_the_sink_pods() {
     let pdb = manifest("base/poddisruptionbudget.yaml");
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
-    let pm = manifest("base/podmonitor.yaml");
+    let pm = manifest("components/prometheus-operator/podmonitor.yaml");
     assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["path"], "/metrics");
     assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
     let svc = manifest("base/service.yaml");
@@ -112,11 +108,16 @@ fn production_overlay_builds_on_the_base() {
     assert!(o["images"][0]["newTag"].is_string());
 }
 
+/// The base's config file, which kustomize's configMapGenerator turns into the ConfigMap.
+fn base_config_text() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/config.yaml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[test]
 fn the_configmap_holds_a_config_that_validates() {
-    let cm = manifest("base/configmap.yaml");
-    let text = cm["data"]["config.yaml"].as_str().unwrap();
-    let config = kafka_bigquery_sink::config::Config::from_yaml(text, Default::default())
+    let text = base_config_text();
+    let config = kafka_bigquery_sink::config::Config::from_yaml(&text, Default::default())
         .unwrap_or_else(|e| panic!("the ConfigMap's config does not parse: {e:?}"));
     if let Err(errors) = kafka_bigquery_sink::config::validate(&config) {
         panic!("the ConfigMap's config does not validate: {errors:?}");
@@ -125,27 +126,64 @@ fn the_configmap_holds_a_config_that_validates() {
 
 /// The base ConfigMap's config, parsed by the daemon's own loader (defaults filled in).
 fn base_config() -> kafka_bigquery_sink::config::Config {
-    let cm = manifest("base/configmap.yaml");
-    kafka_bigquery_sink::config::Config::from_yaml(
-        cm["data"]["config.yaml"].as_str().unwrap(),
-        Default::default(),
-    )
-    .expect("the ConfigMap's config parses")
+    kafka_bigquery_sink::config::Config::from_yaml(&base_config_text(), Default::default())
+        .expect("the ConfigMap's config parses")
 }
 
 #[test]
-fn prometheusrule_is_part_of_the_base() {
+fn the_base_generates_its_configmap_and_leaves_the_operators_objects_to_components() {
     let k = manifest("base/kustomization.yaml");
-    assert!(
-        k["resources"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from("prometheusrule.yaml"))
+    let generator = &k["configMapGenerator"][0];
+    assert_eq!(generator["name"], "kafka-bigquery-sink");
+    assert_eq!(generator["files"], serde_json::json!(["config.yaml"]));
+    let resources = k["resources"].as_array().unwrap();
+    for crd_kind in ["podmonitor.yaml", "prometheusrule.yaml", "configmap.yaml"] {
+        assert!(
+            !resources.contains(&Value::from(crd_kind)),
+            "{crd_kind} in the base"
+        );
+    }
+    let component = manifest("components/prometheus-operator/kustomization.yaml");
+    assert_eq!(component["kind"], "Component");
+    assert_eq!(
+        component["resources"],
+        serde_json::json!(["podmonitor.yaml", "prometheusrule.yaml"])
     );
     assert_eq!(
-        manifest("base/prometheusrule.yaml")["kind"],
+        manifest("components/prometheus-operator/prometheusrule.yaml")["kind"],
         "PrometheusRule"
     );
+    let production = manifest("overlays/production/kustomization.yaml");
+    assert_eq!(
+        production["components"][0],
+        "../../components/prometheus-operator"
+    );
+}
+
+#[test]
+fn one_metrics_port_everywhere_and_no_manifest_overrides_log_level() {
+    let default_port = kafka_bigquery_sink::config::defaults::METRICS_LISTEN
+        .rsplit(':')
+        .next()
+        .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains(&format!("EXPOSE {default_port}")),
+        "the Dockerfile does not EXPOSE {default_port}"
+    );
+    let d = manifest("base/deployment.yaml");
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["ports"][0]["containerPort"].to_string(), default_port);
+    assert_eq!(
+        manifest("base/service.yaml")["spec"]["ports"][0]["port"].to_string(),
+        default_port
+    );
+    let values = manifest("helm/kafka-bigquery-sink/values.yaml");
+    assert_eq!(values["metricsPort"].to_string(), default_port);
+    // RUST_LOG would only matter where log.level is unset; the manifests leave it to the config.
+    assert!(c["env"].is_null() || !c["env"].to_string().contains("RUST_LOG"));
+    assert!(!values["env"].to_string().contains("RUST_LOG"));
 }
 
 #[test]
@@ -189,6 +227,18 @@ fn the_keda_component_scales_the_deployment_on_the_lag_of_the_configs_group() {
     );
     // Replicas beyond the partition count would only idle: KEDA must not count them.
     assert_eq!(meta["allowIdleConsumers"], "false");
+    // A partition failed closed keeps its lag: it must not drive scale-out.
+    assert_eq!(meta["excludePersistentLag"], "true");
+    // A group without backlog shows a committed lag of its rate times a checkpoint cycle
+    // (interval + about a second): the threshold is one replica's rate times that cycle, so the
+    // rate the file assumes, threshold / cycle, is a whole number of records per second.
+    let threshold: u64 = meta["lagThreshold"].as_str().unwrap().parse().unwrap();
+    let cycle = config.checkpoint.interval.0.as_secs() + 1;
+    assert_eq!(
+        threshold % cycle,
+        0,
+        "lagThreshold {threshold} is not a rate times the {cycle} s cycle"
+    );
     let min = so["spec"]["minReplicaCount"].as_u64().unwrap();
     let max = so["spec"]["maxReplicaCount"].as_u64().unwrap();
     assert!((1..=max).contains(&min), "replicas {min}..{max}");

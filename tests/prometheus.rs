@@ -105,14 +105,50 @@ fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
     promtool(&["test", "rules", "alerts_test.yaml"]);
 }
 
+/// Several sinks report to one Prometheus: each query is filtered by namespace and job, not only
+/// by instance (the pods' addresses are reused across namespaces).
+#[test]
+fn every_dashboard_query_filters_by_namespace_job_and_instance() {
+    let text = std::fs::read_to_string(repo("deploy/grafana/kafka-bigquery-sink.json"))
+        .expect("the dashboard");
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for name in ["namespace", "job", "instance"] {
+        assert!(variables.contains(&name), "no ${name} variable");
+    }
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().expect("expr");
+            let metrics = expr.matches("kbq_").count();
+            for filter in [
+                r#"namespace=~"$namespace""#,
+                r#"job=~"$job""#,
+                r#"instance=~"$instance""#,
+            ] {
+                assert_eq!(
+                    expr.matches(filter).count(),
+                    metrics,
+                    "{}: a kbq_ selector without {filter}: {expr}",
+                    panel["title"]
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_prometheusrule_carries_the_groups_of_the_rules_file() {
-    let rule = yaml("deploy/base/prometheusrule.yaml");
+    let rule = yaml("deploy/components/prometheus-operator/prometheusrule.yaml");
     assert_eq!(rule["kind"], "PrometheusRule");
     assert_eq!(
         rule["spec"]["groups"],
         yaml("deploy/prometheus/alerts.yaml")["groups"],
-        "deploy/base/prometheusrule.yaml differs from deploy/prometheus/alerts.yaml: copy the \
+        "deploy/components/prometheus-operator/prometheusrule.yaml differs from deploy/prometheus/alerts.yaml: copy the \
          rules file's groups under spec, indented by two spaces"
     );
 }
@@ -241,7 +277,8 @@ impl Prometheus {
             "rule_files": ["rules.json"],
             "scrape_configs": [{
                 "job_name": "kafka-bigquery-sink",
-                "static_configs": [{"targets": [target.to_string()]}],
+                // The label Kubernetes service discovery adds, for the dashboard's filter.
+                "static_configs": [{"targets": [target.to_string()], "labels": {"namespace": "pipelines"}}],
             }],
         });
         std::fs::write(dir.path().join("prometheus.json"), config.to_string()).expect("config");
@@ -472,6 +509,8 @@ fn dashboard_queries() -> (Queries, Queries) {
             // $__rate_interval: max(4 × scrape interval, $__interval + scrape interval).
             let filled = expr
                 .replace("$__rate_interval", "4s")
+                .replace("$namespace", ".*")
+                .replace("$job", ".*")
                 .replace("$instance", ".*");
             assert!(
                 !filled.contains('$'),

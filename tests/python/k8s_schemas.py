@@ -44,6 +44,7 @@ CUSTOM_RESOURCES = {
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("keda.sh/v1alpha1", "ScaledObject"),
+    ("keda.sh/v1alpha1", "TriggerAuthentication"),
 }
 VALIDATE_CRDS = Path(__file__).resolve().parent / "validate_crds.mjs"
 

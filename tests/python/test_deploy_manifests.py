@@ -48,8 +48,6 @@ def test_every_rendered_document_matches_its_schema(rendering):
         "Deployment",
         "ConfigMap",
         "Service",
-        "PodMonitor",
-        "PrometheusRule",
         "PodDisruptionBudget",
         "ServiceAccount",
     } <= kinds, f"{rendering} renders only {sorted(kinds)}"
@@ -147,3 +145,40 @@ def test_a_broken_document_is_reported_with_its_field_path(kind, change, expecte
     change(doc)
     found = problems(doc)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_the_base_needs_no_custom_resource_definitions():
+    kinds = {d["kind"] for d in render("base")}
+    assert not kinds & {"PodMonitor", "PrometheusRule", "ScaledObject"}, sorted(kinds)
+    production = {d["kind"] for d in render("overlays/production")}
+    assert {"PodMonitor", "PrometheusRule"} <= production, sorted(production)
+
+
+def test_a_config_edit_renames_the_configmap_the_pods_mount(tmp_path):
+    """configMapGenerator: the ConfigMap's name carries a hash of config.yaml, so an edit changes
+    the Deployment's pod template and rolls the pods."""
+    def configmap_of(base: Path) -> tuple:
+        result = subprocess.run(
+            [tools()["kustomize"], "build", str(base)], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        docs = [d for d in yaml.load_all(result.stdout, Loader=_LOADER) if d]
+        [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+        [configmap] = [d for d in docs if d["kind"] == "ConfigMap"]
+        mounted = next(
+            v["configMap"]["name"]
+            for v in deployment["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "config"
+        )
+        assert mounted == configmap["metadata"]["name"]
+        return mounted
+
+    import shutil
+
+    copy_of_base = tmp_path / "base"
+    shutil.copytree(DEPLOY / "base", copy_of_base)
+    before = configmap_of(copy_of_base)
+    config = copy_of_base / "config.yaml"
+    config.write_text(config.read_text().replace("shutdown_deadline: 45s", "shutdown_deadline: 40s"))
+    after = configmap_of(copy_of_base)
+    assert before.startswith("kafka-bigquery-sink-") and before != after

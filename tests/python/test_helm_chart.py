@@ -47,6 +47,8 @@ EXPECTED_KINDS = {
         "PodMonitor",
         "PrometheusRule",
         "ScaledObject",
+        "TriggerAuthentication",
+        "Secret",
     },
     "existing-configmap-values.yaml": {"Deployment", "NetworkPolicy"},
     "production-values.yaml": {
@@ -171,20 +173,201 @@ def test_the_prometheusrule_and_the_dashboard_are_the_shipped_files():
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
 
 
+def template(*args: str) -> subprocess.CompletedProcess:
+    return helm("template", "kbq", str(CHART), "--kube-version", KUBE_VERSION, *args)
+
+
+def documents(result: subprocess.CompletedProcess) -> list:
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.load_all(result.stdout, Loader=_LOADER) if d]
+
+
+def kafka_trigger(docs: list) -> dict:
+    [scaled] = [d for d in docs if d["kind"] == "ScaledObject"]
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    return trigger
+
+
 def test_the_scaledobject_follows_the_configs_group_and_owns_the_replica_count():
     [scaled] = rendered("everything-values.yaml", "ScaledObject")
     [deployment] = rendered("everything-values.yaml", "Deployment")
     [configmap] = [
         c for c in rendered("everything-values.yaml", "ConfigMap") if "config.yaml" in c["data"]
     ]
-    kafka = yaml.safe_load(configmap["data"]["config.yaml"])["kafka"]
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    kafka = config["kafka"]
     assert "replicas" not in deployment["spec"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
-    [trigger] = scaled["spec"]["triggers"]
-    assert trigger["type"] == "kafka"
-    assert trigger["metadata"]["bootstrapServers"] == kafka["bootstrap_servers"]
-    assert trigger["metadata"]["consumerGroup"] == kafka["group_id"]
-    assert trigger["metadata"]["topic"] in kafka["topics"]
-    assert trigger["metadata"]["allowIdleConsumers"] == "false"
+    trigger = kafka_trigger(render("everything-values.yaml"))
+    meta = trigger["metadata"]
+    assert meta["bootstrapServers"] == kafka["bootstrap_servers"]
+    assert meta["consumerGroup"] == kafka["group_id"]
+    # Two topics: no `topic`, so KEDA sums the lag of every topic of the group, not the first.
+    assert len(kafka["topics"]) == 2 and "topic" not in meta
+    assert meta["allowIdleConsumers"] == "false"
+    assert meta["excludePersistentLag"] == "true"
+    # 20000 records/s per replica x (checkpoint.interval 10 s + 1 s).
+    assert config["checkpoint"]["interval"] == "10s"
+    assert meta["lagThreshold"] == str(20000 * 11)
     [default_deployment] = rendered("default", "Deployment")
     assert default_deployment["spec"]["replicas"] == 3
+
+
+def test_a_sasl_ssl_config_gives_the_trigger_its_security_through_a_triggerauthentication():
+    docs = render("everything-values.yaml")
+    trigger = kafka_trigger(docs)
+    assert trigger["metadata"]["tls"] == "enable"
+    assert trigger["metadata"]["sasl"] == "scram_sha512"
+    [auth] = [d for d in docs if d["kind"] == "TriggerAuthentication"]
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    # ${KAFKA_PASSWORD}: read by KEDA from the sink container's environment (a Secret there).
+    assert auth["spec"]["env"] == [
+        {"parameter": "password", "name": "KAFKA_PASSWORD", "containerName": "sink"}
+    ]
+    # The literal user name: from a Secret the chart writes, as KEDA takes no literal.
+    [ref] = auth["spec"]["secretTargetRef"]
+    [secret] = [d for d in docs if d["kind"] == "Secret"]
+    assert ref == {"parameter": "username", "name": secret["metadata"]["name"], "key": "username"}
+    assert secret["stringData"] == {"username": "bigquery-sink"}
+
+
+def test_a_plaintext_config_gives_the_trigger_no_authentication():
+    docs = documents(template("--set", "keda.enabled=true"))
+    trigger = kafka_trigger(docs)
+    assert "authenticationRef" not in trigger
+    assert (trigger["metadata"]["sasl"], trigger["metadata"]["tls"]) == ("none", "disable")
+    assert trigger["metadata"]["topic"] == "orders"
+    assert not [d for d in docs if d["kind"] in ("TriggerAuthentication", "Secret")]
+
+
+def test_a_topic_pattern_and_env_servers_render_a_trigger_over_every_topic(tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "keda": {"enabled": True},
+                "env": [{"name": "KAFKA_BOOTSTRAP", "value": "kafka:9092"}],
+                "config": {
+                    "kafka": {
+                        "bootstrap_servers": "${KAFKA_BOOTSTRAP}",
+                        "group_id": "${GROUP:-payments}",
+                        "topics": None,
+                        "topic_pattern": "payments\\..*",
+                    }
+                },
+            }
+        )
+    )
+    meta = kafka_trigger(documents(template("-f", str(values))))["metadata"]
+    assert "topic" not in meta
+    # KEDA reads the servers from the container's env; the group's default applies (GROUP unset).
+    assert meta["bootstrapServersFromEnv"] == "KAFKA_BOOTSTRAP"
+    assert "bootstrapServers" not in meta
+    assert meta["consumerGroup"] == "payments"
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        # A substitution inside a value: KEDA would read it literally.
+        (["--set", "config.kafka.bootstrap_servers=${HOST}:9092"],
+         'kafka.bootstrap_servers: KEDA cannot substitute "${HOST}:9092"'),
+        # A CA file in the pod that KEDA cannot read.
+        (["--set-string", "config.kafka.properties.security\\.protocol=SSL",
+          "--set-string", "config.kafka.properties.ssl\\.ca\\.location=/etc/kbq/ca.pem"],
+         'kafka.properties."ssl.ca.location" names a file in the pod; KEDA needs its PEM'),
+        # The chart cannot read a ConfigMap it does not write.
+        (["--set", "existingConfigMap=mine"],
+         "keda.enabled with existingConfigMap: the chart cannot read that ConfigMap"),
+        (["--set-string", "config.kafka.properties.security\\.protocol=SASL_SSL",
+          "--set-string", "config.kafka.properties.sasl\\.mechanism=OAUTHBEARER",
+          "--set-string", "config.kafka.properties.sasl\\.username=u",
+          "--set-string", "config.kafka.properties.sasl\\.password=p"],
+         "for PLAIN and SCRAM only, not OAUTHBEARER"),
+    ],
+)
+def test_a_trigger_that_could_not_connect_does_not_render(args, expected):
+    result = template("--set", "keda.enabled=true", *args)
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr
+
+
+def test_a_ca_given_as_a_secret_reaches_the_triggerauthentication():
+    docs = documents(template(
+        "--set", "keda.enabled=true",
+        "--set-string", "config.kafka.properties.security\\.protocol=SSL",
+        "--set-string", "config.kafka.properties.ssl\\.ca\\.location=/etc/kbq/ca.pem",
+        "--set", "keda.secretTargetRef[0].parameter=ca",
+        "--set", "keda.secretTargetRef[0].name=kafka-ca",
+        "--set", "keda.secretTargetRef[0].key=ca.pem",
+    ))
+    [auth] = [d for d in docs if d["kind"] == "TriggerAuthentication"]
+    assert auth["spec"]["secretTargetRef"] == [
+        {"parameter": "ca", "name": "kafka-ca", "key": "ca.pem"}
+    ]
+    assert kafka_trigger(docs)["metadata"]["tls"] == "enable"
+    failures = [f"{describe(d)}: {p}" for d in docs for p in problems(d)]
+    assert not failures, failures
+
+
+def test_the_existing_configmap_value_set_scales_on_the_kafka_settings_it_repeats():
+    docs = documents(template(
+        "-f", str(CHART / "ci" / "existing-configmap-values.yaml"),
+        "--set", "keda.enabled=true",
+        "--set", "keda.kafka.bootstrap_servers=kafka:9092",
+        "--set", "keda.kafka.group_id=mine",
+        "--set", "keda.kafka.topics={a}",
+    ))
+    meta = kafka_trigger(docs)["metadata"]
+    assert (meta["bootstrapServers"], meta["consumerGroup"], meta["topic"]) == ("kafka:9092", "mine", "a")
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--set", "replicaCoutn=9"], "additional properties 'replicaCoutn' not allowed"),
+        (["--set", "keda.lagTreshold=5"], "additional properties 'lagTreshold' not allowed"),
+        (["--set", "metricsPort=http"], "metricsPort"),
+    ],
+)
+def test_the_values_schema_refuses_unknown_keys_and_wrong_types(args, expected):
+    result = template(*args)
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr
+
+
+def test_names_volumes_security_contexts_and_probes_are_values():
+    docs = documents(template(
+        "--set", "fullnameOverride=orders-sink",
+        "--set", "nameOverride=sink",
+        "--set", "extraVolumes[0].name=kafka-ca",
+        "--set", "extraVolumes[0].secret.secretName=kafka-ca",
+        "--set", "extraVolumeMounts[0].name=kafka-ca",
+        "--set", "extraVolumeMounts[0].mountPath=/etc/kbq",
+        "--set", "securityContext.runAsUser=1000",
+        "--set", "readinessProbe.periodSeconds=5",
+        "--set", "startupProbe=null",
+    ))
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["metadata"]["name"] == "orders-sink"
+    assert deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "sink"
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert {"name": "kafka-ca", "secret": {"secretName": "kafka-ca"}} in pod["volumes"]
+    assert {"name": "kafka-ca", "mountPath": "/etc/kbq"} in container["volumeMounts"]
+    assert container["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["periodSeconds"] == 5
+    assert "startupProbe" not in container
+    assert "RUST_LOG" not in {e["name"] for e in container.get("env", [])}
+    failures = [f"{describe(d)}: {p}" for d in docs for p in problems(d)]
+    assert not failures, failures
+
+
+def test_the_chart_has_notes_and_a_readme():
+    notes = documents(template("--set", "keda.enabled=true"))  # renders with NOTES.txt present
+    assert notes
+    assert (CHART / "templates" / "NOTES.txt").is_file()
+    readme = (CHART / "README.md").read_text()
+    assert "values.schema.json" in readme and "kustomize" in readme
