@@ -71,6 +71,11 @@ pub enum MetaRecord {
     Dataset {
         dataset: Dataset,
     },
+    /// A dataset deleted; its tables' deletes are recorded before it.
+    DatasetDelete {
+        project: String,
+        dataset: String,
+    },
     /// Table insert or patch: the full resource after the change.
     Table {
         uid: String,
@@ -503,6 +508,9 @@ fn restore_objects(
     for record in records {
         match record {
             MetaRecord::Dataset { dataset } => store.restore_dataset(dataset),
+            MetaRecord::DatasetDelete { project, dataset } => {
+                store.restore_dataset_delete(&project, &dataset)
+            }
             MetaRecord::Table {
                 uid,
                 location,

@@ -1,5 +1,5 @@
 //! The BigQuery REST v2 calls of the emulator, in the JSON shapes of the real API: datasets
-//! insert/get, tables insert/get/list/patch/update/delete, `tabledata.list`, and the one query
+//! insert/get/delete, tables insert/get/list/patch/update/delete, `tabledata.list`, and the one query
 //! shape the daemon's recovery sends (`SELECT MAX(col) FROM \`p.d.t\` WHERE a = 'x' AND …`) through
 //! `jobs.insert` / `jobs.query` / `jobs.getQueryResults` / `jobs.get`.
 //!
@@ -44,6 +44,8 @@ pub enum RestError {
     #[error("{0}")]
     PreconditionFailed(String),
     #[error("{0}")]
+    ResourceInUse(String),
+    #[error("{0}")]
     Backend(String),
 }
 
@@ -59,6 +61,14 @@ impl RestError {
             RestError::PreconditionFailed(_) => (
                 StatusCode::PRECONDITION_FAILED,
                 "conditionNotMet",
+                "FAILED_PRECONDITION",
+            ),
+            // BigQuery's code and reason for a dataset that still has tables; the `status` of
+            // its JSON is not on record, FAILED_PRECONDITION is the gRPC code of a 400 refused
+            // for the resource's state.
+            RestError::ResourceInUse(_) => (
+                StatusCode::BAD_REQUEST,
+                "resourceInUse",
                 "FAILED_PRECONDITION",
             ),
             RestError::Backend(_) => (
@@ -99,6 +109,9 @@ impl From<StoreError> for RestError {
             }
             StoreError::DatasetExists { project, dataset } => {
                 RestError::Duplicate(format!("Already Exists: Dataset {project}:{dataset}"))
+            }
+            StoreError::DatasetInUse { project, dataset } => {
+                RestError::ResourceInUse(format!("Dataset {project}:{dataset} is still in use"))
             }
             StoreError::TableNotFound { table, .. } => {
                 RestError::NotFound(format!("Not found: Table {}", table.legacy()))
@@ -154,7 +167,10 @@ fn routes(store: Arc<Store>) -> Router {
     let base = "/bigquery/v2/projects/{project}";
     Router::new()
         .route(&format!("{base}/datasets"), post(insert_dataset))
-        .route(&format!("{base}/datasets/{{dataset}}"), get(get_dataset))
+        .route(
+            &format!("{base}/datasets/{{dataset}}"),
+            get(get_dataset).delete(delete_dataset),
+        )
         .route(
             &format!("{base}/datasets/{{dataset}}/tables"),
             post(insert_table).get(list_tables),
@@ -227,6 +243,18 @@ async fn get_dataset(
         .get_dataset(&project, &dataset)
         .ok_or_else(|| RestError::NotFound(format!("Not found: Dataset {project}:{dataset}")))?;
     ok(resources::dataset_json(&found))
+}
+
+/// `datasets.delete`: refused while the dataset has tables, unless `deleteContents=true`.
+async fn delete_dataset(
+    State(state): State<RestState>,
+    Path((project, dataset)): Path<(String, String)>,
+    Query(params): Query<HashMap<String, String>>,
+) -> RestResult {
+    state
+        .store
+        .delete_dataset(&project, &dataset, param_bool(&params, "deleteContents"))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 // ----- tables -----

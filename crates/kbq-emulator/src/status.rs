@@ -91,6 +91,10 @@ impl From<&StoreError> for BqError {
                 Code::AlreadyExists,
                 format!("Already Exists: Dataset {project}:{dataset}"),
             ),
+            E::DatasetInUse { project, dataset } => BqError::new(
+                Code::FailedPrecondition,
+                format!("Dataset {project}:{dataset} is still in use"),
+            ),
             // The real service masks a missing table as PERMISSION_DENIED, "Permission
             // 'TABLES_GET' denied on resource '<table>' (or it may not exist)" (TABLES_UPDATE_DATA
             // for CreateWriteStream), and clients test the text for "it may not exist" (Java's

@@ -1,5 +1,6 @@
 //! Datasets and tables: insert, read, list, patch and delete, and their replay at restart.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -47,11 +48,65 @@ impl Store {
         );
     }
 
+    /// Deletes a dataset. With tables in it, BigQuery refuses unless `delete_contents`; then each
+    /// table goes first, as `delete_table` would delete it (journalled one by one, so a restart
+    /// between two of them leaves the dataset with fewer tables, never tables without a dataset).
+    /// The tables lock is held throughout, so no table is created in the dataset meanwhile.
+    pub fn delete_dataset(
+        &self,
+        project: &str,
+        dataset: &str,
+        delete_contents: bool,
+    ) -> Result<(), StoreError> {
+        let key = (project.to_string(), dataset.to_string());
+        let mut tables = self.tables.write().expect("tables lock");
+        if !self
+            .datasets
+            .read()
+            .expect("datasets lock")
+            .contains_key(&key)
+        {
+            return Err(StoreError::DatasetNotFound {
+                project: key.0,
+                dataset: key.1,
+            });
+        }
+        let inside: Vec<TableRef> = tables
+            .keys()
+            .filter(|r| r.project == project && r.dataset == dataset)
+            .cloned()
+            .collect();
+        if !inside.is_empty() && !delete_contents {
+            return Err(StoreError::DatasetInUse {
+                project: key.0,
+                dataset: key.1,
+            });
+        }
+        for r in inside {
+            self.remove_table(&mut tables, &r)?;
+        }
+        self.journal(&MetaRecord::DatasetDelete {
+            project: key.0.clone(),
+            dataset: key.1.clone(),
+        })?;
+        self.datasets.write().expect("datasets lock").remove(&key);
+        Ok(())
+    }
+
+    pub(crate) fn restore_dataset_delete(&self, project: &str, dataset: &str) {
+        self.datasets
+            .write()
+            .expect("datasets lock")
+            .remove(&(project.to_string(), dataset.to_string()));
+    }
+
     // ----- tables -----
 
     /// Inserts a table into an existing dataset; fills in creation/modification time and etag.
     pub fn insert_table(&self, mut table: Table) -> Result<Table, StoreError> {
         let r = table.reference.clone();
+        // The dataset is looked up under the tables lock, which `delete_dataset` holds too.
+        let mut tables = self.tables.write().expect("tables lock");
         let location = self
             .get_dataset(&r.project, &r.dataset)
             .ok_or_else(|| StoreError::DatasetNotFound {
@@ -59,7 +114,6 @@ impl Store {
                 dataset: r.dataset.clone(),
             })?
             .location;
-        let mut tables = self.tables.write().expect("tables lock");
         if tables.contains_key(&r) {
             return Err(StoreError::TableExists { table: r });
         }
@@ -202,6 +256,14 @@ impl Store {
     /// Deletes a table with its rows and streams.
     pub fn delete_table(&self, r: &TableRef) -> Result<(), StoreError> {
         let mut tables = self.tables.write().expect("tables lock");
+        self.remove_table(&mut tables, r)
+    }
+
+    fn remove_table(
+        &self,
+        tables: &mut HashMap<TableRef, Arc<TableState>>,
+        r: &TableRef,
+    ) -> Result<(), StoreError> {
         let Some(state) = tables.get(r).cloned() else {
             return Err(StoreError::TableNotFound {
                 table: r.clone(),
@@ -213,7 +275,6 @@ impl Store {
         })?;
         tables.remove(r);
         state.deleted.store(true, Ordering::Release);
-        drop(tables);
         self.streams
             .write()
             .expect("streams lock")

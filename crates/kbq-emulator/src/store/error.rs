@@ -37,6 +37,8 @@ pub enum StoreError {
     DatasetNotFound { project: String, dataset: String },
     #[error("already exists: dataset {project}:{dataset}")]
     DatasetExists { project: String, dataset: String },
+    #[error("dataset {project}:{dataset} is still in use")]
+    DatasetInUse { project: String, dataset: String },
     #[error("not found: table {}", table.legacy())]
     TableNotFound { table: TableRef, entity: String },
     #[error("already exists: table {}", table.legacy())]

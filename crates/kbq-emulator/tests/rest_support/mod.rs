@@ -156,11 +156,11 @@ pub fn assert_error(body: &Value, code: u16, reason: &str, message: &str) {
     assert_eq!(body["error"]["errors"][0]["reason"], reason, "{body}");
     let got = body["error"]["message"].as_str().unwrap();
     assert!(got.contains(message), "{got} does not contain {message}");
-    let status = match code {
-        404 => "NOT_FOUND",
-        409 => "ALREADY_EXISTS",
-        400 => "INVALID_ARGUMENT",
-        412 => "FAILED_PRECONDITION",
+    let status = match (code, reason) {
+        (404, _) => "NOT_FOUND",
+        (409, _) => "ALREADY_EXISTS",
+        (400, "resourceInUse") | (412, _) => "FAILED_PRECONDITION",
+        (400, _) => "INVALID_ARGUMENT",
         _ => "INTERNAL",
     };
     assert_eq!(body["error"]["status"], status, "{body}");
