@@ -6,8 +6,6 @@
 //! `scripts/image.sh` builds the image with buildah and runs this test with `--ignored`,
 //! naming the image in `KBQ_IMAGE`; a plain `cargo test` lists it as ignored.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
 mod support;
 
 use std::collections::HashMap;
@@ -65,14 +63,14 @@ impl Drop for Container {
 async fn the_image_serves_its_probes_and_sinks_a_topic_into_the_emulator() {
     let image = std::env::var("KBQ_IMAGE")
         .expect("KBQ_IMAGE names the image to run (scripts/image.sh sets it)");
-    let emulator = emulator_support::start().await;
+    let emulator = kbq_emulator::testsuite::start().await;
     let bootstrap = KafkaBroker::shared();
     let topic = unique_name("image");
     create_topic_blocking(bootstrap, &topic, PARTITIONS);
     create_topic_blocking(bootstrap, &format!("{topic}-dlq"), 1);
     let table = topic.replace('-', "_");
     let table_ref = TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref");
-    emulator_support::create_table(
+    kbq_emulator::testsuite::create_table(
         &emulator.store,
         &table_ref,
         TableSchema {

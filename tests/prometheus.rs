@@ -18,8 +18,6 @@
 //! The tools come from Debian's `prometheus` package, which `scripts/test.sh` installs; a missing
 //! tool fails the test, it does not skip it.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -572,13 +570,13 @@ fn the_dashboard_shows_every_specified_metric_and_only_those() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_daemon_a_flush_fault_fires_an_alert_that_resolves_and_every_dashboard_query_returns_series()
  {
-    let emulator = emulator_support::start().await;
+    let emulator = kbq_emulator::testsuite::start().await;
     let bootstrap = KafkaBroker::shared();
     let topic = unique_name("prom");
     create_topic_blocking(bootstrap, &topic, PARTITIONS);
     create_topic_blocking(bootstrap, &format!("{topic}-dlq"), 1);
     let table = topic.replace('-', "_");
-    emulator_support::create_table(
+    kbq_emulator::testsuite::create_table(
         &emulator.store,
         &TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("ref"),
         TableSchema {

@@ -2,13 +2,9 @@
 //! each failure the Storage Write API defines, injected through the emulator's fault control.
 //! Every test checks the table afterwards: each row exactly once, none lost.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use emulator_support::{create_table, start};
 use kafka_bigquery_sink::bigquery::auth::Auth;
 use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::bigquery::write_client::{StreamKind, WriteClient, WriteClientOptions};
@@ -19,6 +15,7 @@ use kafka_bigquery_sink::emulator::store::TableRef;
 use kafka_bigquery_sink::writer::append_session::{
     AppendSession, Batch, SessionError, SessionEvent, SessionLimits,
 };
+use kbq_emulator::testsuite::{create_table, start};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
 
@@ -610,7 +607,7 @@ async fn more_append_calls_than_one_connection_carries_are_all_answered() {
     const SESSIONS: usize = 150;
     let mut config = EmulatorConfig::local();
     config.write.quota = Some(QuotaSettings::multi_region());
-    let emulator = emulator_support::start_with(config).await;
+    let emulator = kbq_emulator::testsuite::start_with(config).await;
     create_table(&emulator.store, &table_ref(), id_table());
     let client = client_of(&emulator);
     let mut sessions = Vec::new();

@@ -14,3 +14,5 @@ pub mod rows;
 pub mod server;
 pub mod status;
 pub mod store;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;

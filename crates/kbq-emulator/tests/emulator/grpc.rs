@@ -2,20 +2,18 @@
 //! states one behaviour of BigQuery that the emulator must copy
 //! (docs/architecture.md#bigquery-facts).
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use emulator_support::{ChildEmulator, client, create_table, start_with};
+use crate::child::ChildEmulator;
+use kbq_emulator::testsuite::{client, create_table, start_with};
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::big_query_write_client::BigQueryWriteClient;
 use googleapis_tonic_google_rpc::google::rpc;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
-use kafka_bigquery_sink::emulator::status::{storage_error, storage_error_of};
-use kafka_bigquery_sink::emulator::store::{TableRef, storage_code};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::server::{Emulator, EmulatorConfig};
+use kbq_emulator::status::{storage_error, storage_error_of};
+use kbq_emulator::store::{TableRef, storage_code};
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
@@ -780,10 +778,10 @@ async fn keep_columns_keeps_the_cdc_pseudo_columns() {
     let mut config = EmulatorConfig::local();
     config.write.keep_columns = Some(vec!["id".to_string()].into());
     let emu = start_with(config).await;
-    let mut table = kafka_bigquery_sink::emulator::store::Table::new(table_ref(), schema());
+    let mut table = kbq_emulator::store::Table::new(table_ref(), schema());
     table.table_constraints = Some(serde_json::json!({"primaryKey": {"columns": ["id"]}}));
     emu.store
-        .insert_dataset(kafka_bigquery_sink::emulator::store::Dataset::new("p", "d"))
+        .insert_dataset(kbq_emulator::store::Dataset::new("p", "d"))
         .unwrap();
     emu.store.insert_table(table).unwrap();
     let mut c = client(emu.addr).await;

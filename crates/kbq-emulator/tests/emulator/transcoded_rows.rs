@@ -2,21 +2,16 @@
 //! `_default` stream with the plan's descriptor, and read back over REST (`tabledata.list`) as
 //! the typed values BigQuery shows for them.
 
-#[path = "support/emulator.rs"]
-mod emulator_support;
-
 use std::time::Duration;
 
 use apache_avro::types::Value;
 use apache_avro::{Decimal, Schema};
 use bytes::Bytes;
-use emulator_support::{client, create_table, start};
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::store::TableRef;
-use kafka_bigquery_sink::transcode::{
-    AvroSchema, KafkaMetadata, MetadataColumns, Plan, PlanOptions,
-};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::store::TableRef;
+use kbq_emulator::testsuite::{client, create_table, start};
+use kbq_transcode::{AvroSchema, KafkaMetadata, MetadataColumns, Plan, PlanOptions};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -146,7 +141,7 @@ async fn transcoded_rows_read_back_from_the_emulator_as_typed_values() {
         .unwrap();
     let meta = KafkaMetadata {
         topic: "orders",
-        offset: kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(41),
+        offset: kbq_core::offsets::KafkaOffset(41),
         ..Default::default()
     };
     let mut batch = Vec::new();

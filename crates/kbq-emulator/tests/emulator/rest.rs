@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::rest;
-use kafka_bigquery_sink::emulator::rows::RowCodec;
-use kafka_bigquery_sink::emulator::store::{RowBatch, Store, StoreConfig};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::rest;
+use kbq_emulator::rows::RowCodec;
+use kbq_emulator::store::{RowBatch, Store, StoreConfig};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, Value as Pv};
 use prost_types::field_descriptor_proto::{Label, Type};
