@@ -4,15 +4,13 @@
 //! defaults and missing-value interpretations, TIMESTAMP from `google.protobuf.Timestamp`,
 //! GetWriteStream's RANGE element type (docs/emulator.md).
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use bytes::Bytes;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::big_query_write_client::BigQueryWriteClient;
 use kbq_core::table_schema::{FieldType, Mode, RangeElementType, TableFieldSchema, TableSchema};
-use kbq_emulator::server::{Emulator, EmulatorConfig};
-use kbq_emulator::store::{Dataset, Table, TableRef};
+use kbq_emulator::server::Emulator;
+use kbq_emulator::store::TableRef;
+use kbq_emulator::testsuite::{client, create_table, start};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
 use serde_json::Value;
@@ -21,24 +19,10 @@ use tonic::transport::Channel;
 const DEFAULT_STREAM: &str = "projects/p/datasets/d/tables/t/streams/_default";
 
 async fn emulator_with(schema: TableSchema) -> (Emulator, BigQueryWriteClient<Channel>) {
-    let mut config = EmulatorConfig::local();
-    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    let emulator = Emulator::start(config).await.expect("emulator starts");
-    emulator
-        .store
-        .insert_dataset(Dataset::new("p", "d"))
-        .expect("dataset");
-    emulator
-        .store
-        .insert_table(Table::new(TableRef::new("p", "d", "t"), schema))
-        .expect("table");
-    let channel = Channel::from_shared(format!("http://{}", emulator.addr))
-        .expect("uri")
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .expect("connect");
-    (emulator, BigQueryWriteClient::new(channel))
+    let emulator = start().await;
+    create_table(&emulator.store, &TableRef::new("p", "d", "t"), schema);
+    let client = client(emulator.addr).await;
+    (emulator, client)
 }
 
 fn column(
