@@ -14,6 +14,8 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto};
 use serde_json::{Value, json};
 
+use crate::rest_support::assert_error;
+
 struct Emulator {
     base: String,
     store: Arc<Store>,
@@ -101,21 +103,6 @@ impl Emulator {
         };
         self.store.append(&stream, None, batch, &name).unwrap();
     }
-}
-
-fn assert_error(body: &Value, code: u16, reason: &str, message: &str) {
-    assert_eq!(body["error"]["code"], code, "{body}");
-    assert_eq!(body["error"]["errors"][0]["reason"], reason, "{body}");
-    let got = body["error"]["message"].as_str().unwrap();
-    assert!(got.contains(message), "{got} does not contain {message}");
-    let status = match code {
-        404 => "NOT_FOUND",
-        409 => "ALREADY_EXISTS",
-        400 => "INVALID_ARGUMENT",
-        412 => "FAILED_PRECONDITION",
-        _ => "INTERNAL",
-    };
-    assert_eq!(body["error"]["status"], status);
 }
 
 fn field(name: &str, number: i32, t: Type) -> FieldDescriptorProto {

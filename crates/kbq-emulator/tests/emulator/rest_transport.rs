@@ -1,12 +1,10 @@
 //! What Google's Java REST client does to its requests: gzip-encoded bodies and `POST` with
 //! `X-HTTP-Method-Override`. Both must reach the resource as the plain request would.
 
-mod rest_support;
-
 use std::io::Write as _;
 
+use crate::rest_support::{assert_error, read, start};
 use reqwest::Method;
-use rest_support::{assert_error, read, start};
 use serde_json::{Value, json};
 
 fn gzip(value: &Value) -> Vec<u8> {
