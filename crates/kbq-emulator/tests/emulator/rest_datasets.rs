@@ -2,10 +2,8 @@
 //! (400 `resourceInUse`) unless `deleteContents=true`, which takes its tables with it; a missing
 //! dataset is 404. Also across a restart of an emulator with `--data-dir`.
 
-mod rest_support;
-
+use crate::rest_support::{Rest, assert_error, start};
 use kbq_emulator::server::{Emulator, EmulatorConfig};
-use rest_support::{Rest, assert_error, start};
 use serde_json::json;
 
 #[tokio::test]
