@@ -9,15 +9,11 @@
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::grpc::{AppendOutcome, AppendSession};
-use kafka_bigquery_sink::emulator::store::{
-    Dataset, Store, StoreConfig, StreamKind, Table, TableRef,
-};
 use kafka_bigquery_sink::quickstart::records::{OrderGenerator, SCHEMA as ORDER_SCHEMA};
-use kafka_bigquery_sink::transcode::{
-    AvroSchema, DeriveOptions, Plan, PlanOptions, table_schema_from_avro,
-};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::grpc::{AppendOutcome, AppendSession};
+use kbq_emulator::store::{Dataset, Store, StoreConfig, StreamKind, Table, TableRef};
+use kbq_transcode::{AvroSchema, DeriveOptions, Plan, PlanOptions, table_schema_from_avro};
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};

@@ -4,8 +4,8 @@
 //! a benchmark measures.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::rows::RowCodec;
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::rows::RowCodec;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
 

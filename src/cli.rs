@@ -25,7 +25,7 @@ pub enum Command {
         config: PathBuf,
     },
     /// Run a local BigQuery Storage Write API + REST emulator.
-    Emulator(crate::emulator::cli::EmulatorArgs),
+    Emulator(kbq_emulator::cli::EmulatorArgs),
     /// The main job on embedded defaults: in-process Kafka, the emulator, generated data, a crash
     /// and recovery, and a verified exactly-once summary.
     Quickstart(crate::quickstart::QuickstartArgs),
@@ -62,7 +62,7 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Emulator(args) => crate::emulator::cli::run(args),
+        Command::Emulator(args) => kbq_emulator::cli::run(args),
         Command::Run { config } => run(&config),
         Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),

@@ -15,10 +15,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::json;
 
-use crate::checkpoint::metadata::{CommitMetadata, TableFingerprint};
-use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
 use crate::config::{Config, defaults};
 use crate::kafka::consumer::read_committed;
+use kbq_core::metadata::{CommitMetadata, TableFingerprint};
+use kbq_core::protocol::{CommittedRead, TopicPartition};
 
 const READ_ATTEMPTS: u32 = 20;
 
@@ -306,7 +306,7 @@ pub fn table_path(config: &Config, topic: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::offsets::NextOffset;
+    use kbq_core::offsets::NextOffset;
 
     fn table() -> TableFingerprint {
         TableFingerprint::of_table_path("projects/p/datasets/d/tables/t")

@@ -8,7 +8,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 mod deadline;
-pub use kbq_emulator as emulator;
 pub mod inspect;
 pub mod kafka;
 pub mod ops;
@@ -19,5 +18,4 @@ pub mod registry;
 #[cfg(test)]
 mod sim;
 pub mod tables;
-pub use kbq_transcode as transcode;
 pub mod writer;

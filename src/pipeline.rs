@@ -11,10 +11,7 @@ use anyhow::{Context, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit};
-use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
-use crate::checkpoint::metadata::{MetadataVersion, TableFingerprint};
-use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
 use crate::config::{Config, Delivery, defaults};
 use crate::kafka::consumer::{self, ConsumerSettings};
 use crate::kafka::dead_letter::DeadLetterProducer;
@@ -23,7 +20,11 @@ use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
 use crate::tables::Router;
 use crate::writer::append_session::SessionLimits;
-use crate::writer::partition_writer::{BadRecordPolicy, WriterSettings, WriterShared};
+use crate::writer::partition_writer::{WriterSettings, WriterShared};
+use kbq_core::bad_record::BadRecordPolicy;
+use kbq_core::ledger::AtLeastOnceLedger;
+use kbq_core::metadata::{MetadataVersion, TableFingerprint};
+use kbq_core::protocol::{CheckpointProtocol, ProtocolConfig};
 
 /// Runs the daemon. Returns when shutdown completed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -25,12 +25,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::backoff;
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::coordinator::flush_outcome;
-use crate::checkpoint::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
-use crate::checkpoint::offsets::{NextOffset, RowOffset, StreamId};
-use crate::checkpoint::protocol::{CommittedRead, FlushOutcome, TopicPartition};
 use crate::config::{Config, defaults};
 use crate::inspect::{PartitionView, group_reader, read_group, table_path};
 use crate::kafka::consumer::read_committed;
+use kbq_core::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
+use kbq_core::offsets::{NextOffset, RowOffset, StreamId};
+use kbq_core::protocol::{CommittedRead, FlushOutcome, TopicPartition};
 
 const FLUSH_ATTEMPTS: u32 = 6;
 

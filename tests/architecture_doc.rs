@@ -202,3 +202,52 @@ fn the_module_map_names_every_source_file_and_nothing_that_is_gone() {
         problems.join("\n")
     );
 }
+
+/// The crates the daemon depends on, as Rust names: `[dependencies]` of the root manifest.
+fn dependency_crates() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .map(|name| name.replace('-', "_"))
+        .collect()
+}
+
+/// A type is named where it lives (docs/architecture.md, "Module map"): no file of the daemon
+/// re-exports another crate or one of its items, so `kbq_core::model::TopicPartition` is never
+/// also `crate::checkpoint::protocol::TopicPartition`.
+#[test]
+fn no_source_file_of_the_daemon_re_exports_a_crate() {
+    let crates = dependency_crates();
+    assert!(crates.iter().any(|c| c == "kbq_core"), "{crates:?}");
+    let mut found = Vec::new();
+    for file in sources(&root().join("src")) {
+        let text = std::fs::read_to_string(root().join("src").join(&file)).expect("a source file");
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim_start();
+            let Some(path) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p))
+            else {
+                continue;
+            };
+            let first = path
+                .trim_start_matches("::")
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("");
+            if crates.iter().any(|c| c == first) {
+                found.push(format!("src/{file}:{}: {line}", i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "import these from their crate instead of re-exporting them:\n{}",
+        found.join("\n")
+    );
+}

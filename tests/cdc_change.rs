@@ -3,15 +3,15 @@
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::cdc::Sequence;
-use kafka_bigquery_sink::emulator::rows::RowCodec;
 use kafka_bigquery_sink::tables::cdc_plans::with_pseudo_columns;
-use kafka_bigquery_sink::transcode::change::{
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::cdc::Sequence;
+use kbq_emulator::rows::RowCodec;
+use kbq_transcode::change::{
     ChangeFormat, ChangeKind, ChangeShape, NotAChange, append_change, key_row_schema, renumber,
     sequence_number,
 };
-use kafka_bigquery_sink::transcode::{AvroSchema, Plan, PlanOptions};
+use kbq_transcode::{AvroSchema, Plan, PlanOptions};
 
 const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"db.inv.customers","fields":[
   {"name":"before","type":["null",{"type":"record","name":"Value","fields":[

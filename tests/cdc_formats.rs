@@ -5,17 +5,15 @@
 
 use std::sync::Arc;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::rows::RowCodec;
-use kafka_bigquery_sink::transcode::change::{
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::rows::RowCodec;
+use kbq_transcode::change::{
     ChangeColumns, ChangeFormat, ChangeKind, ConnectEnvelope, JsonShape, Located, NotAChange,
     ProtoShape, renumber, sequence_number, with_change_fields,
 };
-use kafka_bigquery_sink::transcode::json::{JsonSchema, table_schema_from_json};
-use kafka_bigquery_sink::transcode::protobuf::{
-    MessagePath, ProtoSchema, table_schema_from_protobuf,
-};
-use kafka_bigquery_sink::transcode::{DeriveOptions, Plan, PlanOptions};
+use kbq_transcode::json::{JsonSchema, table_schema_from_json};
+use kbq_transcode::protobuf::{MessagePath, ProtoSchema, table_schema_from_protobuf};
+use kbq_transcode::{DeriveOptions, Plan, PlanOptions};
 use prost_reflect::{DynamicMessage, MessageDescriptor, Value as PValue};
 
 const PROTO: &str = r#"syntax = "proto3";

@@ -14,8 +14,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::store::{Dataset, Table};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::store::{Dataset, Table};
 use serde_json::Value as Json;
 use support::cdc::{Change, State, producer_script, state_from_json, wait_converged};
 use support::daemon::Daemon;

@@ -5,15 +5,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use kafka_bigquery_sink::checkpoint::protocol::{
-    AnomalyPolicy, OutOfRangePolicy, ResolveFallback, StartFrom,
+use kafka_bigquery_sink::config::{Config, Credentials, validate, warnings};
+use kbq_core::bad_record::BadRecordPolicy;
+use kbq_core::protocol::{
+    AnomalyPolicy, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy, ResolveFallback,
+    StartFrom,
 };
-use kafka_bigquery_sink::config::{
-    Config, Credentials, LostOffsets, LostStream, validate, warnings,
-};
-use kafka_bigquery_sink::transcode::protobuf::MessageIndexEncoding;
-use kafka_bigquery_sink::transcode::{MapMode, UnknownFields};
-use kafka_bigquery_sink::writer::partition_writer::BadRecordPolicy;
+use kbq_transcode::protobuf::MessageIndexEncoding;
+use kbq_transcode::{MapMode, UnknownFields};
 
 /// The variables the example configs reference.
 fn example_env() -> HashMap<String, String> {
@@ -105,7 +104,7 @@ fn the_minimal_config_gets_the_documented_defaults() {
     assert_eq!(c.writer.max_request_bytes.bytes(), 8 << 20);
     assert_eq!(c.bigquery.credentials, Credentials::Adc);
     // no partition/offset columns: a lost stream is rewound (at least once for the window)
-    assert_eq!(c.effective_lost_stream(), LostStream::Rewind);
+    assert_eq!(c.effective_lost_stream(), LostStreamPolicy::Rewind);
     let props = c.kafka.consumer_properties();
     for (k, v) in [
         ("enable.auto.commit", "false"),
@@ -401,7 +400,10 @@ fn lost_offsets_resolve_needs_the_same_columns_and_names_its_own_field() {
         HashMap::new(),
     )
     .expect("parses");
-    assert_eq!(config.recovery.lost_offsets, LostOffsets::Resolve);
+    assert_eq!(
+        config.recovery.lost_offsets,
+        MissingCheckpointPolicy::Resolve
+    );
     assert_eq!(
         errors(
             &format!("{yaml}recovery:\n  lost_offsets: resolve\n"),
@@ -490,10 +492,10 @@ fn every_yaml_spelling_of_the_policies_and_table_settings_still_parses_into_the_
     let c = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
     validate(&c).expect("valid");
     assert_eq!(c.on_bad_record, BadRecordPolicy::Skip);
-    assert_eq!(c.recovery.lost_stream, Some(LostStream::Fail));
+    assert_eq!(c.recovery.lost_stream, Some(LostStreamPolicy::Fail));
     assert_eq!(c.recovery.on_anomaly, AnomalyPolicy::Continue);
     assert_eq!(c.recovery.start_from, StartFrom::Latest);
-    assert_eq!(c.recovery.lost_offsets, LostOffsets::Latest);
+    assert_eq!(c.recovery.lost_offsets, MissingCheckpointPolicy::Latest);
     assert_eq!(c.recovery.new_partitions, StartFrom::Latest);
     assert_eq!(c.recovery.resolve_fallback, ResolveFallback::Rewind);
     assert_eq!(c.bigquery.unknown_fields, UnknownFields::Error);
@@ -539,10 +541,10 @@ fn resolve_is_refused_on_tables_that_require_a_partition_filter() {
     );
     // Without an explicit policy the default is rewind, not resolve.
     let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
-    assert_eq!(config.effective_lost_stream(), LostStream::Rewind);
+    assert_eq!(config.effective_lost_stream(), LostStreamPolicy::Rewind);
     let without = yaml.replace("    require_partition_filter: true\n", "");
     let config = Config::from_yaml(&without, HashMap::new()).expect("parses");
-    assert_eq!(config.effective_lost_stream(), LostStream::Resolve);
+    assert_eq!(config.effective_lost_stream(), LostStreamPolicy::Resolve);
     assert_one_error(
         &with("recovery:\n  resolve_attempts: 0\n  lost_stream: rewind\n"),
         HashMap::new(),
@@ -841,7 +843,7 @@ fn resolve_needs_the_columns_in_every_route() {
     // Without an explicit policy the default falls back to rewind.
     let yaml = yaml.replace("recovery:\n  lost_stream: resolve\n", "");
     let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
-    assert_eq!(config.effective_lost_stream(), LostStream::Rewind);
+    assert_eq!(config.effective_lost_stream(), LostStreamPolicy::Rewind);
 }
 
 /// MINIMAL subscribing by `pattern` (as written in YAML, single-quoted).

@@ -26,9 +26,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::rows::RenderOptions;
-use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::rows::RenderOptions;
+use kbq_emulator::store::{Dataset, Table, TableRef};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::kafka::{create_topic_blocking, unique_name};

@@ -16,8 +16,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use kafka_bigquery_sink::emulator::server::EmulatorConfig;
 use kafka_bigquery_sink::kafka::headers::{self, Header};
+use kbq_emulator::server::EmulatorConfig;
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::OwnedHeaders;

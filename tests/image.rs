@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use apache_avro::Schema;
 use apache_avro::types::Value as Avro;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::store::TableRef;
-use kafka_bigquery_sink::transcode::frame_confluent;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::store::TableRef;
+use kbq_transcode::frame_confluent;
 use support::daemon::{free_port, http_get, wait_for};
 use support::kafka::{
     KafkaBroker, create_topic_blocking, produce_to_partition, producer, unique_name,

@@ -13,8 +13,8 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::rows::RenderOptions;
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::rows::RenderOptions;
 use serde_json::{Map, Value as Json, json};
 use support::kafka::unique_name;
 use support::python::python;

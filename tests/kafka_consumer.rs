@@ -15,15 +15,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
-use kafka_bigquery_sink::checkpoint::protocol::{
-    CommitEntry, CommitId, CommitOutcome, TopicPartition,
-};
 use kafka_bigquery_sink::kafka::committed::ConsumerFaults;
 use kafka_bigquery_sink::kafka::consumer::{
     self, ConsumerCommand, ConsumerEvent, ConsumerHandle, ConsumerSettings, Record,
 };
 use kafka_bigquery_sink::ops::metrics::{Metrics, PartitionLabels};
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{CommitEntry, CommitId, CommitOutcome, TopicPartition};
 use rdkafka::admin::AdminOptions;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};

@@ -18,15 +18,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
-use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
 use kafka_bigquery_sink::kafka::consumer::{
     self, ConsumerCommand, ConsumerEvent, ConsumerSettings, Record,
 };
-use kafka_bigquery_sink::kafka::dead_letter::{BadRecord, DeadLetterProducer};
+use kafka_bigquery_sink::kafka::dead_letter::DeadLetterProducer;
 use kafka_bigquery_sink::kafka::reconnect::BROKERLESS_GRACE;
 use kafka_bigquery_sink::ops::metrics::Metrics;
+use kbq_core::bad_record::BadRecord;
+use kbq_core::model::TopicPartition;
 use kbq_core::offsets::KafkaOffset;
+use kbq_core::offsets::NextOffset;
 use rdkafka::ClientConfig;
 use rdkafka::bindings as rdsys;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value as Avro;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::emulator::store::TableRef;
-use kafka_bigquery_sink::transcode::frame_confluent;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::store::TableRef;
+use kbq_transcode::frame_confluent;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, free_port, http_get, wait_for};
 use support::kafka::{

@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kbq_core::table_schema::TableSchema;
 use serde_json::{Value as Json, json};
 use support::kafka::unique_name;
 use support::python::python;
@@ -190,7 +190,7 @@ message Refund { int64 refund_id = 1; string reason = 2; }
 /// the index 1: `02 02`; `[0]` is the single byte `00`).
 fn shop_record(message: &str, fields: &[(&str, prost_reflect::Value)]) -> Vec<u8> {
     use prost::Message;
-    let schema = kafka_bigquery_sink::transcode::protobuf::ProtoSchema::compile(SHOP, &[]).unwrap();
+    let schema = kbq_transcode::protobuf::ProtoSchema::compile(SHOP, &[]).unwrap();
     let descriptor = schema.pool().get_message_by_name(message).unwrap();
     let mut m = prost_reflect::DynamicMessage::new(descriptor);
     for (name, value) in fields {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_bigquery_sink::registry::{RegistryConfig, RegistryError, SchemaRegistry};
-use kafka_bigquery_sink::transcode::protobuf::MessagePath;
+use kbq_transcode::protobuf::MessagePath;
 use serde_json::{Value as Json, json};
 use support::registry::Registry;
 

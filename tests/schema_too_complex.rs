@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
+use kbq_core::table_schema::TableSchema;
 use support::kafka::unique_name;
 use support::registry::Registry;
 use support::sink::{Daemon, Fixture, SCHEMA, SinkOptions, Tweaks, confluent, encode};

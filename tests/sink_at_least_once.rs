@@ -9,13 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use kafka_bigquery_sink::checkpoint::metadata::{
-    CommitMetadata, MetadataVersion, TableFingerprint,
-};
-use kafka_bigquery_sink::checkpoint::offsets::NextOffset;
-use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
-use kafka_bigquery_sink::emulator::server::Emulator;
-use kafka_bigquery_sink::emulator::store::StreamPhase;
+use kbq_core::metadata::{CommitMetadata, MetadataVersion, TableFingerprint};
+use kbq_core::offsets::NextOffset;
+use kbq_emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
+use kbq_emulator::server::Emulator;
+use kbq_emulator::store::StreamPhase;
 use support::daemon::Daemon;
 use support::kafka::{create_topic_blocking, unique_name};
 use support::sink::{BackgroundProducer, Fixture, Tweaks, assert_exactly_once};

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::emulator::faults::FaultRule;
-use kafka_bigquery_sink::emulator::store::{Dataset, Table, TableRef};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::faults::FaultRule;
+use kbq_emulator::store::{Dataset, Table, TableRef};
 use rdkafka::producer::FutureProducer;
 use support::cdc::{Change, State, producer_script, state_from_json, table_state, wait_converged};
 use support::daemon::Daemon;
@@ -360,7 +360,7 @@ const FAULT_SEED: u64 = 0x6364_635f_6661_756c;
 async fn an_independent_debezium_stream_converges_across_kills_and_emulator_faults() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-    let mut emulator = kafka_bigquery_sink::emulator::server::EmulatorConfig::local();
+    let mut emulator = kbq_emulator::server::EmulatorConfig::local();
     emulator.write.idle_timeout = Duration::from_secs(2);
     let actions = [
         r#"{"fail":{"code":"UNAVAILABLE"}}"#,

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::TableSchema;
-use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
-use kafka_bigquery_sink::emulator::faults::FaultRule;
-use kafka_bigquery_sink::emulator::server::EmulatorConfig;
-use kafka_bigquery_sink::emulator::store::StreamPhase;
+use kbq_core::metadata::CommitMetadata;
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::faults::FaultRule;
+use kbq_emulator::server::EmulatorConfig;
+use kbq_emulator::store::StreamPhase;
 use support::kafka::{KafkaBroker, unique_name};
 use support::registry::Registry;
 use support::sink::{

@@ -93,7 +93,7 @@ async fn bad_records_go_to_the_dead_letter_topic_and_the_partition_keeps_going()
 /// read yet, no id names one: `bad_magic`, the framing is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tombstone_is_dead_lettered_with_its_formats_class() {
-    use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema};
+    use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
     use support::registry::Registry;
     use support::sink::Tweaks;
 

@@ -29,8 +29,8 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use kafka_bigquery_sink::emulator::quota::QuotaSettings;
-use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+use kbq_emulator::quota::QuotaSettings;
+use kbq_emulator::server::EmulatorConfig;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::daemon::Daemon;

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_bigquery_sink::bigquery::auth::Auth;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kafka_bigquery_sink::bigquery::write_client::{StreamKind, WriteClient, WriteClientOptions};
-use kafka_bigquery_sink::checkpoint::offsets::{RowCount, RowOffset};
-use kafka_bigquery_sink::emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
-use kafka_bigquery_sink::emulator::server::Emulator;
-use kafka_bigquery_sink::emulator::store::TableRef;
 use kafka_bigquery_sink::writer::append_session::{
     AppendSession, Batch, SessionError, SessionEvent, SessionLimits,
 };
+use kbq_core::offsets::{RowCount, RowOffset};
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
+use kbq_emulator::server::Emulator;
+use kbq_emulator::store::TableRef;
 use kbq_emulator::testsuite::{create_table, start};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FieldDescriptorProto};
@@ -448,15 +448,15 @@ async fn order_writer(
     >,
     kafka_bigquery_sink::writer::partition_writer::WriterHandle,
 ) {
-    use kafka_bigquery_sink::checkpoint::offsets::{Incarnation, NextOffset};
-    use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
     use kafka_bigquery_sink::ops::metrics::Metrics;
     use kafka_bigquery_sink::tables::plans::FixedPlan;
-    use kafka_bigquery_sink::transcode::{AvroSchema, PlanOptions};
-    use kafka_bigquery_sink::writer::partition_writer::{
-        self as pw, BadRecordPolicy, WriterRoute, WriterSettings, WriterShared,
-    };
+    use kafka_bigquery_sink::writer::partition_writer::{self as pw, WriterSettings, WriterShared};
+    use kafka_bigquery_sink::writer::plan_source::WriterRoute;
     use kafka_bigquery_sink::writer::stream_quota::StreamCreationLimiter;
+    use kbq_core::bad_record::BadRecordPolicy;
+    use kbq_core::model::TopicPartition;
+    use kbq_core::offsets::{Incarnation, NextOffset};
+    use kbq_transcode::{AvroSchema, PlanOptions};
     use std::sync::Arc;
 
     let emulator = start().await;
@@ -516,7 +516,7 @@ async fn order_writer(
 fn kafka_record(offset: i64, value: &[u8]) -> kafka_bigquery_sink::kafka::consumer::Record {
     let mut arena = bytes::BytesMut::new();
     kafka_bigquery_sink::kafka::consumer::Record::new(
-        kafka_bigquery_sink::checkpoint::offsets::KafkaOffset(offset),
+        kbq_core::offsets::KafkaOffset(offset),
         None,
         None,
         Some(value),
@@ -602,8 +602,8 @@ async fn a_writer_refuses_a_first_record_below_its_start_offset() {
 /// several connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_append_calls_than_one_connection_carries_are_all_answered() {
-    use kafka_bigquery_sink::emulator::quota::QuotaSettings;
-    use kafka_bigquery_sink::emulator::server::EmulatorConfig;
+    use kbq_emulator::quota::QuotaSettings;
+    use kbq_emulator::server::EmulatorConfig;
     const SESSIONS: usize = 150;
     let mut config = EmulatorConfig::local();
     config.write.quota = Some(QuotaSettings::multi_region());

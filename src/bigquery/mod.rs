@@ -8,7 +8,4 @@ pub mod error;
 pub mod rest_client;
 pub mod write_client;
 
-/// The REST table schema types live in `kbq-core`: the transcoder and the emulator share them.
-pub use kbq_core::table_schema;
-
 pub(crate) use clients::clients;

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::auth::Auth;
-use super::table_schema::TableSchema;
 use crate::config::defaults;
+use kbq_core::table_schema::TableSchema;
 
 /// `projects/{project}/datasets/{dataset}/tables/{table}` in parts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

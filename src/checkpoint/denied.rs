@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::protocol::{Event, FlushOutcome, TopicPartition};
+use kbq_core::protocol::{Event, FlushOutcome, TopicPartition};
 
 /// The partitions whose last flush answer was a denial, mirrored in a gauge.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ impl DeniedFlushes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::offsets::{RowOffset, StreamId};
+    use kbq_core::offsets::{RowOffset, StreamId};
 
     fn flushed(outcome: FlushOutcome) -> Event {
         Event::FlushResult {

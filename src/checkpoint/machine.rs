@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::ledger::AtLeastOnceLedger;
-use super::protocol::{Action, CheckpointProtocol, Event, TopicPartition};
+use kbq_core::ledger::AtLeastOnceLedger;
+use kbq_core::protocol::{Action, CheckpointProtocol, Event, TopicPartition};
 
 pub enum Machine {
     ExactlyOnce(CheckpointProtocol),

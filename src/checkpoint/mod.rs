@@ -1,7 +1,7 @@
 //! The two-phase checkpoint: the pure protocol state machine and the coordinator that drives it.
 //!
 //! `offsets`, `metadata` and `protocol` live in the `kbq-core` crate, whose dependencies keep them
-//! pure (no I/O, no async, no Kafka or gRPC types); they are re-exported here. The async shells translate librdkafka and BigQuery results into [`protocol::Event`]s and execute the
+//! pure (no I/O, no async, no Kafka or gRPC types), and are imported from there. The async shells translate librdkafka and BigQuery results into [`protocol::Event`]s and execute the
 //! [`protocol::Action`]s. That is what lets `crates/kbq-core/tests/model/exactly_once.rs` drive the protocol against
 //! a model of Kafka and BigQuery with a fault injected at every step.
 //!
@@ -20,5 +20,3 @@ pub mod coordinator;
 pub mod denied;
 pub mod machine;
 pub mod stall;
-
-pub use kbq_core::{ledger, metadata, offsets, protocol};

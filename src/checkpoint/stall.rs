@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::offsets::NextOffset;
-use super::protocol::TopicPartition;
 use crate::kafka::consumer::PartitionLoad;
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::NextOffset;
 
 #[derive(Debug)]
 pub struct StallWatch {

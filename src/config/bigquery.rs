@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{HumanDuration, defaults};
 /// The transcoder's own types, deserialized as they are (no copies): `unknown_fields`,
 /// `map_mode` and `metadata_columns` of `bigquery` and of each route.
-pub use crate::transcode::{MapMode, MetadataColumns, UnknownFields};
+use kbq_transcode::{MapMode, MetadataColumns, UnknownFields};
 
 /// The destination.
 #[derive(Clone, Debug, Deserialize)]

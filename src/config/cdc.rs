@@ -5,7 +5,7 @@ use serde::Deserialize;
 use super::{
     Config, ConfigError, Delivery, HumanDuration, InputFormat, RouteConfig, SchemaUpdate, defaults,
 };
-use crate::checkpoint::protocol::MissingCheckpointPolicy;
+use kbq_core::protocol::MissingCheckpointPolicy;
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
 /// key, written to the `_default` stream with BigQuery's `_CHANGE_TYPE` and
@@ -197,7 +197,7 @@ fn validate_key(
         );
     }
     for (k, column) in key.iter().enumerate() {
-        if !super::is_column_name(column) {
+        if !super::validate::is_column_name(column) {
             err(
                 format!("{path}.primary_key[{k}]"),
                 format!("`{column}` is not a top-level column name"),

@@ -2,12 +2,12 @@
 //! applies.
 
 use super::{ByteSize, CdcFormat, Credentials, Delivery, LogFormat, PartitionType, SchemaUpdate};
-use crate::checkpoint::protocol::{
+use kbq_core::bad_record::BadRecordPolicy;
+use kbq_core::protocol::{
     AnomalyPolicy, MissingCheckpointPolicy, OutOfRangePolicy, ResolveFallback, StartFrom,
 };
-use crate::transcode::protobuf::MessageIndexEncoding;
-use crate::transcode::{MapMode, UnknownFields};
-use kbq_core::bad_record::BadRecordPolicy;
+use kbq_transcode::protobuf::MessageIndexEncoding;
+use kbq_transcode::{MapMode, UnknownFields};
 use std::time::Duration;
 
 /// Exactly once, the point of the sink; at least once is the operator's choice.

@@ -2,13 +2,12 @@
 
 use serde::Deserialize;
 
-use super::{
-    ByteSize, Config, CreateTableConfig, HumanDuration, MetadataColumns, Properties, defaults,
-};
-use crate::checkpoint::protocol::{
+use super::{ByteSize, Config, CreateTableConfig, HumanDuration, Properties, defaults};
+use kbq_core::protocol::{
     AnomalyPolicy, LostStreamPolicy, MissingCheckpointPolicy, OutOfRangePolicy, ResolveFallback,
     StartFrom,
 };
+use kbq_transcode::MetadataColumns;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -278,9 +277,3 @@ pub(super) fn missing_resolve_columns(
     }
     missing
 }
-
-/// The protocol's policies under the names of their YAML fields (`recovery.lost_stream`,
-/// `recovery.lost_offsets`): the same types, not copies.
-pub use crate::checkpoint::protocol::{
-    LostStreamPolicy as LostStream, MissingCheckpointPolicy as LostOffsets,
-};

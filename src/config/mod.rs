@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::transcode::protobuf::MessageIndexEncoding;
 use kbq_core::bad_record::BadRecordPolicy;
+use kbq_transcode::protobuf::MessageIndexEncoding;
 
 mod bigquery;
 mod cdc;
@@ -29,14 +29,17 @@ mod topic_pattern;
 mod validate;
 mod values;
 
-pub use bigquery::*;
-pub use delivery::*;
-pub use kafka_properties::*;
-pub use load::*;
-pub use ops::*;
-pub use routes::*;
-pub use validate::*;
-pub use values::*;
+// The config's face: each type under its own name, from the room that declares it.
+pub use bigquery::{
+    BigQueryConfig, CreateTableConfig, Credentials, PartitionType, SchemaUpdate, TimePartitioning,
+};
+pub use delivery::{CheckpointConfig, DeadLetterConfig, Delivery, RecoveryConfig, WriterConfig};
+pub use kafka_properties::FORCED_CONSUMER_PROPERTIES;
+pub use load::{ConfigError, LoadError};
+pub use ops::{LogConfig, LogFormat, MetricsConfig};
+pub use routes::{RouteConfig, TopicRoute, sanitize_table_name, table_for_topic};
+pub use validate::{checkpoint_metadata_worst_case_len, validate, warnings};
+pub use values::{ByteSize, HumanDuration, Properties, Secret};
 
 pub use cdc::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, SequenceConfig};
 pub use topic_pattern::is_internal_topic;

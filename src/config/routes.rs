@@ -4,10 +4,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{
-    AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, MapMode, MetadataColumns,
-    SchemaUpdate, UnknownFields, limits,
-};
+use super::{AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, SchemaUpdate, limits};
+use kbq_transcode::{MapMode, MetadataColumns, UnknownFields};
 
 /// One entry of `routes`: which topics, and the table settings that replace those of
 /// `bigquery` for them. A setting left out is taken from `bigquery`; `metadata_columns` and

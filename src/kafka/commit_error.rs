@@ -5,7 +5,7 @@
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::checkpoint::protocol::CommitError;
+use kbq_core::protocol::CommitError;
 
 /// The class of a failed commit's error, for every partition it did not land for.
 pub fn classify(error: &KafkaError) -> CommitError {

@@ -15,8 +15,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::{CommittedRead, TopicPartition};
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{CommittedRead, TopicPartition};
 
 /// Faults a test injects into the calls of this file: each counter is the number of next calls
 /// that fail. The code path is the production one; only the answer of librdkafka is replaced by

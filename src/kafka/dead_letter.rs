@@ -18,7 +18,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
 use super::consumer::Record;
 use super::reconnect::{BrokerFinder, BrokerWatch, WatchedContext, with_statistics};
-pub use kbq_core::bad_record::BadRecord;
+use kbq_core::bad_record::BadRecord;
 
 /// Header names written on every dead-lettered record.
 pub mod headers {
@@ -455,7 +455,7 @@ mod tests {
             })
             .collect();
         Record::new(
-            crate::checkpoint::offsets::KafkaOffset(7),
+            kbq_core::offsets::KafkaOffset(7),
             Some(1),
             Some(&vec![b'k'; key]),
             Some(&vec![b'x'; value]),

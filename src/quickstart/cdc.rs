@@ -20,7 +20,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::Offset;
 
-use crate::emulator::store::{Dataset, Store, TableRef};
+use kbq_emulator::store::{Dataset, Store, TableRef};
 
 use super::cdc_check::{COLUMNS, KeyCheck, verify};
 use super::cdc_source::{Counts, ENVELOPE, KEY, KEY_ID, Source, VALUE_ID};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::anyhow;
 
-use crate::emulator::store::{Store, TableRef};
+use kbq_emulator::store::{Store, TableRef};
 
 use super::cdc_source::{Row, State};
 

@@ -4,8 +4,8 @@
 
 use anyhow::{anyhow, bail};
 
-use crate::bigquery::table_schema::TableSchema;
-use crate::emulator::store::{Store, TableRef};
+use kbq_core::table_schema::TableSchema;
+use kbq_emulator::store::{Store, TableRef};
 
 use super::orders::{OFFSET_COLUMN, PARTITION_COLUMN};
 
@@ -43,7 +43,7 @@ fn offset_columns(store: &Store, table: &TableRef) -> anyhow::Result<(TableSchem
 
 /// The (partition, offset) of a visible row.
 fn row_position(
-    row: &crate::emulator::store::VisibleRow,
+    row: &kbq_emulator::store::VisibleRow,
     columns: &TableSchema,
     pi: usize,
     oi: usize,

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 
-use crate::emulator::store::{Dataset, Store, Table, TableRef};
-use crate::transcode::{AvroSchema, DeriveOptions, MapMode, MetadataColumns};
+use kbq_emulator::store::{Dataset, Store, Table, TableRef};
+use kbq_transcode::{AvroSchema, DeriveOptions, MapMode, MetadataColumns};
 
 use super::check::{Check, Progress, verify};
 use super::production::{PRODUCE_AHEAD, Production};
@@ -406,7 +406,7 @@ impl Orders {
 /// The sink creates tables only from a fixed `.avsc`, so with a registry it is created here.
 fn create_table(store: &Arc<Store>) -> anyhow::Result<TableRef> {
     let schema = AvroSchema::parse(SCHEMA).map_err(|e| anyhow!("order schema: {e}"))?;
-    let derived = crate::transcode::table_schema_from_avro(
+    let derived = kbq_transcode::table_schema_from_avro(
         &schema,
         &DeriveOptions {
             map_mode: MapMode::Repeated,

@@ -11,7 +11,7 @@ use anyhow::{Context, anyhow, bail};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
-use crate::emulator::server::{Emulator, EmulatorConfig};
+use kbq_emulator::server::{Emulator, EmulatorConfig};
 
 use super::registry::LocalRegistry;
 use super::sink::{Sink, free_loopback_port, scrape};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::references::check_type;
 use super::{RegistryError, SchemaRegistry, SchemaResponse};
-use crate::transcode::json::JsonSchema;
+use kbq_transcode::json::JsonSchema;
 
 impl SchemaRegistry {
     /// The JSON Schema with this id, with its references, from the cache or the registry.

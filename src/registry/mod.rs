@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 
 use crate::backoff::Backoff;
 use crate::config::defaults;
-use crate::transcode::AvroSchema;
+use kbq_transcode::AvroSchema;
 
 mod json;
 mod protobuf;
@@ -232,7 +232,7 @@ impl SchemaKind {
 pub enum AnySchema {
     Avro(Arc<RegisteredSchema>),
     Protobuf(Arc<RegisteredProtobuf>),
-    Json(Arc<crate::transcode::json::JsonSchema>),
+    Json(Arc<kbq_transcode::json::JsonSchema>),
 }
 
 /// A writer schema as registered.
@@ -259,7 +259,7 @@ pub struct SchemaRegistry {
     /// Protobuf schemas by id, compiled with their references (`protobuf.rs`).
     protobuf_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<protobuf::RegisteredProtobuf>>>>>,
     /// JSON Schemas by id, with the documents they reference (`json.rs`).
-    json_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<crate::transcode::json::JsonSchema>>>>>,
+    json_cache: Mutex<HashMap<u32, Arc<OnceCell<Arc<kbq_transcode::json::JsonSchema>>>>>,
     /// The registered type of each id read without a type given (`any_schema`): one fetch per
     /// id for the whole process, however many partitions ask at once.
     kinds: Mutex<HashMap<u32, Arc<OnceCell<SchemaKind>>>>,

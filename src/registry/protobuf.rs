@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::references::check_type;
 use super::{RegistryError, SchemaRegistry, SchemaResponse};
-use crate::transcode::protobuf::ProtoSchema;
+use kbq_transcode::protobuf::ProtoSchema;
 
 /// A Protobuf writer schema as registered, compiled.
 #[derive(Debug)]

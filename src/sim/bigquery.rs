@@ -21,9 +21,9 @@ use crate::bigquery::error::WriteError;
 use crate::bigquery::write_client::{
     AppendReply, AppendTransport, StreamKind, TransportFuture, WriteTransport,
 };
-use crate::emulator::grpc::{AppendOutcome, AppendSession as EmulatorSession};
-use crate::emulator::status::BqError;
-use crate::emulator::store::StoreError;
+use kbq_emulator::grpc::{AppendOutcome, AppendSession as EmulatorSession};
+use kbq_emulator::status::BqError;
+use kbq_emulator::store::StoreError;
 
 #[derive(Debug)]
 pub(super) struct SimWrite {
@@ -104,7 +104,7 @@ impl WriteTransport for SimWrite {
                 let mut w = lock(world);
                 match w
                     .store
-                    .create_write_stream(&table, crate::emulator::store::StreamKind::Buffered)
+                    .create_write_stream(&table, kbq_emulator::store::StreamKind::Buffered)
                 {
                     Ok(info) => {
                         let sim = format!("{TABLE}/streams/s{}", w.names.len() + 1);

@@ -9,9 +9,9 @@ use super::driver::Sim;
 use super::rest::{table_rows, visible_rows};
 use super::world::{Fate, World};
 use super::{MAX_PAYLOAD, PARTITIONS, TABLE, TOPIC};
-use crate::checkpoint::metadata::CommitMetadata;
-use crate::checkpoint::protocol::CommitEntry;
 use crate::ops::metrics::TopicLabel;
+use kbq_core::metadata::CommitMetadata;
+use kbq_core::protocol::CommitEntry;
 
 impl World {
     /// A commit of `entry` landed: check what it says against what BigQuery holds.

@@ -16,12 +16,12 @@ use tokio::time::Instant;
 use super::driver::Sim;
 use super::world::{Produced, lock};
 use super::{HANDOFF_DEADLINE, TOPIC};
-use crate::checkpoint::offsets::{KafkaOffset, NextOffset};
-use crate::checkpoint::protocol::{
+use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, Record};
+use kbq_core::offsets::{KafkaOffset, NextOffset};
+use kbq_core::protocol::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
     TopicPartition,
 };
-use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, Record};
 
 pub(super) fn tp(p: usize) -> TopicPartition {
     TopicPartition::new(TOPIC, p as i32)

@@ -7,7 +7,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::world::{Gate, Shared, lock};
 use crate::kafka::consumer::Record;
-use crate::kafka::dead_letter::{BadRecord, DeadLetterSink, SinkFuture};
+use crate::kafka::dead_letter::{DeadLetterSink, SinkFuture};
+use kbq_core::bad_record::BadRecord;
 
 pub(super) struct SimDlq {
     pub(super) world: Shared,

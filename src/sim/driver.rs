@@ -17,9 +17,9 @@ use super::process::Process;
 use super::route::{self, SimRoute};
 use super::world::{DEAD, Fate, RUNNING, Shared, World, lock};
 use super::{Mode, PARTITIONS, Params, REPLICAS, Report, STEP};
-use crate::checkpoint::protocol::MissingCheckpointPolicy;
-use crate::emulator::store::{Store, StoreConfig};
 use crate::ops::metrics::Metrics;
+use kbq_core::protocol::MissingCheckpointPolicy;
+use kbq_emulator::store::{Store, StoreConfig};
 
 pub(super) struct Sim {
     pub(super) world: Shared,

@@ -13,9 +13,9 @@ use super::consumer::tp;
 use super::driver::Sim;
 use super::{Params, TOPIC};
 use crate::checkpoint::coordinator::Input;
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::{Assignment, PartitionOrigin, TopicPartition};
 use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent};
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{Assignment, PartitionOrigin, TopicPartition};
 
 /// The commands sent so far, as short lines.
 fn sent(commands: &std_mpsc::Receiver<ConsumerCommand>) -> Vec<String> {

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::checkpoint::protocol::MissingCheckpointPolicy;
+use kbq_core::protocol::MissingCheckpointPolicy;
 
 mod bigquery;
 mod checks;

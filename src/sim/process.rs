@@ -23,19 +23,21 @@ use super::{CHECKPOINT_INTERVAL, HANDOFF_DEADLINE, SESSION_TIMEOUT, TABLE, TOPIC
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
 use crate::checkpoint::coordinator::{Coordinator, CoordinatorSettings, Exit, Input};
-use crate::checkpoint::ledger::AtLeastOnceLedger;
 use crate::checkpoint::machine::Machine;
-use crate::checkpoint::metadata::TableFingerprint;
-use crate::checkpoint::protocol::{CheckpointProtocol, ProtocolConfig};
-use crate::emulator::store::TableRef;
 use crate::kafka::consumer::ConsumerHandle;
 use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::ops::http::Health;
 use crate::ops::metrics::Metrics;
 use crate::tables::{ResolveColumns, Route, Router};
 use crate::writer::append_session::SessionLimits;
-use crate::writer::partition_writer::{BadRecordPolicy, WriterRoute, WriterSettings, WriterShared};
+use crate::writer::partition_writer::{WriterSettings, WriterShared};
+use crate::writer::plan_source::WriterRoute;
 use crate::writer::stream_quota::StreamCreationLimiter;
+use kbq_core::bad_record::BadRecordPolicy;
+use kbq_core::ledger::AtLeastOnceLedger;
+use kbq_core::metadata::TableFingerprint;
+use kbq_core::protocol::{CheckpointProtocol, ProtocolConfig};
+use kbq_emulator::store::TableRef;
 
 pub(super) struct Process {
     pub(super) gate: Arc<Gate>,

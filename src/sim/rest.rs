@@ -10,7 +10,7 @@ use super::TABLE;
 use super::bigquery::before;
 use super::world::{Gate, SharedDebug, World, lock};
 use crate::bigquery::rest_client::{RestFuture, RestTransport};
-use crate::emulator::store::TableRef;
+use kbq_emulator::store::TableRef;
 
 #[derive(Debug)]
 pub(super) struct SimRest {

@@ -11,14 +11,14 @@ use futures::FutureExt;
 
 use super::{AVRO, CDC_AVRO, MAX_PAYLOAD, Mode, TABLE, TOPIC};
 use crate::bigquery::rest_client::{self, TableReference};
-use crate::bigquery::table_schema::{FieldType, Mode as ColumnMode, TableFieldSchema, TableSchema};
 use crate::config::Config;
-use crate::emulator::store::{Dataset, Store, Table, TableRef};
 use crate::tables::cdc::{check_table, plans};
 use crate::tables::cdc_plans::{ChangeInput, ChangePlans};
 use crate::tables::plans::FixedPlan;
-use crate::transcode::{AvroSchema, Plan, PlanOptions};
-use crate::writer::partition_writer::PlanSource;
+use crate::writer::plan_source::PlanSource;
+use kbq_core::table_schema::{FieldType, Mode as ColumnMode, TableFieldSchema, TableSchema};
+use kbq_emulator::store::{Dataset, Store, Table, TableRef};
+use kbq_transcode::{AvroSchema, Plan, PlanOptions};
 
 /// What every process of a seed writes with.
 pub(super) struct SimRoute {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::{Mode, Params, Report, run};
-use crate::checkpoint::protocol::MissingCheckpointPolicy;
+use kbq_core::protocol::MissingCheckpointPolicy;
 
 /// The seeds the test command runs: fixed and committed.
 const FIXED_SEEDS: std::ops::RangeInclusive<u64> = 1..=80;

@@ -13,8 +13,8 @@ use rand::rngs::StdRng;
 use tokio::time::Instant;
 
 use super::{MAX_PAYLOAD, Mode, STEP};
-use crate::checkpoint::metadata::CommitMetadata;
-use crate::emulator::store::Store;
+use kbq_core::metadata::CommitMetadata;
+use kbq_emulator::store::Store;
 
 pub(super) struct World {
     pub(super) rng: StdRng,

@@ -7,15 +7,15 @@ use anyhow::{anyhow, bail};
 use super::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
 use super::plans::{WriterSchema, writer_schema};
 use crate::bigquery::rest_client::{PrimaryKey, Table, TableConstraints, TableReference};
-use crate::bigquery::table_schema::{FieldType, Mode, TableSchema};
 use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
-use crate::transcode::change::{
+use kbq_core::table_schema::{FieldType, Mode, TableSchema};
+use kbq_transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, ConnectEnvelope, JsonShape,
     ProtoShape,
 };
-use crate::transcode::protobuf::MessagePath;
-use crate::transcode::{AvroSchema, DeriveOptions, PlanOptions};
+use kbq_transcode::protobuf::MessagePath;
+use kbq_transcode::{AvroSchema, DeriveOptions, PlanOptions};
 
 pub(super) fn format(cdc: &CdcConfig) -> ChangeFormat {
     match cdc.format {

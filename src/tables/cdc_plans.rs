@@ -11,19 +11,19 @@ use std::sync::{Arc, Mutex};
 
 use super::connect_schemas::SchemaBlocks;
 use super::plans::{RegistryInput, WriterSchema, writer_schema};
-use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::config::defaults::CONNECT_SCHEMAS_PER_ROUTE;
 use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
-use crate::transcode::change::{
+use kbq_core::bad_record::BadRecord;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, ConnectEnvelope,
     JsonShape, NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields,
 };
-use crate::transcode::json::connect_schema as connect;
-use crate::transcode::protobuf::{MessagePath, split_message_indexes};
-use crate::transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
-use kbq_core::bad_record::BadRecord;
+use kbq_transcode::json::connect_schema as connect;
+use kbq_transcode::protobuf::{MessagePath, split_message_indexes};
+use kbq_transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
 
-use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use crate::writer::plan_source::{PlanLookup, PlanLookupError, PlanSource};
 
 /// A writer schema's change shape and row plan, and how its rows get the pseudo-columns.
 pub struct ChangePlan {
@@ -399,7 +399,7 @@ fn compile(
 ) -> Result<ChangePlan, BadRecord> {
     let source = rules.source_field.as_deref();
     let incompatible = |reason: String| bad("incompatible_schema", reason);
-    let unfit = |e: crate::transcode::PlanError| match e.class() {
+    let unfit = |e: kbq_transcode::PlanError| match e.class() {
         "incompatible_schema" => incompatible(format!("the change rows do not fit the table: {e}")),
         class => bad(class, format!("the change rows: {e}")),
     };

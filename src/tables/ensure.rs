@@ -13,11 +13,11 @@ use crate::backoff;
 use crate::bigquery::rest_client::{
     Clustering, RestClient, Table, TableReference, TimePartitioning,
 };
-use crate::bigquery::table_schema::TableSchema;
 use crate::config::{self, Config, CreateTableConfig, TopicRoute};
 use crate::registry::{AnySchema, SchemaRegistry};
-use crate::transcode::protobuf::MessagePath;
-use crate::transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::protobuf::MessagePath;
+use kbq_transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
 
 /// Retries of a table read that failed transiently (about 75 s in all with
 /// [`backoff::TABLE_READ`]) before the route fails.

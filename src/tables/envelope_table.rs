@@ -16,11 +16,11 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::cdc;
 use super::plans::WriterSchema;
-use crate::bigquery::table_schema::TableSchema;
 use crate::config::{CdcConfig, Config, defaults};
-use crate::transcode::DeriveOptions;
-use crate::transcode::change::connect_schema;
-use crate::transcode::json::connect_schema as connect;
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::DeriveOptions;
+use kbq_transcode::change::connect_schema;
+use kbq_transcode::json::connect_schema as connect;
 
 /// Records read back from the end of each partition: the newest may be tombstones (Debezium
 /// follows each delete with one), which carry no schema.

@@ -19,11 +19,11 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
 use tokio::time::Instant;
 
 use crate::bigquery::rest_client::{RestClient, RestError, TableReference};
-use crate::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use crate::bigquery::write_client::WriteClient;
-use crate::transcode::DeriveOptions;
-use crate::writer::partition_writer::PlanLookupError;
+use crate::writer::plan_source::PlanLookupError;
 use kbq_core::bad_record::BadRecord;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_transcode::DeriveOptions;
 
 use super::plans::{RegistryPlans, WriterSchema, incompatible};
 

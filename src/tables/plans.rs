@@ -16,20 +16,20 @@ use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::
 use prometheus_client::metrics::counter::Counter;
 use prost_reflect::MessageDescriptor;
 
-use crate::bigquery::table_schema::TableSchema;
 use crate::ops::metrics::{Metrics, ResultLabel};
 use crate::registry::{AnySchema, RegistryError, SchemaKind, SchemaRegistry};
-use crate::transcode::json::{JsonSchema, table_schema_from_json};
-use crate::transcode::protobuf::{
+use kbq_core::bad_record::BadRecord;
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::json::{JsonSchema, table_schema_from_json};
+use kbq_transcode::protobuf::{
     MessageIndexEncoding, MessagePath, split_message_indexes, table_schema_from_protobuf,
 };
-use crate::transcode::{
+use kbq_transcode::{
     AvroSchema, DeriveError, DeriveOptions, Plan, PlanOptions, RecordError, split_confluent,
     table_schema_from_avro,
 };
-use kbq_core::bad_record::BadRecord;
 
-use crate::writer::partition_writer::{PlanLookup, PlanLookupError, PlanSource};
+use crate::writer::plan_source::{PlanLookup, PlanLookupError, PlanSource};
 
 use super::evolution::{SchemaEvolution, TableState};
 
@@ -67,7 +67,7 @@ impl WriterSchema {
         table: &TableSchema,
         options: &PlanOptions,
         json_validate: bool,
-    ) -> Result<Plan, crate::transcode::PlanError> {
+    ) -> Result<Plan, kbq_transcode::PlanError> {
         match self {
             WriterSchema::Avro(s) => Plan::compile(s, table, options),
             WriterSchema::Protobuf(m) => Plan::compile_protobuf(m, table, options),
@@ -357,7 +357,7 @@ impl PlanSource for RegistryPlans {
 
 /// The bad record of a plan the compiler refused: `schema_too_complex` when the schema expands
 /// past the compiler's budget, `incompatible_schema` when it does not fit the table.
-pub(super) fn plan_refused(what: &str, e: &crate::transcode::PlanError) -> BadRecord {
+pub(super) fn plan_refused(what: &str, e: &kbq_transcode::PlanError) -> BadRecord {
     let class = e.class();
     let reason = match class {
         "incompatible_schema" => format!("{what} does not fit the table: {e}"),
@@ -391,7 +391,7 @@ impl FixedPlan {
         schema: &AvroSchema,
         table: &TableSchema,
         options: &PlanOptions,
-    ) -> Result<Self, crate::transcode::PlanError> {
+    ) -> Result<Self, kbq_transcode::PlanError> {
         Ok(FixedPlan {
             plan: Arc::new(Plan::compile(schema, table, options)?),
         })

@@ -18,13 +18,13 @@ use kbq_core::model::RoutedTable;
 use super::evolution::SchemaEvolution;
 use super::plans::{FixedPlan, RegistryPlans};
 use crate::bigquery::rest_client::{RestClient, TableReference};
-use crate::bigquery::table_schema::TableSchema;
 use crate::bigquery::write_client::WriteClient;
 use crate::config::{self, Config, TopicRoute, defaults};
 use crate::ops::metrics::Metrics;
 use crate::registry::{RegistryConfig, SchemaRegistry};
-use crate::transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
-use crate::writer::partition_writer::{PlanSource, WriterRoute};
+use crate::writer::plan_source::{PlanSource, WriterRoute};
+use kbq_core::table_schema::TableSchema;
+use kbq_transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
 
 use super::cdc;
 use super::ensure::ensure_table;
@@ -341,7 +341,7 @@ impl Router {
 
 /// The columns `recovery.lost_offsets: resolve` reads a partition's end from, when the route
 /// writes them.
-fn resolve_columns(cols: &config::MetadataColumns) -> Option<ResolveColumns> {
+fn resolve_columns(cols: &kbq_transcode::MetadataColumns) -> Option<ResolveColumns> {
     match (&cols.partition, &cols.offset) {
         (Some(partition), Some(offset)) => Some(ResolveColumns {
             topic: cols.topic.clone(),

@@ -4,7 +4,7 @@
 use super::plans::RegistryInput;
 use crate::config::{self, Config, defaults};
 use crate::registry::SchemaKind;
-use crate::transcode::PlanOptions;
+use kbq_transcode::PlanOptions;
 
 /// How the records of a route are written: unknown fields and the metadata columns.
 pub(super) fn plan_options(route: &config::TopicRoute<'_>) -> PlanOptions {

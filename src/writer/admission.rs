@@ -4,7 +4,7 @@
 //! answers (the session's in-flight window). Pure (no tokio, no I/O), so each rule is unit-tested
 //! on its own; the shell and the append session apply the answers.
 
-use crate::checkpoint::offsets::{KafkaOffset, NextOffset};
+use kbq_core::offsets::{KafkaOffset, NextOffset};
 
 /// A record the writer cannot take: it lies below the position the writer has reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use crate::backoff::{Backoff, jitter};
 use crate::bigquery::error::{ErrorClass, WriteError};
 use crate::bigquery::write_client::{AppendConnection, AppendReply, WriteClient};
-use crate::checkpoint::offsets::{RowCount, RowOffset};
+use kbq_core::offsets::{RowCount, RowOffset};
 
 use super::admission::InflightWindow;
 

@@ -13,7 +13,7 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::offsets::{KafkaOffset, NextOffset};
+use kbq_core::offsets::{KafkaOffset, NextOffset};
 
 /// Bytes of an AppendRows request besides its rows and writer schema: the stream name's
 /// framing, the offset, the field tags. A generous bound, not an exact count.

@@ -27,14 +27,15 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
-use crate::checkpoint::protocol::TopicPartition;
 use crate::deadline::sleep_until;
 use crate::kafka::consumer::Record;
-use crate::kafka::dead_letter::{BadRecord, DeadLetterProducer};
+use crate::kafka::dead_letter::DeadLetterProducer;
 use crate::kafka::memory_budget::PartitionBudget;
 use crate::ops::metrics::{Metrics, TableLabel, TopicLabel};
-use crate::transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
+use kbq_core::bad_record::BadRecord;
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
+use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::admission;
@@ -43,8 +44,8 @@ use super::batch::{OpenBatch, Placement, RequestLimits, encoded_row_len};
 use super::prefix::{InflightRequest, Prefix};
 use super::stream_quota::StreamCreationLimiter;
 
-pub use super::plan_source::{PlanLookup, PlanLookupError, PlanSource, WriterRoute};
-pub use kbq_core::bad_record::BadRecordPolicy;
+use super::plan_source::{PlanLookupError, WriterRoute};
+use kbq_core::bad_record::BadRecordPolicy;
 
 mod bad_record;
 mod change;
@@ -178,7 +179,7 @@ enum RowBody {
     /// The record's value, its Avro body starting at this byte.
     Value(usize),
     /// A CDC row: the input the plan transcodes, then the pseudo-column bytes that follow.
-    Change(crate::transcode::change::ChangeRow),
+    Change(kbq_transcode::change::ChangeRow),
     /// A finished row in the plan's descriptor (a renumbered DELETE by key).
     Proto(Vec<u8>),
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
 
 use crate::tables::cdc_plans::ChangePlans;
-use crate::transcode::Plan;
 use kbq_core::bad_record::BadRecord;
+use kbq_transcode::Plan;
 
 /// Why a schema lookup failed.
 #[derive(Debug, Clone)]

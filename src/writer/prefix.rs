@@ -11,9 +11,7 @@
 
 use std::collections::VecDeque;
 
-use crate::checkpoint::offsets::{
-    Acknowledged, Incarnation, NextOffset, RowCount, RowOffset, StreamId,
-};
+use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, RowOffset, StreamId};
 
 /// One request in flight, in the session's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use kafka_bigquery_sink::bigquery::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kafka_bigquery_sink::checkpoint::metadata::CommitMetadata;
-use kafka_bigquery_sink::checkpoint::protocol::TopicPartition;
-use kafka_bigquery_sink::emulator::server::{Emulator, EmulatorConfig};
-use kafka_bigquery_sink::emulator::store::{Dataset, StreamKind, StreamPhase, Table, TableRef};
+use kbq_core::metadata::CommitMetadata;
+use kbq_core::model::TopicPartition;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+use kbq_emulator::server::{Emulator, EmulatorConfig};
+use kbq_emulator::store::{Dataset, StreamKind, StreamPhase, Table, TableRef};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 // The daemon process lives in `support::daemon`; re-exported for the tests that import it here.
@@ -734,7 +734,7 @@ shutdown_deadline: {deadline}
     /// record's own values (id, customer, amount, created, note, as `encode` wrote them) at
     /// its position; no other row is visible. Returns the number of rows checked.
     pub fn assert_rows_hold_their_records(&self) -> usize {
-        use kafka_bigquery_sink::emulator::rows::RenderOptions;
+        use kbq_emulator::rows::RenderOptions;
         let ids = self.source.ids.lock().expect("ids").clone();
         let table = self
             .emulator

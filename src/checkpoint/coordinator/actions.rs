@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::checkpoint::offsets::{Incarnation, NextOffset, RowOffset, StreamId};
-use crate::checkpoint::protocol::{Action, Event, FailReason, FlushPurpose, TopicPartition};
 use crate::kafka::consumer::ConsumerCommand;
 use crate::ops::metrics::{RecoveryOutcome, TableLabel};
+use kbq_core::offsets::{Incarnation, NextOffset, RowOffset, StreamId};
+use kbq_core::protocol::{Action, Event, FailReason, FlushPurpose, TopicPartition};
 
 use super::io::{spawn_flush, spawn_label, spawn_partition_writer, spawn_resolve};
 use super::{Coordinator, Input};

@@ -15,7 +15,7 @@ use crate::writer::partition_writer::WriterEvent;
 
 use super::io::send_later;
 use super::{Coordinator, Exit};
-use crate::checkpoint::protocol::{Assignment, Event, TopicPartition};
+use kbq_core::protocol::{Assignment, Event, TopicPartition};
 
 impl Coordinator {
     /// One event of the consumer thread; `Break` once the thread ended.

@@ -12,13 +12,13 @@ use tokio::time::Instant;
 use crate::bigquery::error::{ErrorClass, WriteError};
 use crate::bigquery::rest_client::{FilterValue, RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
-use crate::checkpoint::metadata::TableFingerprint;
-use crate::checkpoint::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
-use crate::checkpoint::protocol::{Event, FlushOutcome, FlushPurpose, TopicPartition};
 use crate::kafka::consumer::{ConsumerCommand, ConsumerHandle};
 use crate::ops::metrics::{Metrics, TableLabel};
 use crate::tables::{ResolveColumns, Route, Router};
 use crate::writer::partition_writer::{self, WriterEvent, WriterHandle, WriterShared};
+use kbq_core::metadata::TableFingerprint;
+use kbq_core::offsets::{Incarnation, KafkaOffset, NextOffset, RowOffset, StreamId};
+use kbq_core::protocol::{Event, FlushOutcome, FlushPurpose, TopicPartition};
 
 use super::CoordinatorSettings;
 

@@ -43,11 +43,11 @@ use crate::writer::partition_writer::{WriterEvent, WriterHandle, WriterShared};
 
 use super::denied::DeniedFlushes;
 use super::machine::Machine;
-use super::metadata::TableFingerprint;
-use super::offsets::{Incarnation, NextOffset};
-use super::protocol::{Assignment, Event, TopicPartition};
 use super::stall::StallWatch;
 use crate::deadline::sleep_until;
+use kbq_core::metadata::TableFingerprint;
+use kbq_core::offsets::{Incarnation, NextOffset};
+use kbq_core::protocol::{Assignment, Event, TopicPartition};
 use resolving::Resolving;
 
 #[derive(Clone)]

@@ -2,8 +2,8 @@
 //! checkpoint cycle become metrics and log lines here, labelled by the typed outcomes of
 //! `crate::ops::metrics` (docs/metrics.md), the same in both delivery modes.
 
-use crate::checkpoint::protocol::{CommitError, Outcome};
 use crate::ops::metrics::{CheckpointOutcome, Metrics, RecoveryOutcome, TableLabel, TopicLabel};
+use kbq_core::protocol::{CommitError, Outcome};
 
 use super::Coordinator;
 

@@ -3,8 +3,8 @@
 
 use tokio::time::Instant;
 
-use crate::checkpoint::protocol::TopicPartition;
 use crate::checkpoint::stall::StallChange;
+use kbq_core::model::TopicPartition;
 
 use super::Coordinator;
 

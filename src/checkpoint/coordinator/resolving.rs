@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use crate::checkpoint::protocol::{Assignment, TopicPartition};
 use crate::tables::{Route, Router};
+use kbq_core::protocol::{Assignment, TopicPartition};
 
 /// Assigned partitions whose topic's route (and table) is being resolved: the protocol hears of
 /// them only once it is, so their recovery reads the right table.

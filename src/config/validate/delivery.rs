@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use crate::checkpoint::protocol::{LostStreamPolicy, MissingCheckpointPolicy};
-use crate::config::{
-    CheckpointConfig, Config, ConfigError, Delivery, WriterConfig, limits, resolve_missing_columns,
-    resolve_partition_filters,
-};
+use crate::config::delivery::{resolve_missing_columns, resolve_partition_filters};
+use crate::config::{CheckpointConfig, Config, ConfigError, Delivery, WriterConfig, limits};
 use kbq_core::bad_record::BadRecordPolicy;
+use kbq_core::protocol::{LostStreamPolicy, MissingCheckpointPolicy};
 
 use super::{Validator, checkpoint_metadata_worst_case_len, is_kafka_topic_name, quoted_key};
 

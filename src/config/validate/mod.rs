@@ -13,7 +13,7 @@ use super::{Config, ConfigError, cdc};
 /// The longest checkpoint metadata the daemon can write (the codec's own bound, so the two
 /// cannot drift).
 pub fn checkpoint_metadata_worst_case_len() -> usize {
-    crate::checkpoint::metadata::worst_case_len()
+    kbq_core::metadata::worst_case_len()
 }
 
 /// Settings that are valid but probably not what was meant; `validate` prints them and `run`
@@ -126,9 +126,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use crate::config::{
-        ByteSize, HumanDuration, Secret, defaults, limits, table_for_topic, yaml_paths,
-    };
+    use crate::config::load::yaml_paths;
+    use crate::config::{ByteSize, HumanDuration, Secret, defaults, limits, table_for_topic};
 
     #[test]
     fn durations_take_units_and_sums() {

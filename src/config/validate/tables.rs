@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{
-    Config, CreateTableConfig, Credentials, MetadataColumns, limits, named_columns,
-};
+use crate::config::bigquery::named_columns;
+use crate::config::{Config, CreateTableConfig, Credentials, limits};
+use kbq_transcode::MetadataColumns;
 
 use super::{Validator, is_column_name, is_http_url, is_kafka_topic_name, is_label, quoted_key};
 

@@ -11,10 +11,10 @@ use bytes::BytesMut;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::sync::mpsc;
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed::tpl_of;
 use crate::kafka::memory_budget::{MemoryBudget, PartitionBudget};
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::NextOffset;
 
 use super::rebalance::SinkContext;
 use super::record::Record;
@@ -344,7 +344,7 @@ mod tests {
     use prometheus_client::metrics::gauge::Gauge;
 
     use super::*;
-    use crate::checkpoint::offsets::KafkaOffset;
+    use kbq_core::offsets::KafkaOffset;
 
     /// Records what librdkafka would be told.
     #[derive(Default)]

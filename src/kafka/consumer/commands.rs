@@ -8,13 +8,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::{
-    Assignment, CommitEntry, CommitId, CommitOutcome, TopicPartition,
-};
 use crate::kafka::committed::ConsumerFaults;
 use crate::kafka::memory_budget::MemoryBudget;
 use crate::ops::metrics::Metrics;
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{Assignment, CommitEntry, CommitId, CommitOutcome, TopicPartition};
 
 use super::record::Record;
 

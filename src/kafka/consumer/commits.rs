@@ -6,11 +6,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::{
-    CommitEntry, CommitError, CommitId, CommitOutcome, TopicPartition,
-};
 use crate::kafka::committed::read_committed;
+use kbq_core::offsets::NextOffset;
+use kbq_core::protocol::{CommitEntry, CommitError, CommitId, CommitOutcome, TopicPartition};
 
 use super::Shared;
 use super::commands::ConsumerSettings;

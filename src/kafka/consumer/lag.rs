@@ -12,11 +12,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use tokio::sync::mpsc;
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed;
 use crate::kafka::reconnect::{BrokerWatch, WatchedContext};
 use crate::ops::metrics::{Metrics, PartitionLabels};
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::NextOffset;
 
 use super::commands::{ConsumerEvent, ConsumerSettings, PartitionLoad};
 

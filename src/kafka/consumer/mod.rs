@@ -37,9 +37,9 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::TopicPartition;
 use crate::config::defaults;
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::NextOffset;
 
 use super::memory_budget::MemoryBudget;
 use super::reconnect::BrokerWatch;

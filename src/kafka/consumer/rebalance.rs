@@ -8,8 +8,8 @@ use std::time::Instant;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::checkpoint::protocol::{Assignment, PartitionOrigin, TopicPartition};
 use crate::kafka::committed::{self, CommittedReads, Watermarks, tpl_of};
+use kbq_core::protocol::{Assignment, PartitionOrigin, TopicPartition};
 
 use super::commands::{ConsumerCommand, ConsumerEvent, ConsumerSettings};
 use super::{Shared, partitions_of};

@@ -7,9 +7,9 @@ use bytes::{Bytes, BytesMut};
 use rdkafka::Message;
 use rdkafka::message::BorrowedMessage;
 
-use crate::checkpoint::offsets::KafkaOffset;
 use crate::kafka::headers::{self, Header};
 use crate::kafka::memory_budget::{Charge, PartitionBudget};
+use kbq_core::offsets::KafkaOffset;
 
 /// Bytes of the chunks records are copied into, per partition. A chunk lives until its last
 /// record is acknowledged; a partition's records go in order, so beyond what the memory budget

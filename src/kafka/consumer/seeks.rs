@@ -5,9 +5,9 @@ use std::time::Instant;
 use rdkafka::Offset;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::checkpoint::offsets::NextOffset;
-use crate::checkpoint::protocol::TopicPartition;
 use crate::kafka::committed;
+use kbq_core::model::TopicPartition;
+use kbq_core::offsets::NextOffset;
 
 use super::backpressure::Outlet;
 use super::commands::{ConsumerEvent, ConsumerSettings};

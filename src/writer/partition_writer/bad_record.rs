@@ -2,10 +2,10 @@
 //! with its reason and the topic's acknowledgement, skipped, or fails the partition, as the
 //! policy says; then the acknowledged prefix passes it in offset order.
 
-use crate::checkpoint::offsets::NextOffset;
 use crate::kafka::consumer::Record;
 use crate::ops::metrics::ReasonLabel;
 use kbq_core::bad_record::{BadRecord, BadRecordPolicy};
+use kbq_core::offsets::NextOffset;
 
 use super::{PartitionWriter, RunEnd, unless_stopped};
 

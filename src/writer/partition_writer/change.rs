@@ -10,9 +10,9 @@ use std::sync::Arc;
 use crate::kafka::consumer::Record;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
 use crate::tables::cdc_plans::ChangePlans;
-use crate::transcode::Plan;
-use crate::transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
 use kbq_core::bad_record::BadRecord;
+use kbq_transcode::Plan;
+use kbq_transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
 
 use super::{NextOffset, PartitionWriter, RowBody, RunEnd};
 

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use crate::bigquery::write_client::StreamKind;
-use crate::checkpoint::offsets::StreamId;
 use crate::ops::metrics::TableLabel;
-use crate::transcode::Plan;
+use kbq_core::offsets::StreamId;
+use kbq_transcode::Plan;
 
 use super::{PartitionWriter, RunEnd, unless_stopped};
 use crate::writer::append_session::{AppendSession, SessionError};
