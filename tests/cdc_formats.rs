@@ -711,7 +711,8 @@ fn debezium_defaults(after: &str) -> Vec<u8> {
 /// as the number 1234, and the JSON document stored as a JSON string.
 #[tokio::test]
 async fn debeziums_default_types_in_kafka_connects_envelope_are_written_by_their_names() {
-    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans};
+    use kafka_bigquery_sink::writer::change_source::ChangeRules;
     let table: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
         {"name": "id", "type": "INTEGER"}, {"name": "ts", "type": "TIMESTAMP"},
         {"name": "amount", "type": "NUMERIC"}, {"name": "doc", "type": "JSON"}]}))
@@ -775,7 +776,8 @@ async fn debeziums_default_types_in_kafka_connects_envelope_are_written_by_their
 /// milliseconds were read as microseconds, as in the value).
 #[tokio::test]
 async fn a_kafka_key_in_kafka_connects_envelope_is_typed_by_its_schema_block() {
-    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+    use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans};
+    use kafka_bigquery_sink::writer::change_source::ChangeRules;
     let table: TableSchema = serde_json::from_value(serde_json::json!({"fields": [
         {"name": "day", "type": "TIMESTAMP", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"}]}))
     .unwrap();

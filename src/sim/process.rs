@@ -30,6 +30,7 @@ use crate::ops::http::Health;
 use crate::ops::metrics::Metrics;
 use crate::tables::{ResolveColumns, Route, Router};
 use crate::writer::append_session::SessionLimits;
+use crate::writer::change_source::ChangeSource;
 use crate::writer::partition_writer::{WriterSettings, WriterShared};
 use crate::writer::plan_source::WriterRoute;
 use crate::writer::stream_quota::StreamCreationLimiter;
@@ -191,7 +192,7 @@ impl Sim {
                 table: TABLE.into(),
                 table_label: "events".into(),
                 plans: self.route.plans.clone(),
-                cdc: self.route.cdc.clone(),
+                cdc: self.route.cdc.clone().map(|p| p as Arc<dyn ChangeSource>),
             }),
             // The `resolve` query's columns: the record's offset and partition.
             resolve: Some(ResolveColumns {

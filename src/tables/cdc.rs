@@ -4,11 +4,12 @@
 
 use anyhow::{anyhow, bail};
 
-use super::cdc_plans::{ChangeInput, ChangePlans, ChangeRules};
+use super::cdc_plans::{ChangeInput, ChangePlans};
 use super::plans::{WriterSchema, writer_schema};
 use crate::bigquery::rest_client::{PrimaryKey, Table, TableConstraints, TableReference};
 use crate::config::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, TopicRoute};
 use crate::registry::SchemaRegistry;
+use crate::writer::change_source::ChangeRules;
 use kbq_core::table_schema::{FieldType, Mode, TableSchema};
 use kbq_transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeFormat, ChangeShape, ConnectEnvelope, JsonShape,

@@ -16,30 +16,15 @@ use crate::registry::{AnySchema, RegistryError, SchemaRegistry};
 use kbq_core::bad_record::BadRecord;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kbq_transcode::change::{
-    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeFormat, ChangeShape, ConnectEnvelope,
-    JsonShape, NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields,
+    CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeShape, ConnectEnvelope, JsonShape,
+    NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields,
 };
 use kbq_transcode::json::connect_schema as connect;
 use kbq_transcode::protobuf::{MessagePath, split_message_indexes};
 use kbq_transcode::{AvroSchema, Plan, PlanOptions, split_confluent};
 
+use crate::writer::change_source::{ChangeLookup, ChangePlan, ChangeRules, ChangeSource, KeyPlan};
 use crate::writer::plan_source::{PlanLookup, PlanLookupError, PlanSource};
-
-/// A writer schema's change shape and row plan, and how its rows get the pseudo-columns.
-pub struct ChangePlan {
-    pub shape: ChangeShape,
-    pub plan: Arc<Plan>,
-    pub columns: ChangeColumns,
-}
-
-/// The plan of a Kafka key that writes a key-only DELETE row.
-#[derive(Clone)]
-pub struct KeyPlan {
-    pub plan: Arc<Plan>,
-    pub columns: ChangeColumns,
-    /// Schemaless JSON keys: whether they come in Kafka Connect's envelope.
-    pub envelope: ConnectEnvelope,
-}
 
 /// Where the writer schemas come from.
 pub enum ChangeSchemas {
@@ -49,20 +34,6 @@ pub enum ChangeSchemas {
     Fixed(Arc<ChangePlan>),
     /// JSON in Kafka Connect's envelope: each record's `schema` block is its schema.
     Envelope,
-}
-
-/// A route's CDC settings, as the writer applies them.
-#[derive(Debug, Clone)]
-pub struct ChangeRules {
-    pub format: ChangeFormat,
-    /// A dotted path to the record's source position (the sequence number's second section).
-    pub source_field: Option<String>,
-    /// `upsert_delete`: deletes and tombstones remove rows; otherwise they are ignored.
-    pub deletes: bool,
-    /// The first section of every sequence number.
-    pub epoch: u64,
-    /// Schemaless JSON: Kafka Connect's envelope around keys and values (`schemas_enable`).
-    pub json_envelope: ConnectEnvelope,
 }
 
 /// The tables plans compile against: Avro rows declare the pseudo-columns as fields, so their
@@ -482,5 +453,19 @@ impl PlanSource for ChangePlans {
                 .await
                 .map(|(p, at)| (p.plan.clone(), at))
         })
+    }
+}
+
+impl ChangeSource for ChangePlans {
+    fn rules(&self) -> &ChangeRules {
+        &self.rules
+    }
+
+    fn change_plan<'a>(&'a self, value: &'a [u8]) -> ChangeLookup<'a, ChangePlan> {
+        Box::pin(self.value_plan(value))
+    }
+
+    fn delete_plan<'a>(&'a self, key: &'a [u8]) -> ChangeLookup<'a, KeyPlan> {
+        Box::pin(self.key_plan(key))
     }
 }

@@ -22,6 +22,7 @@ use crate::bigquery::write_client::WriteClient;
 use crate::config::{self, Config, TopicRoute, defaults};
 use crate::ops::metrics::Metrics;
 use crate::registry::{RegistryConfig, SchemaRegistry};
+use crate::writer::change_source::ChangeSource;
 use crate::writer::plan_source::{PlanSource, WriterRoute};
 use kbq_core::table_schema::TableSchema;
 use kbq_transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
@@ -267,7 +268,7 @@ impl Router {
                 table: table_ref.resource_name(),
                 table_label: table_ref.table_id.clone(),
                 plans,
-                cdc: change_plans,
+                cdc: change_plans.map(|p| p as Arc<dyn ChangeSource>),
             }),
             table: table_ref,
             resolve: resolve_columns(settings.metadata_columns),

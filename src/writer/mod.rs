@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod append_session;
 pub mod batch;
+pub mod change_source;
 pub mod partition_writer;
 pub mod plan_source;
 pub mod prefix;

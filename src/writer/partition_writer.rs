@@ -345,7 +345,7 @@ impl PartitionWriter {
             self.account = record.charge.account().cloned();
         }
         if let Some(cdc) = self.route.cdc.clone() {
-            return self.take_change(record, &cdc, next).await;
+            return self.take_change(record, cdc.as_ref(), next).await;
         }
         let Some(value) = record.value() else {
             return self.bad(record, self.tombstone()).await;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
 
-use crate::tables::cdc_plans::ChangePlans;
 use kbq_core::bad_record::BadRecord;
+
+use super::change_source::ChangeSource;
 use kbq_transcode::Plan;
 
 /// Why a schema lookup failed.
@@ -63,5 +64,5 @@ pub struct WriterRoute {
     pub table_label: String,
     pub plans: Arc<dyn PlanSource>,
     /// A CDC route: records are changes by primary key (docs/cdc.md).
-    pub cdc: Option<Arc<ChangePlans>>,
+    pub cdc: Option<Arc<dyn ChangeSource>>,
 }

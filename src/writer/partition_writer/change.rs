@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::kafka::consumer::Record;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
-use crate::tables::cdc_plans::ChangePlans;
+use crate::writer::change_source::ChangeSource;
 use kbq_core::bad_record::BadRecord;
 use kbq_transcode::Plan;
 use kbq_transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
@@ -23,15 +23,15 @@ impl PartitionWriter {
     pub(super) async fn take_change(
         &mut self,
         record: Record,
-        cdc: &ChangePlans,
+        cdc: &dyn ChangeSource,
         next: NextOffset,
     ) -> Result<(), RunEnd> {
         let Some(value) = record.value() else {
             // A tombstone: the key's row goes (Debezium sends one after each delete event).
-            let sequence = sequence_number(cdc.rules.epoch, 0, record.offset.0);
+            let sequence = sequence_number(cdc.rules().epoch, 0, record.offset.0);
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
-        let found = self.lookup_plan(|| cdc.value_plan(value)).await?;
+        let found = self.lookup_plan(|| cdc.change_plan(value)).await?;
         let (plan, at) = match found {
             Ok(found) => found,
             Err(bad) => return self.bad(record, bad).await,
@@ -41,11 +41,11 @@ impl PartitionWriter {
             Ok(located) => located,
             Err(e) => return self.not_a_change(record, e).await,
         };
-        if located.kind == ChangeKind::Delete && !cdc.rules.deletes {
+        if located.kind == ChangeKind::Delete && !cdc.rules().deletes {
             return self.ignored(next, "delete");
         }
         let sequence = sequence_number(
-            cdc.rules.epoch,
+            cdc.rules().epoch,
             located.source.unwrap_or(0),
             record.offset.0,
         );
@@ -65,11 +65,11 @@ impl PartitionWriter {
     async fn delete_by_key(
         &mut self,
         record: Record,
-        cdc: &ChangePlans,
+        cdc: &dyn ChangeSource,
         next: NextOffset,
         sequence: String,
     ) -> Result<(), RunEnd> {
-        if !cdc.rules.deletes {
+        if !cdc.rules().deletes {
             return self.ignored(next, "tombstone");
         }
         let Some(key) = record.key() else {
@@ -79,7 +79,7 @@ impl PartitionWriter {
             };
             return self.cdc_bad(record, "cdc_no_key", bad).await;
         };
-        let found = self.lookup_plan(|| cdc.key_plan(key)).await?;
+        let found = self.lookup_plan(|| cdc.delete_plan(key)).await?;
         let (key_plan, at) = match found {
             Ok(found) => found,
             Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
