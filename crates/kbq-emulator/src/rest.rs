@@ -1,16 +1,15 @@
 //! The BigQuery REST v2 calls of the emulator, in the JSON shapes of the real API: datasets
-//! insert/get/delete, tables insert/get/list/patch/update/delete, `tabledata.list`, and the one query
-//! shape the daemon's recovery sends (`SELECT MAX(col) FROM \`p.d.t\` WHERE a = 'x' AND …`) through
-//! `jobs.insert` / `jobs.query` / `jobs.getQueryResults` / `jobs.get`.
+//! insert/get/delete, tables insert/get/list/patch/update/delete, `tabledata.list`, and the SQL of
+//! `sql.rs` through `jobs.insert` / `jobs.query` / `jobs.getQueryResults` / `jobs.get`.
 //!
 //! Enough for Google's `google-cloud-bigquery` client pointed at the emulator with anonymous
 //! credentials. Errors are BigQuery's error JSON (`{"error":{"code","message","errors":[{reason}],
 //! "status"}}`) with its reasons: `notFound`, `duplicate`, `invalid`, `invalidQuery`.
 
 mod constraints;
-mod query;
 mod resources;
 mod schema_change;
+mod sql;
 mod transport;
 
 use std::collections::HashMap;
@@ -27,8 +26,6 @@ use tower::ServiceExt as _;
 
 use crate::rows::RenderOptions;
 use crate::store::{Store, StoreError, TableRef};
-
-pub use query::{MaxQuery, QueryError};
 
 /// A REST failure in BigQuery's error vocabulary.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -135,7 +132,7 @@ struct QueryJob {
     location: String,
     query: String,
     created_ms: i64,
-    result: query::MaxResult,
+    result: sql::QueryOutput,
 }
 
 #[derive(Clone)]
@@ -461,24 +458,18 @@ async fn list_table_data(
 
 // ----- query jobs -----
 
-fn run_max_query(
+fn run_sql(
     state: &RestState,
     project: &str,
     sql: &str,
     use_legacy_sql: bool,
-) -> Result<query::MaxResult, RestError> {
+) -> Result<sql::QueryOutput, RestError> {
     if use_legacy_sql {
         return Err(RestError::InvalidQuery(
             "unsupported query in the emulator: legacy SQL (set useLegacySql to false)".into(),
         ));
     }
-    let parsed = MaxQuery::parse(sql, project)
-        .map_err(|e| {
-            RestError::InvalidQuery(format!(
-                "unsupported query in the emulator: {e}; it answers only SELECT MAX(column) FROM `project.dataset.table` [WHERE column = literal AND …]"
-            ))
-        })?;
-    parsed.run(&state.store)
+    sql::run(&state.store, project, sql)
 }
 
 /// `useLegacySql` defaults to true in the REST API; Google's clients always send false.
@@ -548,7 +539,7 @@ async fn insert_job(
             "Already Exists: Job {project}:{job_id}"
         )));
     }
-    let result = run_max_query(&state, &project, sql, legacy_sql(config))?;
+    let result = run_sql(&state, &project, sql, legacy_sql(config))?;
     let job = QueryJob {
         project: project.clone(),
         job_id,
@@ -593,24 +584,46 @@ fn job_json(job: &QueryJob) -> Value {
             "startTime": created,
             "endTime": created,
             "totalBytesProcessed": "0",
-            "query": { "totalBytesProcessed": "0", "statementType": "SELECT", "cacheHit": false },
+            "query": {
+                "totalBytesProcessed": "0",
+                "statementType": job.result.statement_type,
+                "cacheHit": false,
+            },
         },
         "user_email": "emulator@localhost",
     })
 }
 
-fn query_results_json(job: &QueryJob, options: RenderOptions, kind: &str) -> Value {
-    json!({
+/// A page of a job's result: rows `start..start + max`, with a `pageToken` when more follow.
+fn query_results_json(
+    job: &QueryJob,
+    options: RenderOptions,
+    kind: &str,
+    (start, max): (u64, usize),
+) -> Value {
+    let total = job.result.rows.len();
+    let start = (start.min(total as u64)) as usize;
+    let rows = job.result.rows_json(start, max, options);
+    let next = start + rows.len();
+    let mut out = json!({
         "kind": kind,
         "etag": format!("\"{}\"", job.job_id),
-        "schema": job.result.schema_json(),
         "jobReference": job_reference(job),
-        "totalRows": "1",
-        "rows": [ job.result.row_json(options) ],
+        "totalRows": total.to_string(),
         "totalBytesProcessed": "0",
         "jobComplete": true,
         "cacheHit": false,
-    })
+    });
+    if let Some(schema) = job.result.schema_json() {
+        out["schema"] = schema;
+    }
+    if !rows.is_empty() {
+        out["rows"] = Value::Array(rows);
+    }
+    if next < total && next > start {
+        out["pageToken"] = Value::String(next.to_string());
+    }
+    out
 }
 
 async fn run_query(
@@ -620,7 +633,7 @@ async fn run_query(
 ) -> RestResult {
     let body = parse_body(&body)?;
     let sql = body.get("query").and_then(Value::as_str).unwrap_or("");
-    let result = run_max_query(&state, &project, sql, legacy_sql(&body))?;
+    let result = run_sql(&state, &project, sql, legacy_sql(&body))?;
     let options = RenderOptions {
         int64_timestamp: body
             .pointer("/formatOptions/useInt64Timestamp")
@@ -636,7 +649,19 @@ async fn run_query(
         result,
     };
     remember(&state, job.clone());
-    ok(query_results_json(&job, options, "bigquery#queryResponse"))
+    let max = body
+        .get("maxResults")
+        .and_then(|m| {
+            m.as_u64()
+                .or_else(|| m.as_str().and_then(|s| s.parse().ok()))
+        })
+        .map_or(DEFAULT_PAGE_ROWS, |m| (m as usize).min(DEFAULT_PAGE_ROWS));
+    ok(query_results_json(
+        &job,
+        options,
+        "bigquery#queryResponse",
+        (0, max),
+    ))
 }
 
 async fn get_query_results(
@@ -648,11 +673,10 @@ async fn get_query_results(
     let options = RenderOptions {
         int64_timestamp: param_bool(&params, "formatOptions.useInt64Timestamp"),
     };
-    let mut out = query_results_json(&job, options, "bigquery#getQueryResultsResponse");
-    // The result has one row; a page that starts past it, or asks for none, carries no rows.
-    let (start, max) = page_window(&params)?;
-    if start > 0 || max == 0 {
-        out.as_object_mut().expect("object").remove("rows");
-    }
-    ok(out)
+    ok(query_results_json(
+        &job,
+        options,
+        "bigquery#getQueryResultsResponse",
+        page_window(&params)?,
+    ))
 }

@@ -37,7 +37,7 @@ pub use civil::timestamp_seconds_text;
 use compile::OwnedWire;
 pub use defaults::{FillErrors, Interpretation, MissingValues};
 pub use pseudo::PseudoColumns;
-pub use render::RenderOptions;
+pub use render::{RenderOptions, format_float};
 use wire::{Reader, WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT};
 
 /// The writer schema cannot be used with the table: the whole AppendRows call fails with

@@ -280,7 +280,7 @@ pub(super) fn format_datetime((date, time): (Date, Time)) -> String {
 
 /// FLOAT64 as the REST API writes it: the shortest round-trip text, with the special values
 /// spelled as Python's `float()` and Java's `Double.parseDouble` accept them.
-pub(super) fn format_float(f: f64) -> String {
+pub fn format_float(f: f64) -> String {
     if f.is_nan() {
         "NaN".into()
     } else if f.is_infinite() {

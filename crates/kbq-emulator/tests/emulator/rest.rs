@@ -558,7 +558,7 @@ async fn other_queries_are_refused() {
     let (status, body) = emu
         .post(
             "/queries",
-            json!({"query": "SELECT * FROM `p.d.t`", "useLegacySql": false}),
+            json!({"query": "SELECT topic, COUNT(1) FROM `p.d.t` GROUP BY topic", "useLegacySql": false}),
         )
         .await;
     assert_eq!(status, 400);
@@ -566,7 +566,7 @@ async fn other_queries_are_refused() {
         &body,
         400,
         "invalidQuery",
-        "unsupported query in the emulator",
+        "Unsupported in the emulator: GROUP BY",
     );
     // The REST default is legacy SQL, which the emulator does not speak.
     let (status, body) = emu
