@@ -127,8 +127,16 @@ pub(super) fn table_ref(name: &ObjectName, default_project: &str) -> Result<Tabl
 
 /// Parses and runs one statement.
 pub(super) fn run(store: &Store, project: &str, sql: &str) -> Result<QueryOutput, RestError> {
-    let statements = Parser::parse_sql(&BigQueryDialect {}, sql)
-        .map_err(|e| RestError::InvalidQuery(format!("Syntax error: {e}")))?;
+    let statements = match Parser::parse_sql(&BigQueryDialect {}, sql) {
+        Ok(s) => s,
+        // A project id with dashes, unquoted (`ALTER TABLE my-project.d.t …`, as Google's Go
+        // client writes a table's StandardSQLID), is a valid BigQuery table path that the
+        // parser's ALTER TABLE does not take; its table-clause name parser does.
+        Err(e) => vec![
+            alter_table_dashed(sql)
+                .map_err(|_| RestError::InvalidQuery(format!("Syntax error: {e}")))?,
+        ],
+    };
     let statement = match statements.as_slice() {
         [one] => one,
         [] => {
@@ -170,6 +178,29 @@ pub(super) fn run(store: &Store, project: &str, sql: &str) -> Result<QueryOutput
             Err(unsupported(&format!("the statement {keyword} …")))
         }
     }
+}
+
+/// `ALTER TABLE [IF EXISTS] name operation [;]`, the name read as a FROM clause reads it.
+fn alter_table_dashed(sql: &str) -> Result<Statement, sqlparser::parser::ParserError> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::Token;
+    let mut p = Parser::new(&BigQueryDialect {}).try_with_sql(sql)?;
+    p.expect_keywords(&[Keyword::ALTER, Keyword::TABLE])?;
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = p.parse_object_name(true)?;
+    let operation = p.parse_alter_table_operation()?;
+    let _ = p.consume_token(&Token::SemiColon);
+    p.expect_token(&Token::EOF)?;
+    Ok(Statement::AlterTable(sqlparser::ast::AlterTable {
+        name,
+        if_exists,
+        only: false,
+        operations: vec![operation],
+        location: None,
+        on_cluster: None,
+        table_type: None,
+        end_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+    }))
 }
 
 /// `ALTER TABLE t ADD PRIMARY KEY (a, …) NOT ENFORCED`: the table's `tableConstraints.primaryKey`,

@@ -332,6 +332,44 @@ async fn alter_table_adds_a_primary_key() {
         assert_eq!(status, 400, "{sql}: {body}");
         assert_error(&body, 400, "invalidQuery", message);
     }
+    // An unquoted project id with dashes, as Google's Go client writes a table's identifier.
+    let other = emu.base.replace("/projects/p", "/projects/my-project");
+    for (path, body) in [
+        (
+            "/datasets",
+            json!({"datasetReference": {"projectId": "my-project", "datasetId": "d"}}),
+        ),
+        (
+            "/datasets/d/tables",
+            json!({"tableReference": {"projectId": "my-project", "datasetId": "d", "tableId": "w"},
+                   "schema": {"fields": [{"name": "id", "type": "INT64"}]}}),
+        ),
+    ] {
+        let resp = emu
+            .http
+            .post(format!("{other}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+    let (status, body) = emu
+        .query("ALTER TABLE my-project.d.w ADD PRIMARY KEY(id) NOT ENFORCED;")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let resp = emu
+        .http
+        .get(format!("{other}/datasets/d/tables/w"))
+        .send()
+        .await
+        .unwrap();
+    let table: Value = resp.json().await.unwrap();
+    assert_eq!(
+        table["tableConstraints"]["primaryKey"]["columns"],
+        json!(["id"])
+    );
+
     let (status, body) = emu
         .query("ALTER TABLE d.missing ADD PRIMARY KEY (id) NOT ENFORCED")
         .await;
