@@ -80,10 +80,8 @@ done
 
 echo "go-managedwriter: $module@$version $package against the emulator at $addr"
 status=0
-# -trimpath: the build cache does not depend on the temporary directory's name. The project id has
-# no dash: the tests' SQL names tables as project.dataset.table unquoted, which BigQuery reads with
-# a dashed project and the emulator's SQL parser does not (docs/emulator.md).
-(cd "$copy" && GCLOUD_TESTS_GOLANG_PROJECT_ID=kbqgotests KBQ_EMULATOR_ADDR="$addr" \
+# -trimpath: the build cache does not depend on the temporary directory's name.
+(cd "$copy" && GCLOUD_TESTS_GOLANG_PROJECT_ID=kbq-go-tests KBQ_EMULATOR_ADDR="$addr" \
   go test -count=1 -trimpath -timeout 5m -v -run "$run" ${skip:+-skip "$skip"} \
   "./$package") >"$work/go-test.out" 2>&1 || status=$?
 cat "$work/go-test.out"
