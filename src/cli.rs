@@ -35,6 +35,9 @@ pub enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Check every BigQuery behaviour the sink relies on against a project (or the emulator)
+    /// with scratch tables, and print a table of them; exits 1 if any fails.
+    Conformance(crate::conformance::ConformanceArgs),
     /// Print per-partition checkpoint state, read from Kafka without joining the group.
     Inspect {
         /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
@@ -66,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(&config),
         Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),
+        Command::Conformance(args) => crate::conformance::main(args),
         Command::Inspect { config, json } => inspect(&config, json),
         Command::Recover { config, all, topic } => {
             let selection = if all {

@@ -7,6 +7,7 @@ pub mod bigquery;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod conformance;
 mod deadline;
 pub mod inspect;
 pub mod kafka;

@@ -417,6 +417,56 @@ impl RestClient {
         }
     }
 
+    /// `datasets.get`: whether the dataset can be read.
+    pub async fn get_dataset(&self, project: &str, dataset: &str) -> Result<(), RestError> {
+        let path = format!(
+            "projects/{}/datasets/{}",
+            segment(project),
+            segment(dataset)
+        );
+        self.call(reqwest::Method::GET, path, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// `datasets.delete` with its tables (`deleteContents`): only for a dataset this process
+    /// created (the `conformance` probe's scratch dataset).
+    pub async fn delete_dataset(&self, project: &str, dataset: &str) -> Result<(), RestError> {
+        let path = format!(
+            "projects/{}/datasets/{}?deleteContents=true",
+            segment(project),
+            segment(dataset)
+        );
+        self.call(reqwest::Method::DELETE, path, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// `tables.testIamPermissions`: which of `permissions` the caller holds on the table.
+    pub async fn test_table_permissions(
+        &self,
+        table: &TableReference,
+        permissions: &[&str],
+    ) -> Result<Vec<String>, RestError> {
+        let path = format!("{}:testIamPermissions", Self::table_path(table));
+        let body = json!({ "permissions": permissions });
+        let doc = self
+            .call(reqwest::Method::POST, path.clone(), Some(&body))
+            .await?;
+        match &doc["permissions"] {
+            // BigQuery leaves the list out when none is held.
+            Value::Null => Ok(Vec::new()),
+            Value::Array(held) => Ok(held
+                .iter()
+                .filter_map(|p| p.as_str().map(str::to_string))
+                .collect()),
+            other => Err(RestError::Decode {
+                path,
+                reason: format!("permissions is not a list: {other}"),
+            }),
+        }
+    }
+
     /// `tabledata.list`: one page of rows in the REST shape (`{"f":[{"v":…}]}`), and the token of
     /// the next page.
     pub async fn list_rows(

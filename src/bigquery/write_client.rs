@@ -76,6 +76,9 @@ pub struct WriteClient {
     appends: Arc<AppendPool>,
     auth: Auth,
     rpc_timeout: Duration,
+    /// The largest AppendRows request the client sends: [`MAX_REQUEST_BYTES`] but for the
+    /// `conformance` probe, which sends one above BigQuery's limit to see it refused.
+    max_request_bytes: usize,
     /// Replaces the gRPC channel for every call (the deterministic simulation); `None` in the
     /// daemon.
     transport: Option<Arc<dyn WriteTransport>>,
@@ -138,6 +141,7 @@ impl WriteClient {
             grpc,
             auth,
             rpc_timeout: options.rpc_timeout,
+            max_request_bytes: MAX_REQUEST_BYTES,
             transport: None,
         })
     }
@@ -154,8 +158,15 @@ impl WriteClient {
             auth: Auth::None,
             // Unused: every call goes to the transport before a gRPC request is built.
             rpc_timeout: defaults::WRITER_RESPONSE_TIMEOUT,
+            max_request_bytes: MAX_REQUEST_BYTES,
             transport: Some(transport),
         }
+    }
+
+    /// The same client sending AppendRows requests of up to `bytes`.
+    pub fn with_request_limit(mut self, bytes: usize) -> WriteClient {
+        self.max_request_bytes = bytes;
+        self
     }
 
     /// Open AppendRows calls on each HTTP/2 connection of the client.
@@ -326,7 +337,7 @@ impl WriteClient {
         *request.metadata_mut() = self.metadata("write_stream", &stream).await?;
         let (channel, slot) = self.appends.checkout();
         let responses =
-            append_codec::append_rows(channel, request, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES)
+            append_codec::append_rows(channel, request, self.max_request_bytes, MAX_RESPONSE_BYTES)
                 .await?
                 .into_inner();
         Ok(AppendConnection {

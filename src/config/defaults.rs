@@ -186,6 +186,12 @@ pub const SESSION_MAX_RECONNECT_ATTEMPTS: u32 = 20;
 pub const SCHEMA_UPDATE_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SCHEMA_UPDATE_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
+/// `conformance`: how long it waits for a column added by `tables.patch` to reach the Storage
+/// Write API (BigQuery documents "on the order of minutes"), and the longest it waits for any one
+/// answer of the service.
+pub const CONFORMANCE_SCHEMA_WAIT: Duration = Duration::from_secs(900);
+pub const CONFORMANCE_ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The service's endpoints when `bigquery.endpoint` is not set.
 pub const GOOGLE_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
 pub const GOOGLE_REST_ENDPOINT: &str = "https://bigquery.googleapis.com";

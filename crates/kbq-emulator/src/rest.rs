@@ -1,12 +1,14 @@
 //! The BigQuery REST v2 calls of the emulator, in the JSON shapes of the real API: datasets
-//! insert/get/delete, tables insert/get/list/patch/update/delete, `tabledata.list`, and the SQL of
-//! `sql.rs` through `jobs.insert` / `jobs.query` / `jobs.getQueryResults` / `jobs.get`.
+//! insert/get/delete, tables insert/get/list/patch/update/delete/testIamPermissions,
+//! `tabledata.list`, and the SQL of `sql.rs` through `jobs.insert` / `jobs.query` /
+//! `jobs.getQueryResults` / `jobs.get`.
 //!
 //! Enough for Google's `google-cloud-bigquery` client pointed at the emulator with anonymous
 //! credentials. Errors are BigQuery's error JSON (`{"error":{"code","message","errors":[{reason}],
 //! "status"}}`) with its reasons: `notFound`, `duplicate`, `invalid`, `invalidQuery`.
 
 mod constraints;
+mod iam;
 mod resources;
 mod schema_change;
 mod sql;
@@ -177,7 +179,8 @@ fn routes(store: Arc<Store>) -> Router {
             get(get_table)
                 .patch(patch_table)
                 .put(update_table)
-                .delete(delete_table),
+                .delete(delete_table)
+                .post(iam::table_post),
         )
         .route(
             &format!("{base}/datasets/{{dataset}}/tables/{{table}}/data"),

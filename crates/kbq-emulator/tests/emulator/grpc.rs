@@ -1,6 +1,8 @@
 //! The emulator's Storage Write API, driven through a real tonic client over loopback. Each test
 //! states one behaviour of BigQuery that the emulator must copy
-//! (docs/architecture.md#bigquery-facts).
+//! (docs/architecture.md#bigquery-facts). Where the behaviour is a fact of the sink's one list
+//! (`kbq_core::bigquery_facts`, which `conformance` checks against a real project), its
+//! assertion names the fact instead of restating it.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use kbq_emulator::testsuite::{client, create_table, start_with};
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as bq;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::big_query_write_client::BigQueryWriteClient;
 use googleapis_tonic_google_rpc::google::rpc;
+use kbq_core::bigquery_facts as facts;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kbq_emulator::server::{Emulator, EmulatorConfig};
 use kbq_emulator::status::{storage_error, storage_error_of};
@@ -369,7 +372,12 @@ async fn the_response_offset_is_the_first_row_of_each_append() {
     for _ in 0..4 {
         offsets.push(offset_of(&conn.recv().await.unwrap()));
     }
-    assert_eq!(offsets, vec![Some(0), Some(1), Some(3), Some(4)]);
+    assert_eq!(
+        offsets,
+        vec![Some(0), Some(1), Some(3), Some(4)],
+        "{}",
+        facts::APPEND_FIRST_ROW_OFFSET
+    );
 }
 
 #[tokio::test]
@@ -381,7 +389,12 @@ async fn a_stale_offset_is_already_exists_a_future_one_out_of_range_and_the_call
 
     conn.send(next(Some(1), rows(10..11))).await;
     let e = error_of(&conn.recv().await.unwrap());
-    assert_eq!(e.code, Code::AlreadyExists as i32);
+    assert_eq!(
+        e.code,
+        Code::AlreadyExists as i32,
+        "{}",
+        facts::APPEND_ALREADY_EXISTS
+    );
     assert_eq!(
         e.message,
         format!("The offset is within stream, expected offset 2, received 1 Entity: {s}")
@@ -392,7 +405,12 @@ async fn a_stale_offset_is_already_exists_a_future_one_out_of_range_and_the_call
 
     conn.send(next(Some(100), rows(10..11))).await;
     let e = error_of(&conn.recv().await.unwrap());
-    assert_eq!(e.code, Code::OutOfRange as i32);
+    assert_eq!(
+        e.code,
+        Code::OutOfRange as i32,
+        "{}",
+        facts::APPEND_OUT_OF_RANGE
+    );
     assert!(
         e.message
             .starts_with("The offset is beyond stream, expected offset 2, received 100")
@@ -402,9 +420,13 @@ async fn a_stale_offset_is_already_exists_a_future_one_out_of_range_and_the_call
         storage_code::OFFSET_OUT_OF_RANGE
     );
 
-    // Failed appends appended nothing: the next offset-less append lands at 2.
     conn.send(next(None, rows(2..3))).await;
-    assert_eq!(offset_of(&conn.recv().await.unwrap()), Some(2));
+    assert_eq!(
+        offset_of(&conn.recv().await.unwrap()),
+        Some(2),
+        "{}",
+        facts::APPEND_FAILED_APPENDS_NOTHING
+    );
     assert_eq!(visible_ids(&emu), vec![0, 1, 2]);
 }
 
@@ -659,7 +681,8 @@ async fn a_request_over_the_size_limit_is_refused_with_its_size() {
     assert!(
         e.message
             .starts_with(&format!("AppendRows request too large: {size} limit 4096")),
-        "{}",
+        "{}: {}",
+        facts::REQUEST_TOO_LARGE,
         e.message
     );
     // The refused request had no effect at all, its writer schema included.
@@ -695,7 +718,9 @@ async fn appending_to_a_finalized_stream_is_stream_finalized() {
     );
     assert_eq!(
         storage_error_of(&e).unwrap().code,
-        storage_code::STREAM_FINALIZED
+        storage_code::STREAM_FINALIZED,
+        "{}",
+        facts::APPEND_AFTER_FINALIZE
     );
 }
 
@@ -721,7 +746,7 @@ async fn a_bad_row_or_an_unset_required_column_gives_row_errors_and_appends_noth
     ));
     assert!(e.message.ends_with(&format!("Entity: {s}")));
     let indexes: Vec<i64> = r.row_errors.iter().map(|e| e.index).collect();
-    assert_eq!(indexes, vec![1, 2]);
+    assert_eq!(indexes, vec![1, 2], "{}", facts::APPEND_ROW_ERRORS);
     assert!(r.row_errors.iter().all(
         |e| e.code == bq::row_error::RowErrorCode::FieldsError as i32 && !e.message.is_empty()
     ));
@@ -873,7 +898,9 @@ async fn updated_schema_is_reported_after_the_table_schema_changes() {
             .await;
         let r = conn.recv().await.unwrap();
         assert_eq!(offset_of(&r), Some(offset));
-        let updated = r.updated_schema.expect("updated schema on this connection");
+        let updated = r
+            .updated_schema
+            .unwrap_or_else(|| panic!("{}", facts::SCHEMA_UPDATED_SCHEMA));
         assert_eq!(updated.fields.len(), 3);
         assert_eq!(updated.fields[2].name, "extra");
     }
@@ -890,20 +917,32 @@ async fn flush_rows_makes_rows_visible_inclusively_and_only_forward() {
     append_ok(&mut c, &s, 0, 0..5).await;
     assert!(
         visible_ids(&emu).is_empty(),
-        "buffered rows wait for a flush"
+        "{}",
+        facts::BUFFERED_INVISIBLE
     );
     assert_eq!(flush(&mut c, &s, 1).await.unwrap(), 1);
-    assert_eq!(visible_ids(&emu), vec![0, 1]);
+    assert_eq!(visible_ids(&emu), vec![0, 1], "{}", facts::FLUSH_INCLUSIVE);
     assert_eq!(
         flush(&mut c, &s, 1).await.unwrap(),
         1,
-        "same offset again is OK"
+        "{}",
+        facts::FLUSH_REPEATED
     );
-    assert_eq!(visible_ids(&emu), vec![0, 1], "and shows nothing twice");
+    assert_eq!(visible_ids(&emu), vec![0, 1], "{}", facts::FLUSH_REPEATED);
     let below = flush(&mut c, &s, 0).await.unwrap_err();
-    assert_eq!(below.code(), Code::AlreadyExists);
+    assert_eq!(
+        below.code(),
+        Code::AlreadyExists,
+        "{}",
+        facts::FLUSH_BELOW_CURSOR
+    );
     let beyond = flush(&mut c, &s, 5).await.unwrap_err();
-    assert_eq!(beyond.code(), Code::OutOfRange);
+    assert_eq!(
+        beyond.code(),
+        Code::OutOfRange,
+        "{}",
+        facts::FLUSH_BEYOND_END
+    );
     assert_eq!(
         beyond.message(),
         format!("Offset 5 is beyond the end of the stream Entity: {s}")
@@ -921,14 +960,23 @@ async fn flush_rows_on_a_finalized_stream_fails_for_flushed_and_unflushed_offset
     assert_eq!(finalize(&mut c, &s).await.unwrap(), 4);
     for offset in [1, 3] {
         let err = flush(&mut c, &s, offset).await.unwrap_err();
-        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(
+            err.code(),
+            Code::InvalidArgument,
+            "{}",
+            facts::FLUSH_AFTER_FINALIZE
+        );
         assert_eq!(
             err.message(),
             format!("Stream has been finalized and cannot be appended: {s}")
         );
     }
-    // The unflushed tail of a finalized BUFFERED stream never becomes visible.
-    assert_eq!(visible_ids(&emu), vec![0, 1]);
+    assert_eq!(
+        visible_ids(&emu),
+        vec![0, 1],
+        "{}",
+        facts::FINALIZE_DOES_NOT_FLUSH
+    );
 }
 
 #[tokio::test]
@@ -963,8 +1011,18 @@ async fn finalize_returns_the_row_count_and_is_idempotent() {
     let s = create(&mut c, StreamType::Pending).await;
     append_ok(&mut c, &s, 0, 0..3).await;
     append_ok(&mut c, &s, 3, 3..5).await;
-    assert_eq!(finalize(&mut c, &s).await.unwrap(), 5);
-    assert_eq!(finalize(&mut c, &s).await.unwrap(), 5);
+    assert_eq!(
+        finalize(&mut c, &s).await.unwrap(),
+        5,
+        "{}",
+        facts::FINALIZE_ROW_COUNT
+    );
+    assert_eq!(
+        finalize(&mut c, &s).await.unwrap(),
+        5,
+        "{}",
+        facts::FINALIZE_REPEATED
+    );
     let err = finalize(&mut c, &format!("{TABLE}/_default"))
         .await
         .unwrap_err();

@@ -1,0 +1,51 @@
+//! `tables.testIamPermissions`. The emulator has no identities: every caller holds every
+//! BigQuery permission on an existing table, so the answer is the `bigquery.*` permissions asked
+//! for, as BigQuery answers a caller who holds them all.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+
+use super::{RestError, RestResult, RestState, ok, parse_body};
+use crate::store::TableRef;
+
+const SUFFIX: &str = ":testIamPermissions";
+
+/// `POST …/tables/{table}:testIamPermissions`: the `{table}` segment carries the method.
+pub(super) async fn table_post(
+    State(state): State<RestState>,
+    Path((project, dataset, table)): Path<(String, String, String)>,
+    body: Bytes,
+) -> RestResult {
+    let Some(table) = table.strip_suffix(SUFFIX) else {
+        return Err(RestError::NotFound(
+            "Not found: the emulator does not serve this URL".into(),
+        ));
+    };
+    let r = TableRef::new(project, dataset, table.to_string());
+    if state.store.get_table(&r).is_none() {
+        return Err(RestError::NotFound(format!(
+            "Not found: Table {}",
+            r.legacy()
+        )));
+    }
+    let body = parse_body(&body)?;
+    let held: Vec<Value> = match &body["permissions"] {
+        Value::Array(asked) => asked
+            .iter()
+            .filter(|p| p.as_str().is_some_and(|p| p.starts_with("bigquery.")))
+            .cloned()
+            .collect(),
+        Value::Null => Vec::new(),
+        _ => {
+            return Err(RestError::Invalid(
+                "Invalid JSON payload received. permissions must be a list.".into(),
+            ));
+        }
+    };
+    if held.is_empty() {
+        // BigQuery leaves the field out when none is held.
+        return ok(json!({}));
+    }
+    ok(json!({ "permissions": held }))
+}
