@@ -9,12 +9,15 @@ COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 COPY src ./src
 COPY benches ./benches
+# `--no-default-features`: the production binary, without the `dev-tools` feature, so without the
+# `quickstart` and `emulator` subcommands and without the emulator itself
+# (scripts/test.d/dockerfile.sh checks it).
 # Cache mounts (BuildKit and buildah): the downloaded crates and the target folder outlive the
 # build, so a rebuild compiles only what changed. The target folder is then not part of the
 # stage's filesystem: the binary is copied out of it.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin kafka-bigquery-sink \
+    cargo build --release --locked --no-default-features --bin kafka-bigquery-sink \
     && strip target/release/kafka-bigquery-sink \
     && cp target/release/kafka-bigquery-sink /usr/local/bin/kafka-bigquery-sink
 

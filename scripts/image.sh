@@ -7,7 +7,8 @@
 # 1. stand-ins of the base images from Debian's packages under the Dockerfile's names
 #    (scripts/image/stand-ins.sh: no container registry is reachable here);
 # 2. the image, built by buildah (daemonless) from the Dockerfile as it is, with no pull;
-# 3. tests/image.rs against it with podman: /healthz and /readyz, the records of a topic on the
+# 3. tests/image.rs against it with podman: the binary has no quickstart and no emulator
+#    subcommand; /healthz and /readyz, the records of a topic on the
 #    real broker visible in the emulator, a clean exit on SIGTERM, a plain-text log.
 #
 # buildah, podman and debootstrap are Debian's (installed here when missing). A sandbox that

@@ -1,4 +1,6 @@
-//! The command line: one binary, one subcommand per job (docs/architecture.md#module-map).
+//! The command line: one binary, one subcommand per job (docs/architecture.md#module-map). The
+//! dev tools, `quickstart` and `emulator`, exist only with the `dev-tools` feature (the default;
+//! the image is built without it).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,10 +26,12 @@ pub enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
-    /// Run a local BigQuery Storage Write API + REST emulator.
+    /// Run a local BigQuery Storage Write API + REST emulator (docs/emulator.md).
+    #[cfg(feature = "dev-tools")]
     Emulator(kbq_emulator::cli::EmulatorArgs),
     /// The main job on embedded defaults: in-process Kafka, the emulator, generated data, a crash
     /// and recovery, and a verified exactly-once summary.
+    #[cfg(feature = "dev-tools")]
     Quickstart(crate::quickstart::QuickstartArgs),
     /// Parse and validate a config file without any I/O.
     Validate {
@@ -65,8 +69,10 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        #[cfg(feature = "dev-tools")]
         Command::Emulator(args) => kbq_emulator::cli::run(args),
         Command::Run { config } => run(&config),
+        #[cfg(feature = "dev-tools")]
         Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),
         Command::Conformance(args) => crate::conformance::main(args),

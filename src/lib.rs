@@ -1,6 +1,6 @@
 //! kafka-bigquery-sink: records from Kafka (Avro, Protobuf, JSON) into BigQuery through the
 //! Storage Write API, exactly once. docs/architecture.md (#crates, #module-map) draws the layout and the rules
-//! between modules (the checkpoint protocol is pure, the emulator is reached only from the CLI).
+//! between modules (the checkpoint protocol is pure, the emulator is reached only from the CLI, and only in a build with the `dev-tools` feature).
 
 pub mod backoff;
 pub mod bigquery;
@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod kafka;
 pub mod ops;
 pub mod pipeline;
+#[cfg(feature = "dev-tools")]
 pub mod quickstart;
 pub mod recover;
 pub mod registry;

@@ -233,3 +233,30 @@ shutdown_deadline: 20s
     );
     assert_eq!(visible(), RECORDS, "exactly the produced rows");
 }
+
+/// The image's binary is the production build (`--no-default-features`): it has neither dev
+/// subcommand, so the emulator and the quickstart cannot run in it.
+#[test]
+#[ignore = "needs the image: scripts/image.sh builds it and runs this with --ignored"]
+fn the_images_binary_has_no_quickstart_and_no_emulator() {
+    let image = std::env::var("KBQ_IMAGE")
+        .expect("KBQ_IMAGE names the image to run (scripts/image.sh sets it)");
+    let run_args = words("KBQ_PODMAN_RUN_ARGS");
+    let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+    let run = |args: &[&str]| podman(&[&["run", "--rm"][..], &run_args, &[&image], args].concat());
+    let help = run(&["--help"]);
+    assert!(help.status.success(), "--help: {help:?}");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for tool in ["quickstart", "emulator"] {
+        assert!(
+            !help.lines().any(|l| l.trim_start().starts_with(tool)),
+            "the image's --help lists {tool}:\n{help}"
+        );
+        let out = run(&[tool]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(&format!("unrecognized subcommand '{tool}'")),
+            "the image's binary does not refuse {tool}: {out:?}"
+        );
+    }
+}

@@ -8,8 +8,12 @@
 #    binary the build stage produced;
 # 2. the build context: only what the build stage COPYs (Cargo.toml, Cargo.lock, crates, src,
 #    benches, ...) is copied into an empty folder, and the binary is built there with
-#    `cargo build --locked --offline` (debug, reusing this run's target dir: the same sources and
-#    manifest as the image's release build, not the same optimisation);
+#    `cargo build --locked --offline` and the feature flags of the Dockerfile's own build command
+#    (debug, reusing this run's target dir: the same sources, manifest and features as the image's
+#    release build, not the same optimisation);
+# 2b. the production binary: the Dockerfile builds with `--no-default-features`, and the binary
+#    built that way has neither dev subcommand (`quickstart`, `emulator`): its help lists neither
+#    and clap refuses both;
 # 3. the runtime libraries: every shared library the built binary loads comes from a Debian
 #    package that the distroless runtime base holds (listed below, from its documented
 #    contents). This machine runs the same Debian release as the runtime image.
@@ -22,7 +26,16 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kbq/target}"
 fail() { echo "dockerfile: $*" >&2; exit 1; }
 
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/kbq-docker-ctx.XXXXXX")
-trap 'rm -rf "$ctx"' EXIT
+bin="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
+# The build below replaces the debug binary of this target dir with the production one; the
+# scripts after this one (and the tests) need the default build back.
+# A hard link keeps it (cargo replaces the file, it does not write into it).
+if [[ -e "$bin" ]]; then ln -f "$bin" "$ctx.default-bin" 2>/dev/null || cp -p "$bin" "$ctx.default-bin"; fi
+restore() {
+  if [[ -e "$ctx.default-bin" ]]; then mv -f "$ctx.default-bin" "$bin"; fi
+  rm -rf "$ctx"
+}
+trap restore EXIT
 
 # Parse the Dockerfile: print the build stage's context COPY sources, then key=value facts.
 facts=$(python3 - "$root/Dockerfile" <<'EOF'
@@ -68,6 +81,28 @@ for word, rest in build["ops"]:
     if word == "COPY" and "--from" not in rest:
         for src in shlex.split(rest)[:-1]:
             print("context=" + src)
+# The build command's feature flags, applied to the check's own build below.
+builds = [shlex.split(rest) for word, rest in build["ops"] if word == "RUN" and "cargo build" in rest]
+if len(builds) != 1:
+    sys.exit("the build stage has not exactly one `cargo build`")
+words = builds[0]
+cargo = words.index("build")
+flags = []
+for i, w in enumerate(words[cargo + 1:], cargo + 1):
+    if w == "&&":
+        break
+    if w in ("--no-default-features", "--all-features"):
+        flags.append(w)
+    elif w in ("--features", "-F"):
+        flags += [w, words[i + 1]]
+    elif w.startswith("--features="):
+        flags.append(w)
+if "--no-default-features" not in flags:
+    sys.exit("the build stage builds with the default features: the image would carry the dev tools (quickstart, emulator); build with --no-default-features")
+if "--all-features" in flags or any("dev-tools" in f for f in flags):
+    sys.exit("the build stage enables the dev-tools feature: the image would carry quickstart and emulator")
+for f in flags:
+    print("flag=" + f)
 user = [rest for word, rest in runtime["ops"] if word == "USER"]
 if not user:
     sys.exit("the runtime stage sets no USER: it would run as root")
@@ -93,17 +128,26 @@ EOF
 
 mapfile -t sources < <(sed -n 's/^context=//p' <<<"$facts")
 mapfile -t packages < <(sed -n 's/^package=//p' <<<"$facts")
+mapfile -t flags < <(sed -n 's/^flag=//p' <<<"$facts")
 ((${#sources[@]})) || fail "the build stage copies nothing from the context"
 for src in "${sources[@]}"; do
   [[ -e "$src" ]] || fail "the build stage copies $src, which the repository does not have"
   cp -a "$src" "$ctx/"
 done
-echo "dockerfile: build context ${sources[*]}; runtime packages ${packages[*]}"
+echo "dockerfile: build context ${sources[*]}; features ${flags[*]}; runtime packages ${packages[*]}"
 
-(cd "$ctx" && cargo build --locked --offline --quiet --bin kafka-bigquery-sink) \
+(cd "$ctx" && cargo build --locked --offline --quiet "${flags[@]}" --bin kafka-bigquery-sink) \
   || fail "the binary does not build from the build stage's context alone"
-bin="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
-"$bin" --help >/dev/null || fail "the binary built from the context does not run"
+help=$("$bin" --help) || fail "the binary built from the context does not run"
+for tool in quickstart emulator; do
+  grep -qE "^  $tool( |$)" <<<"$help" && fail "the image's binary lists the dev subcommand $tool"
+  if out=$("$bin" "$tool" --help 2>&1); then
+    fail "the image's binary runs the dev subcommand $tool"
+  fi
+  grep -q "unrecognized subcommand '$tool'" <<<"$out" \
+    || fail "the image's binary does not refuse $tool as an unknown subcommand: $out"
+done
+echo "dockerfile: the image's binary has neither dev subcommand (quickstart, emulator)"
 
 allowed=("${packages[@]}")
 while read -r lib; do
