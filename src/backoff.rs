@@ -37,8 +37,7 @@ pub const DEAD_LETTER: Backoff = Backoff::new(Duration::from_millis(100), Durati
 pub const CREATE_STREAM: Backoff =
     Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 /// An error that only an operator or time can cure (permission denied, credentials, failed
-/// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies;
-/// issue 11 #14).
+/// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies).
 pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 /// A table read that failed transiently while a route is resolved (a table just created).
 pub const TABLE_READ: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));

@@ -10,7 +10,7 @@
 //!    live owner; a rejected commit is reported and nothing more is done for the partition). Just
 //!    before it, the checkpoint is read again: a sink that joined, committed its own checkpoint and
 //!    left while the flush ran has moved on, and writing `K` back over it would re-deliver what it
-//!    committed, so the partition is left to it (issue 11 #17);
+//!    committed, so the partition is left to it;
 //! 3. `FinalizeWriteStream(s)`: nothing durable references `s` any more (invariant 3).
 //!
 //! It never moves an offset: a lost stream is reported (the records of `[f, K)` must be

@@ -1,4 +1,4 @@
-//! Chaos against the real binary, a real broker and the emulator (issue 4, "Prove it"): replicas
+//! Chaos against the real binary, a real broker and the emulator (docs/testing.md): replicas
 //! joining and leaving (SIGTERM, SIGKILL) while a producer keeps producing, a broker restart,
 //! BigQuery faults (UNAVAILABLE, dropped connections, slow answers, the idle close, streams
 //! finalized or expired behind the daemon's back), the seed scenario of the Flink connector
@@ -971,7 +971,8 @@ async fn a_pattern_that_matches_the_dead_letter_topic_never_consumes_it() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6. A row BigQuery rejects in the middle of a request (issue 11 #1).
+// 6. A row BigQuery rejects in the middle of a request: its request's other rows keep the
+//    checkpoint where it was.
 
 /// The fixture's table with a `customer STRING(20)`: BigQuery itself rejects a longer value as a
 /// row error, in the middle of an AppendRows request.
@@ -1111,7 +1112,8 @@ async fn at_least_once_a_row_rejected_mid_request_then_sigterm_and_restart_write
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6b. Stops and outages (issue 11, reviews #14 and #15).
+// 6b. Stops and outages: a denied call is retried, never a permanent stop, and a stop is
+//     answered during an outage.
 
 /// Review #15: a writer waiting for a schema the registry does not know yet (a 404 within the
 /// grace) must still answer a stop, or the shutdown's final cycle waits for its deadline for

@@ -318,8 +318,7 @@ async fn row_errors_take_out_only_the_bad_rows_and_renumber_the_rest() {
 
 /// At-least-once mode appends to `_default` without offsets, where the requests behind a failed
 /// one are independent and may be appended. A row error must not read as an offset conflict
-/// (issue 11: "write stream offsets conflict with ours" on `_default`, then a restart from an old
-/// offset), and what was appended must not be sent again.
+/// ("write stream offsets conflict with ours" on `_default`, then a restart from an old offset), and what was appended must not be sent again.
 #[tokio::test]
 async fn on_the_default_stream_a_row_error_keeps_the_requests_appended_behind_it() {
     let f = Fixture::new().await;

@@ -42,7 +42,7 @@ pub enum ErrorClass {
     /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change, a credential
     /// being rotated, a table in a state it leaves again (the Go client retries
     /// FAILED_PRECONDITION). Retried with a long backoff while readiness is false, never a
-    /// permanent stop (docs/architecture.md#failure-policies; issue 11 #14).
+    /// permanent stop (docs/architecture.md#failure-policies).
     Denied,
     /// Malformed names or requests: retrying cannot help.
     Fatal,

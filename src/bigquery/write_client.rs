@@ -178,7 +178,8 @@ impl WriteClient {
     /// front end uses to find the region of the resource.
     async fn metadata(&self, routing_key: &str, resource: &str) -> Result<MetadataMap, WriteError> {
         // A failed token fetch (a metadata-server hiccup) is the client's own transient
-        // failure, not the service refusing us: retried like one (issue 11 #14).
+        // failure, not the service refusing us: retried like one, never a
+        // permanent stop (docs/architecture.md#failure-policies).
         let headers = self.auth.headers().await.map_err(|e| {
             WriteError::from_status(&tonic::Status::unavailable(format!(
                 "cannot fetch an access token: {e}"

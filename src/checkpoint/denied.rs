@@ -1,6 +1,6 @@
 //! Partitions whose FlushRows BigQuery keeps denying (PERMISSION_DENIED, UNAUTHENTICATED,
 //! FAILED_PRECONDITION: an IAM change, a credential being rotated). Such a flush stays pending and
-//! is retried (issue 11 #14), and while it is denied the partition counts in
+//! is retried, never a permanent stop (docs/architecture.md#failure-policies), and while it is denied the partition counts in
 //! `kbq_partitions_retrying`, the gauge that already turns readiness false for writers waiting out
 //! the same errors: committed rows that cannot be made visible are not a healthy sink.
 

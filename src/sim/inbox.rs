@@ -1,7 +1,7 @@
 //! The coordinator's inbox, checked on its own: a follow-up event that an action produces is
 //! handled only after the input that caused it is done (never inside it), and queued events are
-//! handled in the order they arrived (docs/architecture.md, "The shape"; issue 11, item 4: the
-//! shell handles events in the order the model tests queue them). The coordinator is the real
+//! handled in the order they arrived (docs/architecture.md, "The shape": the
+//! shell handles events in the order the model tests queue them, so the models prove the shell). The coordinator is the real
 //! one of a simulated process; what it does is read from the commands it sends its consumer
 //! thread, in the order it sends them.
 

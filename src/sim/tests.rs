@@ -67,17 +67,17 @@ const MODE_REGRESSIONS: &[(u64, Mode, &str)] = &[
 const REGRESSIONS: &[(u64, &str)] = &[
     (
         1,
-        "issue 11 #1 on the code before 8bfce6c: a row rejected mid-request lowered its request's \
+        "on the code before 8bfce6c: a row rejected mid-request lowered its request's \
          Kafka offset, so a landed checkpoint's rows held a record at or above its K",
     ),
     (
         8,
-        "issue 11 #2 on the code before 48e2b87: a replica fenced while frozen resumed, read the \
+        "on the code before 48e2b87: a replica fenced while frozen resumed, read the \
          live owner's checkpoint and finalized the owner's current stream",
     ),
     (
         1005,
-        "issue 11 #11 (b): p0's owner dies before its first commit lands while p1's commit marks \
+        "p0's owner dies before its first commit lands while p1's commit marks \
          the table; with lost_offsets: fail p0 stops for good (main before deb1fb4, and the \
          default still), with resolve it continues after its visible rows",
     ),

@@ -12,7 +12,7 @@
 //!   the caller for the dead-letter path), renumbers what is left from the failed offset and
 //!   resends it. On the `_default` stream (at-least-once mode, no offsets) requests are
 //!   independent: those behind a failed one may be appended, are kept as such and are never
-//!   resent (resending them wrote them twice and read as an offset conflict, issue 11);
+//!   resent (resending them would write them twice and read as an offset conflict);
 //! * `STREAM_FINALIZED` on our own stream: another incarnation superseded this one; we are a
 //!   zombie and stop (invariant 5). `NOT_FOUND`: the stream expired; the caller opens a new one.
 //!
@@ -485,7 +485,7 @@ impl<T> AppendSession<T> {
             ErrorClass::Transient | ErrorClass::Throttled
                 if self.inflight.front().is_some_and(|h| h.uncertain) =>
             {
-                // The head's earlier send may have been applied (issue 11 #9): then the stream's
+                // The head's earlier send may have been applied (an answer lost): then the stream's
                 // end is past it, the requests behind it may be appended, and renumbering would
                 // forget that. Treat it as a broken call instead: every request in flight is
                 // resent at its offset and stays uncertain, so ALREADY_EXISTS still means

@@ -691,7 +691,7 @@ async fn stopped(stop: &mut Option<StopSignal>) -> Duration {
 
 /// Runs `work` unless the stop comes first. A writer waiting out an outage (the dead-letter
 /// topic, the registry, stream creation) must still answer a stop, or the handoff and every
-/// partition's final cycle wait for their deadlines (issue 11 #15). A stop there ends the writer
+/// partition's final cycle wait for their deadlines. A stop there ends the writer
 /// at once with its last reported acknowledgement: nothing it has not acknowledged is counted,
 /// so the next owner reads those records again.
 async fn unless_stopped<T>(

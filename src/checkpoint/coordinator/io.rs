@@ -146,7 +146,7 @@ pub(crate) async fn flush(
             if let FlushOutcome::Denied(_) = outcome {
                 // An IAM change or a credential being rotated passes: the flush stays pending
                 // and is retried (every cycle, or with the recovery backoff), never a permanent
-                // stop of the partition (issue 11 #14); readiness is false meanwhile
+                // stop of the partition; readiness is false meanwhile
                 // (`DeniedFlushes`; docs/architecture.md#failure-policies).
                 tracing::error!(stream = %stream, error = %e, "flush denied, retrying");
             }

@@ -108,7 +108,7 @@ pub struct Coordinator {
     denied: DeniedFlushes,
     /// Cycle flushes sent per partition since shutdown began: the final cycles run back to back,
     /// so a flush that keeps failing transiently is retried with the recovery backoff by this
-    /// count instead of in a tight loop until the deadline (issue 11 #15).
+    /// count instead of in a tight loop that would spend the shutdown deadline on one partition.
     shutdown_flushes: Option<HashMap<TopicPartition, u32>>,
 }
 

@@ -61,7 +61,7 @@ impl Coordinator {
                 tracing::error!(partition = %tp, "zombie writer stopped");
                 // Without a rebalance nobody would ever tell the zombie what it owns: ask, on
                 // every path into the zombie phase (an append or the cycle's FlushRows meeting
-                // the finalized stream; issue 11).
+                // the finalized stream).
                 if self.machine.is_zombie(&tp) {
                     self.confirm_ownership_later(tp, self.settings.zombie_confirm_after);
                 }

@@ -21,7 +21,8 @@ impl PartitionWriter {
 
     /// Dead-letters `record` (its produce acknowledged) or applies the policy, and counts it.
     /// No prefix bookkeeping: a row BigQuery rejected out of a request in flight is already
-    /// covered by that request's `kafka_next`, which must not move (issue 11 #1).
+    /// covered by that request's `kafka_next`, which must not move: lowering it would make the
+    /// checkpoint claim rows of the request's other records before they are visible.
     pub(super) async fn dead_letter(
         &mut self,
         record: Record,

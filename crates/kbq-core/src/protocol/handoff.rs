@@ -33,7 +33,7 @@ impl CheckpointProtocol {
         state.flush_in_flight = false;
         // Records below f are visible. If the committed checkpoint names this stream with rows
         // in doubt, the writer's word "lost" is not final: a stream whose offsets merely
-        // disagree with ours (an offset conflict, issue 11 #9) is alive, and flushing the
+        // disagree with ours (an offset conflict after a lost answer) is alive, and flushing the
         // committed (s, r) makes [f, K) visible exactly. So the partition recovers from its
         // checkpoint as a new owner would: re-flush, then start at K; only a re-flush that finds
         // the stream gone (and a re-read that confirms the checkpoint) reaches the lost-stream

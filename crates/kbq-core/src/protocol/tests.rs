@@ -426,7 +426,7 @@ fn a_lost_stream_follows_the_policy_and_other_errors_never_rewind() {
     assert!(started_at(&a).is_none());
 }
 
-/// `lost_offsets: resolve` (issue 11 #11): a partition without a committed offset in a marked
+/// `lost_offsets: resolve`: a partition without a committed offset in a marked
 /// table continues after its highest visible row, or at the log start when none is visible
 /// (a new topic routed to the table), and fails when the query keeps failing, even with
 /// `resolve_fallback: rewind` (there is no `f` to rewind to).

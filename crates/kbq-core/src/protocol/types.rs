@@ -134,7 +134,7 @@ pub enum FlushOutcome {
     /// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, or no response.
     Transient(String),
     /// PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION: an IAM change or a credential
-    /// being rotated passes, so it is retried as a transient error (issue 11 #14); the shell keeps
+    /// being rotated passes, so it is retried as a transient error; the shell keeps
     /// readiness false meanwhile (docs/architecture.md#failure-policies).
     Denied(String),
     /// OUT_OF_RANGE, other INVALID_ARGUMENT: never rewind.

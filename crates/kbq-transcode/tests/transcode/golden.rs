@@ -1,4 +1,5 @@
-//! Golden tests: one per row of `docs/mapping.md` and per edge case of issue 3, with the
+//! Golden tests: one per row of `docs/mapping.md` and per edge case of a type (bounds, nulls,
+//! precision), with the
 //! expected BigQuery value written out by hand.
 
 use apache_avro::types::Value;
