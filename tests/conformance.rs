@@ -10,13 +10,6 @@ use kbq_core::bigquery_facts as facts;
 use kbq_emulator::faults::{FaultAction, FaultRule, GrpcCode, Rpc};
 use kbq_emulator::store::Dataset;
 
-/// Facts the emulator does not hold yet, each with the reason; an entry goes once the emulator
-/// serves the behaviour (then the fact is required like every other).
-const AWAITING_EMULATOR: &[(&str, &str)] = &[(
-    facts::DEFAULT_VALUE.name,
-    "the emulator does not apply default value expressions yet",
-)];
-
 /// What one run printed and how it exited.
 struct Run {
     success: bool,
@@ -74,24 +67,18 @@ fn named_dataset(emu: &kbq_emulator::server::Emulator) {
 async fn every_fact_the_sink_relies_on_holds_on_the_emulator() {
     let emu = kbq_emulator::testsuite::start().await;
     let run = conformance(emu.addr, &[]).await;
-    let mut awaiting_failed = false;
     for fact in facts::ALL {
         let (observed, result) = run
             .results
             .get(fact.name)
             .unwrap_or_else(|| panic!("{} is not in the table:\n{}", fact.name, run.stdout));
-        if let Some((_, why)) = AWAITING_EMULATOR.iter().find(|(n, _)| *n == fact.name) {
-            eprintln!("{}: {result} ({why}): {observed}", fact.name);
-            awaiting_failed |= result != "pass";
-            continue;
-        }
         assert_eq!(
             result, "pass",
             "{fact}\nobserved: {observed}\n{}",
             run.stdout
         );
     }
-    assert_eq!(run.success, !awaiting_failed, "{}", run.stdout);
+    assert!(run.success, "{}", run.stdout);
     // The scratch dataset it made is gone with its tables.
     let cleanup = &run.results[facts::CLEANUP.name].0;
     let scratch = cleanup.rsplit(' ').next().unwrap();
