@@ -17,7 +17,7 @@
 //!
 //! ```yaml
 //! - rpc: AppendRows          # CreateWriteStream | AppendRows | FlushRows | FinalizeWriteStream
-//!                            # | GetWriteStream | BatchCommitWriteStreams
+//!                            # | GetWriteStream | BatchCommitWriteStreams | TestIamPermissions
 //!   action:                  # exactly one of:
 //!     fail:                  #   answer with an error
 //!       code: UNAVAILABLE    #     gRPC code, by name or number
@@ -28,6 +28,9 @@
 //!     # delay: {ms: 500}     #   wait, then handle the request normally
 //!     # drop: {after: false} #   reset the HTTP/2 stream with no gRPC status; after: true
 //!                            #   handles the request first (its effect is kept, the answer lost)
+//!     # deny: {permissions: [bigquery.tables.update]}   # rpc: TestIamPermissions only (the
+//!                            #   REST tables.testIamPermissions): those are not granted; a
+//!                            #   `fail` there answers the REST status of its code
 //!   nth: 3                   # optional: start at the 3rd matching call (1-based)
 //!   times: 2                 # optional: fire on this many calls (default 1 with nth, else
 //!                            # unlimited)
@@ -53,6 +56,8 @@ pub enum Rpc {
     FinalizeWriteStream,
     GetWriteStream,
     BatchCommitWriteStreams,
+    /// The REST API's `tables.testIamPermissions` (its `deny` action withholds permissions).
+    TestIamPermissions,
 }
 
 /// A gRPC code given by name (`UNAVAILABLE`, `unavailable`) or number (`14`).
@@ -157,6 +162,11 @@ pub enum FaultAction {
         #[serde(default)]
         after: bool,
     },
+    /// TestIamPermissions only: these permissions are not granted (the emulator has no IAM
+    /// model and otherwise grants every permission asked for).
+    Deny {
+        permissions: Vec<String>,
+    },
 }
 
 /// One rule, as written by the user.
@@ -186,6 +196,20 @@ impl FaultRule {
         }
         if self.nth == Some(0) {
             return Err(FaultError::Invalid("nth counts from 1".into()));
+        }
+        let iam = self.rpc == Rpc::TestIamPermissions;
+        match self.action {
+            FaultAction::Deny { .. } if !iam => {
+                return Err(FaultError::Invalid(
+                    "the deny action is for TestIamPermissions only".into(),
+                ));
+            }
+            FaultAction::Drop { .. } if iam => {
+                return Err(FaultError::Invalid(
+                    "TestIamPermissions takes deny, fail or delay, not drop".into(),
+                ));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -327,6 +351,32 @@ mod tests {
 
     fn rule(json: &str) -> FaultRule {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn deny_is_for_test_iam_permissions_which_takes_no_drop() {
+        let f = Faults::new();
+        let deny = r#"{"permissions":["bigquery.tables.update"]}"#;
+        assert!(
+            f.install(vec![rule(&format!(
+                r#"{{"rpc":"AppendRows","action":{{"deny":{deny}}}}}"#
+            ))])
+            .is_err()
+        );
+        assert!(
+            f.install(vec![rule(
+                r#"{"rpc":"TestIamPermissions","action":{"drop":{}}}"#
+            )])
+            .is_err()
+        );
+        f.install(vec![
+            rule(&format!(
+                r#"{{"rpc":"TestIamPermissions","action":{{"deny":{deny}}}}}"#
+            )),
+            rule(r#"{"rpc":"TestIamPermissions","action":{"fail":{"code":"PERMISSION_DENIED"}}}"#),
+        ])
+        .unwrap();
+        assert_eq!(f.check(Rpc::TestIamPermissions, "projects/p").len(), 2);
     }
 
     #[test]

@@ -116,6 +116,8 @@ impl WriteService {
                 } => return Err(injected(code.0, storage_code.map(|c| c.0), message, target)),
                 FaultAction::Drop { after: false } => return Err(dropped()),
                 FaultAction::Drop { after: true } => drop_after = true,
+                // Refused at install for the write RPCs.
+                FaultAction::Deny { .. } => {}
             }
         }
         Ok(drop_after)
@@ -665,6 +667,7 @@ impl WriteService {
                     break;
                 }
                 FaultAction::Drop { after: true } => faults.drop_after = true,
+                FaultAction::Deny { .. } => {}
             }
         }
         faults

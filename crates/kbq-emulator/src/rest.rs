@@ -26,6 +26,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
+use crate::faults::Faults;
 use crate::rows::RenderOptions;
 use crate::store::{Store, StoreError, TableRef};
 
@@ -46,6 +47,10 @@ pub enum RestError {
     ResourceInUse(String),
     #[error("{0}")]
     Backend(String),
+    #[error("{0}")]
+    Denied(String),
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl RestError {
@@ -74,6 +79,12 @@ impl RestError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "backendError",
                 "INTERNAL",
+            ),
+            RestError::Denied(_) => (StatusCode::FORBIDDEN, "accessDenied", "PERMISSION_DENIED"),
+            RestError::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backendError",
+                "UNAVAILABLE",
             ),
         }
     }
@@ -141,12 +152,18 @@ struct QueryJob {
 struct RestState {
     store: Arc<Store>,
     jobs: Arc<Mutex<HashMap<(String, String), QueryJob>>>,
+    faults: Arc<Faults>,
 }
 
 /// The REST routes over the emulator's store, behind the request decoding of Google's clients
 /// (`transport.rs`): every request the other routers of the server do not take comes here.
 pub fn router(store: Arc<Store>) -> Router {
-    let routes = routes(store);
+    router_with_faults(store, Arc::new(Faults::new()))
+}
+
+/// [`router`] under fault rules (`TestIamPermissions`: faults.rs).
+pub fn router_with_faults(store: Arc<Store>, faults: Arc<Faults>) -> Router {
+    let routes = routes(store, faults);
     Router::new().fallback(move |request: Request| {
         let routes = routes.clone();
         async move {
@@ -158,10 +175,11 @@ pub fn router(store: Arc<Store>) -> Router {
     })
 }
 
-fn routes(store: Arc<Store>) -> Router {
+fn routes(store: Arc<Store>, faults: Arc<Faults>) -> Router {
     let state = RestState {
         store,
         jobs: Arc::default(),
+        faults,
     };
     let base = "/bigquery/v2/projects/{project}";
     Router::new()

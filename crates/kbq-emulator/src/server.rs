@@ -231,9 +231,12 @@ pub fn router(
         &format!("/{}/{{*method}}", BigQueryWriteServer::<WriteService>::NAME),
         WriteService::new(store.clone(), faults.clone(), quotas.clone(), write).into_server(),
     );
-    grpc.merge(crate::rest::router(store.clone()))
-        .merge(admin_router(store, faults, quotas))
-        .layer(axum::middleware::map_response(reset_marked))
+    grpc.merge(crate::rest::router_with_faults(
+        store.clone(),
+        faults.clone(),
+    ))
+    .merge(admin_router(store, faults, quotas))
+    .layer(axum::middleware::map_response(reset_marked))
 }
 
 #[derive(Clone)]

@@ -1,12 +1,14 @@
 //! `tables.testIamPermissions`. The emulator has no identities: every caller holds every
 //! BigQuery permission on an existing table, so the answer is the `bigquery.*` permissions asked
-//! for, as BigQuery answers a caller who holds them all.
+//! for, as BigQuery answers a caller who holds them all, less those a `deny` fault rule withholds
+//! (faults.rs); a `fail` rule answers its code's REST error.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
 use super::{RestError, RestResult, RestState, ok, parse_body};
+use crate::faults::{FaultAction, Rpc};
 use crate::store::TableRef;
 
 const SUFFIX: &str = ":testIamPermissions";
@@ -29,11 +31,15 @@ pub(super) async fn table_post(
             r.legacy()
         )));
     }
+    let denied = apply_faults(&state, &r).await?;
     let body = parse_body(&body)?;
     let held: Vec<Value> = match &body["permissions"] {
         Value::Array(asked) => asked
             .iter()
-            .filter(|p| p.as_str().is_some_and(|p| p.starts_with("bigquery.")))
+            .filter(|p| {
+                p.as_str()
+                    .is_some_and(|p| p.starts_with("bigquery.") && !denied.iter().any(|d| d == p))
+            })
             .cloned()
             .collect(),
         Value::Null => Vec::new(),
@@ -48,4 +54,36 @@ pub(super) async fn table_post(
         return ok(json!({}));
     }
     ok(json!({ "permissions": held }))
+}
+
+/// The fault rules on `TestIamPermissions` for this table: the permissions `deny` rules withhold,
+/// or the REST error of a `fail` rule's code.
+async fn apply_faults(state: &RestState, r: &TableRef) -> Result<Vec<String>, RestError> {
+    let target = format!(
+        "projects/{}/datasets/{}/tables/{}",
+        r.project, r.dataset, r.table
+    );
+    let mut denied = Vec::new();
+    for action in state.faults.check(Rpc::TestIamPermissions, &target) {
+        match action {
+            FaultAction::Deny { permissions } => denied.extend(permissions),
+            FaultAction::Fail { code, message, .. } => {
+                let message =
+                    message.unwrap_or_else(|| format!("injected fault. Entity: {target}"));
+                return Err(match code.0 {
+                    tonic::Code::PermissionDenied => RestError::Denied(message),
+                    tonic::Code::NotFound => RestError::NotFound(message),
+                    tonic::Code::Unavailable => RestError::Unavailable(message),
+                    tonic::Code::InvalidArgument => RestError::Invalid(message),
+                    _ => RestError::Backend(message),
+                });
+            }
+            FaultAction::Delay { ms } => {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await
+            }
+            // Refused at install for this method (faults.rs).
+            FaultAction::Drop { .. } => {}
+        }
+    }
+    Ok(denied)
 }
