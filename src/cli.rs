@@ -39,6 +39,17 @@ pub enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Check the config against the real services, read-only: Kafka (brokers, topics, group,
+    /// dead-letter topic), the registry, BigQuery (tables, permissions), and a dry run of the
+    /// newest records of each partition. Exits 0 only when every item passes.
+    Check {
+        /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// Records of each partition the dry run reads (newest first).
+        #[arg(long, default_value_t = 100)]
+        records: i64,
+    },
     /// Check every BigQuery behaviour the sink relies on against a project (or the emulator)
     /// with scratch tables, and print a table of them; exits 1 if any fails.
     Conformance(crate::conformance::ConformanceArgs),
@@ -75,6 +86,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "dev-tools")]
         Command::Quickstart(args) => crate::quickstart::main(args),
         Command::Validate { config } => validate(&config),
+        Command::Check { config, records } => check(&config, records),
         Command::Conformance(args) => crate::conformance::main(args),
         Command::Inspect { config, json } => inspect(&config, json),
         Command::Recover { config, all, topic } => {
@@ -124,6 +136,26 @@ fn load_config(path: &std::path::Path) -> Option<crate::config::Config> {
             }
             None
         }
+    }
+}
+
+/// `check -c`: every item with ok, not checked, or FAIL and its fix; exits 0 only when none
+/// fails.
+fn check(path: &std::path::Path, records: i64) -> ExitCode {
+    let Some(config) = load_config(path) else {
+        return ExitCode::from(1);
+    };
+    let findings = crate::check::run(&config, records);
+    for finding in &findings {
+        println!("{finding}");
+    }
+    let failed = findings.iter().filter(|f| f.failed()).count();
+    if failed == 0 {
+        println!("check ok: {} item(s)", findings.len());
+        ExitCode::SUCCESS
+    } else {
+        println!("check failed: {failed} of {} item(s)", findings.len());
+        ExitCode::from(1)
     }
 }
 

@@ -96,7 +96,7 @@ pub fn read_group(
 /// The group coordinator can be moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)
 /// for a while after a broker start or a failover: those answers are retried, never read as
 /// "no checkpoint".
-fn read_committed_retrying(
+pub(crate) fn read_committed_retrying(
     consumer: &BaseConsumer,
     partitions: &[TopicPartition],
 ) -> anyhow::Result<std::collections::HashMap<TopicPartition, Option<CommittedRead>>> {

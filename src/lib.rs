@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod bigquery;
+pub mod check;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

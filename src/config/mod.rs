@@ -42,7 +42,7 @@ pub use validate::{checkpoint_metadata_worst_case_len, validate, warnings};
 pub use values::{ByteSize, HumanDuration, Properties, Secret};
 
 pub use cdc::{CdcConfig, CdcFormat, CdcMode, MAX_KEY_COLUMNS, SequenceConfig};
-pub use topic_pattern::is_internal_topic;
+pub use topic_pattern::{TopicPattern, is_internal_topic};
 
 // ---------------------------------------------------------------------------------------------
 // The config
