@@ -600,7 +600,8 @@ async fn check_bigquery(
     }
 }
 
-/// The table exists and the principal holds the sink's table permissions ([`SINK_TABLE_PERMISSIONS`], kbq-core's list of BigQuery facts) on it; `true` when the dry
+/// The table exists and the principal holds the sink's table permissions on it
+/// ([`SINK_TABLE_PERMISSIONS`], kbq-core's list of BigQuery facts); `true` when the dry
 /// run can go on with it.
 async fn check_table(
     rest: &RestClient,
