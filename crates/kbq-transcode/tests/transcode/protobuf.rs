@@ -21,6 +21,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value as Json, json};
 
+use crate::support::proto_json::{message_json, to_json};
+
 const SCHEMA: &str = r#"
 syntax = "proto3";
 package p;
@@ -135,35 +137,8 @@ fn plan(m: &MessageDescriptor, t: &TableSchema) -> Plan {
     Plan::compile_protobuf(m, t, &PlanOptions::default()).unwrap()
 }
 
-fn to_json(v: &PValue) -> Json {
-    match v {
-        PValue::Bool(b) => json!(b),
-        PValue::I32(i) => json!(i),
-        PValue::I64(i) => json!(i),
-        PValue::U32(i) => json!(i),
-        PValue::U64(i) => json!(i),
-        PValue::F32(f) => json!(f),
-        PValue::F64(f) => json!(f),
-        PValue::String(s) => json!(s),
-        PValue::Bytes(b) => json!({"hex": hex(b)}),
-        PValue::List(l) => Json::Array(l.iter().map(to_json).collect()),
-        PValue::Message(m) => message_json(m),
-        other => panic!("unexpected proto value {other:?}"),
-    }
-}
-
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn message_json(m: &DynamicMessage) -> Json {
-    let mut obj = Map::new();
-    for fd in m.descriptor().fields() {
-        if m.has_field(&fd) {
-            obj.insert(fd.name().to_owned(), to_json(&m.get_field(&fd)));
-        }
-    }
-    Json::Object(obj)
 }
 
 fn decode_row(plan: &Plan, bytes: &[u8]) -> Json {
