@@ -2,12 +2,19 @@
 # A real single-node Apache Kafka (KRaft, combined broker + controller) on loopback for the tests.
 #
 #   scripts/kafka.sh fetch                 download the broker's jars once (Maven, cached)
-#   scripts/kafka.sh start DIR [--parent PID] [--remove-dir]
+#   scripts/kafka.sh start DIR [--parent PID] [--remove-dir] [--sasl]
 #                                          format DIR, start a broker on free loopback ports, wait
 #                                          until it serves, write DIR/bootstrap and DIR/pid, print
 #                                          the bootstrap address. With --parent, a watchdog stops
 #                                          the broker (and with --remove-dir deletes DIR) once PID
-#                                          has exited, however it exited.
+#                                          has exited, however it exited. With --sasl, a second
+#                                          listener, SASL_PLAINTEXT with PLAIN (users `admin`,
+#                                          password `admin-secret`, a super user, and `sink`,
+#                                          password `sink-secret`), written to DIR/sasl_bootstrap,
+#                                          and Kafka's StandardAuthorizer: a principal without an
+#                                          ACL may do nothing. The PLAINTEXT listener stays open
+#                                          to its anonymous principal, a super user, for the
+#                                          broker itself and the tests' own setup.
 #   scripts/kafka.sh stop DIR [--hard]     stop exactly the broker whose pid is in DIR/pid
 #                                          (--hard: SIGKILL, a crash for chaos tests)
 #   scripts/kafka.sh restart DIR [--hard]  stop, then start again on the same ports and log dir
@@ -97,17 +104,25 @@ is_our_broker() {
 }
 
 write_configs() {
-    local dir="$1" bport="$2" cport="$3"
+    local dir="$1" bport="$2" cport="$3" sport="${4:-}"
+    local listeners="PLAINTEXT://127.0.0.1:$bport,CONTROLLER://127.0.0.1:$cport"
+    local advertised="PLAINTEXT://127.0.0.1:$bport"
+    local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if [[ -n "$sport" ]]; then
+        listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$sport"
+        advertised="$advertised,SASL_PLAINTEXT://127.0.0.1:$sport"
+        protocols="$protocols,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    fi
     cat >"$dir/server.properties" <<EOF
 # written by scripts/kafka.sh: one combined KRaft node for tests, loopback only
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$bport,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$bport
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$dir/data
 # tests create every topic they use, so a typo fails instead of auto-creating
 auto.create.topics.enable=false
@@ -136,6 +151,17 @@ num.io.threads=2
 background.threads=2
 num.recovery.threads.per.data.dir=1
 EOF
+    if [[ -n "$sport" ]]; then
+        # ACLs are enforced on every listener: the broker's own requests (PLAINTEXT and the
+        # controller listener) come as User:ANONYMOUS, hence a super user; loopback only.
+        cat >>"$dir/server.properties" <<EOF
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret" user_sink="sink-secret";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+EOF
+    fi
     cat >"$dir/log4j2.properties" <<EOF
 status = warn
 appender.file.type = File
@@ -233,16 +259,17 @@ start_watchdog() {
 }
 
 cmd_start() {
-    local dir="" parent="" remove=0
+    local dir="" parent="" remove=0 sasl=0
     while (($#)); do
         case "$1" in
             --parent) parent="$2"; shift 2 ;;
             --remove-dir) remove=1; shift ;;
+            --sasl) sasl=1; shift ;;
             -*) die "unknown flag $1" ;;
             *) dir="$1"; shift ;;
         esac
     done
-    [[ -n "$dir" ]] || die "usage: kafka.sh start DIR [--parent PID] [--remove-dir]"
+    [[ -n "$dir" ]] || die "usage: kafka.sh start DIR [--parent PID] [--remove-dir] [--sasl]"
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
     if [[ -f "$dir/pid" ]] && is_our_broker "$(cat "$dir/pid")" "$dir"; then
@@ -256,11 +283,11 @@ cmd_start() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
 
-    local bport cport attempt
+    local bport cport sport="" attempt
     if [[ -f "$dir/ports" ]]; then
         # restart: same ports, same log dir, so clients reconnect to the address they know
-        read -r bport cport <"$dir/ports"
-        write_configs "$dir" "$bport" "$cport"
+        read -r bport cport sport <"$dir/ports"
+        write_configs "$dir" "$bport" "$cport" "$sport"
         launch "$dir" || die "broker failed to restart on ports $bport/$cport"
     else
         # a base64url UUID, as `kafka-storage random-uuid` makes (without a second JVM); one
@@ -273,8 +300,12 @@ cmd_start() {
             bport="$(free_port)"
             cport="$(free_port)"
             [[ "$bport" != "$cport" ]] || continue
+            if ((sasl)); then
+                sport="$(free_port)"
+                [[ "$sport" != "$bport" && "$sport" != "$cport" ]] || continue
+            fi
             rm -rf "$dir/data"
-            write_configs "$dir" "$bport" "$cport"
+            write_configs "$dir" "$bport" "$cport" "$sport"
             java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB_DIR/*" \
                 -Dlog4j2.configurationFile="$dir/log4j2.properties" \
                 kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" \
@@ -287,7 +318,7 @@ cmd_start() {
             local rc=0
             launch "$dir" || rc=$?
             if ((rc == 0)); then
-                echo "$bport $cport" >"$dir/ports"
+                echo "$bport $cport $sport" >"$dir/ports"
                 break
             fi
             ((rc == 1 && attempt < 3)) || die "broker failed to start"
@@ -295,6 +326,9 @@ cmd_start() {
         done
     fi
     echo "127.0.0.1:$bport" >"$dir/bootstrap"
+    if [[ -n "$sport" ]]; then
+        echo "127.0.0.1:$sport" >"$dir/sasl_bootstrap"
+    fi
     if [[ -n "$parent" ]]; then
         echo "--parent $parent$([[ $remove == 1 ]] && echo ' --remove-dir')" >"$dir/watchdog.args"
         start_watchdog "$dir" "$parent" "$remove" "$BROKER_PID"
@@ -368,7 +402,7 @@ main() {
         stop) cmd_stop "$@" ;;
         restart) (($#)) || die "usage: kafka.sh restart DIR [--hard]"; cmd_restart "$@" ;;
         run) (($#)) || die "usage: kafka.sh run DIR -- CMD..."; cmd_run "$@" ;;
-        *) die "usage: kafka.sh fetch | start DIR [--parent PID] [--remove-dir] | stop DIR [--hard] | restart DIR [--hard] | run DIR -- CMD..." ;;
+        *) die "usage: kafka.sh fetch | start DIR [--parent PID] [--remove-dir] [--sasl] | stop DIR [--hard] | restart DIR [--hard] | run DIR -- CMD..." ;;
     esac
 }
 

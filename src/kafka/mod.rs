@@ -1,6 +1,7 @@
 //! The consumer task, the rebalance bridge, the dead-letter producer, and how each of their
 //! librdkafka clients finds the cluster again.
 
+pub mod authorized;
 pub mod commit_error;
 pub mod committed;
 pub mod consumer;

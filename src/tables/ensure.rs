@@ -8,6 +8,7 @@ use anyhow::{Context, anyhow, bail};
 use super::cdc;
 use super::envelope_table;
 use super::plans::{WriterSchema, writer_schema};
+use super::router::Creates;
 use super::settings::registry_input;
 use crate::backoff;
 use crate::bigquery::rest_client::{
@@ -24,12 +25,14 @@ use kbq_transcode::{AvroSchema, DeriveOptions, table_schema_from_avro};
 const TABLE_READ_RETRIES: u32 = 10;
 
 /// Reads the table, creating it (and its dataset) when the route has `create_table`: from the
-/// fixed Avro schema, or from the latest schema of the topic's subject in the registry.
+/// fixed Avro schema, or from the latest schema of the topic's subject in the registry. With
+/// [`Creates::Nothing`] beside the REST client, the table it would create is returned instead,
+/// and nothing is written.
 pub(super) async fn ensure_table(
     config: &Config,
     route: &TopicRoute<'_>,
     topic: &str,
-    rest: &RestClient,
+    (rest, creates): (&RestClient, Creates),
     table: &TableReference,
     schema: Option<&AvroSchema>,
     registry: Option<&SchemaRegistry>,
@@ -75,6 +78,10 @@ pub(super) async fn ensure_table(
         }
         (None, _, _) => bail!("neither schema_registry nor avro.schema_file is configured"),
     };
+    let resource = table_resource(table, cdc::without_pseudo_columns(derived), create, route);
+    if creates == Creates::Nothing {
+        return Ok(resource);
+    }
     rest.ensure_dataset(
         &table.project_id,
         &table.dataset_id,
@@ -82,7 +89,6 @@ pub(super) async fn ensure_table(
     )
     .await
     .with_context(|| format!("dataset {}", table.dataset_id))?;
-    let resource = table_resource(table, cdc::without_pseudo_columns(derived), create, route);
     match rest.insert_table(&resource).await {
         Ok(t) => {
             tracing::info!(table = %table.resource_name(), topic, "table created");

@@ -90,6 +90,16 @@ pub struct Router {
     /// The process's one registry client, made at the first route that needs it, so that its
     /// cache by id serves every table (a schema id is fetched once, not once per table).
     registry: Mutex<Option<Arc<SchemaRegistry>>>,
+    /// Tables are read, never created: a table `create_table` would create is built in memory,
+    /// with the schema it would be created with (`check`'s dry run).
+    creates: Creates,
+}
+
+/// Whether resolving a route may create its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Creates {
+    Tables,
+    Nothing,
 }
 
 impl Router {
@@ -110,7 +120,16 @@ impl Router {
             tables: Mutex::new(HashMap::new()),
             resolving: Mutex::new(HashMap::new()),
             registry: Mutex::new(None),
+            creates: Creates::Tables,
         }
+    }
+
+    /// This router creates no table and no dataset: a missing table that `create_table` would
+    /// create resolves to the table it would create, so its plans compile against the schema
+    /// `run` would give it.
+    pub fn creating_nothing(mut self) -> Self {
+        self.creates = Creates::Nothing;
+        self
     }
 
     /// The shared registry client; `None` without `schema_registry`.
@@ -230,7 +249,7 @@ impl Router {
             &self.config,
             settings,
             topic,
-            &self.rest,
+            (&self.rest, self.creates),
             &table_ref,
             fixed_schema.as_ref(),
             registry.as_deref(),

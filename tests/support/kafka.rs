@@ -4,6 +4,8 @@
 //!   `KBQ_KAFKA_BOOTSTRAP`, else one private broker per test binary, started on first use.
 //! * `KafkaBroker::start_private()`: a broker owned by one test, for tests that restart or kill
 //!   it; stopped when the handle drops.
+//! * `KafkaBroker::start_private_sasl()`: the same with a second listener, SASL_PLAINTEXT/PLAIN,
+//!   and ACLs enforced (`scripts/kafka.sh start --sasl` says who may do what); `acls.rs` grants.
 //!
 //! Every broker started here is watched by a process of `kafka.sh` that stops it once this test
 //! process has exited, whatever the exit: the statics of a test binary are never dropped, and a
@@ -28,7 +30,13 @@ pub struct KafkaBroker {
     /// The broker's directory; removed on drop, after `Drop::drop` has stopped the broker.
     dir: tempfile::TempDir,
     bootstrap: String,
+    /// The SASL_PLAINTEXT listener of a broker started with `--sasl`.
+    sasl_bootstrap: Option<String>,
 }
+
+/// The users of a broker started with `--sasl` (scripts/kafka.sh), as `(name, password)`.
+pub const SASL_ADMIN: (&str, &str) = ("admin", "admin-secret");
+pub const SASL_SINK: (&str, &str) = ("sink", "sink-secret");
 
 static SHARED: OnceLock<String> = OnceLock::new();
 
@@ -70,7 +78,36 @@ impl KafkaBroker {
             .tempdir()
             .expect("create a temp dir for a broker");
         let bootstrap = run_script(&["start", path_str(dir.path())], true);
-        KafkaBroker { dir, bootstrap }
+        KafkaBroker {
+            dir,
+            bootstrap,
+            sasl_bootstrap: None,
+        }
+    }
+
+    /// A broker owned by the caller whose second listener takes SASL_PLAINTEXT/PLAIN and whose
+    /// authorizer enforces ACLs; [`bootstrap`](Self::bootstrap) stays a PLAINTEXT listener whose
+    /// anonymous principal is a super user, for the test's own setup.
+    pub fn start_private_sasl() -> KafkaBroker {
+        let dir = tempfile::Builder::new()
+            .prefix("kbq-kafka-sasl-")
+            .tempdir()
+            .expect("create a temp dir for a broker");
+        let bootstrap = run_script(&["start", path_str(dir.path()), "--sasl"], true);
+        let sasl = std::fs::read_to_string(dir.path().join("sasl_bootstrap"))
+            .expect("kafka.sh --sasl writes sasl_bootstrap");
+        KafkaBroker {
+            dir,
+            bootstrap,
+            sasl_bootstrap: Some(sasl.trim().to_string()),
+        }
+    }
+
+    /// The SASL_PLAINTEXT listener; panics for a broker started without `--sasl`.
+    pub fn sasl_bootstrap(&self) -> &str {
+        self.sasl_bootstrap
+            .as_deref()
+            .expect("a broker started with start_private_sasl")
     }
 
     pub fn bootstrap(&self) -> &str {

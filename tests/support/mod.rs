@@ -2,6 +2,7 @@
 //! Not every binary uses every helper, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod acls;
 pub mod cdc;
 pub mod daemon;
 pub mod kafka;

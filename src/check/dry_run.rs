@@ -1,0 +1,258 @@
+//! The dry run: a topic's newest records through the plans `run` compiles for its table, each
+//! taking the path the writer would take (`writer/partition_writer.rs` for rows,
+//! `writer/partition_writer/change.rs` for a CDC route's changes), counted as written, ignored
+//! (a delete under `upsert`), held (its schema cannot be had now) or dead-lettered with its
+//! class and an example reason. Nothing is appended or produced.
+
+use std::collections::BTreeMap;
+
+use super::Finding;
+use super::dry_read::Sample;
+use crate::tables::router::Route;
+use crate::writer::change_source::ChangeSource;
+use crate::writer::plan_source::PlanLookupError;
+use kbq_core::bad_record::BadRecord;
+use kbq_core::offsets::KafkaOffset;
+use kbq_transcode::change::{ChangeKind, sequence_number};
+use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan};
+
+/// The class of a CDC route's bad records on the dead-letter topic, as the writer sends them.
+const CDC_CLASS: &str = "cdc_change";
+
+/// What the records of one topic would become.
+#[derive(Default)]
+struct Tally {
+    written: usize,
+    /// Changes `run` counts and ignores, by what they are (`delete`, `tombstone`).
+    ignored: BTreeMap<&'static str, usize>,
+    /// By dead-letter class: how many, and the first reason.
+    dead: BTreeMap<&'static str, (usize, String)>,
+    /// Records whose schema cannot be had now: how many, and the first reason.
+    held: Option<(usize, String)>,
+}
+
+impl Tally {
+    fn dead(&mut self, class: &'static str, reason: impl Into<String>) {
+        self.dead.entry(class).or_insert((0, reason.into())).0 += 1;
+    }
+
+    fn bad(&mut self, bad: BadRecord) {
+        self.dead(bad.class, bad.reason);
+    }
+
+    /// A lookup that failed: a bad record, or one `run` would hold its partition on.
+    fn failed(&mut self, e: PlanLookupError) {
+        match e {
+            PlanLookupError::BadRecord(bad) => self.bad(bad),
+            PlanLookupError::Unavailable(why) => self.held.get_or_insert((0, why)).0 += 1,
+        }
+    }
+
+    fn findings(self, topic: &str, cdc: bool) -> Vec<Finding> {
+        let item = format!("dry run {topic}");
+        let mut findings = Vec::new();
+        if let Some((n, why)) = self.held {
+            findings.push(Finding::fail(
+                format!("{item} schemas"),
+                format!(
+                    "{n} record(s) whose schema cannot be had now, which would hold their \
+                     partition (an id still unknown after schema_registry.not_found_grace is \
+                     dead-lettered as unknown_schema): {why}"
+                ),
+                "register the schema, or fix the producer's schema id",
+            ));
+        }
+        let what = if cdc { "change(s)" } else { "record(s)" };
+        let ignored = if self.ignored.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self
+                .ignored
+                .iter()
+                .map(|(what, n)| format!("{n} {what}"))
+                .collect();
+            format!(
+                "; ignored by the upsert mode, as run ignores them: {}",
+                each.join(", ")
+            )
+        };
+        if self.dead.is_empty() {
+            findings.push(Finding::ok(
+                item,
+                format!(
+                    "{} {what} transcode against the table; none would be dead-lettered{ignored}",
+                    self.written
+                ),
+            ));
+        } else {
+            let why: Vec<String> = self
+                .dead
+                .iter()
+                .map(|(class, (n, example))| format!("{n} {class} (e.g. {example})"))
+                .collect();
+            findings.push(Finding::fail(
+                item,
+                format!(
+                    "{} {what} transcode, {} would be dead-lettered: {}{ignored}",
+                    self.written,
+                    self.dead.values().map(|(n, _)| n).sum::<usize>(),
+                    why.join("; ")
+                ),
+                "fix the producer or the table (docs/mapping.md says what each class means)",
+            ));
+        }
+        findings
+    }
+}
+
+/// The dry run of `topic`'s records against its route.
+pub(super) async fn dry_run(topic: &str, route: &Route, records: &[Sample]) -> Vec<Finding> {
+    let mut tally = Tally::default();
+    let mut out = Vec::new();
+    for record in records {
+        let headers = headers(record);
+        let meta = KafkaMetadata {
+            topic,
+            partition: record.partition,
+            offset: KafkaOffset(record.offset),
+            timestamp_millis: record.timestamp_ms,
+            key: record.key.as_deref(),
+            headers: &headers,
+        };
+        out.clear();
+        match &route.writer.cdc {
+            Some(cdc) => change(cdc.as_ref(), record, &meta, &mut out, &mut tally).await,
+            None => row(route, record, &meta, &mut out, &mut tally).await,
+        }
+    }
+    tally.findings(topic, route.writer.cdc.is_some())
+}
+
+fn headers(record: &Sample) -> Vec<KafkaHeader<'_>> {
+    record
+        .headers
+        .iter()
+        .map(|(k, v)| KafkaHeader {
+            key: k.as_bytes(),
+            value: v.as_deref(),
+        })
+        .collect()
+}
+
+/// A record of an ordinary route: its writer schema's plan, then the row.
+async fn row(
+    route: &Route,
+    record: &Sample,
+    meta: &KafkaMetadata<'_>,
+    out: &mut Vec<u8>,
+    tally: &mut Tally,
+) {
+    let Some(value) = &record.value else {
+        tally.dead("tombstone", "a record without a value");
+        return;
+    };
+    let plans = &route.writer.plans;
+    let found = match plans.cached_plan(value) {
+        Some(found) => found.map_err(PlanLookupError::BadRecord),
+        None => plans.plan_for(value).await,
+    };
+    match found {
+        Ok((plan, at)) => transcode(&plan, &value[at..], meta, out, tally),
+        Err(e) => tally.failed(e),
+    }
+}
+
+/// A change of a CDC route, step by step as `take_change` takes it: the change plan, the
+/// change's kind and row, the upsert mode's ignored deletes, a delete by the Kafka key.
+async fn change(
+    cdc: &dyn ChangeSource,
+    record: &Sample,
+    meta: &KafkaMetadata<'_>,
+    out: &mut Vec<u8>,
+    tally: &mut Tally,
+) {
+    let rules = cdc.rules();
+    let Some(value) = &record.value else {
+        let sequence = sequence_number(rules.epoch, 0, record.offset);
+        return delete_by_key(cdc, record, &sequence, tally, "tombstone").await;
+    };
+    let (plan, at) = match cdc.change_plan(value).await {
+        Ok(found) => found,
+        Err(e) => return tally.failed(e),
+    };
+    let body = &value[at..];
+    let located = match plan.shape.locate(body) {
+        Ok(located) => located,
+        Err(e) => {
+            let class = if e.is_malformed() {
+                e.class()
+            } else {
+                CDC_CLASS
+            };
+            return tally.dead(class, e.to_string());
+        }
+    };
+    if located.kind == ChangeKind::Delete && !rules.deletes {
+        *tally.ignored.entry("delete").or_default() += 1;
+        return;
+    }
+    let sequence = sequence_number(rules.epoch, located.source.unwrap_or(0), record.offset);
+    let Some(row) = located.row else {
+        return delete_by_key(cdc, record, &sequence, tally, "delete").await;
+    };
+    let change = plan.columns.row(&body[row], located.kind, &sequence);
+    transcode(&plan.plan, &change.input, meta, out, tally);
+}
+
+/// A DELETE row from the record's Kafka key (a tombstone, or a delete without a row).
+async fn delete_by_key(
+    cdc: &dyn ChangeSource,
+    record: &Sample,
+    sequence: &str,
+    tally: &mut Tally,
+    what: &'static str,
+) {
+    if !cdc.rules().deletes {
+        *tally.ignored.entry(what).or_default() += 1;
+        return;
+    }
+    let Some(key) = &record.key else {
+        return tally.dead(CDC_CLASS, "a delete with neither a row nor a kafka key");
+    };
+    let (key_plan, at) = match cdc.delete_plan(key).await {
+        Ok(found) => found,
+        Err(e) => return tally.failed(e),
+    };
+    let key = &key[at..];
+    let body = match key_plan.envelope.record(key) {
+        Ok(Some(range)) => &key[range],
+        Ok(None) => {
+            return tally.dead(
+                CDC_CLASS,
+                "the kafka key: the payload of its kafka connect envelope is null",
+            );
+        }
+        Err(e) => return tally.dead(CDC_CLASS, format!("the kafka key: {e}")),
+    };
+    let mut row = Vec::new();
+    match key_plan
+        .columns
+        .transcode(&key_plan.plan, body, ChangeKind::Delete, sequence, &mut row)
+    {
+        Ok(_) => tally.written += 1,
+        Err(e) => tally.dead(CDC_CLASS, format!("the kafka key: {e}")),
+    }
+}
+
+fn transcode(
+    plan: &Plan,
+    body: &[u8],
+    meta: &KafkaMetadata<'_>,
+    out: &mut Vec<u8>,
+    tally: &mut Tally,
+) {
+    match plan.transcode(body, Some(meta), out) {
+        Ok(_) => tally.written += 1,
+        Err(e) => tally.dead(e.class(), e.to_string()),
+    }
+}
