@@ -288,14 +288,36 @@ async fn check_reads_the_principals_kafka_permissions_from_the_brokers_writing_n
             acl(On::Topic(&read_only_dlq), DESCRIBE),
         ],
     );
-    // A checkpoint and a dead letter that must still be where they are after every check.
+    // A checkpoint and a dead letter that must still be where they are after every check. The
+    // dead letter comes from the sink user's idempotent producer, as the sink's would: WRITE on
+    // the topic is all it needs (no IDEMPOTENT_WRITE on the cluster, docs/operations.md).
     commit_outside_group(admin, &group, &f.topic, 0, 4, None).expect("commit");
-    support::kafka::produce_to_partition(
-        &support::kafka::producer(admin),
-        &f.dlq,
-        0,
-        &[(b"k".as_slice(), b"a dead letter".as_slice())],
-    );
+    let sink_producer: rdkafka::producer::FutureProducer =
+        support::kafka::producer_config(broker.sasl_bootstrap())
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", SASL_SINK.0)
+            .set("sasl.password", SASL_SINK.1)
+            .create()
+            .expect("the sink user's producer");
+    let started = std::time::Instant::now();
+    while let Err(e) = sink_producer
+        .send(
+            rdkafka::producer::FutureRecord::<[u8], [u8]>::to(&f.dlq)
+                .partition(0)
+                .payload(b"a dead letter"),
+            std::time::Duration::from_secs(30),
+        )
+        .await
+    {
+        // The ACLs reach the broker's authorizer a moment after CreateAcls answers.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the sink user cannot produce to {}: {e:?}",
+            f.dlq
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let before = [
         positions(admin, &group, &f.topic, 2),
         positions(admin, &describe_only, &f.topic, 2),
