@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../benches/common/mod.rs"]
 mod common;
+#[path = "../benches/common/orders.rs"]
+mod orders;
 
 use kbq_transcode::Plan;
 
@@ -58,6 +60,14 @@ impl Path {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1).map(String::as_str).unwrap_or("proto");
+    if let Some(reference) = match which {
+        "orders" => Some(false),
+        "orders-reference" => Some(true),
+        _ => None,
+    } {
+        let records: u64 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(10_000);
+        return orders_loop(reference, records);
+    }
     let secs: f64 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(5.0);
     let names: &[&'static str] = match which {
         "avro" => &["avro"],
@@ -85,6 +95,30 @@ fn main() {
             "proto plan: {:.3}x the avro plan per input byte",
             avro.best / proto.best
         );
+    }
+    black_box(out);
+}
+
+/// Exactly `records` orders, the batch buffer cleared every 512 rows as a sealed batch would be.
+fn orders_loop(reference: bool, records: u64) {
+    let orders = orders::Orders::new();
+    let mut out = Vec::with_capacity(1 << 20);
+    for k in 0..records {
+        if k.is_multiple_of(512) {
+            out.clear();
+        }
+        let avro = &orders.avro[(k % orders.avro.len() as u64) as usize];
+        if reference {
+            let meta = orders::meta(k);
+            black_box(
+                orders
+                    .plan
+                    .transcode_reference(black_box(avro), Some(&meta), &mut out),
+            )
+            .unwrap();
+        } else {
+            black_box(orders.transcode(black_box(avro), k, &mut out));
+        }
     }
     black_box(out);
 }

@@ -13,6 +13,7 @@ use super::budget::Budget;
 use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
+use super::flat::FlatPlan;
 use super::metadata_columns::metadata_ops;
 use super::named;
 use super::ops::{Conv, JsonOp, OnNull, Op, RecordOp, Skip};
@@ -76,12 +77,16 @@ pub fn compile(
     let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
     let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
     let root = descriptor::message(ROOT_MESSAGE, protos);
+    let tree = RecordOp {
+        tag: None,
+        fields,
+        missing_required,
+    };
     Ok(Plan {
-        body: Body::Avro(RecordOp {
-            tag: None,
-            fields,
-            missing_required,
-        }),
+        body: Body::Avro {
+            flat: FlatPlan::lower(&tree),
+            tree,
+        },
         metadata,
         descriptor: c.desc.finish(root),
     })

@@ -91,7 +91,7 @@ fn step(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), Record
 }
 
 #[inline(never)]
-fn run(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
+pub(super) fn run(op: &Op, r: &mut AvroReader<'_>, out: &mut Vec<u8>) -> Result<(), RecordError> {
     match op {
         Op::Scalar { tag, conv, column } => scalar(*tag, conv, column, r, out),
         Op::Union(branches) => {
@@ -166,7 +166,7 @@ pub(super) fn put_f64(out: &mut Vec<u8>, tag: Tag, v: f64) {
 /// The conversions most columns use, kept small so they inline into the loops that call them;
 /// the rest live in [`scalar_cold`].
 #[inline(always)]
-fn scalar(
+pub(super) fn scalar(
     tag: Tag,
     conv: &Conv,
     column: &Arc<str>,
@@ -198,7 +198,7 @@ fn scalar(
 
 #[cold]
 #[inline(never)]
-fn out_of_range(column: &Arc<str>, res: Result<i64, String>) -> RecordError {
+pub(super) fn out_of_range(column: &Arc<str>, res: Result<i64, String>) -> RecordError {
     value_error(column, res.err().unwrap_or_default())
 }
 

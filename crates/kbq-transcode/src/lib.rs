@@ -15,6 +15,7 @@ mod derive;
 mod descriptor;
 mod error;
 mod exec;
+mod flat;
 pub mod json;
 mod metadata_columns;
 mod named;
@@ -53,7 +54,13 @@ pub struct Plan {
 /// What a plan reads.
 #[derive(Debug, Clone)]
 enum Body {
-    Avro(ops::RecordOp),
+    /// The tree of ops the compiler builds and its flat form, which runs it (`flat/`); the tree
+    /// runs a plan that has no flat form (nested deeper than the flat executor's stacks) and is
+    /// the reference the differential tests compare the flat executor against.
+    Avro {
+        tree: ops::RecordOp,
+        flat: Option<flat::FlatPlan>,
+    },
     Protobuf(protobuf::MessageOp),
     Json {
         root: json::ObjectOp,
@@ -96,7 +103,7 @@ impl Plan {
     /// `malformed_*` (docs/mapping.md, "Input framing and malformed records").
     pub fn malformed_class(&self) -> &'static str {
         match &self.body {
-            Body::Avro(_) => "malformed_avro",
+            Body::Avro { .. } => "malformed_avro",
             Body::Protobuf(_) => "malformed_protobuf",
             Body::Json { .. } => "malformed_json",
         }
@@ -116,9 +123,36 @@ impl Plan {
         meta: Option<&KafkaMetadata<'_>>,
         out: &mut Vec<u8>,
     ) -> Result<Range<usize>, RecordError> {
+        self.transcode_with(body, meta, out, false)
+    }
+
+    /// [`Plan::transcode`] through the tree executor, the reference the flat executor is
+    /// compared against (`tests/transcode/differential.rs`, the fuzzers). Not for production
+    /// use.
+    #[doc(hidden)]
+    pub fn transcode_reference(
+        &self,
+        body: &[u8],
+        meta: Option<&KafkaMetadata<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Range<usize>, RecordError> {
+        self.transcode_with(body, meta, out, true)
+    }
+
+    fn transcode_with(
+        &self,
+        body: &[u8],
+        meta: Option<&KafkaMetadata<'_>>,
+        out: &mut Vec<u8>,
+        reference: bool,
+    ) -> Result<Range<usize>, RecordError> {
         let start = out.len();
         let result = match &self.body {
-            Body::Avro(root) => exec::run_row(root, &self.metadata, body, meta, out),
+            Body::Avro {
+                flat: Some(flat),
+                tree: _,
+            } if !reference => flat::run_row(flat, &self.metadata, body, meta, out),
+            Body::Avro { tree, .. } => exec::run_row(tree, &self.metadata, body, meta, out),
             Body::Protobuf(root) => {
                 out.reserve(body.len() + body.len() / 4 + 64);
                 protobuf::run_message(root, body, 0, out)

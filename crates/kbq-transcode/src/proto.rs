@@ -38,6 +38,14 @@ impl Tag {
         self.len
     }
 
+    /// The encoded key in the low bytes of a little-endian word, zeros above: written as one
+    /// eight-byte store of which [`Tag::encoded_len`] bytes count.
+    #[inline(always)]
+    pub fn word(&self) -> u64 {
+        let b = self.bytes;
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], 0, 0, 0])
+    }
+
     #[inline(always)]
     pub fn put(&self, out: &mut Vec<u8>) {
         // Field numbers below 16 (most columns) have one-byte keys, below 2048 two-byte keys:

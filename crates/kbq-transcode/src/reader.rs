@@ -12,7 +12,7 @@ pub struct AvroReader<'a> {
 
 /// Zero-size items cost no input, so only a budget per record stops a few bytes of block headers
 /// from asking for billions of them (nested or in many blocks).
-const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 16;
+pub(crate) const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 16;
 
 impl<'a> AvroReader<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
@@ -21,6 +21,25 @@ impl<'a> AvroReader<'a> {
             pos: 0,
             zero_size_budget: MAX_ZERO_SIZE_ITEMS,
         }
+    }
+
+    /// A reader at `pos` of `buf` with what is left of a record's zero-size budget: the flat
+    /// executor (`flat/`) hands its cold paths to this reader mid-record and takes back
+    /// [`AvroReader::position`] and [`AvroReader::zero_size_budget`].
+    pub(crate) fn resume(buf: &'a [u8], pos: usize, zero_size_budget: u64) -> Self {
+        AvroReader {
+            buf,
+            pos,
+            zero_size_budget,
+        }
+    }
+
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn zero_size_budget(&self) -> u64 {
+        self.zero_size_budget
     }
 
     #[inline]

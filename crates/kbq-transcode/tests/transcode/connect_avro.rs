@@ -14,6 +14,7 @@
 //! values that cannot be written exactly (a per-record error with its reason), and the table
 //! `create_table` derives.
 
+use crate::support::differential::Both;
 use kbq_core::table_schema::{FieldType, Mode, TableSchema};
 use kbq_transcode::{
     AvroSchema, DeriveOptions, Plan, PlanError, PlanOptions, RecordError, file_for,
@@ -163,7 +164,7 @@ fn compile(avsc: &str, column: &str) -> Result<Plan, PlanError> {
 
 fn run(plan: &Plan, datum: &[u8]) -> Result<Option<PValue>, RecordError> {
     let mut out = Vec::new();
-    let range = plan.transcode(datum, None, &mut out)?;
+    let range = plan.transcode_both(datum, None, &mut out)?;
     let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
         file: vec![file_for(plan.descriptor())],
     })

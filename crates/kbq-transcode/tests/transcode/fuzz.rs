@@ -163,7 +163,7 @@ fn seed_record(rng: &mut StdRng) -> Value {
     Value::Record(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
-fn mutate(rng: &mut StdRng, input: &mut Vec<u8>) {
+pub(crate) fn mutate(rng: &mut StdRng, input: &mut Vec<u8>) {
     for _ in 0..rng.random_range(1..6) {
         let len = input.len();
         match rng.random_range(0..7) {

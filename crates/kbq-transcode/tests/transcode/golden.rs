@@ -2,6 +2,7 @@
 //! precision), with the
 //! expected BigQuery value written out by hand.
 
+use crate::support::differential::Both;
 use apache_avro::types::Value;
 use apache_avro::{Decimal, Schema};
 use kbq_core::table_schema::TableSchema;
@@ -48,7 +49,7 @@ fn decode(plan: &Plan, row: &[u8]) -> DynamicMessage {
 
 fn transcode(plan: &Plan, avro: &[u8]) -> Result<DynamicMessage, RecordError> {
     let mut out = Vec::new();
-    let range = plan.transcode(avro, None, &mut out)?;
+    let range = plan.transcode_both(avro, None, &mut out)?;
     Ok(decode(plan, &out[range]))
 }
 
@@ -752,7 +753,7 @@ fn kafka_metadata_columns_are_appended_from_the_callers_struct() {
     };
     let mut out = Vec::new();
     let range = plan
-        .transcode(
+        .transcode_both(
             &encode(&avsc, vec![("a", Value::Long(1))]),
             Some(&meta),
             &mut out,
@@ -788,17 +789,17 @@ fn rows_of_a_batch_share_one_buffer_and_a_bad_record_leaves_it_untouched() {
     .unwrap();
     let mut out = Vec::new();
     let a = plan
-        .transcode(
+        .transcode_both(
             &encode(&avsc, vec![("s", Value::String("a".into()))]),
             None,
             &mut out,
         )
         .unwrap();
     let before = out.clone();
-    assert!(plan.transcode(&[0x02, 0xc3], None, &mut out).is_err());
+    assert!(plan.transcode_both(&[0x02, 0xc3], None, &mut out).is_err());
     assert_eq!(out, before);
     let b = plan
-        .transcode(
+        .transcode_both(
             &encode(&avsc, vec![("s", Value::String("bb".into()))]),
             None,
             &mut out,
@@ -881,7 +882,7 @@ fn malformed_payloads_are_typed_errors_with_reasons() {
     )
     .unwrap();
     let mut out = Vec::new();
-    let mut run = |bytes: &[u8]| plan.transcode(bytes, None, &mut out).unwrap_err();
+    let mut run = |bytes: &[u8]| plan.transcode_both(bytes, None, &mut out).unwrap_err();
     assert!(matches!(run(&[]), RecordError::Truncated { offset: 0, .. }));
     assert!(matches!(
         run(&[0x02, b'a']),
@@ -928,7 +929,7 @@ fn absurd_array_counts_are_refused_before_looping() {
     let bytes = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
     let mut out = Vec::new();
     assert!(matches!(
-        plan.transcode(&bytes, None, &mut out),
+        plan.transcode_both(&bytes, None, &mut out),
         Err(RecordError::AbsurdCount { .. })
     ));
 }

@@ -5,6 +5,7 @@
 //! The interpreter is `KBQ_PYTHON`, else the repository's `.venv/bin/python` (made by
 //! `scripts/venv.sh` from `tests/python/requirements.txt`).
 
+use crate::support::differential::Both;
 use std::process::Command;
 
 use kbq_core::table_schema::TableSchema;
@@ -42,7 +43,7 @@ fn fastavro_vectors_transcode_to_the_values_python_expects() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let avro = hex(v["avro_hex"].as_str().unwrap());
         let mut out = Vec::new();
-        let result = plan.transcode(&avro, None, &mut out);
+        let result = plan.transcode_both(&avro, None, &mut out);
         if v["error"] == json!(true) {
             assert!(
                 matches!(result, Err(RecordError::Value { .. })),

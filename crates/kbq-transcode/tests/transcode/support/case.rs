@@ -90,7 +90,8 @@ pub fn plan(table: &TableSchema) -> Plan {
 }
 
 /// Transcodes `input` (an Avro body; its first bytes double as the Kafka key and a header) onto
-/// the end of `out`. It must not panic; an error must leave `out` exactly as it was and say
+/// the end of `out`. It must not panic; the flat executor and the tree executor (the reference)
+/// must give the same result and bytes; an error must leave `out` exactly as it was and say
 /// something; a success must start where `out` ended. The row's range, on success.
 pub fn transcode_checked(plan: &Plan, input: &[u8], out: &mut Vec<u8>) -> Option<Range<usize>> {
     let headers = [KafkaHeader {
@@ -104,7 +105,13 @@ pub fn transcode_checked(plan: &Plan, input: &[u8], out: &mut Vec<u8>) -> Option
         ..Default::default()
     };
     let before = out.clone();
-    match plan.transcode(input, Some(&meta), out) {
+    // The flat executor must agree with the tree executor it replaced, on every input.
+    let mut reference = out.clone();
+    let expected = plan.transcode_reference(input, Some(&meta), &mut reference);
+    let result = plan.transcode(input, Some(&meta), out);
+    assert_eq!(result, expected, "the executors disagree");
+    assert!(*out == reference, "the executors' rows differ");
+    match result {
         Ok(range) => {
             assert_eq!(
                 range.start,

@@ -1,0 +1,243 @@
+//! Runs a [`FlatPlan`] over one record's Avro bytes: one loop over the ops, the cursors of
+//! `raw.rs`, every error on a cold path. Its rows and errors are the tree executor's
+//! (`crate::exec`), byte for byte: the differential tests (`tests/transcode/differential.rs`)
+//! and the fuzzers compare the two.
+
+use std::sync::Arc;
+
+use super::raw::{Input, Output};
+use super::{FlatOp, FlatPlan, MAX_DEPTH};
+use crate::convert::{
+    DecimalTarget, MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS, Wide,
+    date_days, timestamp_micros,
+};
+use crate::error::RecordError;
+use crate::exec::{self as tree, KafkaMetadata, out_of_range, value_error};
+use crate::ops::MetadataOps;
+use crate::proto::Tag;
+use crate::reader::AvroReader;
+
+pub(crate) fn run_row(
+    plan: &FlatPlan,
+    metadata: &MetadataOps,
+    avro: &[u8],
+    meta: Option<&KafkaMetadata<'_>>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    // Proto rows are about as long as the Avro input: one reservation instead of regrowth.
+    out.reserve(avro.len() + avro.len() / 4 + 64);
+    let mut r = Input::new(avro);
+    let bound = plan
+        .room
+        .and_then(|room| room.bound(avro.len()))
+        .filter(|bound| out.capacity() - out.len() >= *bound);
+    if let Some(bound) = bound {
+        // SAFETY: the spare capacity holds the plan's bound on what this record writes
+        // (`Room`, computed from the ops when the plan was lowered) and the stores' slack.
+        run(plan, &mut r, &mut unsafe { Output::reserved(out, bound) })?;
+    } else {
+        run(plan, &mut r, &mut Output::checked(out))?;
+    }
+    if r.remaining() != 0 {
+        return Err(RecordError::TrailingBytes {
+            trailing: r.remaining(),
+        });
+    }
+    tree::write_metadata(metadata, meta, out)
+}
+
+/// 10^k for the rescaling of decimals, k ≤ 38.
+const POW10: [i128; 39] = {
+    let mut p = [1i128; 39];
+    let mut k = 1;
+    while k < 39 {
+        p[k] = p[k - 1] * 10;
+        k += 1;
+    }
+    p
+};
+
+/// The one loop: `pc` walks the ops, jumps set it; the array counts and the open messages'
+/// length positions live in two fixed stacks ([`MAX_DEPTH`] bounds them at lowering).
+fn run<const CHECKED: bool>(
+    plan: &FlatPlan,
+    r: &mut Input<'_>,
+    w: &mut Output<'_, CHECKED>,
+) -> Result<(), RecordError> {
+    let ops = &plan.ops[..];
+    let mut pc = 0usize;
+    let mut counts = [0usize; MAX_DEPTH];
+    let mut arrays = 0usize;
+    let mut opens = [0usize; MAX_DEPTH];
+    let mut open = 0usize;
+    loop {
+        match ops[pc] {
+            FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
+            FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
+            FlatOp::Str(tag) => {
+                let s = r.bytes()?;
+                if !w.tag_str(tag, s) {
+                    return Err(RecordError::InvalidUtf8 {
+                        offset: r.position() - s.len(),
+                    });
+                }
+            }
+            FlatOp::Bytes(tag) => w.tag_bytes(tag, r.bytes()?),
+            FlatOp::Double(tag) => w.tag_f64(tag, r.double()?),
+            FlatOp::Float(tag) => {
+                let b = r.fixed(4, "a float")?;
+                w.tag_f64(tag, f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64);
+            }
+            FlatOp::Bool(tag) => w.tag_u8(tag, r.boolean()? as u8),
+            FlatOp::TimestampMicros(tag, column) => {
+                let v = r.long()?;
+                if !(MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&v) {
+                    return Err(out_of_range(
+                        &plan.columns[column as usize],
+                        timestamp_micros(Some(v)),
+                    ));
+                }
+                w.tag_varint(tag, v as u64);
+            }
+            FlatOp::Date(tag, column) => {
+                let v = r.int()?;
+                if !(MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&v) {
+                    return Err(bad_date(&plan.columns[column as usize], v));
+                }
+                w.tag_varint(tag, v as i64 as u64);
+            }
+            FlatOp::Enum { base, n } => {
+                let i = r.small_index(n, AvroReader::enum_index)?;
+                w.raw(&plan.symbols[base as usize + i]);
+            }
+            FlatOp::Decimal {
+                tag,
+                scale,
+                pow,
+                big,
+                column,
+            } => {
+                let b = r.bytes()?;
+                match small_decimal(b).and_then(|v| v.checked_mul(POW10[pow as usize])) {
+                    Some(v) => w.tag_i128(tag, v),
+                    None => wide_decimal(plan, w, tag, b, scale, pow, big, column)?,
+                }
+            }
+            FlatOp::Scalar(i) => {
+                let (tag, conv, column) = &plan.scalars[i as usize];
+                let out = w.vec();
+                r.reference(|ar| tree::scalar(*tag, conv, column, ar, out))?;
+            }
+            FlatOp::Subtree(i) => {
+                let out = w.vec();
+                r.reference(|ar| tree::run(&plan.subtrees[i as usize], ar, out))?;
+            }
+            FlatOp::SkipLong => {
+                r.long()?;
+            }
+            FlatOp::SkipInt => {
+                r.int()?;
+            }
+            FlatOp::SkipBool => {
+                r.boolean()?;
+            }
+            FlatOp::SkipFixed(n) => {
+                r.fixed(n as usize, "a fixed-size value")?;
+            }
+            FlatOp::SkipBytes => {
+                r.bytes()?;
+            }
+            FlatOp::SkipEnum(n) => {
+                r.small_index(n, AvroReader::enum_index)?;
+            }
+            FlatOp::Open(tag) => {
+                opens[open] = w.open(tag);
+                open += 1;
+            }
+            FlatOp::Close => {
+                open -= 1;
+                w.close(opens[open]);
+            }
+            FlatOp::Branch { n, table } => {
+                let i = r.small_index(n, AvroReader::branch)?;
+                pc = plan.targets[table as usize + i] as usize;
+                continue;
+            }
+            FlatOp::Jump(to) => {
+                pc = to as usize;
+                continue;
+            }
+            FlatOp::ArrayBegin { min_item, end } => {
+                let n = r.block(min_item)?;
+                if n == 0 {
+                    pc = end as usize;
+                    continue;
+                }
+                counts[arrays] = n;
+                arrays += 1;
+            }
+            FlatOp::ArrayNext { min_item, body } => {
+                let left = &mut counts[arrays - 1];
+                *left -= 1;
+                if *left == 0 {
+                    *left = r.block(min_item)?;
+                }
+                if *left != 0 {
+                    pc = body as usize;
+                    continue;
+                }
+                arrays -= 1;
+            }
+            FlatOp::Fail(i) => return Err(plan.errors[i as usize].clone()),
+            FlatOp::End => return Ok(()),
+        }
+        pc += 1;
+    }
+}
+
+/// A big-endian two's-complement number of at most eight bytes.
+#[inline(always)]
+fn small_decimal(b: &[u8]) -> Option<i128> {
+    let n = b.len();
+    if n > 8 {
+        return None;
+    }
+    // Empty bytes are zero, as the tree executor reads them.
+    let mut v = 0u64;
+    for &x in b {
+        v = v << 8 | x as u64;
+    }
+    let shift = 64 - 8 * n as u32;
+    Some((v.checked_shl(shift).map_or(0, |v| v as i64 >> shift)) as i128)
+}
+
+/// Every decimal the fast path does not take, as the tree executor converts it.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn wide_decimal<const CHECKED: bool>(
+    plan: &FlatPlan,
+    w: &mut Output<'_, CHECKED>,
+    tag: Tag,
+    bytes: &[u8],
+    scale: u8,
+    pow: u8,
+    big: bool,
+    column: u32,
+) -> Result<(), RecordError> {
+    let column = &plan.columns[column as usize];
+    let target = if big {
+        DecimalTarget::BigNumeric
+    } else {
+        DecimalTarget::Numeric
+    };
+    debug_assert_eq!(scale as u32 + pow as u32, target.scale());
+    let v = Wide::from_be_twos(bytes).map_err(|e| value_error(column, e))?;
+    tree::put_decimal(w.vec(), tag, v, scale as u32, target, column)
+}
+
+#[cold]
+#[inline(never)]
+fn bad_date(column: &Arc<str>, days: i32) -> RecordError {
+    value_error(column, date_days(days).err().unwrap_or_default())
+}

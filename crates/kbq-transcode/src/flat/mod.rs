@@ -1,0 +1,381 @@
+//! The flat form of an Avro plan: the tree of [`Op`]s the compiler builds (`ops.rs`), lowered
+//! into one array of small ops that one loop runs (`exec.rs` here) instead of a recursive walk:
+//! a nested record becomes an open and a close op, an array a begin op and a next op that jumps
+//! back, a union one op that jumps to its branch. Built once per plan, from the plan alone (no
+//! code for any one schema).
+//!
+//! The conversions most columns use have ops of their own; every other conversion, and the ops
+//! that are rare on a hot path (maps, values rendered as JSON, skipped arrays, maps and
+//! records), run through the tree executor (`exec.rs` of the crate), which stays the reference
+//! the differential tests compare against.
+
+mod exec;
+mod raw;
+
+use std::sync::Arc;
+
+use crate::convert::DecimalTarget;
+use crate::error::RecordError;
+use crate::ops::{Conv, OnNull, Op, RecordOp, Skip};
+use crate::proto::{Tag, put_len_delimited};
+
+pub(crate) use exec::run_row;
+
+/// Nested records and arrays a flat plan may hold open at once; a deeper plan keeps the tree
+/// executor (see [`FlatPlan::lower`]).
+const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, Clone)]
+pub(crate) struct FlatPlan {
+    ops: Box<[FlatOp]>,
+    /// Each union's branch targets, `Branch::table..Branch::table + n`.
+    targets: Box<[u32]>,
+    /// Column names of the ops' errors.
+    columns: Box<[Arc<str>]>,
+    /// Every enum symbol already encoded as its field: tag, length, text.
+    symbols: Box<[Box<[u8]>]>,
+    /// Scalars converted by the tree executor's code.
+    scalars: Box<[(Tag, Conv, Arc<str>)]>,
+    /// Whole ops run by the tree executor.
+    subtrees: Box<[Op]>,
+    /// The errors of `Fail` ops.
+    errors: Box<[RecordError]>,
+    /// A bound on the bytes a record writes, when the plan has one.
+    room: Option<Room>,
+}
+
+/// What a record of `n` bytes can write at most: `n × (1 + per_byte) + constant`. Every op
+/// that reads writes at most its input and a fixed excess (a varint of one byte becomes a tag
+/// and up to ten bytes; a string's length prefix is never shorter than the row's); an op that
+/// reads nothing (opening a message) runs once per run of the record, array item or union
+/// around it. The ops outside arrays add their excess once (`constant`); those inside an array
+/// once per item, and an item takes at least `min_item` bytes, so their excess divided by that
+/// is a cost per input byte. A plan with an op the tree executor runs (its output has no such
+/// bound) or with an array of items that may take no bytes has no bound: its records are
+/// written with a capacity check per write.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    per_byte: usize,
+    constant: usize,
+}
+
+impl Room {
+    fn bound(self, input: usize) -> Option<usize> {
+        input
+            .checked_mul(1 + self.per_byte)?
+            .checked_add(self.constant)?
+            .checked_add(raw::STORE_SLACK)
+    }
+}
+
+/// One step. Jump targets are indexes into [`FlatPlan::ops`].
+#[derive(Debug, Clone, Copy)]
+enum FlatOp {
+    Long(Tag),
+    Int(Tag),
+    /// A string, checked for UTF-8 (`Str`, `StrAsBytes` and `BytesAsStr` all are).
+    Str(Tag),
+    Bytes(Tag),
+    Double(Tag),
+    Float(Tag),
+    Bool(Tag),
+    TimestampMicros(Tag, u32),
+    Date(Tag, u32),
+    /// Symbols `base..base + n` of [`FlatPlan::symbols`].
+    Enum {
+        base: u32,
+        n: u32,
+    },
+    /// A `bytes` decimal into a column of scale `scale + pow`.
+    Decimal {
+        tag: Tag,
+        scale: u8,
+        pow: u8,
+        big: bool,
+        column: u32,
+    },
+    /// [`FlatPlan::scalars`]`[i]` through the tree executor's conversion.
+    Scalar(u32),
+    /// [`FlatPlan::subtrees`]`[i]` through the tree executor.
+    Subtree(u32),
+    SkipLong,
+    SkipInt,
+    SkipBool,
+    SkipFixed(u32),
+    SkipBytes,
+    SkipEnum(u32),
+    Open(Tag),
+    Close,
+    Branch {
+        n: u32,
+        table: u32,
+    },
+    Jump(u32),
+    /// Reads a block count; an empty array continues at `end`.
+    ArrayBegin {
+        min_item: u32,
+        end: u32,
+    },
+    /// One item done: the next one starts at `body`, or the next block is read.
+    ArrayNext {
+        min_item: u32,
+        body: u32,
+    },
+    /// [`FlatPlan::errors`]`[i]`.
+    Fail(u32),
+    End,
+}
+
+impl FlatPlan {
+    /// The flat form of a row's plan, or `None` when the plan nests records and arrays deeper
+    /// than [`MAX_DEPTH`] or is too large for 32-bit indexes: such a plan keeps the tree
+    /// executor.
+    pub(crate) fn lower(root: &RecordOp) -> Option<FlatPlan> {
+        let mut l = Lowering {
+            excess: vec![0],
+            bounded: true,
+            ..Lowering::default()
+        };
+        l.record(root, 0)?;
+        l.ops.push(FlatOp::End);
+        u32::try_from(l.ops.len()).ok()?;
+        let room = l.bounded.then_some(Room {
+            per_byte: l.per_byte,
+            constant: l.excess[0],
+        });
+        Some(FlatPlan {
+            ops: l.ops.into(),
+            targets: l.targets.into(),
+            columns: l.columns.into(),
+            symbols: l.symbols.into(),
+            scalars: l.scalars.into(),
+            subtrees: l.subtrees.into(),
+            errors: l.errors.into(),
+            room,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Lowering {
+    ops: Vec<FlatOp>,
+    targets: Vec<u32>,
+    columns: Vec<Arc<str>>,
+    symbols: Vec<Box<[u8]>>,
+    scalars: Vec<(Tag, Conv, Arc<str>)>,
+    subtrees: Vec<Op>,
+    errors: Vec<RecordError>,
+    /// The excess of the ops lowered so far, per array around them (the outermost: the row).
+    excess: Vec<usize>,
+    /// The arrays' excess per input byte.
+    per_byte: usize,
+    /// No op without a bound on its output so far.
+    bounded: bool,
+}
+
+/// The most a NUMERIC or BIGNUMERIC value takes: 16 or 32 bytes.
+const NUMERIC_BYTES: usize = 16;
+const BIGNUMERIC_BYTES: usize = 32;
+/// The most a message's length can grow when it is closed: from one byte to ten.
+const LENGTH_GROWTH: usize = 9;
+
+fn index(len: usize) -> Option<u32> {
+    u32::try_from(len).ok()
+}
+
+impl Lowering {
+    fn pc(&self) -> Option<u32> {
+        index(self.ops.len())
+    }
+
+    /// An op that writes at most `excess` bytes more than it reads.
+    fn charge(&mut self, excess: usize) {
+        let top = self.excess.last_mut().expect("the row's entry");
+        *top = top.saturating_add(excess);
+    }
+
+    fn fail(&mut self, e: RecordError) -> Option<()> {
+        let i = index(self.errors.len())?;
+        self.errors.push(e);
+        self.ops.push(FlatOp::Fail(i));
+        Some(())
+    }
+
+    fn subtree(&mut self, op: &Op) -> Option<()> {
+        let i = index(self.subtrees.len())?;
+        self.subtrees.push(op.clone());
+        self.ops.push(FlatOp::Subtree(i));
+        self.bounded = false;
+        Some(())
+    }
+
+    fn column(&mut self, c: &Arc<str>) -> Option<u32> {
+        let i = index(self.columns.len())?;
+        self.columns.push(c.clone());
+        Some(i)
+    }
+
+    /// `depth`: records and arrays open around this one.
+    fn record(&mut self, rec: &RecordOp, depth: usize) -> Option<()> {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        if let Some(column) = &rec.missing_required {
+            // The tree executor refuses such a record before reading any of it.
+            return self.fail(RecordError::MissingRequired {
+                column: column.clone(),
+            });
+        }
+        if let Some(tag) = rec.tag {
+            self.ops.push(FlatOp::Open(tag));
+            self.charge(tag.encoded_len() as usize + 1 + LENGTH_GROWTH);
+        }
+        for f in rec.fields.iter() {
+            self.op(f, depth + 1)?;
+        }
+        if rec.tag.is_some() {
+            self.ops.push(FlatOp::Close);
+        }
+        Some(())
+    }
+
+    fn op(&mut self, op: &Op, depth: usize) -> Option<()> {
+        match op {
+            Op::Scalar { tag, conv, column } => self.scalar(*tag, conv, column),
+            Op::Skip(s) => {
+                let flat = match s {
+                    Skip::Nothing => return Some(()),
+                    Skip::Bool => FlatOp::SkipBool,
+                    Skip::Varint => FlatOp::SkipLong,
+                    Skip::Int => FlatOp::SkipInt,
+                    Skip::Fixed(n) => FlatOp::SkipFixed(index(*n)?),
+                    Skip::Bytes => FlatOp::SkipBytes,
+                    Skip::Enum(n) => FlatOp::SkipEnum(index(*n)?),
+                    Skip::Array(..) | Skip::Map(..) | Skip::Record(_) | Skip::Union(_) => {
+                        return self.subtree(op);
+                    }
+                };
+                self.ops.push(flat);
+                Some(())
+            }
+            Op::Null(OnNull::Nothing) => Some(()),
+            Op::Null(OnNull::RequiredError(column)) => self.fail(RecordError::NullRequired {
+                column: column.clone(),
+            }),
+            Op::Null(OnNull::ElementError(column)) => self.fail(RecordError::NullElement {
+                column: column.clone(),
+            }),
+            Op::Union(branches) => self.union(branches, depth),
+            Op::Array { item, min_item } => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                let min_item = index(*min_item)?;
+                let begin = self.ops.len();
+                self.ops.push(FlatOp::ArrayBegin { min_item, end: 0 });
+                let body = self.pc()?;
+                self.excess.push(0);
+                self.op(item, depth + 1)?;
+                let excess = self.excess.pop().expect("pushed above");
+                match excess.checked_div(min_item as usize) {
+                    Some(_) => {
+                        let cost = excess.div_ceil(min_item as usize);
+                        self.per_byte = self.per_byte.saturating_add(cost);
+                    }
+                    None => self.bounded = false,
+                }
+                self.ops.push(FlatOp::ArrayNext { min_item, body });
+                let end = self.pc()?;
+                self.ops[begin] = FlatOp::ArrayBegin { min_item, end };
+                Some(())
+            }
+            Op::Record(rec) => self.record(rec, depth),
+            Op::MapEntries { .. } | Op::Json { .. } => self.subtree(op),
+        }
+    }
+
+    /// A branch op and its table, then each branch's ops followed by a jump to the end; a
+    /// branch without ops (a null that writes nothing) jumps straight to the end.
+    fn union(&mut self, branches: &[Op], depth: usize) -> Option<()> {
+        let table = index(self.targets.len())?;
+        self.ops.push(FlatOp::Branch {
+            n: index(branches.len())?,
+            table,
+        });
+        let mut jumps = Vec::new();
+        let mut empty = Vec::new();
+        for (i, b) in branches.iter().enumerate() {
+            let start = self.pc()?;
+            self.targets.push(start);
+            self.op(b, depth)?;
+            if self.pc()? == start {
+                empty.push(table as usize + i);
+            } else if i + 1 < branches.len() {
+                jumps.push(self.ops.len());
+                self.ops.push(FlatOp::Jump(0));
+            }
+        }
+        let end = self.pc()?;
+        for j in jumps {
+            self.ops[j] = FlatOp::Jump(end);
+        }
+        for e in empty {
+            self.targets[e] = end;
+        }
+        Some(())
+    }
+
+    fn scalar(&mut self, tag: Tag, conv: &Conv, column: &Arc<str>) -> Option<()> {
+        let t = tag.encoded_len() as usize;
+        // What each op writes beyond what it reads (`Room`): a varint of one byte becomes up to
+        // ten, a float of four a double of eight, a decimal of one byte up to its column's size.
+        let (flat, excess) = match conv {
+            Conv::Long => (FlatOp::Long(tag), t + 9),
+            Conv::Int => (FlatOp::Int(tag), t + 9),
+            Conv::Str | Conv::StrAsBytes | Conv::BytesAsStr => (FlatOp::Str(tag), t),
+            Conv::Bytes => (FlatOp::Bytes(tag), t),
+            Conv::Double => (FlatOp::Double(tag), t),
+            Conv::Float => (FlatOp::Float(tag), t + 4),
+            Conv::Bool => (FlatOp::Bool(tag), t),
+            Conv::TimestampMicros => (FlatOp::TimestampMicros(tag, self.column(column)?), t + 9),
+            Conv::Date => (FlatOp::Date(tag, self.column(column)?), t + 9),
+            Conv::Enum(symbols) => {
+                let base = index(self.symbols.len())?;
+                let mut longest = 0;
+                for s in symbols.iter() {
+                    let mut field = Vec::new();
+                    put_len_delimited(&mut field, tag, s.as_bytes());
+                    longest = longest.max(field.len());
+                    self.symbols.push(field.into());
+                }
+                let n = index(symbols.len())?;
+                (FlatOp::Enum { base, n }, longest.saturating_sub(1))
+            }
+            Conv::Decimal {
+                fixed: None,
+                scale,
+                target,
+            } if *scale <= target.scale() => {
+                let big = *target == DecimalTarget::BigNumeric;
+                let most = if big { BIGNUMERIC_BYTES } else { NUMERIC_BYTES };
+                let op = FlatOp::Decimal {
+                    tag,
+                    scale: *scale as u8,
+                    pow: (target.scale() - scale) as u8,
+                    big,
+                    column: self.column(column)?,
+                };
+                (op, t + most)
+            }
+            _ => {
+                let i = index(self.scalars.len())?;
+                self.scalars.push((tag, conv.clone(), column.clone()));
+                self.bounded = false;
+                (FlatOp::Scalar(i), 0)
+            }
+        };
+        self.charge(excess);
+        self.ops.push(flat);
+        Some(())
+    }
+}
