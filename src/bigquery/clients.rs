@@ -5,15 +5,11 @@
 use crate::bigquery::auth::Auth;
 use crate::bigquery::rest_client::RestClient;
 use crate::bigquery::write_client::{WriteClient, WriteClientOptions};
-use crate::config::{Config, Credentials, defaults};
+use crate::config::{Config, defaults};
 
 /// The Storage Write API and REST clients for the configured endpoint and credentials.
 pub(crate) fn clients(config: &Config) -> anyhow::Result<(WriteClient, RestClient)> {
-    let auth = match &config.bigquery.credentials {
-        Credentials::Adc => Auth::application_default()?,
-        Credentials::KeyFile(path) => Auth::service_account_key_file(path)?,
-        Credentials::None => Auth::None,
-    };
+    let auth = Auth::configured(&config.bigquery.credentials)?;
     let (grpc_endpoint, rest_endpoint) = match &config.bigquery.endpoint {
         Some(e) => (e.clone(), e.clone()),
         None => (

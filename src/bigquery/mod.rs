@@ -4,6 +4,7 @@
 mod append_codec;
 pub mod auth;
 mod clients;
+pub mod credential_file;
 pub mod error;
 pub mod rest_client;
 pub mod write_client;

@@ -25,11 +25,14 @@ pub struct BigQueryConfig {
     #[serde(default)]
     pub endpoint: Option<String>,
     /// The `endpoint` is a local emulator: only then may an `http://` endpoint receive real
-    /// credentials (`adc`, `key_file`), whose bearer token it would carry in the clear.
+    /// credentials (`adc`, `file`, `env`, `key_file`), whose bearer token it would carry in the
+    /// clear.
     #[serde(default)]
     pub local_emulator: bool,
     /// `adc` (default: Application Default Credentials, e.g. GKE Workload Identity),
-    /// `{key_file: path}` (a service-account key) or `none` (only with an emulator `endpoint`).
+    /// `{file: path}` or `{env: VAR}` (a Google credential file of any type, named by its path or
+    /// by the variable that holds its path), `{key_file: path}` (a service-account key) or `none`
+    /// (only with an emulator `endpoint`).
     #[serde(default = "default_credentials")]
     pub credentials: Credentials,
     /// Dataset location (e.g. `US`, `EU`, `europe-west1`), used by query jobs.
@@ -76,6 +79,11 @@ fn default_map_mode() -> MapMode {
 pub enum Credentials {
     /// Application Default Credentials.
     Adc,
+    /// A Google credential file of any type read from a file (service account, authorized user,
+    /// external account, impersonated service account), named by its path.
+    File(PathBuf),
+    /// A Google credential file named by the environment variable that holds its path.
+    Env(String),
     /// A service-account key file.
     KeyFile(PathBuf),
     /// No authentication (emulator only).

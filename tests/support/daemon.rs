@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 const DEFAULT_RUST_LOG: &str = "info,rdkafka=warn";
 
-fn spawn(config: &Path, rust_log: &str, stderr: Stdio) -> Child {
+fn spawn(config: &Path, rust_log: &str, stderr: Stdio, env: &[(&str, &str)]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
         .args(["run", "-c"])
         .arg(config)
         .env("RUST_LOG", rust_log)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
@@ -46,7 +47,12 @@ impl Daemon {
 
     /// As `start`, with a name for its log lines (several daemons in one test).
     pub fn start_named(config: &Path, name: &str) -> Daemon {
-        let mut child = spawn(config, DEFAULT_RUST_LOG, Stdio::piped());
+        Daemon::start_with_env(config, name, &[])
+    }
+
+    /// As `start_named`, with these variables added to the daemon's environment.
+    pub fn start_with_env(config: &Path, name: &str, env: &[(&str, &str)]) -> Daemon {
+        let mut child = spawn(config, DEFAULT_RUST_LOG, Stdio::piped(), env);
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
@@ -77,7 +83,7 @@ impl Daemon {
             .open(log_file)
             .expect("open the daemon log file");
         Daemon {
-            child: spawn(config, rust_log, Stdio::from(log)),
+            child: spawn(config, rust_log, Stdio::from(log), &[]),
             name: log_file.display().to_string(),
             logs: Logs::File(log_file.to_path_buf()),
             reader: None,

@@ -9,3 +9,4 @@ pub mod kafka;
 pub mod python;
 pub mod registry;
 pub mod sink;
+pub mod token_server;

@@ -288,6 +288,9 @@ pub struct Tweaks {
     pub metadata_headers: Option<&'static str>,
     /// Lines under `dead_letter.properties:` (indented by the caller's four spaces).
     pub dead_letter_properties: Vec<String>,
+    /// `bigquery.credentials` (YAML flow text, e.g. `{file: "/x.json"}`) with
+    /// `local_emulator: true` instead of `credentials: none`.
+    pub credentials: Option<String>,
 }
 
 impl Default for Tweaks {
@@ -316,6 +319,7 @@ impl Default for Tweaks {
             name: None,
             metadata_headers: None,
             dead_letter_properties: Vec::new(),
+            credentials: None,
         }
     }
 }
@@ -537,7 +541,7 @@ kafka:
   dataset: d
   table: "{table}"
   endpoint: "http://{emulator}"
-  credentials: none
+  {credentials}
 {create_table}  metadata_columns:
     topic: kafka_topic
     partition: kafka_partition
@@ -573,6 +577,10 @@ shutdown_deadline: {deadline}
                     "  properties:\n{}\n",
                     tweaks.dead_letter_properties.join("\n")
                 )
+            },
+            credentials = match &tweaks.credentials {
+                Some(c) => format!("credentials: {c}\n  local_emulator: true"),
+                None => "credentials: none".to_string(),
             },
             interval = tweaks.checkpoint_interval,
             deadline = tweaks.shutdown_deadline,

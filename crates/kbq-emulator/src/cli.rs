@@ -53,6 +53,11 @@ pub struct EmulatorArgs {
     /// Quota mode: concurrent calls per HTTP/2 connection (Google's front end: 100).
     #[arg(long, requires = "quota")]
     pub quota_streams_per_connection: Option<u32>,
+    /// Refuse every BigQuery call (gRPC and REST; not the `/emulator/v1` admin routes) that does
+    /// not carry `Authorization: Bearer TOKEN`, with UNAUTHENTICATED as BigQuery does. Off by
+    /// default: any credentials, and none, are accepted.
+    #[arg(long, value_name = "TOKEN")]
+    pub require_token: Option<String>,
 }
 
 /// Whose limits `--quota` enforces.
@@ -80,6 +85,7 @@ impl EmulatorArgs {
                 pending_ttl: Duration::from_secs(self.pending_stream_ttl_secs),
             },
             faults_file: self.faults.clone(),
+            require_token: self.require_token.clone(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! types. What it serves: docs/emulator.md; the BigQuery behaviour the sink relies on:
 //! docs/architecture.md#bigquery-facts.
 
+pub mod bearer;
 pub mod cdc;
 pub mod cli;
 pub mod faults;

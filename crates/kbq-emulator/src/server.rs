@@ -35,6 +35,8 @@ pub struct EmulatorConfig {
     pub write: WriteSettings,
     pub store: StoreConfig,
     pub faults_file: Option<PathBuf>,
+    /// Every BigQuery call must carry `Authorization: Bearer` this token (`--require-token`).
+    pub require_token: Option<String>,
 }
 
 impl EmulatorConfig {
@@ -46,6 +48,7 @@ impl EmulatorConfig {
             write: WriteSettings::default(),
             store: StoreConfig::default(),
             faults_file: None,
+            require_token: None,
         }
     }
 }
@@ -105,6 +108,13 @@ impl Emulator {
             quotas.clone(),
             config.write.clone(),
         );
+        let app = match &config.require_token {
+            Some(token) => app.layer(axum::middleware::from_fn_with_state(
+                crate::bearer::RequiredToken(token.as_str().into()),
+                crate::bearer::check,
+            )),
+            None => app,
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let max_streams = config
             .write

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::bigquery::credential_file;
 use crate::config::bigquery::named_columns;
 use crate::config::{Config, CreateTableConfig, Credentials, limits};
 use kbq_transcode::MetadataColumns;
@@ -59,18 +60,46 @@ impl Validator {
         if b.credentials == Credentials::None && b.endpoint.is_none() {
             self.err(
                 "bigquery.credentials",
-                "none is only for an emulator: set bigquery.endpoint, or use adc or key_file",
+                "none is only for an emulator: set bigquery.endpoint, or use adc, file or env",
             );
         }
-        if let Credentials::KeyFile(p) = &b.credentials
-            && p.as_os_str().is_empty()
-        {
-            self.err("bigquery.credentials.key_file", "must not be empty");
-        }
+        self.credentials(&b.credentials);
         if let Some(ct) = &b.create_table {
             self.create_table("bigquery.create_table", ct);
         }
         self.metadata_columns("bigquery.metadata_columns", &b.metadata_columns);
+    }
+
+    /// A credential file named by `file` or `env` is read here (offline: it is local), so a
+    /// missing file, one that is not JSON or one of a type Google's libraries do not read from a
+    /// file fails `validate`, not the first start. `key_file` keeps its old rule (not empty; the
+    /// file is read at start), so configs that name a key mounted only in production still pass.
+    fn credentials(&mut self, credentials: &Credentials) {
+        let field = match credentials {
+            Credentials::File(p) if p.as_os_str().is_empty() => {
+                return self.err("bigquery.credentials.file", "must not be empty");
+            }
+            Credentials::KeyFile(p) => {
+                if p.as_os_str().is_empty() {
+                    self.err("bigquery.credentials.key_file", "must not be empty");
+                }
+                return;
+            }
+            Credentials::Env(var) if var.is_empty() || var.contains(['=', '\0']) => {
+                return self.err(
+                    "bigquery.credentials.env",
+                    "must be the name of an environment variable",
+                );
+            }
+            Credentials::File(_) => "bigquery.credentials.file",
+            Credentials::Env(_) => "bigquery.credentials.env",
+            Credentials::Adc | Credentials::None => return,
+        };
+        let read = credential_file::path_of(credentials)
+            .and_then(|path| credential_file::read(path.expect("file and env name a file")));
+        if let Err(e) = read {
+            self.err(field, e.to_string());
+        }
     }
 
     /// `bigquery.table` or a route's `table`: a table id or a `{topic}` template.
