@@ -10,6 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::dry_read::{self, Sample};
 use super::{Finding, redact};
+use crate::backoff::KAFKA_READ_RETRY;
 use crate::config::{Config, TopicPattern, defaults};
 use crate::inspect::{group_reader, read_committed_retrying};
 use crate::kafka::authorized::{self, Answer, GroupAnswer, Operation, Refusal};
@@ -43,11 +44,7 @@ pub(super) fn check_kafka(
         .filter_map(|t| cluster.partitions.get(t).map(|p| (t, p)))
         .flat_map(|(t, p)| p.iter().map(move |p| TopicPartition::new(t, *p)))
         .collect();
-    let group = authorized::group(
-        consumer.client(),
-        &kafka.group_id,
-        defaults::KAFKA_REQUEST_TIMEOUT,
-    );
+    let group = describe_group(&consumer, &kafka.group_id);
     if !readable.is_empty() {
         findings.push(group_offsets(&consumer, &kafka.group_id, &group, &readable));
     }
@@ -184,6 +181,32 @@ fn topic_line(topic: &str, cluster: &Cluster) -> Finding {
             "does not exist",
             "create the topic, or fix kafka.topics",
         ),
+    }
+}
+
+/// Attempts at describing the group while its coordinator is loading or moving, one
+/// [`KAFKA_READ_RETRY`] apart (as `inspect` retries its offset reads).
+const DESCRIBE_ATTEMPTS: u32 = 20;
+
+/// The group as the brokers describe it, asked again while its coordinator loads or moves (a
+/// fresh cluster answered NotCoordinator to the first DescribeGroups).
+fn describe_group(consumer: &BaseConsumer, group: &str) -> Result<GroupAnswer, Refusal> {
+    let mut attempt = 1;
+    loop {
+        let described =
+            authorized::group(consumer.client(), group, defaults::KAFKA_REQUEST_TIMEOUT);
+        let moving = match &described {
+            Ok(GroupAnswer {
+                granted: Err(e), ..
+            })
+            | Err(e) => e.is_coordinator_moving(),
+            Ok(_) => false,
+        };
+        if !moving || attempt >= DESCRIBE_ATTEMPTS {
+            return described;
+        }
+        attempt += 1;
+        std::thread::sleep(KAFKA_READ_RETRY);
     }
 }
 

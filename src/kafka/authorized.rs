@@ -78,6 +78,19 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// The group's coordinator is loading, moving or not elected yet (a fresh cluster's
+    /// `__consumer_offsets`): worth asking again.
+    pub fn is_coordinator_moving(&self) -> bool {
+        matches!(
+            self.code,
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+        )
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}: {}", self.code, self.message)
