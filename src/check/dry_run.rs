@@ -1,6 +1,6 @@
 //! The dry run: a topic's newest records through the plans `run` compiles for its table, each
-//! taking the path the writer would take (`writer/partition_writer.rs` for rows,
-//! `writer/partition_writer/change.rs` for a CDC route's changes), counted as written, ignored
+//! taking the path the writer would take (`writer/partition_writer.rs` for rows, the steps of
+//! `writer/change_step.rs` for a CDC route's changes), counted as written, ignored
 //! (a delete under `upsert`), held (its schema cannot be had now) or dead-lettered with its
 //! class and an example reason. Nothing is appended or produced.
 
@@ -10,14 +10,11 @@ use super::Finding;
 use super::dry_read::Sample;
 use crate::tables::router::Route;
 use crate::writer::change_source::ChangeSource;
+use crate::writer::change_step::{self, ChangeStep};
 use crate::writer::plan_source::PlanLookupError;
 use kbq_core::bad_record::BadRecord;
 use kbq_core::offsets::KafkaOffset;
-use kbq_transcode::change::{ChangeKind, sequence_number};
 use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan};
-
-/// The class of a CDC route's bad records on the dead-letter topic, as the writer sends them.
-const CDC_CLASS: &str = "cdc_change";
 
 /// What the records of one topic would become.
 #[derive(Default)]
@@ -162,8 +159,9 @@ async fn row(
     }
 }
 
-/// A change of a CDC route, step by step as `take_change` takes it: the change plan, the
-/// change's kind and row, the upsert mode's ignored deletes, a delete by the Kafka key.
+/// A change of a CDC route, through the writer's own steps (`writer/change_step.rs`): the
+/// change plan, the step it makes (a row, a delete by the Kafka key, a delete the upsert mode
+/// ignores), the row transcoded.
 async fn change(
     cdc: &dyn ChangeSource,
     record: &Sample,
@@ -173,38 +171,25 @@ async fn change(
 ) {
     let rules = cdc.rules();
     let Some(value) = &record.value else {
-        let sequence = sequence_number(rules.epoch, 0, record.offset);
+        let sequence = change_step::tombstone_sequence(rules, record.offset);
         return delete_by_key(cdc, record, &sequence, tally, "tombstone").await;
     };
     let (plan, at) = match cdc.change_plan(value).await {
         Ok(found) => found,
         Err(e) => return tally.failed(e),
     };
-    let body = &value[at..];
-    let located = match plan.shape.locate(body) {
-        Ok(located) => located,
-        Err(e) => {
-            let class = if e.is_malformed() {
-                e.class()
-            } else {
-                CDC_CLASS
-            };
-            return tally.dead(class, e.to_string());
+    match change_step::change_step(&plan, rules, &value[at..], record.offset) {
+        Err(e) => tally.bad(change_step::not_a_change(&e)),
+        Ok(ChangeStep::IgnoredDelete) => *tally.ignored.entry("delete").or_default() += 1,
+        Ok(ChangeStep::DeleteByKey(sequence)) => {
+            delete_by_key(cdc, record, &sequence, tally, "delete").await
         }
-    };
-    if located.kind == ChangeKind::Delete && !rules.deletes {
-        *tally.ignored.entry("delete").or_default() += 1;
-        return;
+        Ok(ChangeStep::Row(change, _)) => transcode(&plan.plan, &change.input, meta, out, tally),
     }
-    let sequence = sequence_number(rules.epoch, located.source.unwrap_or(0), record.offset);
-    let Some(row) = located.row else {
-        return delete_by_key(cdc, record, &sequence, tally, "delete").await;
-    };
-    let change = plan.columns.row(&body[row], located.kind, &sequence);
-    transcode(&plan.plan, &change.input, meta, out, tally);
 }
 
-/// A DELETE row from the record's Kafka key (a tombstone, or a delete without a row).
+/// A DELETE row from the record's Kafka key (a tombstone, or a delete without a row); under
+/// `upsert` it is ignored, as `what`.
 async fn delete_by_key(
     cdc: &dyn ChangeSource,
     record: &Sample,
@@ -217,30 +202,16 @@ async fn delete_by_key(
         return;
     }
     let Some(key) = &record.key else {
-        return tally.dead(CDC_CLASS, "a delete with neither a row nor a kafka key");
+        return tally.bad(change_step::no_key());
     };
     let (key_plan, at) = match cdc.delete_plan(key).await {
         Ok(found) => found,
         Err(e) => return tally.failed(e),
     };
-    let key = &key[at..];
-    let body = match key_plan.envelope.record(key) {
-        Ok(Some(range)) => &key[range],
-        Ok(None) => {
-            return tally.dead(
-                CDC_CLASS,
-                "the kafka key: the payload of its kafka connect envelope is null",
-            );
-        }
-        Err(e) => return tally.dead(CDC_CLASS, format!("the kafka key: {e}")),
-    };
     let mut row = Vec::new();
-    match key_plan
-        .columns
-        .transcode(&key_plan.plan, body, ChangeKind::Delete, sequence, &mut row)
-    {
-        Ok(_) => tally.written += 1,
-        Err(e) => tally.dead(CDC_CLASS, format!("the kafka key: {e}")),
+    match change_step::key_row(&key_plan, &key[at..], sequence, &mut row) {
+        Ok(()) => tally.written += 1,
+        Err(bad) => tally.bad(bad),
     }
 }
 

@@ -10,14 +10,12 @@ use std::sync::Arc;
 use crate::kafka::consumer::Record;
 use crate::ops::metrics::{ChangeBadLabels, ChangeLabels};
 use crate::writer::change_source::ChangeSource;
+use crate::writer::change_step::{self, ChangeStep};
 use kbq_core::bad_record::BadRecord;
 use kbq_transcode::Plan;
-use kbq_transcode::change::{ChangeKind, NotAChange, renumber, sequence_number};
+use kbq_transcode::change::{ChangeKind, NotAChange, renumber};
 
 use super::{NextOffset, PartitionWriter, RowBody, RunEnd};
-
-/// The class of every CDC bad record on the dead-letter topic; the reason is in the metric.
-const DEAD_LETTER_CLASS: &str = "cdc_change";
 
 impl PartitionWriter {
     pub(super) async fn take_change(
@@ -28,7 +26,7 @@ impl PartitionWriter {
     ) -> Result<(), RunEnd> {
         let Some(value) = record.value() else {
             // A tombstone: the key's row goes (Debezium sends one after each delete event).
-            let sequence = sequence_number(cdc.rules().epoch, 0, record.offset.0);
+            let sequence = change_step::tombstone_sequence(cdc.rules(), record.offset.0);
             return self.delete_by_key(record, cdc, next, sequence).await;
         };
         let found = self.lookup_plan(|| cdc.change_plan(value)).await?;
@@ -36,26 +34,19 @@ impl PartitionWriter {
             Ok(found) => found,
             Err(bad) => return self.bad(record, bad).await,
         };
-        let body = &value[at..];
-        let located = match plan.shape.locate(body) {
-            Ok(located) => located,
-            Err(e) => return self.not_a_change(record, e).await,
-        };
-        if located.kind == ChangeKind::Delete && !cdc.rules().deletes {
-            return self.ignored(next, "delete");
+        let step = change_step::change_step(&plan, cdc.rules(), &value[at..], record.offset.0);
+        match step {
+            Err(e) => self.not_a_change(record, e).await,
+            Ok(ChangeStep::IgnoredDelete) => self.ignored(next, "delete"),
+            Ok(ChangeStep::DeleteByKey(sequence)) => {
+                self.delete_by_key(record, cdc, next, sequence).await
+            }
+            Ok(ChangeStep::Row(change, kind)) => {
+                self.use_plan(plan.plan.clone()).await?;
+                self.append_change(record, RowBody::Change(change), kind)
+                    .await
+            }
         }
-        let sequence = sequence_number(
-            cdc.rules().epoch,
-            located.source.unwrap_or(0),
-            record.offset.0,
-        );
-        let Some(row) = located.row else {
-            return self.delete_by_key(record, cdc, next, sequence).await;
-        };
-        let change = plan.columns.row(&body[row], located.kind, &sequence);
-        self.use_plan(plan.plan.clone()).await?;
-        self.append_change(record, RowBody::Change(change), located.kind)
-            .await
     }
 
     /// A DELETE of the key in the record's Kafka key (through the registry in its own format, or
@@ -73,45 +64,17 @@ impl PartitionWriter {
             return self.ignored(next, "tombstone");
         }
         let Some(key) = record.key() else {
-            let bad = BadRecord {
-                class: DEAD_LETTER_CLASS,
-                reason: "a delete with neither a row nor a kafka key".into(),
-            };
-            return self.cdc_bad(record, "cdc_no_key", bad).await;
+            return self
+                .cdc_bad(record, "cdc_no_key", change_step::no_key())
+                .await;
         };
         let found = self.lookup_plan(|| cdc.delete_plan(key)).await?;
         let (key_plan, at) = match found {
             Ok(found) => found,
             Err(bad) => return self.cdc_bad(record, "cdc_no_key", bad).await,
         };
-        let key = &key[at..];
-        let body = match key_plan.envelope.record(key) {
-            Ok(Some(range)) => &key[range],
-            found => {
-                let why = match found {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "the payload of its kafka connect envelope is null".into(),
-                };
-                let bad = BadRecord {
-                    class: DEAD_LETTER_CLASS,
-                    reason: format!("the kafka key: {why}"),
-                };
-                return self.cdc_bad(record, "cdc_no_key", bad).await;
-            }
-        };
         let mut row = Vec::new();
-        let written = key_plan.columns.transcode(
-            &key_plan.plan,
-            body,
-            ChangeKind::Delete,
-            &sequence,
-            &mut row,
-        );
-        if let Err(e) = written {
-            let bad = BadRecord {
-                class: DEAD_LETTER_CLASS,
-                reason: format!("the kafka key: {e}"),
-            };
+        if let Err(bad) = change_step::key_row(&key_plan, &key[at..], &sequence, &mut row) {
             return self.cdc_bad(record, "cdc_no_key", bad).await;
         }
         let current: Option<Arc<Plan>> = self.plan.clone();
@@ -149,17 +112,8 @@ impl PartitionWriter {
     }
 
     async fn not_a_change(&mut self, record: Record, e: NotAChange) -> Result<(), RunEnd> {
-        let class = if e.is_malformed() {
-            e.class()
-        } else {
-            DEAD_LETTER_CLASS
-        };
-        let reason = e.class();
-        let bad = BadRecord {
-            class,
-            reason: e.to_string(),
-        };
-        self.cdc_bad(record, reason, bad).await
+        self.cdc_bad(record, e.class(), change_step::not_a_change(&e))
+            .await
     }
 
     async fn cdc_bad(
