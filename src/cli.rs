@@ -53,6 +53,9 @@ pub enum Command {
     /// Check every BigQuery behaviour the sink relies on against a project (or the emulator)
     /// with scratch tables, and print a table of them; exits 1 if any fails.
     Conformance(crate::conformance::ConformanceArgs),
+    /// Turn another tool's config into this sink's YAML, with a report of every property:
+    /// `migrate kafka-connect CONNECTOR.json` (docs/operations.md#coming-from-kafka-connect).
+    Migrate(crate::migrate::MigrateArgs),
     /// Print per-partition checkpoint state, read from Kafka without joining the group.
     Inspect {
         /// The YAML config file (docs/configuration.md; `${VAR}` is read from the environment).
@@ -88,6 +91,7 @@ pub fn main() -> ExitCode {
         Command::Validate { config } => validate(&config),
         Command::Check { config, records } => check(&config, records),
         Command::Conformance(args) => crate::conformance::main(args),
+        Command::Migrate(args) => crate::migrate::main(args),
         Command::Inspect { config, json } => inspect(&config, json),
         Command::Recover { config, all, topic } => {
             let selection = if all {

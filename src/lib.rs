@@ -12,6 +12,7 @@ pub mod conformance;
 mod deadline;
 pub mod inspect;
 pub mod kafka;
+pub mod migrate;
 pub mod ops;
 pub mod pipeline;
 #[cfg(feature = "dev-tools")]

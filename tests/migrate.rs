@@ -1,0 +1,388 @@
+//! `migrate kafka-connect` (docs/operations.md#coming-from-kafka-connect): every fixture under
+//! `tests/fixtures/kafka-connect/` (connector configs of the shapes the connectors' docs and their
+//! users' issues show) becomes a YAML that the real `validate` command accepts, with a report
+//! line for every property; the outcomes that decide a migration are checked one by one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kafka_bigquery_sink::migrate::kafka_connect::{MigrateError, WorkerSettings};
+use kafka_bigquery_sink::migrate::report::{Outcome, Report};
+use kafka_bigquery_sink::migrate::{kafka_connect_file, referenced_variables};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kafka-connect")
+}
+
+fn migrate(name: &str) -> (String, Report) {
+    kafka_connect_file(&fixtures().join(name), &WorkerSettings::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Runs the binary's `validate` on the YAML, with every `${VAR}` it reads set.
+fn validate_cli(yaml: &str, dir: &Path, name: &str) {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    let env: Vec<(String, &str)> = referenced_variables(yaml)
+        .into_iter()
+        .map(|v| {
+            let value = match v.as_str() {
+                "KAFKA_BOOTSTRAP_SERVERS" => "broker-1:9092",
+                "SCHEMA_REGISTRY_URL" => "https://sr.example.internal",
+                "GCP_PROJECT" => "acme-metrics",
+                _ => "secret-from-the-environment",
+            };
+            (v, value)
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["validate", "-c"])
+        .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), *v)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: validate refused the migrated config:\n{}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The YAML without its comment header (the report).
+fn body(yaml: &str) -> String {
+    yaml.lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn outcome<'a>(report: &'a Report, property: &str) -> &'a Outcome {
+    report
+        .outcome_of(property)
+        .unwrap_or_else(|| panic!("no line for {property}:\n{report}"))
+}
+
+fn assert_label(report: &Report, property: &str, label: &str, contains: &str) {
+    let o = outcome(report, property);
+    assert_eq!(o.label(), label, "{property}: {o:?}");
+    assert!(o.text().contains(contains), "{property}: {o:?}");
+}
+
+#[test]
+fn every_fixture_becomes_a_config_that_validate_accepts_with_a_line_per_property() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(fixtures()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let (yaml, report) = migrate(path.file_name().unwrap().to_str().unwrap());
+        validate_cli(&yaml, dir.path(), &name);
+        // every property of the connector has its line
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let config = json.get("config").unwrap_or(&json).as_object().unwrap();
+        for key in config.keys() {
+            assert!(
+                report.outcome_of(key).is_some(),
+                "{name}: no report line for {key}:\n{report}"
+            );
+        }
+        // the report travels with the YAML
+        assert!(yaml.starts_with("# Written by `kafka-bigquery-sink migrate kafka-connect"));
+        seen += 1;
+    }
+    assert!(seen >= 10, "at least ten fixtures, found {seen}");
+}
+
+#[test]
+fn the_quickstart_keeps_its_tables_and_takes_over_the_group() {
+    let (yaml, report) = migrate("01-confluent-quickstart-avro.json");
+    assert!(
+        yaml.contains("group_id: \"connect-kcbq-quickstart\""),
+        "{yaml}"
+    );
+    assert!(yaml.contains("table: \"{topic}\""), "{yaml}");
+    assert!(yaml.contains("create_table:"), "{yaml}");
+    assert!(yaml.contains("schema_update: add_columns"), "{yaml}");
+    assert_label(
+        &report,
+        "name",
+        "changed",
+        "starts at the offsets the connector committed",
+    );
+    assert_label(
+        &report,
+        "allowBigQueryRequiredFieldRelaxation",
+        "not translatable",
+        "REQUIRED",
+    );
+    // the key file is on the Connect worker, not here: read at start as a service-account key
+    assert!(
+        yaml.contains("credentials: {key_file: \"/etc/kafka-connect/secrets/bigquery-sa.json\"}"),
+        "{yaml}"
+    );
+    assert_label(&report, "keyfile", "changed", "service-account key");
+    assert_label(
+        &report,
+        "delivery (insertAll)",
+        "changed",
+        "becomes exactly once",
+    );
+}
+
+#[test]
+fn an_inline_key_is_never_copied() {
+    let (yaml, report) = migrate("02-aiven-json-inline-key.json");
+    assert!(
+        !yaml.contains("not-a-real-key") && !yaml.contains("private_key"),
+        "{yaml}"
+    );
+    assert!(!body(&yaml).contains("credentials:"), "adc stays: {yaml}");
+    assert_label(&report, "keyfile", "not translatable", "inline");
+    assert!(yaml.contains("json: {}"), "{yaml}");
+    assert!(
+        yaml.contains("topics: [\"users\", \"clicks\", \"payments\"]"),
+        "{yaml}"
+    );
+}
+
+#[test]
+fn upserts_become_cdc_routes_at_least_once() {
+    let (yaml, report) = migrate("03-debezium-upsert-delete.json");
+    assert!(yaml.contains("delivery: at_least_once"), "{yaml}");
+    assert!(
+        yaml.contains("cdc: {mode: upsert_delete, format: debezium}"),
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.unwrap.type",
+        "changed",
+        "Debezium envelope",
+    );
+    assert_label(&report, "mergeIntervalMs", "dropped", "intermediate");
+}
+
+#[test]
+fn a_java_regex_is_anchored_for_librdkafka_and_tables_are_partitioned_and_clustered() {
+    let (yaml, report) = migrate("04-regex-partitioned-clustered.json");
+    assert!(
+        yaml.contains(r#"topic_pattern: "^(prod\\.orders\\.[0-9]+)$""#),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("type: HOUR") && yaml.contains("field: \"created_at\""),
+        "{yaml}"
+    );
+    assert!(yaml.contains("expiration: 7776000000ms"), "{yaml}");
+    assert!(
+        yaml.contains("clustering: [\"customer_id\", \"region\"]"),
+        "{yaml}"
+    );
+    assert_label(&report, "topics.regex", "changed", "\\d written as [0-9]");
+}
+
+#[test]
+fn unsanitized_topics_keep_their_own_names_and_the_map_wins() {
+    let (yaml, report) = migrate("05-topic2table-map.json");
+    for route in [
+        "- topics: [\"shop-customers\"]\n    table: \"customers\"",
+        "- topics: [\"shop-orders\"]\n    table: \"orders\"",
+    ] {
+        assert!(yaml.contains(route), "{route}\n{yaml}");
+    }
+    // `web.clicks` was no valid table id for the connector either
+    assert_label(&report, "sanitizeTopics", "changed", "web_clicks");
+}
+
+#[test]
+fn errors_tolerance_all_with_a_queue_is_the_dead_letter_topic() {
+    let (yaml, report) = migrate("06-errors-dead-letter-queue.json");
+    assert!(yaml.contains("on_bad_record: dead_letter"), "{yaml}");
+    assert!(yaml.contains("topic: \"events-bq-dlq\""), "{yaml}");
+    assert_label(
+        &report,
+        "errors.tolerance",
+        "changed",
+        "including rows BigQuery refuses",
+    );
+    assert_label(&report, "errors.retry.timeout", "dropped", "backoff");
+}
+
+#[test]
+fn secrets_go_to_the_environment_and_java_key_stores_are_reported() {
+    let (yaml, report) = migrate("07-sasl-ssl-secured-registry.json");
+    for secret in ["srsecret", "apisecret"] {
+        assert!(!yaml.contains(secret), "{secret} in {yaml}");
+        assert!(
+            !report.to_string().contains(secret),
+            "{secret} in the report"
+        );
+    }
+    assert!(
+        yaml.contains("password: ${SCHEMA_REGISTRY_PASSWORD}"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("\"sasl.password\": ${KAFKA_SASL_PASSWORD}"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("\"sasl.username\": \"APIKEY456\""), "{yaml}");
+    assert!(
+        yaml.contains("bootstrap_servers: \"pkc-xyz.europe-west1.gcp.confluent.cloud:9092\""),
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "consumer.override.ssl.truststore.location",
+        "not translatable",
+        "PEM",
+    );
+    assert_label(&report, "keyfile", "not translatable", "config provider");
+}
+
+#[test]
+fn a_regex_router_names_each_listed_topics_table() {
+    let (yaml, report) = migrate("08-regex-router-strip-env-prefix.json");
+    for route in [
+        "- topics: [\"dev.orders\"]\n    table: \"orders\"",
+        "- topics: [\"dev.customers\"]\n    table: \"customers\"",
+        // sanitized as the connector does: a leading digit gets `_`
+        "- topics: [\"dev.2024-audit\"]\n    table: \"_2024_audit\"",
+    ] {
+        assert!(yaml.contains(route), "{route}\n{yaml}");
+    }
+    assert_label(&report, "transforms.route.type", "mapped", "routed name");
+}
+
+#[test]
+fn insert_field_becomes_metadata_columns_and_other_transforms_are_reported() {
+    let (yaml, report) = migrate("09-insertfield-and-field-smts.json");
+    for column in [
+        "topic: \"_topic\"",
+        "partition: \"_kafka_partition\"",
+        "offset: \"_kafka_offset\"",
+        "timestamp: \"_ingested_at\"",
+    ] {
+        assert!(yaml.contains(column), "{column}\n{yaml}");
+    }
+    assert_label(
+        &report,
+        "transforms.meta.type",
+        "changed",
+        "metadata_columns",
+    );
+    for t in ["dropPii", "mask", "ts", "flat"] {
+        assert_label(
+            &report,
+            &format!("transforms.{t}.type"),
+            "not translatable",
+            "",
+        );
+    }
+}
+
+#[test]
+fn a_legacy_datasets_list_with_one_dataset_is_that_dataset() {
+    let (yaml, report) = migrate("11-legacy-wepay-datasets.json");
+    assert!(yaml.contains("dataset: \"ledger\""), "{yaml}");
+    assert_label(&report, "datasets", "changed", "one dataset");
+    assert_label(
+        &report,
+        "bigQueryMessageTimePartitioning",
+        "not translatable",
+        "decorator",
+    );
+    assert_label(
+        &report,
+        "enableBatchLoad",
+        "not translatable",
+        "Cloud Storage",
+    );
+}
+
+#[test]
+fn config_provider_env_references_and_the_group_override_carry_over() {
+    let (yaml, report) = migrate("13-custom-group-latest.json");
+    assert!(yaml.contains("project: ${GCP_PROJECT}"), "{yaml}");
+    assert!(yaml.contains("url: ${SCHEMA_REGISTRY_URL}"), "{yaml}");
+    assert!(yaml.contains("group_id: \"bq-metrics\""), "{yaml}");
+    assert!(yaml.contains("start_from: latest"), "{yaml}");
+    assert!(yaml.contains("on_bad_record: fail"), "{yaml}");
+    assert_label(
+        &report,
+        "consumer.override.auto.offset.reset",
+        "changed",
+        "latest",
+    );
+}
+
+#[test]
+fn what_cannot_make_a_config_is_refused_with_its_property() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cases = [
+        (
+            r#"{"name": "s3", "connector.class": "io.confluent.connect.s3.S3SinkConnector", "topics": "t"}"#,
+            "connector.class: `io.confluent.connect.s3.S3SinkConnector` is not the BigQuery sink connector",
+        ),
+        (
+            r#"{"name": "x", "connector.class": "com.wepay.kafka.connect.bigquery.BigQuerySinkConnector", "topics": "t", "project": "p", "defaultDataset": "d"}"#,
+            "value.converter: the connector config has none",
+        ),
+        (
+            r#"{"name": "x", "connector.class": "com.wepay.kafka.connect.bigquery.BigQuerySinkConnector", "topics": "t", "project": "p", "datasets": "a.*=one,b.*=two", "value.converter": "org.apache.kafka.connect.json.JsonConverter"}"#,
+            "datasets: several datasets by topic regex",
+        ),
+    ];
+    for (i, (text, expected)) in cases.iter().enumerate() {
+        let path = write(&format!("c{i}.json"), text);
+        let err: MigrateError = kafka_connect_file(&path, &WorkerSettings::default()).unwrap_err();
+        assert!(err.to_string().starts_with(expected), "{err}");
+    }
+    // the worker's converter from the command line completes the second case
+    let worker = WorkerSettings {
+        value_converter: Some("org.apache.kafka.connect.json.JsonConverter".into()),
+        ..WorkerSettings::default()
+    };
+    let path = dir.path().join("c1.json");
+    let (yaml, report) = kafka_connect_file(&path, &worker).unwrap();
+    assert!(yaml.contains("json: {}"), "{yaml}");
+    assert_label(
+        &report,
+        "value.converter (from the worker)",
+        "mapped",
+        "json",
+    );
+}
+
+#[test]
+fn the_command_writes_the_yaml_and_prints_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sink.yaml");
+    let run = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["migrate", "kafka-connect"])
+        .arg(fixtures().join("06-errors-dead-letter-queue.json"))
+        .args(["--bootstrap-servers", "broker-1:9092", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("errors.tolerance"), "{stdout}");
+    assert!(stdout.contains("not translatable"), "{stdout}");
+    let yaml = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        yaml.contains("bootstrap_servers: \"broker-1:9092\""),
+        "{yaml}"
+    );
+    validate_cli(&yaml, dir.path(), "cli");
+}
