@@ -1326,3 +1326,121 @@ fn a_config_past_the_parsers_size_limit_says_so_in_words() {
     assert!(!errs[0].contains("budget breached"), "{}", &errs[0]);
     assert!(!errs[0].contains("ScalarBytes"), "{}", &errs[0]);
 }
+
+/// MINIMAL with `lines` added to its `bigquery` section.
+fn in_bigquery(lines: &str) -> String {
+    MINIMAL.replacen("  table: t\n", &format!("  table: t\n{lines}"), 1)
+}
+
+#[test]
+fn transforms_parse_from_yaml_with_static_values_typed_as_the_yaml_writes_them() {
+    use kbq_transcode::transforms::{KafkaField, Literal, Transform};
+    let yaml = in_bigquery(
+        "  transforms:
+    - drop: {field: internal}
+    - rename: {field: customer.full_name, to: name}
+    - mask: {field: ssn}
+    - mask: {field: card, value: \"****\"}
+    - set: {column: n, value: 12}
+    - set: {column: s, value: \"12\"}
+    - set: {column: f, value: 1.5}
+    - set: {column: b, value: true}
+    - set: {column: trace, header: trace-id, encoding: string}
+    - set: {column: kafka_offset, from: offset}
+    - filter: {tombstone: true}
+    - filter: {header: env, equals: test, negate: true}
+",
+    );
+    assert_eq!(errors(&yaml, HashMap::new()), Vec::<String>::new());
+    let config = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    let t = &config.bigquery.transforms;
+    assert_eq!(t.len(), 12);
+    let value = |i: usize| match &t[i] {
+        Transform::Set(s) => s.value.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(value(4), Some(Literal::Int(12)));
+    assert_eq!(value(5), Some(Literal::Text("12".into())));
+    assert_eq!(value(6), Some(Literal::Float(1.5)));
+    assert_eq!(value(7), Some(Literal::Bool(true)));
+    assert!(matches!(&t[9], Transform::Set(s) if s.from == Some(KafkaField::Offset)));
+    // A route without its own list takes the top-level one.
+    assert_eq!(config.route_for("t").transforms.len(), 12);
+}
+
+#[test]
+fn a_bad_transform_is_refused_with_the_path_of_its_key() {
+    let cases = [
+        (
+            "  transforms:\n    - drop: {field: a}\n    - mask: {field: A}\n",
+            "bigquery.transforms[1].field: transforms[0] already transforms field A",
+        ),
+        (
+            "  transforms:\n    - rename: {field: a, to: b.c}\n",
+            "bigquery.transforms[0].to: `b.c` is not a column name",
+        ),
+        (
+            "  transforms:\n    - set: {column: c, header: h}\n",
+            "bigquery.transforms[0].encoding: a header's bytes have no type of their own",
+        ),
+        (
+            "  transforms:\n    - mask: {field: a.b, value: x}\n",
+            "bigquery.transforms[0].value: a masked value is written to top-level columns only",
+        ),
+        (
+            "  transforms:\n    - filter: {topic_pattern: \"(\"}\n",
+            "bigquery.transforms[0].topic_pattern: not a regular expression",
+        ),
+        (
+            "  metadata_columns: {offset: o}\n  transforms:\n    - set: {column: kafka_offset, from: offset}\n",
+            "bigquery.transforms[0].from: the offset already goes to column o (metadata_columns.offset)",
+        ),
+        (
+            "  create_table: {}\n  transforms:\n    - drop: {field: a}\n",
+            "bigquery.transforms[0]: bigquery.create_table derives the table from the writer schema without the transforms",
+        ),
+        (
+            "  schema_update: add_columns\n  transforms:\n    - filter: {tombstone: true}\n    - drop: {field: a}\n",
+            "bigquery.transforms[1]: bigquery.schema_update: add_columns would add the dropped, renamed and masked fields",
+        ),
+    ];
+    for (lines, expected) in cases {
+        assert_one_error(&in_bigquery(lines), HashMap::new(), expected);
+    }
+    // An unknown transform or key is a parse error naming its path.
+    let errs = errors(
+        &in_bigquery("  transforms:\n    - hash: {field: a}\n"),
+        HashMap::new(),
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("bigquery.transforms")),
+        "{errs:#?}"
+    );
+    let errs = errors(
+        &in_bigquery("  transforms:\n    - drop: {field: a, to: b}\n"),
+        HashMap::new(),
+    );
+    assert!(errs.iter().any(|e| e.contains("to")), "{errs:#?}");
+}
+
+#[test]
+fn a_route_that_inherits_row_transforms_into_cdc_is_refused() {
+    let yaml = in_bigquery("  transforms:\n    - drop: {field: a}\n").replace(
+        "dead_letter:",
+        "routes:\n  - topics: [t]\n    cdc: {mode: upsert, format: debezium, primary_key: [id]}\ndead_letter:",
+    );
+    let errs = errors(&yaml, HashMap::new());
+    assert!(
+        errs.iter().any(|e| e.starts_with(
+            "bigquery.transforms[0]: routes[0] is a CDC route: its rows are keyed changes, and only filter applies to them"
+        )),
+        "{errs:#?}"
+    );
+    // Its own list of filters only is accepted.
+    let own = yaml.replace(
+        "    cdc: {mode: upsert, format: debezium, primary_key: [id]}\n",
+        "    cdc: {mode: upsert, format: debezium, primary_key: [id]}\n    transforms:\n      - filter: {header: skip}\n",
+    );
+    let errs = errors(&own, HashMap::new());
+    assert!(!errs.iter().any(|e| e.contains("transforms")), "{errs:#?}");
+}

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use super::{HumanDuration, defaults};
 /// The transcoder's own types, deserialized as they are (no copies): `unknown_fields`,
-/// `map_mode` and `metadata_columns` of `bigquery` and of each route.
+/// `map_mode`, `metadata_columns` and `transforms` of `bigquery` and of each route.
+use kbq_transcode::transforms::Transform;
 use kbq_transcode::{MapMode, MetadataColumns, UnknownFields};
 
 /// The destination.
@@ -55,6 +56,10 @@ pub struct BigQueryConfig {
     /// Optional columns for Kafka metadata; each names the column, unset means no column.
     #[serde(default)]
     pub metadata_columns: MetadataColumns,
+    /// Transforms of the topics without a route, applied in order: drop, rename, mask, set,
+    /// filter (docs/mapping.md, "Transforms").
+    #[serde(default)]
+    pub transforms: Vec<Transform>,
 }
 
 fn default_credentials() -> Credentials {

@@ -5,11 +5,12 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, SchemaUpdate, limits};
+use kbq_transcode::transforms::Transform;
 use kbq_transcode::{MapMode, MetadataColumns, UnknownFields};
 
 /// One entry of `routes`: which topics, and the table settings that replace those of
-/// `bigquery` for them. A setting left out is taken from `bigquery`; `metadata_columns` and
-/// `create_table` replace the whole section when set.
+/// `bigquery` for them. A setting left out is taken from `bigquery`; `metadata_columns`,
+/// `create_table` and `transforms` replace the whole section when set.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
@@ -43,6 +44,10 @@ pub struct RouteConfig {
     /// Change data capture: the records are upserts and deletes by primary key (docs/cdc.md).
     #[serde(default)]
     pub cdc: Option<CdcConfig>,
+    /// Transforms of the route's records, applied in order (docs/mapping.md, "Transforms");
+    /// set, they replace those of `bigquery`.
+    #[serde(default)]
+    pub transforms: Option<Vec<Transform>>,
 }
 
 /// The table settings in force for one topic: its route's, or the top-level `bigquery` ones.
@@ -66,6 +71,8 @@ pub struct TopicRoute<'a> {
     pub format: Option<InputFormat>,
     /// Change data capture, when the route has it.
     pub cdc: Option<&'a CdcConfig>,
+    /// The transforms in force, in order.
+    pub transforms: &'a [Transform],
     /// The field path of the route, for messages: `routes[1]` or `bigquery`.
     pub path: String,
 }
@@ -156,6 +163,7 @@ impl Config {
                         .or(top_schema),
                     format: r.format.or(top_format),
                     cdc: r.cdc.as_ref(),
+                    transforms: r.transforms.as_deref().unwrap_or(&b.transforms),
                     path: format!("routes[{i}]"),
                 }
             }
@@ -171,6 +179,7 @@ impl Config {
                 schema_file: top_schema,
                 format: top_format,
                 cdc: None,
+                transforms: &b.transforms,
                 path: "bigquery".into(),
             },
         }

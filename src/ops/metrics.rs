@@ -203,6 +203,7 @@ fn latency_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     pub records_consumed: Family<TopicLabel, Counter>,
+    pub records_filtered: Family<TopicLabel, Counter>,
     pub bytes_consumed: Family<TopicLabel, Counter>,
     pub rows_appended: Family<TableLabel, Counter>,
     pub rows_flushed: Family<TableLabel, Counter>,
@@ -263,6 +264,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             records_consumed: Family::default(),
+            records_filtered: Family::default(),
             bytes_consumed: Family::default(),
             rows_appended: Family::default(),
             rows_flushed: Family::default(),
@@ -313,6 +315,11 @@ impl Metrics {
             "kbq_records_consumed",
             "Kafka records handed to writers",
             self.records_consumed.clone(),
+        );
+        r.register(
+            "kbq_records_filtered",
+            "Records a filter transform dropped: committed, neither a row nor a dead letter",
+            self.records_filtered.clone(),
         );
         r.register(
             "kbq_bytes_consumed",
@@ -510,6 +517,7 @@ impl Metrics {
             };
             for family in [
                 &self.records_consumed,
+                &self.records_filtered,
                 &self.bytes_consumed,
                 &self.rewound_records,
                 &self.lost_records,

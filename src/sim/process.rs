@@ -193,6 +193,7 @@ impl Sim {
                 table_label: "events".into(),
                 plans: self.route.plans.clone(),
                 cdc: self.route.cdc.clone().map(|p| p as Arc<dyn ChangeSource>),
+                filter: kbq_transcode::transforms::Filter::default(),
             }),
             // The `resolve` query's columns: the record's offset and partition.
             resolve: Some(ResolveColumns {

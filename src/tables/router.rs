@@ -25,6 +25,7 @@ use crate::registry::{RegistryConfig, SchemaRegistry};
 use crate::writer::change_source::ChangeSource;
 use crate::writer::plan_source::{PlanSource, WriterRoute};
 use kbq_core::table_schema::TableSchema;
+use kbq_transcode::transforms::Filter;
 use kbq_transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
 
 use super::cdc;
@@ -288,6 +289,7 @@ impl Router {
                 table_label: table_ref.table_id.clone(),
                 plans,
                 cdc: change_plans.map(|p| p as Arc<dyn ChangeSource>),
+                filter: Filter::new(settings.transforms),
             }),
             table: table_ref,
             resolve: resolve_columns(settings.metadata_columns),

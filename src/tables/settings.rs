@@ -6,11 +6,13 @@ use crate::config::{self, Config, defaults};
 use crate::registry::SchemaKind;
 use kbq_transcode::PlanOptions;
 
-/// How the records of a route are written: unknown fields and the metadata columns.
+/// How the records of a route are written: unknown fields, the metadata columns and the
+/// transforms.
 pub(super) fn plan_options(route: &config::TopicRoute<'_>) -> PlanOptions {
     PlanOptions {
         unknown_fields: route.unknown_fields,
         metadata: route.metadata_columns.clone(),
+        transforms: route.transforms.to_vec(),
     }
 }
 

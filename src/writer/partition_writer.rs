@@ -35,6 +35,7 @@ use crate::ops::metrics::{Metrics, TableLabel, TopicLabel};
 use kbq_core::bad_record::BadRecord;
 use kbq_core::model::TopicPartition;
 use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
+use kbq_transcode::transforms::FilterMatch;
 use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
@@ -143,6 +144,7 @@ pub fn spawn(
     let m = &shared.metrics;
     let counters = HotMetrics {
         records_consumed: m.records_consumed.get_or_create(&topic_label).clone(),
+        records_filtered: m.records_filtered.get_or_create(&topic_label).clone(),
         bytes_consumed: m.bytes_consumed.get_or_create(&topic_label).clone(),
         rows_appended: m.rows_appended.get_or_create(&table_label).clone(),
         append_latency: m.append_latency.get_or_create(&table_label).clone(),
@@ -187,6 +189,7 @@ enum RowBody {
 /// The metric series a writer updates per record or per request.
 struct HotMetrics {
     records_consumed: Counter,
+    records_filtered: Counter,
     bytes_consumed: Counter,
     rows_appended: Counter,
     append_latency: Histogram,
@@ -344,6 +347,13 @@ impl PartitionWriter {
         if self.account.is_none() {
             self.account = record.charge.account().cloned();
         }
+        if !self.route.filter.is_empty() && self.filtered(&record) {
+            // Committed like any other record, written nowhere: the prefix passes it in offset
+            // order, as it passes a dead letter (invariant 6), so exactly once counts it.
+            self.counters.records_filtered.inc();
+            self.record_handled_out_of_band(NextOffset::after(record.offset));
+            return Ok(());
+        }
         if let Some(cdc) = self.route.cdc.clone() {
             return self.take_change(record, cdc.as_ref(), next).await;
         }
@@ -357,6 +367,21 @@ impl PartitionWriter {
                 .map(drop),
             Err(bad) => self.bad(record, bad).await,
         }
+    }
+
+    /// Whether the route's filters drop `record` (docs/mapping.md, "Transforms").
+    fn filtered(&self, record: &Record) -> bool {
+        let headers: Vec<KafkaHeader<'_>> = (record.headers.iter())
+            .map(|h| KafkaHeader {
+                key: &h.key,
+                value: h.value.as_deref(),
+            })
+            .collect();
+        self.route.filter.drops(&FilterMatch {
+            topic: &self.tp.topic,
+            tombstone: record.value().is_none(),
+            headers: &headers,
+        })
     }
 
     /// A record without a value on a route that is not CDC: a record its format cannot read, so

@@ -12,6 +12,7 @@ use kbq_core::bad_record::BadRecord;
 
 use super::change_source::ChangeSource;
 use kbq_transcode::Plan;
+use kbq_transcode::transforms::Filter;
 
 /// Why a schema lookup failed.
 #[derive(Debug, Clone)]
@@ -65,4 +66,6 @@ pub struct WriterRoute {
     pub plans: Arc<dyn PlanSource>,
     /// A CDC route: records are changes by primary key (docs/cdc.md).
     pub cdc: Option<Arc<dyn ChangeSource>>,
+    /// The route's `filter` transforms: a record they match is committed without a row.
+    pub filter: Filter,
 }

@@ -19,6 +19,7 @@ use super::named;
 use super::ops::{Conv, JsonOp, OnNull, Op, RecordOp, Skip};
 use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
+use super::transforms::{self, FieldRules, Target, Transform};
 use super::{Body, Plan};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -49,10 +50,25 @@ pub struct MetadataColumns {
     pub headers: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlanOptions {
     pub unknown_fields: UnknownFields,
     pub metadata: MetadataColumns,
+    /// The route's transforms, in order (docs/mapping.md, "Transforms"); `filter` entries are
+    /// the caller's, applied before a record reaches a plan.
+    pub transforms: Vec<Transform>,
+}
+
+impl PlanOptions {
+    /// The metadata columns with those `set … from:` adds.
+    pub(crate) fn effective_metadata(&self) -> Result<MetadataColumns, PlanError> {
+        transforms::metadata_with(&self.metadata, &self.transforms).map_err(|reason| {
+            PlanError::Transform {
+                transform: "set".into(),
+                reason,
+            }
+        })
+    }
 }
 
 /// Name of the root message in the descriptor.
@@ -67,15 +83,17 @@ pub fn compile(
     let mut c = Compiler {
         schema,
         options,
+        rules: FieldRules::new(&options.transforms),
         desc: DescriptorBuilder::new(all_column_names(table)),
         visiting: Vec::new(),
         budget: Budget::plan(),
         min_sizes: vec![MinSize::Unknown; schema.nodes.len()],
     };
-    let data_columns = data_columns(table, &options.metadata);
+    let data_columns = data_columns(table, options)?;
     c.visiting.push(schema.root);
     let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
-    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    c.rules.unapplied()?;
+    let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root = descriptor::message(ROOT_MESSAGE, protos);
     let tree = RecordOp {
         tag: None,
@@ -99,8 +117,14 @@ pub(super) fn all_column_names(table: &TableSchema) -> Vec<String> {
     names
 }
 
-/// The top-level columns that take record data: all but the Kafka metadata columns.
-pub(super) fn data_columns(table: &TableSchema, m: &MetadataColumns) -> Vec<TableFieldSchema> {
+/// The top-level columns that take record data: all but the Kafka metadata columns and the
+/// columns transforms fill.
+pub(super) fn data_columns(
+    table: &TableSchema,
+    options: &PlanOptions,
+) -> Result<Vec<TableFieldSchema>, PlanError> {
+    let m = &options.effective_metadata()?;
+    let rules = FieldRules::new(&options.transforms);
     let meta_names: Vec<String> = [
         &m.topic,
         &m.partition,
@@ -113,12 +137,14 @@ pub(super) fn data_columns(table: &TableSchema, m: &MetadataColumns) -> Vec<Tabl
     .flatten()
     .map(|n| n.to_ascii_lowercase())
     .collect();
-    table
+    Ok(table
         .fields
         .iter()
-        .filter(|f| !meta_names.contains(&f.name.to_ascii_lowercase()))
+        .filter(|f| {
+            !meta_names.contains(&f.name.to_ascii_lowercase()) && !rules.is_set_column(&f.name)
+        })
         .cloned()
-        .collect()
+        .collect())
 }
 
 fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
@@ -131,6 +157,8 @@ fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
 struct Compiler<'a> {
     schema: &'a AvroSchema,
     options: &'a PlanOptions,
+    /// Which column each field fills, as the route's transforms say.
+    rules: FieldRules<'a>,
     desc: DescriptorBuilder,
     /// Records being compiled, to refuse recursive schemas instead of looping.
     visiting: Vec<NodeId>,
@@ -168,8 +196,16 @@ impl Compiler<'_> {
         let mut ops = Vec::with_capacity(record.fields.len());
         let mut protos = Vec::new();
         let mut matched: Vec<String> = Vec::new();
+        self.rules
+            .check_record(prefix, record.fields.iter().map(|f| f.name.as_str()))?;
         for field in &record.fields {
-            let lower = field.name.to_ascii_lowercase();
+            let lower = match self.rules.target(prefix, &field.name)? {
+                Target::Column(name) => name.to_ascii_lowercase(),
+                Target::Dropped => {
+                    ops.push(Op::Skip(self.skip(field.schema)?));
+                    continue;
+                }
+            };
             let column = by_name.get(&lower).copied();
             let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
             else {

@@ -57,6 +57,10 @@ pub enum PlanError {
     },
     #[error("json schema property {field} has no column in the table (unknown_fields: error)")]
     UnknownJsonProperty { field: String },
+    /// A transform of the route cannot apply to this writer schema and table
+    /// (docs/mapping.md, "Transforms").
+    #[error("transform {transform}: {reason}")]
+    Transform { transform: String, reason: String },
     /// The schema expands past a compiler's work budget (`budget.rs`).
     #[error(transparent)]
     TooComplex(#[from] TooComplex),

@@ -543,6 +543,7 @@ pub(super) fn write_metadata(
     meta: Option<&KafkaMetadata<'_>>,
     out: &mut Vec<u8>,
 ) -> Result<(), RecordError> {
+    crate::transforms::write_set(&ops.set, meta.map_or(&[][..], |m| m.headers), out)?;
     let Some(m) = meta else {
         let required = [
             &ops.topic,

@@ -24,6 +24,7 @@ mod proto;
 pub mod protobuf;
 mod reader;
 mod schema;
+pub mod transforms;
 mod utf8;
 mod wire;
 

@@ -4,7 +4,7 @@
 use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
 
-use super::compile::{MetadataColumns, column_type};
+use super::compile::{PlanOptions, column_type};
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
 use super::ops::{HeadersColumn, MetaColumn, MetadataOps};
@@ -27,13 +27,15 @@ const KEY: Accepted = &[
 ];
 
 /// The Kafka metadata columns' ops, their fields appended to the root message's `protos` (in
-/// this order: topic, partition, offset, timestamp, key, headers).
+/// this order: topic, partition, offset, timestamp, key, headers, then the columns the
+/// transforms set).
 pub(crate) fn metadata_ops(
     desc: &mut DescriptorBuilder,
-    m: &MetadataColumns,
+    options: &PlanOptions,
     table: &TableSchema,
     protos: &mut Vec<FieldDescriptorProto>,
 ) -> Result<MetadataOps, PlanError> {
+    let m = &options.effective_metadata()?;
     let mut scalar = |name: &Option<String>, accepted: Accepted, wire: u32| match name {
         Some(name) => scalar_column(protos, find(table, name)?, accepted, wire).map(Some),
         None => Ok(None),
@@ -47,6 +49,7 @@ pub(crate) fn metadata_ops(
         Some(name) => Some(headers_column(desc, protos, find(table, name)?)?),
         None => None,
     };
+    let set = crate::transforms::set_ops(&options.transforms, table, protos)?;
     Ok(MetadataOps {
         topic,
         partition,
@@ -54,6 +57,7 @@ pub(crate) fn metadata_ops(
         timestamp,
         key,
         headers,
+        set,
     })
 }
 

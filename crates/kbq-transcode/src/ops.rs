@@ -149,6 +149,8 @@ pub struct MetadataOps {
     pub timestamp: Option<MetaColumn>,
     pub key: Option<MetaColumn>,
     pub headers: Option<HeadersColumn>,
+    /// The columns the route's transforms fill (a static value, a header).
+    pub set: crate::transforms::SetOps,
 }
 
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@ mod delivery;
 mod input;
 mod kafka;
 mod tables;
+mod transforms;
 
 use crate::config::topic_pattern::TopicPattern;
 
@@ -57,6 +58,7 @@ pub fn validate(config: &Config) -> Result<(), Vec<ConfigError>> {
     v.input(config);
     v.bigquery(config);
     v.routes(config);
+    v.transforms(config);
     v.formats(config);
     v.checkpoint(&config.checkpoint);
     v.writer(&config.writer, &config.checkpoint);

@@ -20,6 +20,7 @@ use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
+use crate::transforms::FieldRules;
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -34,16 +35,21 @@ pub fn compile(
     let mut c = Compiler {
         schema: schema.map(|s| &**s),
         options,
+        rules: FieldRules::new(&options.transforms),
         desc: DescriptorBuilder::new(all_column_names(table)),
         budget: Budget::json_schema(),
     };
-    let columns = data_columns(table, &options.metadata);
+    let columns = data_columns(table, options)?;
     let shape = match schema {
         Some(s) => Some(c.shape(s, s.root_node(), "")?),
         None => None,
     };
     let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None)?;
-    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    // Schemaless JSON has no fields to check the transforms against before a record comes.
+    if schema.is_some() {
+        c.rules.unapplied()?;
+    }
+    let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root_desc = descriptor::message(ROOT_MESSAGE, protos);
     Ok(Plan {
         body: Body::Json {
@@ -91,11 +97,14 @@ fn properties_by_lower<'a>(shape: Option<&Shape<'a>>) -> HashMap<String, (&'a st
 fn refuse_unknown_properties(
     columns: &[TableFieldSchema],
     properties: &HashMap<String, (&str, Node<'_>)>,
+    removed: &[&str],
     prefix: &str,
+    rules: &FieldRules<'_>,
 ) -> Result<(), PlanError> {
-    let names: Vec<String> = columns
-        .iter()
-        .map(|c| c.name.to_ascii_lowercase())
+    let names: Vec<String> = (columns.iter())
+        .filter_map(|c| rules.source_key(prefix, &c.name))
+        .chain(removed.iter().copied())
+        .map(str::to_ascii_lowercase)
         .collect();
     let mut unknown: Vec<&str> = properties
         .iter()
@@ -114,6 +123,8 @@ fn refuse_unknown_properties(
 struct Compiler<'a> {
     schema: Option<&'a JsonSchema>,
     options: &'a PlanOptions,
+    /// Which key each column takes, as the route's transforms say.
+    rules: FieldRules<'a>,
     desc: DescriptorBuilder,
     /// The work every shape of this compilation may still do.
     budget: Budget,
@@ -150,15 +161,36 @@ impl<'a> Compiler<'a> {
             });
         }
         let properties = properties_by_lower(shape);
+        if let Some(shape) = shape {
+            (self.rules).check_record(prefix, shape.properties.iter().map(|(n, _)| *n))?;
+            // Each property asks where it goes, as a field of the other formats does: one that
+            // would fill a column a transform sets refuses the plan.
+            for (name, _) in shape.properties.iter() {
+                self.rules.target(prefix, name)?;
+            }
+        }
+        let removed = self.rules.removed_keys(prefix, |key| {
+            shape.is_none() || properties.contains_key(&key.to_ascii_lowercase())
+        });
         if self.options.unknown_fields == UnknownFields::Error {
-            refuse_unknown_properties(columns, &properties, prefix)?;
+            refuse_unknown_properties(columns, &properties, &removed, prefix, &self.rules)?;
         }
         let mut fields = Vec::new();
         let mut protos = Vec::new();
         let mut by_lower = HashMap::new();
         for column in columns {
             let path: Arc<str> = format!("{prefix}{}", column.name).into();
-            let lower = column.name.to_ascii_lowercase();
+            let Some(key) = (self.rules.source_key(prefix, &column.name)).map(Box::<str>::from)
+            else {
+                if column.mode() == Mode::Required && column.default_value_expression.is_none() {
+                    return Err(PlanError::Transform {
+                        transform: format!("of field {path}"),
+                        reason: "its REQUIRED column would have no value".into(),
+                    });
+                }
+                continue;
+            };
+            let lower = key.to_ascii_lowercase();
             if by_lower.contains_key(lower.as_str()) {
                 return Err(PlanError::Unsupported {
                     column: path.to_string(),
@@ -171,9 +203,26 @@ impl<'a> Compiler<'a> {
                 _ => None,
             };
             let number = protos.len() as i32 + 1;
-            let (field, proto) = self.field(column, property, path, number)?;
+            let (mut field, proto) = self.field(column, property, path, number)?;
+            field.key = key;
             fields.push(field);
             protos.extend(proto);
+        }
+        // A removed key is read and skipped, also under `unknown_fields: error`.
+        for key in removed {
+            let lower = key.to_ascii_lowercase();
+            if by_lower.contains_key(lower.as_str()) {
+                continue;
+            }
+            by_lower.insert(lower.into_boxed_str(), fields.len() as u16);
+            fields.push(FieldOp {
+                key: key.into(),
+                column: format!("{prefix}{key}").into(),
+                tag: Tag::new(1, WIRE_VARINT),
+                conv: Conv::Skip,
+                repeated: false,
+                required: false,
+            });
         }
         Ok((
             ObjectOp {

@@ -18,6 +18,7 @@ use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
+use crate::transforms::{FieldRules, Target};
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -32,11 +33,13 @@ pub fn compile(
 ) -> Result<Plan, PlanError> {
     let mut c = Compiler {
         options,
+        rules: FieldRules::new(&options.transforms),
         desc: DescriptorBuilder::new(all_column_names(table)),
         budget: Budget::plan(),
     };
-    let columns = data_columns(table, &options.metadata);
+    let columns = data_columns(table, options)?;
     let (root, mut protos) = c.message(message, &columns, "", None, false)?;
+    c.rules.unapplied()?;
     // Under `unknown_fields: ignore` a message of another shape still compiles, to a plan that
     // drops every field: refused instead, so its records are dead-lettered with their data
     // rather than written as rows that hold nothing of it.
@@ -45,7 +48,7 @@ pub fn compile(
             message: message.full_name().to_owned(),
         });
     }
-    let metadata = metadata_ops(&mut c.desc, &options.metadata, table, &mut protos)?;
+    let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root_desc = descriptor::message(ROOT_MESSAGE, protos);
     Ok(Plan {
         body: Body::Protobuf(root),
@@ -108,6 +111,8 @@ fn oneof_groups(oneofs: HashMap<String, Vec<u16>>) -> Box<[Box<[u16]>]> {
 
 struct Compiler<'a> {
     options: &'a PlanOptions,
+    /// Which column each field fills, as the route's transforms say.
+    rules: FieldRules<'a>,
     desc: DescriptorBuilder,
     /// What the plan may still build: a message type is compiled again at each field that
     /// uses it (with a RECORD column), so a small schema could build a large plan.
@@ -136,14 +141,20 @@ impl Compiler<'_> {
         let mut required = Vec::new();
         let mut oneofs: HashMap<String, Vec<u16>> = HashMap::new();
         let mut matched: Vec<String> = Vec::new();
+        let field_names: Vec<String> = message.fields().map(|f| f.name().to_owned()).collect();
+        (self.rules).check_record(prefix, field_names.iter().map(String::as_str))?;
         for fd in message.fields() {
             let index = fields.len() as u16;
             numbers.push((fd.number(), index));
-            let lower = fd.name().to_ascii_lowercase();
-            let column = by_name.get(&lower).copied();
+            let (lower, dropped) = match self.rules.target(prefix, fd.name())? {
+                Target::Column(name) => (name.to_ascii_lowercase(), false),
+                Target::Dropped => (String::new(), true),
+            };
+            let column = by_name.get(&lower).copied().filter(|_| !dropped);
             let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
             else {
-                fields.push(self.skipped(&fd, column.is_none(), prefix)?);
+                // A dropped field is never an unknown one.
+                fields.push(self.skipped(&fd, column.is_none() && !dropped, prefix)?);
                 continue;
             };
             claim(&mut matched, lower, column, prefix)?;

@@ -15,4 +15,5 @@ mod props;
 mod protobuf;
 mod protobuf_vectors;
 mod support;
+mod transforms;
 mod vectors;

@@ -570,6 +570,7 @@ fn a_message_none_of_whose_fields_has_a_column_is_refused_rather_than_written_as
     let options = PlanOptions {
         unknown_fields: UnknownFields::Ignore,
         metadata,
+        ..PlanOptions::default()
     };
     // Columns of p.Rec that none of p.Inner's fields (s, n, ds) names.
     let rec_columns = vec![

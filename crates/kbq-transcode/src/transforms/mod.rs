@@ -1,0 +1,394 @@
+//! Transforms of a route (docs/mapping.md, "Transforms"): a list, applied in order, that the plan
+//! compiler folds into the plan, so a record pays nothing for them at run time. Fields are
+//! dropped, renamed or masked by choosing which column each field fills (`fields.rs`); a column
+//! is set from a static value or a Kafka header by a value the plan writes beside the Kafka
+//! metadata (`columns.rs`); records are filtered before they reach a plan (`filter.rs`). The
+//! types are what the YAML says (the config deserializes them directly); [`check`] is the part
+//! of `validate` that needs no schema.
+
+mod columns;
+mod fields;
+mod filter;
+
+use serde::Deserialize;
+
+pub(crate) use columns::{SetOps, set_ops, write_set};
+pub(crate) use fields::{FieldRules, Target};
+pub use filter::{Filter, FilterMatch};
+
+use crate::compile::MetadataColumns;
+
+/// One transform, as the YAML spells it: `- drop: {field: a.b}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transform {
+    /// The field is not written: its column, if the table has one, is left NULL (or its
+    /// default).
+    Drop(DropField),
+    /// The field fills the column `to` instead of the column of its own name.
+    Rename(RenameField),
+    /// The field's value is never written: its column holds NULL, or `value` in every row.
+    Mask(MaskField),
+    /// A column filled from outside the record's value: a static value, a Kafka header, or
+    /// the record's topic, partition, offset, timestamp or key.
+    Set(SetColumn),
+    /// Records that match are committed like any other but written nowhere: neither a row nor
+    /// a dead letter (counted in `kbq_records_filtered_total`).
+    Filter(FilterRecords),
+}
+
+/// `drop`: a field path, its records' fields joined by `.` (`customer.email`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DropField {
+    pub field: String,
+}
+
+/// `rename`: the field at `field` fills the column `to` of the same record.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameField {
+    pub field: String,
+    /// The new name, in the same record (a name, not a path).
+    pub to: String,
+}
+
+/// `mask`: the field's value never reaches the table. Without `value` its column is NULL;
+/// with one, the column holds `value` in every row (top-level fields only).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaskField {
+    pub field: String,
+    #[serde(default)]
+    pub value: Option<Literal>,
+}
+
+/// `set`: a top-level column filled from exactly one of `value`, `header` (with its
+/// `encoding`) or `from`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetColumn {
+    pub column: String,
+    /// A static value, the same in every row.
+    #[serde(default)]
+    pub value: Option<Literal>,
+    /// The name of a Kafka header; the last header of that name, as Kafka's
+    /// `Headers.lastHeader` reads it.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// How the header's bytes are read: required with `header`, never guessed.
+    #[serde(default)]
+    pub encoding: Option<HeaderEncoding>,
+    /// One of the record's Kafka coordinates: the same as `metadata_columns`.
+    #[serde(default)]
+    pub from: Option<KafkaField>,
+}
+
+/// A static value of `set` or `mask`, typed by the YAML scalar it is written as.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Literal {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+/// How a header's value bytes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderEncoding {
+    /// UTF-8 text (checked), into a STRING column.
+    String,
+    /// The bytes as they are, into a BYTES column.
+    Bytes,
+    /// Eight bytes, big-endian two's complement (Kafka's `LongSerializer`), into INT64.
+    Int64Be,
+    /// Four bytes, big-endian two's complement (Kafka's `IntegerSerializer`), into INT64.
+    Int32Be,
+}
+
+/// The Kafka coordinates `set` can take, each one case of `metadata_columns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaField {
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    Key,
+}
+
+impl KafkaField {
+    /// The YAML's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaField::Topic => "topic",
+            KafkaField::Partition => "partition",
+            KafkaField::Offset => "offset",
+            KafkaField::Timestamp => "timestamp",
+            KafkaField::Key => "key",
+        }
+    }
+}
+
+/// `filter`: drops the records that match every condition given (with `negate`, the records
+/// that do not).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterRecords {
+    /// Records without a value.
+    #[serde(default)]
+    pub tombstone: bool,
+    /// Records that carry a header of this name.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// With `header`: whose last header of that name is exactly these UTF-8 bytes.
+    #[serde(default)]
+    pub equals: Option<String>,
+    /// Records of topics this regular expression matches as a whole.
+    #[serde(default)]
+    pub topic_pattern: Option<String>,
+    #[serde(default)]
+    pub negate: bool,
+}
+
+/// A transform refused before any schema is known: `index` in the list, the key of the entry
+/// (`field`, `to`, …) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformError {
+    pub index: usize,
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl Transform {
+    /// The field path a field transform applies to.
+    pub(crate) fn field(&self) -> Option<&str> {
+        match self {
+            Transform::Drop(d) => Some(&d.field),
+            Transform::Rename(r) => Some(&r.field),
+            Transform::Mask(m) => Some(&m.field),
+            Transform::Set(_) | Transform::Filter(_) => None,
+        }
+    }
+
+    /// How a plan error names the transform: `mask customer.ssn`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Transform::Drop(d) => format!("drop {}", d.field),
+            Transform::Rename(r) => format!("rename {} to {}", r.field, r.to),
+            Transform::Mask(m) => format!("mask {}", m.field),
+            Transform::Set(s) => format!("set {}", s.column),
+            Transform::Filter(_) => "filter".into(),
+        }
+    }
+
+    /// Whether the transform changes what a row holds (everything but `filter`).
+    pub fn shapes_rows(&self) -> bool {
+        !matches!(self, Transform::Filter(_))
+    }
+}
+
+/// A column or field name a transform may name: a proto identifier, as every column the sink
+/// writes (docs/mapping.md, "Resolution against the table").
+fn is_name(s: &str) -> bool {
+    crate::descriptor::is_proto_identifier(s)
+}
+
+/// Checks `list` without a schema: each entry well formed, one transform per field, no path
+/// through a field another transform removes or renames, one source per column. The plan
+/// compiler checks the rest against the writer schema and the table.
+pub fn check(list: &[Transform]) -> Result<(), TransformError> {
+    let err = |index, key, message: String| {
+        Err(TransformError {
+            index,
+            key,
+            message,
+        })
+    };
+    let mut fields: Vec<(usize, String)> = Vec::new();
+    let mut columns: Vec<(usize, String)> = Vec::new();
+    let mut kafka: Vec<(usize, KafkaField)> = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        if let Some(path) = t.field() {
+            if path.split('.').any(|s| !is_name(s)) {
+                return err(
+                    i,
+                    "field",
+                    format!(
+                        "`{path}` is not a field path (names of letters, digits and `_`, joined by `.`)"
+                    ),
+                );
+            }
+            let lower = path.to_ascii_lowercase();
+            for (j, other) in &fields {
+                if *other == lower {
+                    return err(
+                        i,
+                        "field",
+                        format!("transforms[{j}] already transforms field {path}"),
+                    );
+                }
+                let (outer, inner) = if lower.len() < other.len() {
+                    (&lower, other)
+                } else {
+                    (other, &lower)
+                };
+                if inner.starts_with(&format!("{outer}.")) {
+                    return err(
+                        i,
+                        "field",
+                        format!(
+                            "field {path} and the field of transforms[{j}] are one inside the other: a record that is dropped, renamed or masked takes its fields with it"
+                        ),
+                    );
+                }
+            }
+            fields.push((i, lower));
+        }
+        match t {
+            Transform::Rename(r) if !is_name(&r.to) => {
+                return err(
+                    i,
+                    "to",
+                    format!(
+                        "`{}` is not a column name (letters, digits and `_`; a name, not a path: the field stays in its record)",
+                        r.to
+                    ),
+                );
+            }
+            Transform::Mask(m) if m.value.is_some() && m.field.contains('.') => {
+                return err(
+                    i,
+                    "value",
+                    format!(
+                        "a masked value is written to top-level columns only: mask {} to NULL (no `value`), or mask its top-level record",
+                        m.field
+                    ),
+                );
+            }
+            Transform::Set(s) => {
+                if !is_name(&s.column) {
+                    return err(
+                        i,
+                        "column",
+                        format!("`{}` is not a top-level column name", s.column),
+                    );
+                }
+                let sources = [s.value.is_some(), s.header.is_some(), s.from.is_some()];
+                if sources.iter().filter(|x| **x).count() != 1 {
+                    return err(
+                        i,
+                        "column",
+                        "needs exactly one of `value`, `header` and `from`".into(),
+                    );
+                }
+                match (&s.header, s.encoding) {
+                    (Some(_), None) => {
+                        return err(
+                            i,
+                            "encoding",
+                            "a header's bytes have no type of their own: say how to read them (string, bytes, int64_be, int32_be)".into(),
+                        );
+                    }
+                    (None, Some(_)) => {
+                        return err(i, "encoding", "only with `header`".into());
+                    }
+                    _ => {}
+                }
+                if let Some(f) = s.from {
+                    if let Some((j, _)) = kafka.iter().find(|(_, k)| *k == f) {
+                        return err(
+                            i,
+                            "from",
+                            format!(
+                                "transforms[{j}] already sets a column from the {}",
+                                f.name()
+                            ),
+                        );
+                    }
+                    kafka.push((i, f));
+                }
+                let lower = s.column.to_ascii_lowercase();
+                if let Some((j, _)) = columns.iter().find(|(_, c)| *c == lower) {
+                    return err(
+                        i,
+                        "column",
+                        format!("transforms[{j}] already sets column {}", s.column),
+                    );
+                }
+                columns.push((i, lower));
+            }
+            Transform::Filter(f) => {
+                if !f.tombstone && f.header.is_none() && f.topic_pattern.is_none() {
+                    return err(
+                        i,
+                        "filter",
+                        "needs a condition: tombstone, header or topic_pattern".into(),
+                    );
+                }
+                if f.equals.is_some() && f.header.is_none() {
+                    return err(i, "equals", "only with `header`".into());
+                }
+                if let Some(p) = &f.topic_pattern
+                    && let Err(e) = regex::Regex::new(&format!("^(?:{p})$"))
+                {
+                    return err(i, "topic_pattern", format!("not a regular expression: {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    // A masked top-level field with a value sets its own column: it must not meet a `set`.
+    for (i, t) in list.iter().enumerate() {
+        if let Transform::Mask(m) = t
+            && m.value.is_some()
+            && let Some((j, _)) = columns
+                .iter()
+                .find(|(_, c)| *c == m.field.to_ascii_lowercase())
+        {
+            return err(
+                i,
+                "field",
+                format!("transforms[{j}] sets column {} too", m.field),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `metadata` with the columns `set … from:` adds (each the same as the matching
+/// `metadata_columns` entry); a coordinate set twice to two columns is refused.
+pub fn metadata_with(
+    metadata: &MetadataColumns,
+    list: &[Transform],
+) -> Result<MetadataColumns, String> {
+    let mut m = metadata.clone();
+    for t in list {
+        let Transform::Set(SetColumn {
+            column,
+            from: Some(from),
+            ..
+        }) = t
+        else {
+            continue;
+        };
+        let (slot, key) = match from {
+            KafkaField::Topic => (&mut m.topic, "topic"),
+            KafkaField::Partition => (&mut m.partition, "partition"),
+            KafkaField::Offset => (&mut m.offset, "offset"),
+            KafkaField::Timestamp => (&mut m.timestamp, "timestamp"),
+            KafkaField::Key => (&mut m.key, "key"),
+        };
+        match slot {
+            Some(existing) if !existing.eq_ignore_ascii_case(column) => {
+                return Err(format!(
+                    "the {key} already goes to column {existing} (metadata_columns.{key})"
+                ));
+            }
+            _ => *slot = Some(column.clone()),
+        }
+    }
+    Ok(m)
+}

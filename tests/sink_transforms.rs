@@ -1,0 +1,190 @@
+//! Transforms end to end (docs/mapping.md, "Transforms"): the real binary, a real Kafka broker
+//! and the emulator. A route renames, drops and masks fields of the fixture's orders, fills a
+//! column from a header and filters the records of a test environment. Through a SIGKILL in the
+//! middle, every other record is one row, exactly once, holding what the transforms say; the
+//! filtered records are committed (the group's offsets pass them) and counted, and are neither
+//! rows nor dead letters.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kafka_bigquery_sink::kafka::headers;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use support::kafka::{producer_config, unique_name};
+use support::sink::{Daemon, Fixture, Position, Tweaks, encode};
+
+const PARTITIONS: i32 = 2;
+
+/// Every fifth order comes from the test environment and is filtered, and so do the last two
+/// (one per partition).
+fn filtered(id: i64) -> bool {
+    id % 5 == 4 || id >= 408
+}
+
+/// Produces orders `ids` round-robin over the partitions, each with a `trace` header and, when
+/// [`filtered`], `env: test`; the positions of the kept and of the filtered records, and each
+/// kept position's id.
+fn produce(
+    f: &Fixture,
+    ids: std::ops::Range<i64>,
+) -> (Vec<Position>, Vec<Position>, BTreeMap<Position, i64>) {
+    let producer: FutureProducer = producer_config(&f.bootstrap).create().expect("producer");
+    let (mut kept, mut dropped, mut by_position) = (Vec::new(), Vec::new(), BTreeMap::new());
+    for id in ids {
+        let partition = (id % PARTITIONS as i64) as i32;
+        let mut hdrs = OwnedHeaders::new();
+        headers::add(&mut hdrs, b"trace", Some(format!("t-{id}").as_bytes()));
+        if filtered(id) {
+            headers::add(&mut hdrs, b"env", Some(b"test"));
+        }
+        let value = encode(&f.schema, id);
+        let key = id.to_string();
+        let record = FutureRecord::to(&f.topic)
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&value)
+            .headers(hdrs);
+        let delivery = futures::executor::block_on(producer.send(record, Duration::from_secs(60)))
+            .expect("record acknowledged");
+        let position = (partition as i64, delivery.offset);
+        if filtered(id) {
+            dropped.push(position);
+        } else {
+            kept.push(position);
+            by_position.insert(position, id);
+        }
+    }
+    f.source.expect(kept.iter().copied());
+    (kept, dropped, by_position)
+}
+
+/// Every visible row as (partition, offset) → its columns by name (`null` for NULL).
+fn rows(f: &Fixture) -> BTreeMap<Position, BTreeMap<String, serde_json::Value>> {
+    let store = &f.emulator.store;
+    let table = store.get_table(&f.table_ref()).expect("the table");
+    let page = store
+        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
+        .expect("rows");
+    let mut out = BTreeMap::new();
+    for row in &page.rows {
+        let r = row.codec.render(&row.data, &table.schema);
+        let columns: BTreeMap<String, serde_json::Value> = (table.schema.fields.iter())
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), r["f"][i]["v"].clone()))
+            .collect();
+        let int = |name: &str| columns[name].as_str().unwrap().parse::<i64>().unwrap();
+        let position = (int("kafka_partition"), int("kafka_offset"));
+        assert!(
+            out.insert(position, columns).is_none(),
+            "{position:?} twice"
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once() {
+    let f = Fixture::new(PARTITIONS).await;
+    let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
+    f.create_table_with_metadata(vec![
+        TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+        column("buyer", FieldType::String),
+        column("customer", FieldType::String),
+        column("amount", FieldType::Numeric),
+        column("created", FieldType::Timestamp),
+        column("note", FieldType::String),
+        column("trace", FieldType::String),
+    ]);
+    let tweaks = Tweaks {
+        create_table: Some(false),
+        routes: vec![
+            format!("  - topics: [\"{}\"]", f.topic),
+            "    transforms:".into(),
+            "      - rename: {field: customer, to: buyer}".into(),
+            "      - drop: {field: note}".into(),
+            "      - mask: {field: amount}".into(),
+            "      - set: {column: trace, header: trace, encoding: string}".into(),
+            "      - filter: {header: env, equals: test}".into(),
+        ],
+        ..Tweaks::default()
+    };
+    let group = unique_name("transforms");
+    let config = f.config_with(&group, &tweaks);
+
+    let (kept, mut dropped, mut ids) = produce(&f, 0..400);
+    let mut daemon = Daemon::start(&config);
+    let seen = f.wait_visible(1, Duration::from_secs(60));
+    assert!(!seen.is_empty(), "rows before the crash");
+    daemon.kill();
+    // The last record of each partition is a filtered one: the committed offsets show that
+    // the filtered records are committed like the others.
+    let (more_kept, more_dropped, more_ids) = produce(&f, 400..410);
+    dropped.extend(more_dropped);
+    ids.extend(more_ids);
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+
+    let rows = rows(&f);
+    assert_eq!(rows.len(), kept.len() + more_kept.len());
+    for (position, columns) in &rows {
+        let id = ids[position];
+        let text = |s: String| serde_json::Value::String(s);
+        assert_eq!(columns["id"], text(id.to_string()), "{position:?}");
+        assert_eq!(columns["buyer"], text(format!("customer-{}", id % 97)));
+        assert_eq!(columns["trace"], text(format!("t-{id}")));
+        for gone in ["customer", "amount", "note"] {
+            assert!(
+                columns[gone].is_null(),
+                "{gone} of {id}: {:?}",
+                columns[gone]
+            );
+        }
+        assert!(!columns["created"].is_null());
+    }
+    for position in &dropped {
+        assert!(
+            !rows.contains_key(position),
+            "filtered {position:?} is a row"
+        );
+    }
+    // Committed through the end of each partition, the filtered tail included.
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| {
+            let last = (ids.keys().chain(&dropped))
+                .filter(|(q, _)| *q == p as i64)
+                .map(|(_, o)| *o)
+                .max()
+                .unwrap();
+            (p, last + 1)
+        })
+        .collect();
+    let started = Instant::now();
+    loop {
+        let committed: BTreeMap<i32, i64> = (f.checkpoints(&group).into_iter())
+            .map(|(p, (k, _))| (p, k))
+            .collect();
+        if committed == ends {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "committed {committed:?}, want {ends:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Counted as filtered by the run that read them (the killed run's count went with it):
+    // at least the filtered records produced after the crash, at most all of them.
+    let counted = daemon.metric_with("kbq_records_filtered_total", &[&f.topic]);
+    assert!(
+        (2.0..=dropped.len() as f64).contains(&counted),
+        "kbq_records_filtered_total {counted}, {} filtered",
+        dropped.len()
+    );
+    assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
+    assert!(daemon.terminate().success());
+    assert_eq!(f.dead_letter_count(), 0);
+}
