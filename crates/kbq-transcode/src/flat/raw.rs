@@ -527,19 +527,29 @@ unsafe fn varint_at(p: *mut u8, v: u64) -> usize {
 #[inline(always)]
 unsafe fn copy_ascii(s: &[u8], dst: *mut u8) -> bool {
     let n = s.len();
-    let word = |i: usize| u64::from_le_bytes(*s[i..].first_chunk::<8>().expect("eight bytes"));
-    // SAFETY: every store ends at or before `dst + max(n, 16)`.
+    let src = s.as_ptr();
+    // SAFETY: every load is of eight bytes at `i` with `i + 8 <= n`, inside `s`; every store
+    // ends at or before `dst + max(n, 16)`.
     unsafe {
+        let word = |i: usize| ptr::read_unaligned(src.add(i).cast::<u64>());
         let put = |i: usize, w: u64| ptr::write_unaligned(dst.add(i).cast::<u64>(), w);
         let acc = if n >= 16 {
             let mut acc = 0;
             let mut i = 0;
-            while i + 16 <= n {
+            while i + 32 <= n {
+                let (a, b, c, d) = (word(i), word(i + 8), word(i + 16), word(i + 24));
+                put(i, a);
+                put(i + 8, b);
+                put(i + 16, c);
+                put(i + 24, d);
+                acc |= (a | b) | (c | d);
+                i += 32;
+            }
+            if i + 16 <= n {
                 let (a, b) = (word(i), word(i + 8));
                 put(i, a);
                 put(i + 8, b);
                 acc |= a | b;
-                i += 16;
             }
             let (a, b) = (word(n - 16), word(n - 8));
             put(n - 16, a);
