@@ -295,12 +295,9 @@ fn print_table(rows: &[Row]) {
 
 /// The path of the table `topic` is routed to, which its checkpoints are fingerprinted with.
 pub fn table_path(config: &Config, topic: &str) -> String {
-    crate::bigquery::rest_client::TableReference::new(
-        &config.bigquery.project,
-        &config.bigquery.dataset,
-        &config.route_for(topic).table,
-    )
-    .resource_name()
+    let route = config.route_for(topic);
+    crate::bigquery::rest_client::TableReference::new(route.project, &route.dataset, &route.table)
+        .resource_name()
 }
 
 #[cfg(test)]

@@ -799,7 +799,7 @@ fn the_first_matching_route_decides_and_unmatched_topics_use_the_top_level_setti
             "  table: t\n",
             "  table: \"{topic}\"\n  metadata_columns:\n    offset: off\n",
         )
-        + "routes:\n  - topic_pattern: 'shop\\.clicks\\..*'\n    table: clicks\n    metadata_columns:\n      topic: src\n  - topics: [shop.clicks.web]\n    table: never\n  - topic_pattern: 'shop\\.pay.*'\n    avro:\n      schema_file: pay.avsc\n";
+        + "routes:\n  - topic_pattern: 'shop\\.clicks\\..*'\n    table: clicks\n    metadata_columns:\n      topic: src\n  - topic_pattern: 'shop\\.clicks\\.web'\n    table: never\n  - topic_pattern: 'shop\\.pay.*'\n    avro:\n      schema_file: pay.avsc\n";
     let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
     assert_eq!(validate(&config), Ok(()));
     let clicks = config.route_for("shop.clicks.web");
@@ -824,6 +824,117 @@ fn the_first_matching_route_decides_and_unmatched_topics_use_the_top_level_setti
         config.route_for("xshop.clicks.web").route,
         Some(2).filter(|_| false)
     );
+}
+
+#[test]
+fn a_table_template_names_the_groups_of_the_route_pattern_by_number_or_name() {
+    let yaml = MINIMAL.replace("  topics: [t]", "  topic_pattern: 'prod\\..*'")
+        + "routes:\n  - topic_pattern: 'prod\\.(?P<entity>[a-z_]+)\\.v\\d+'\n    table: '{entity}'\n  - topic_pattern: 'prod\\.(eu|us)\\.([a-z]+)'\n    table: '{2}'\n    dataset: 'sales_{1}'\n    project: other-project\n";
+    let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    assert_eq!(validate(&config), Ok(()));
+    let orders = config.route_for("prod.order-lines.v1");
+    assert_eq!(orders.route, None, "the group takes no `-`: not routes[0]");
+    let orders = config.route_for("prod.order_lines.v12");
+    assert_eq!(
+        (
+            orders.route,
+            orders.qualified_table().as_str(),
+            orders.label.as_str()
+        ),
+        (Some(0), "p.d.order_lines", "order_lines")
+    );
+    let eu = config.route_for("prod.eu.refunds");
+    assert_eq!(
+        (eu.route, eu.qualified_table().as_str(), eu.label.as_str()),
+        (
+            Some(1),
+            "other-project.sales_eu.refunds",
+            "other-project.sales_eu.refunds"
+        )
+    );
+}
+
+#[test]
+fn a_template_group_the_pattern_lacks_or_a_group_on_a_topics_route_is_refused() {
+    let yaml = MINIMAL.replace("  topics: [t]", "  topic_pattern: 'prod\\..*'")
+        + "routes:\n  - topic_pattern: 'prod\\.(?P<entity>[a-z]+)'\n    table: '{entity}_{name}'\n  - topic_pattern: 'prod\\.x\\.([a-z]+)'\n    table: '{2}'\n  - topics: [prod.y]\n    table: '{1}'\n  - topic_pattern: 'prod\\.z\\.(?P<topic>.+)'\n    dataset: '{topic}_{'\n";
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "routes[0].table: `{name}` is not a group of the route's topic_pattern (it has {1} or {entity})",
+        "routes[1].table: `{2}` is not a group of the route's topic_pattern (it has {1})",
+        "routes[2].table: `{1}` is a group of a topic_pattern, but routes[2] lists topics",
+        "routes[3].topic_pattern: a group named `topic` cannot be named in a template",
+        "routes[3].dataset: a `{` without its `}`",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "expected {expected:?} in {errs:#?}"
+        );
+    }
+    assert_one_error(
+        &MINIMAL.replace("  table: t\n", "  table: '{1}'\n"),
+        HashMap::new(),
+        "bigquery.table: `{1}` is a group of a route's topic_pattern: the bigquery section has none",
+    );
+}
+
+#[test]
+fn a_route_dataset_or_project_that_bigquery_would_refuse_is_named() {
+    let yaml = MINIMAL.replace("  topics: [t]", "  topics: [t, u, v, w]")
+        + "routes:\n  - topics: [u]\n    dataset: has-dash\n  - topics: [v]\n    project: Upper_Case\n  - topics: [w]\n    project: 'p{topic}'\n    dataset: 'x{topic}'\n";
+    let errs = errors(&yaml, HashMap::new());
+    for expected in [
+        "routes[0].dataset: must be letters, digits and underscores",
+        "routes[1].project: `Upper_Case` is not a project id",
+        "routes[2].project: a project id, not a template",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(expected)),
+            "expected {expected:?} in {errs:#?}"
+        );
+    }
+    assert!(
+        !errs.iter().any(|e| e.starts_with("routes[2].dataset")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn one_table_id_in_two_datasets_is_two_tables() {
+    // The same fixed table id in another dataset (or project) is another table: no collision.
+    let yaml = MINIMAL.replace("  topics: [t]", "  topics: [t, u, v]")
+        + "routes:\n  - topics: [u]\n    table: t\n    dataset: archive\n  - topics: [v]\n    table: t\n    project: p2\n    map_mode: json\n";
+    assert_eq!(errors(&yaml, HashMap::new()), Vec::<String>::new());
+    let config = Config::from_yaml(&yaml, HashMap::new()).expect("parses");
+    let labels: Vec<String> = ["t", "u", "v"]
+        .iter()
+        .map(|t| config.route_for(t).label)
+        .collect();
+    assert_eq!(labels, ["t", "archive.t", "p2.d.t"]);
+    // In the same dataset it is one table written with two sets of settings.
+    let same = yaml
+        .replace("    dataset: archive\n", "")
+        .replace("    project: p2\n", "");
+    assert_one_error(
+        &same,
+        HashMap::new(),
+        "routes[1].table: table `t` is also written by routes[0].table",
+    );
+}
+
+#[test]
+fn a_topic_two_routes_would_write_to_different_tables_is_refused() {
+    // routes[1] lists a topic routes[0]'s pattern takes first, into another dataset's table.
+    let yaml = MINIMAL.replace("  topics: [t]", "  topics: [t, prod.orders.v1]")
+        + "routes:\n  - topic_pattern: 'prod\\.(?P<entity>[a-z]+)\\.v1'\n    table: '{entity}'\n  - topics: [prod.orders.v1]\n    table: orders\n    dataset: archive\n";
+    assert_one_error(
+        &yaml,
+        HashMap::new(),
+        "routes[1].topics[0]: `prod.orders.v1` is taken by routes[0] first, which writes it to `p.d.orders`; this route would write it to `p.archive.orders`",
+    );
+    // Into the same table it changes nothing that matters here: no error.
+    let same = yaml.replace("    dataset: archive\n", "");
+    assert_eq!(errors(&same, HashMap::new()), Vec::<String>::new());
 }
 
 #[test]

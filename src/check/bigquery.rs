@@ -50,9 +50,8 @@ pub(super) async fn check_bigquery(
     let mut seen: HashMap<String, Found> = HashMap::new();
     for (topic, records) in samples {
         let settings = read_only.route_for(topic);
-        let b = &read_only.bigquery;
-        let table = TableReference::new(&b.project, &b.dataset, &settings.table);
-        let item = format!("bigquery table {}", table.table_id);
+        let table = TableReference::new(settings.project, &settings.dataset, &settings.table);
+        let item = format!("bigquery table {}", settings.label);
         let found = match seen.get(&table.resource_name()) {
             Some(found) => *found,
             None => {

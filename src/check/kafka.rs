@@ -33,6 +33,7 @@ pub(super) fn check_kafka(
     };
     for topic in &routed {
         findings.push(topic_line(topic, &cluster));
+        findings.push(route_line(config, topic));
     }
     let dead_letter = config.dead_letter.as_ref().and_then(|d| d.topic.as_ref());
     let granted = topic_permissions(&consumer, &routed, dead_letter);
@@ -208,6 +209,30 @@ fn describe_group(consumer: &BaseConsumer, group: &str) -> Result<GroupAnswer, R
         attempt += 1;
         std::thread::sleep(KAFKA_READ_RETRY);
     }
+}
+
+/// Where `topic` is written: its route and the table it resolves to.
+fn route_line(config: &Config, topic: &str) -> Finding {
+    let route = config.route_for(topic);
+    let item = format!("route {topic}");
+    if route.table.is_empty() || route.dataset.is_empty() {
+        return Finding::fail(
+            item,
+            format!(
+                "{} gives `{}`: a template group matched nothing in the topic",
+                route.path,
+                route.qualified_table()
+            ),
+            format!(
+                "make the groups {}.table and .dataset name match in every topic",
+                route.path
+            ),
+        );
+    }
+    Finding::ok(
+        item,
+        format!("writes {} ({})", route.qualified_table(), route.path),
+    )
 }
 
 /// The group's committed offsets of the readable partitions (an OffsetFetch); the coordinator

@@ -25,6 +25,7 @@ mod load;
 mod ops;
 mod routes;
 mod secret_files;
+pub mod template;
 mod topic_pattern;
 mod validate;
 mod values;

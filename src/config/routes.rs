@@ -4,7 +4,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, SchemaUpdate, limits};
+use super::{
+    AvroConfig, CdcConfig, Config, CreateTableConfig, InputFormat, SchemaUpdate, limits, template,
+};
 use kbq_transcode::transforms::Transform;
 use kbq_transcode::{MapMode, MetadataColumns, UnknownFields};
 
@@ -20,9 +22,16 @@ pub struct RouteConfig {
     /// A regular expression (Rust `regex` syntax) that must match the whole topic name.
     #[serde(default)]
     pub topic_pattern: Option<String>,
-    /// Table id or a `{topic}` template, as `bigquery.table`.
+    /// Table id, or a template of `{topic}` and, with `topic_pattern`, its capture groups by
+    /// number (`{1}`) or name (`{entity}`); each value sanitised as the topic is.
     #[serde(default)]
     pub table: Option<String>,
+    /// Dataset id, or a template as `table`, instead of `bigquery.dataset`.
+    #[serde(default)]
+    pub dataset: Option<String>,
+    /// Google Cloud project id of the route's dataset, instead of `bigquery.project`.
+    #[serde(default)]
+    pub project: Option<String>,
     #[serde(default)]
     pub metadata_columns: Option<MetadataColumns>,
     #[serde(default)]
@@ -55,10 +64,18 @@ pub struct RouteConfig {
 pub struct TopicRoute<'a> {
     /// The index in `routes`, or `None` for the top-level settings.
     pub route: Option<usize>,
-    /// The table id, with `{topic}` replaced by the sanitised topic.
+    /// The project of the table: the route's, else `bigquery.project`.
+    pub project: &'a str,
+    /// The dataset id, its template filled for the topic.
+    pub dataset: String,
+    /// The table id, its template filled for the topic.
     pub table: String,
     /// The table setting as written (a template or a fixed id).
     pub table_template: &'a str,
+    /// The table's name in metric labels and messages: the table id in the top-level dataset,
+    /// `dataset.table` in another dataset of the top-level project, else
+    /// `project.dataset.table`, so that two tables of one process never share a name.
+    pub label: String,
     pub metadata_columns: &'a MetadataColumns,
     pub create_table: Option<&'a CreateTableConfig>,
     pub schema_update: SchemaUpdate,
@@ -94,18 +111,10 @@ pub fn sanitize_table_name(topic: &str) -> String {
         .collect()
 }
 
-/// The table id of `template` for `topic`: `{topic}` replaced by the sanitised topic, at most
-/// 1024 bytes.
+/// The table id of `template` for `topic` (a template without capture groups): `{topic}`
+/// replaced by the sanitised topic, at most 1024 bytes.
 pub fn table_for_topic(template: &str, topic: &str) -> String {
-    let mut id = template.replace("{topic}", &sanitize_table_name(topic));
-    if id.len() > limits::MAX_TABLE_ID_BYTES {
-        let mut end = limits::MAX_TABLE_ID_BYTES;
-        while !id.is_char_boundary(end) {
-            end -= 1;
-        }
-        id.truncate(end);
-    }
-    id
+    template::fill(template, topic, None, limits::MAX_TABLE_ID_BYTES)
 }
 
 impl RouteConfig {
@@ -118,9 +127,14 @@ impl RouteConfig {
         if super::topic_pattern::is_internal_topic(topic) {
             return false;
         }
-        self.topic_pattern.as_deref().is_some_and(|p| {
-            regex::Regex::new(&format!("^(?:{p})$")).is_ok_and(|re| re.is_match(topic))
-        })
+        self.pattern().is_some_and(|re| re.is_match(topic))
+    }
+
+    /// `topic_pattern` compiled to match whole names; `None` without one, or when it does not
+    /// compile. The wrapping group does not capture, so the pattern's groups keep their numbers.
+    pub fn pattern(&self) -> Option<regex::Regex> {
+        let p = self.topic_pattern.as_deref()?;
+        regex::Regex::new(&format!("^(?:{p})$")).ok()
     }
 }
 
@@ -140,36 +154,24 @@ impl Config {
 
     /// The table settings for `topic`: the first route that matches it, else `bigquery`.
     pub fn route_for(&self, topic: &str) -> TopicRoute<'_> {
+        let taken = self.routes.iter().position(|r| r.matches(topic));
+        self.route_at(taken, topic)
+    }
+
+    /// The table settings `routes[i]` (`None`: the top-level ones) gives `topic`, whether or
+    /// not it is the route that takes it.
+    pub fn route_at(&self, route: Option<usize>, topic: &str) -> TopicRoute<'_> {
         let b = &self.bigquery;
         let top_schema = self.avro.as_ref().map(|a| a.schema_file.as_path());
         let top_format = self.top_format();
-        match self.routes.iter().position(|r| r.matches(topic)) {
-            Some(i) => {
-                let r = &self.routes[i];
-                let template = r.table.as_deref().unwrap_or(&b.table);
-                TopicRoute {
-                    route: Some(i),
-                    table: table_for_topic(template, topic),
-                    table_template: template,
-                    metadata_columns: r.metadata_columns.as_ref().unwrap_or(&b.metadata_columns),
-                    create_table: r.create_table.as_ref().or(b.create_table.as_ref()),
-                    schema_update: r.schema_update.unwrap_or(b.schema_update),
-                    unknown_fields: r.unknown_fields.unwrap_or(b.unknown_fields),
-                    map_mode: r.map_mode.unwrap_or(b.map_mode),
-                    schema_file: r
-                        .avro
-                        .as_ref()
-                        .map(|a| a.schema_file.as_path())
-                        .or(top_schema),
-                    format: r.format.or(top_format),
-                    cdc: r.cdc.as_ref(),
-                    transforms: r.transforms.as_deref().unwrap_or(&b.transforms),
-                    path: format!("routes[{i}]"),
-                }
-            }
-            None => TopicRoute {
+        let Some(i) = route else {
+            let (dataset, table) = (b.dataset.clone(), table_for_topic(&b.table, topic));
+            return TopicRoute {
                 route: None,
-                table: table_for_topic(&b.table, topic),
+                project: &b.project,
+                label: self.table_label(&b.project, &dataset, &table),
+                dataset,
+                table,
                 table_template: &b.table,
                 metadata_columns: &b.metadata_columns,
                 create_table: b.create_table.as_ref(),
@@ -181,7 +183,59 @@ impl Config {
                 cdc: None,
                 transforms: &b.transforms,
                 path: "bigquery".into(),
-            },
+            };
+        };
+        let r = &self.routes[i];
+        let pattern = r.pattern();
+        let groups = pattern.as_ref().and_then(|re| re.captures(topic));
+        let template = r.table.as_deref().unwrap_or(&b.table);
+        let table = template::fill(template, topic, groups.as_ref(), limits::MAX_TABLE_ID_BYTES);
+        let dataset = r.dataset.as_deref().unwrap_or(&b.dataset);
+        let dataset = template::fill(
+            dataset,
+            topic,
+            groups.as_ref(),
+            limits::MAX_DATASET_ID_BYTES,
+        );
+        let project = r.project.as_deref().unwrap_or(&b.project);
+        TopicRoute {
+            route: Some(i),
+            project,
+            label: self.table_label(project, &dataset, &table),
+            dataset,
+            table,
+            table_template: template,
+            metadata_columns: r.metadata_columns.as_ref().unwrap_or(&b.metadata_columns),
+            create_table: r.create_table.as_ref().or(b.create_table.as_ref()),
+            schema_update: r.schema_update.unwrap_or(b.schema_update),
+            unknown_fields: r.unknown_fields.unwrap_or(b.unknown_fields),
+            map_mode: r.map_mode.unwrap_or(b.map_mode),
+            schema_file: r
+                .avro
+                .as_ref()
+                .map(|a| a.schema_file.as_path())
+                .or(top_schema),
+            format: r.format.or(top_format),
+            cdc: r.cdc.as_ref(),
+            transforms: r.transforms.as_deref().unwrap_or(&b.transforms),
+            path: format!("routes[{i}]"),
         }
+    }
+
+    /// The shortest name of a table that no other table of the config can have (`label`).
+    fn table_label(&self, project: &str, dataset: &str, table: &str) -> String {
+        let b = &self.bigquery;
+        match (project == b.project, dataset == b.dataset) {
+            (true, true) => table.to_string(),
+            (true, false) => format!("{dataset}.{table}"),
+            (false, _) => format!("{project}.{dataset}.{table}"),
+        }
+    }
+}
+
+impl TopicRoute<'_> {
+    /// `project.dataset.table`, as BigQuery's SQL names a table.
+    pub fn qualified_table(&self) -> String {
+        format!("{}.{}.{}", self.project, self.dataset, self.table)
     }
 }

@@ -139,7 +139,8 @@ impl RegistryPlans {
             Ok(m) => m,
             Err(reason) => {
                 return Ok(Err(incompatible(format!(
-                    "{what} cannot evolve the table: {reason}"
+                    "{what} cannot evolve table {}: {reason}",
+                    self.table_name
                 ))));
             }
         };
@@ -150,7 +151,8 @@ impl RegistryPlans {
         // before changing the table for them.
         if let Err(e) = writer.compile(&target, &self.options, self.input.json_validate) {
             return Ok(Err(incompatible(format!(
-                "{what} does not fit the table: {e}"
+                "{what} does not fit table {}: {e}",
+                self.table_name
             ))));
         }
         if !merged.added.is_empty() {
@@ -168,8 +170,8 @@ impl RegistryPlans {
                 }
                 Err(e) => {
                     return Ok(Err(incompatible(format!(
-                        "{what}: the table refused the new columns {:?}: {e}",
-                        merged.added
+                        "{what}: table {} refused the new columns {:?}: {e}",
+                        self.table_name, merged.added
                     ))));
                 }
             }

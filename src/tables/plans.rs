@@ -128,6 +128,9 @@ pub struct RegistryPlans {
     /// The `hit` result's counter, taken once: a lookup per record would hash its label.
     hits: Counter,
     evolution: Option<SchemaEvolution>,
+    /// The table as dead-letter reasons name it (`project.dataset.table`): one table id may be
+    /// in several datasets.
+    pub(super) table_name: String,
     /// Schema ids are immutable, so a compiled plan (or the reason a schema cannot be used)
     /// is cached for the life of the process, per table schema version.
     cache: Mutex<HashMap<u32, IdEntry>>,
@@ -152,6 +155,7 @@ impl RegistryPlans {
         options: PlanOptions,
         metrics: Arc<Metrics>,
         evolution: Option<SchemaEvolution>,
+        table_name: String,
     ) -> Self {
         let hits = metrics
             .schema_registry_requests
@@ -169,6 +173,7 @@ impl RegistryPlans {
             hits,
             metrics,
             evolution,
+            table_name,
             cache: Mutex::new(HashMap::new()),
             evolving: tokio::sync::Mutex::new(()),
         }
@@ -248,7 +253,7 @@ impl RegistryPlans {
         let plan = writer
             .compile(&table, &self.options, self.input.json_validate)
             .map(Arc::new)
-            .map_err(|e| plan_refused(&writer.describe(id), &e));
+            .map_err(|e| plan_refused(&writer.describe(id), &self.table_name, &e));
         Ok((plan, version))
     }
 }
@@ -357,10 +362,10 @@ impl PlanSource for RegistryPlans {
 
 /// The bad record of a plan the compiler refused: `schema_too_complex` when the schema expands
 /// past the compiler's budget, `incompatible_schema` when it does not fit the table.
-pub(super) fn plan_refused(what: &str, e: &kbq_transcode::PlanError) -> BadRecord {
+pub(super) fn plan_refused(what: &str, table: &str, e: &kbq_transcode::PlanError) -> BadRecord {
     let class = e.class();
     let reason = match class {
-        "incompatible_schema" => format!("{what} does not fit the table: {e}"),
+        "incompatible_schema" => format!("{what} does not fit table {table}: {e}"),
         _ => format!("{what}: {e}"),
     };
     BadRecord { class, reason }
@@ -424,4 +429,26 @@ fn bad_framing(e: &RecordError) -> PlanLookupError {
         class: "bad_magic",
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_that_does_not_fit_names_the_table_with_its_dataset_and_project() {
+        let e = kbq_transcode::PlanError::Incompatible {
+            column: "amount".into(),
+            avro: "string".into(),
+            column_type: "INT64".into(),
+        };
+        let bad = plan_refused("writer schema 3", "p.finance.orders", &e);
+        assert_eq!(bad.class, "incompatible_schema");
+        assert!(
+            bad.reason
+                .starts_with("writer schema 3 does not fit table p.finance.orders: column amount"),
+            "{}",
+            bad.reason
+        );
+    }
 }

@@ -181,8 +181,15 @@ impl Router {
             return Ok(route);
         }
         let settings = self.config.route_for(topic);
-        let b = &self.config.bigquery;
-        let table = TableReference::new(&b.project, &b.dataset, &settings.table);
+        // A template filled from a group that took no part in the match leaves an empty id.
+        if settings.table.is_empty() || settings.dataset.is_empty() {
+            bail!(
+                "topic {topic} ({}) is routed to `{}`: a template group matched nothing in the topic",
+                settings.path,
+                settings.qualified_table()
+            );
+        }
+        let table = TableReference::new(settings.project, &settings.dataset, &settings.table);
         let one = lock(&self.resolving)
             .entry(table.resource_name())
             .or_default()
@@ -197,7 +204,7 @@ impl Router {
             Some(route) => bail!(
                 "topic {topic} ({}) is routed to table {} that {} writes with other settings",
                 settings.path,
-                settings.table,
+                settings.qualified_table(),
                 route
                     .index
                     .map_or("bigquery".to_string(), |i| format!("routes[{i}]"))
@@ -265,10 +272,8 @@ impl Router {
                     registry.clone(),
                     fixed_schema.as_ref(),
                 )?;
-                let plans =
-                    cdc::plans(c, input, &table.schema, plan_options(settings)).map_err(|e| {
-                        anyhow!("{}.cdc: table {}: {e}", settings.path, table_ref.table_id)
-                    })?;
+                let plans = cdc::plans(c, input, &table.schema, plan_options(settings))
+                    .map_err(|e| anyhow!("{}.cdc: table {}: {e}", settings.path, settings.label))?;
                 Some(Arc::new(plans))
             }
             None => None,
@@ -286,7 +291,7 @@ impl Router {
             marked: table.labels.contains_key(&self.group_label),
             writer: Arc::new(WriterRoute {
                 table: table_ref.resource_name(),
-                table_label: table_ref.table_id.clone(),
+                table_label: settings.label.clone(),
                 plans,
                 cdc: change_plans.map(|p| p as Arc<dyn ChangeSource>),
                 filter: Filter::new(settings.transforms),
@@ -313,7 +318,7 @@ impl Router {
                     anyhow!(
                         "the avro schema of {} does not fit table {}: {e}",
                         settings.path,
-                        table_ref.table_id
+                        settings.label
                     )
                 })?,
             ),
@@ -323,7 +328,7 @@ impl Router {
                         anyhow!(
                             "schemaless json of {} cannot be written to table {}: {e}",
                             settings.path,
-                            table_ref.table_id
+                            settings.label
                         )
                     })?,
                 ))
@@ -348,6 +353,7 @@ impl Router {
                     plan_options,
                     self.metrics.clone(),
                     evolution,
+                    settings.qualified_table(),
                 ))
             }
             (None, None) => bail!(

@@ -5,43 +5,28 @@ use std::collections::BTreeMap;
 
 use crate::bigquery::credential_file;
 use crate::config::bigquery::named_columns;
+use crate::config::template::{self, Placeholder};
 use crate::config::{Config, CreateTableConfig, Credentials, limits};
 use kbq_transcode::MetadataColumns;
 
 use super::{Validator, is_column_name, is_http_url, is_kafka_topic_name, is_label, quoted_key};
 
+/// Where the groups of a template come from.
+pub(super) enum Groups<'a> {
+    /// A scope without a pattern: `bigquery`, or the path of a route that lists topics.
+    None(&'a str),
+    /// The route's compiled `topic_pattern`.
+    Pattern(&'a regex::Regex),
+    /// A `topic_pattern` that does not compile (refused at its own field).
+    Unknown,
+}
+
 impl Validator {
     pub(super) fn bigquery(&mut self, c: &Config) {
         let b = &c.bigquery;
-        if b.project.trim().is_empty() {
-            self.err("bigquery.project", "must not be empty");
-        } else if !is_project_id(&b.project) {
-            self.err(
-                "bigquery.project",
-                format!(
-                    "`{}` is not a project id: lowercase letters, digits and hyphens, at most {}, optionally after `domain:`",
-                    b.project,
-                    limits::MAX_PROJECT_ID_CHARS
-                ),
-            );
-        }
-        if b.dataset.is_empty()
-            || !b
-                .dataset
-                .bytes()
-                .all(|x| x.is_ascii_alphanumeric() || x == b'_')
-        {
-            self.err(
-                "bigquery.dataset",
-                "must be letters, digits and underscores",
-            );
-        } else if b.dataset.len() > limits::MAX_DATASET_ID_BYTES {
-            self.err(
-                "bigquery.dataset",
-                format!("at most {} bytes", limits::MAX_DATASET_ID_BYTES),
-            );
-        }
-        self.table_setting("bigquery.table", &b.table);
+        self.project_setting("bigquery.project", &b.project);
+        self.dataset_setting("bigquery.dataset", &b.dataset, &Groups::None("bigquery"));
+        self.table_setting("bigquery.table", &b.table, &Groups::None("bigquery"));
         if let Some(endpoint) = &b.endpoint
             && !is_http_url(endpoint)
         {
@@ -102,31 +87,132 @@ impl Validator {
         }
     }
 
-    /// `bigquery.table` or a route's `table`: a table id or a `{topic}` template.
-    pub(super) fn table_setting(&mut self, path: &str, table: &str) {
-        let without_placeholder = table.replace("{topic}", "");
+    /// `bigquery.project` or a route's `project`: a fixed project id.
+    fn project_setting(&mut self, path: &str, project: &str) {
+        if project.trim().is_empty() {
+            self.err(path, "must not be empty");
+        } else if project.contains(['{', '}']) {
+            self.err(
+                path,
+                "a project id, not a template (placeholders are for table and dataset)",
+            );
+        } else if !is_project_id(project) {
+            self.err(
+                path,
+                format!(
+                    "`{project}` is not a project id: lowercase letters, digits and hyphens, at most {}, optionally after `domain:`",
+                    limits::MAX_PROJECT_ID_CHARS
+                ),
+            );
+        }
+    }
+
+    /// `bigquery.dataset` or a route's `dataset`: a dataset id or a template.
+    fn dataset_setting(&mut self, path: &str, dataset: &str, groups: &Groups<'_>) {
+        if !self.placeholders(path, dataset, groups) {
+            return;
+        }
+        let fixed = template::fixed_text(dataset);
+        let templated = fixed.len() != dataset.len();
+        if (fixed.is_empty() && !templated)
+            || !fixed
+                .bytes()
+                .all(|x| x.is_ascii_alphanumeric() || x == b'_')
+        {
+            self.err(path, "must be letters, digits and underscores");
+        } else if fixed.len() > limits::MAX_DATASET_ID_BYTES {
+            self.err(
+                path,
+                format!("at most {} bytes", limits::MAX_DATASET_ID_BYTES),
+            );
+        }
+    }
+
+    /// `bigquery.table` or a route's `table`: a table id or a template.
+    pub(super) fn table_setting(&mut self, path: &str, table: &str, groups: &Groups<'_>) {
         if table.trim().is_empty() {
             self.err(path, "must not be empty");
-        } else if without_placeholder.contains(['{', '}']) {
-            self.err(path, "the only placeholder is {topic}");
-        } else if without_placeholder.contains(['.', '/']) {
+            return;
+        }
+        if !self.placeholders(path, table, groups) {
+            return;
+        }
+        let fixed = template::fixed_text(table);
+        if fixed.contains(['.', '/']) {
             self.err(
                 path,
                 "a table id, not a path (set project and dataset separately)",
             );
-        } else if let Some(c) = without_placeholder.chars().find(|c| !is_table_id_char(*c)) {
+        } else if let Some(c) = fixed.chars().find(|c| !is_table_id_char(*c)) {
             self.err(
                 path,
                 format!(
                     "{c:?} cannot be in a table id (letters, marks, digits, `_`, `-` and spaces)"
                 ),
             );
-        } else if without_placeholder.len() > limits::MAX_TABLE_ID_BYTES {
+        } else if fixed.len() > limits::MAX_TABLE_ID_BYTES {
             self.err(
                 path,
                 format!("at most {} bytes", limits::MAX_TABLE_ID_BYTES),
             );
         }
+    }
+
+    /// The placeholders of a template: well formed, and each group one the route's pattern
+    /// has. `false` when one is not.
+    fn placeholders(&mut self, path: &str, value: &str, groups: &Groups<'_>) -> bool {
+        let placeholders = match template::placeholders(value) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err(path, e);
+                return false;
+            }
+        };
+        for p in placeholders.iter().filter(|p| p.is_group()) {
+            let name = match p {
+                Placeholder::Group(i) => i.to_string(),
+                Placeholder::Named(n) => n.to_string(),
+                Placeholder::Topic => unreachable!("filtered"),
+            };
+            let problem = match groups {
+                Groups::None(scope) if *scope == "bigquery" => format!(
+                    "`{{{name}}}` is a group of a route's topic_pattern: the bigquery section has none (only {{topic}})"
+                ),
+                Groups::None(scope) => format!(
+                    "`{{{name}}}` is a group of a topic_pattern, but {scope} lists topics: use {{topic}}, or a topic_pattern with that group"
+                ),
+                Groups::Pattern(re) => {
+                    let known = match p {
+                        Placeholder::Group(i) => *i < re.captures_len(),
+                        _ => re.capture_names().flatten().any(|n| n == name),
+                    };
+                    if known {
+                        continue;
+                    }
+                    let names: Vec<String> = re
+                        .capture_names()
+                        .enumerate()
+                        .skip(1)
+                        .map(|(i, n)| {
+                            n.map_or(format!("{{{i}}}"), |n| format!("{{{i}}} or {{{n}}}"))
+                        })
+                        .collect();
+                    format!(
+                        "`{{{name}}}` is not a group of the route's topic_pattern (it has {})",
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    )
+                }
+                // The pattern's own error is reported at its field.
+                Groups::Unknown => continue,
+            };
+            self.err(path, problem);
+            return false;
+        }
+        true
     }
 
     pub(super) fn create_table(&mut self, path: &str, ct: &CreateTableConfig) {
@@ -240,8 +326,28 @@ impl Validator {
                     );
                 }
             }
+            let pattern = r.pattern();
+            let groups = match (&pattern, &r.topic_pattern) {
+                (Some(re), _) => Groups::Pattern(re),
+                (None, Some(_)) => Groups::Unknown,
+                (None, None) => Groups::None(&path),
+            };
+            if let Some(re) = &pattern
+                && re.capture_names().flatten().any(|n| n == "topic")
+            {
+                self.err(
+                    format!("{path}.topic_pattern"),
+                    "a group named `topic` cannot be named in a template ({topic} is the whole topic): rename it",
+                );
+            }
             if let Some(table) = &r.table {
-                self.table_setting(&format!("{path}.table"), table);
+                self.table_setting(&format!("{path}.table"), table, &groups);
+            }
+            if let Some(dataset) = &r.dataset {
+                self.dataset_setting(&format!("{path}.dataset"), dataset, &groups);
+            }
+            if let Some(project) = &r.project {
+                self.project_setting(&format!("{path}.project"), project);
             }
             if let Some(ct) = &r.create_table {
                 self.create_table(&format!("{path}.create_table"), ct);
@@ -256,18 +362,21 @@ impl Validator {
             }
         }
         self.table_collisions(c);
+        self.shadowed_topics(c);
     }
 
     /// One table is written with one set of settings: two listed topics that a `{topic}`
-    /// template sanitises into the same id, or two routes naming the same fixed table, are
-    /// refused. Several topics into one table is a fixed `table` in one route (or at the top).
+    /// template sanitises into the same id, or two routes naming the same fixed table (in one
+    /// dataset of one project), are refused. Several topics into one table is a fixed `table`
+    /// (or a template of the pattern's groups) in one route, or at the top.
     pub(super) fn table_collisions(&mut self, c: &Config) {
         let mut by_table: BTreeMap<String, (usize, &str, Option<usize>)> = BTreeMap::new();
         for (i, topic) in c.kafka.topics.iter().enumerate() {
             let route = c.route_for(topic);
-            match by_table.get(&route.table) {
+            let table = route.qualified_table();
+            match by_table.get(&table) {
                 None => {
-                    by_table.insert(route.table.clone(), (i, topic, route.route));
+                    by_table.insert(table, (i, topic, route.route));
                 }
                 Some((_, other, other_route)) if *other_route != route.route => {
                     let name = |r: &Option<usize>| {
@@ -279,7 +388,7 @@ impl Validator {
                             "`{topic}` ({}) and `{other}` ({}) both write table `{}` with different settings: route them together",
                             route.path,
                             name(other_route),
-                            route.table
+                            route.label
                         ),
                     );
                 }
@@ -288,7 +397,7 @@ impl Validator {
                         format!("kafka.topics[{i}]"),
                         format!(
                             "`{topic}` and `{other}` both become table `{}` through the {{topic}} template ({}): to write them into one table on purpose, give them a fixed table in a route",
-                            route.table, route.path
+                            route.label, route.path
                         ),
                     );
                 }
@@ -296,22 +405,56 @@ impl Validator {
             }
         }
         // With a pattern subscription the topics are unknown here: compare the fixed tables.
-        let mut fixed: BTreeMap<&str, String> = BTreeMap::new();
-        if c.unrouted_topics().is_none_or(|t| !t.is_empty()) && !c.bigquery.table.contains('{') {
-            fixed.insert(&c.bigquery.table, "bigquery.table".into());
+        let b = &c.bigquery;
+        let mut fixed: BTreeMap<(&str, &str, &str), String> = BTreeMap::new();
+        if c.unrouted_topics().is_none_or(|t| !t.is_empty()) && !b.table.contains('{') {
+            fixed.insert((&b.project, &b.dataset, &b.table), "bigquery.table".into());
         }
         for (i, r) in c.routes.iter().enumerate() {
-            let table = r.table.as_deref().unwrap_or(&c.bigquery.table);
-            if table.contains('{') {
+            let table = r.table.as_deref().unwrap_or(&b.table);
+            let dataset = r.dataset.as_deref().unwrap_or(&b.dataset);
+            let project = r.project.as_deref().unwrap_or(&b.project);
+            if table.contains('{') || dataset.contains('{') {
                 continue;
             }
-            if let Some(other) = fixed.insert(table, format!("routes[{i}].table")) {
+            if let Some(other) =
+                fixed.insert((project, dataset, table), format!("routes[{i}].table"))
+            {
+                let name = if (project, dataset) == (b.project.as_str(), b.dataset.as_str()) {
+                    table.to_string()
+                } else {
+                    format!("{project}.{dataset}.{table}")
+                };
                 self.err(
                     format!("routes[{i}].table"),
                     format!(
-                        "table `{table}` is also written by {other}: list all its topics in one route"
+                        "table `{name}` is also written by {other}: list all its topics in one route"
                     ),
                 );
+            }
+        }
+    }
+
+    /// A topic is written to one table: a topic that a route lists, but an earlier route also
+    /// takes into another table, would never reach the route that lists it. A later pattern
+    /// that overlaps an earlier route is not refused: that is how a catch-all route follows the
+    /// specific ones (the first matching route decides, as documented).
+    pub(super) fn shadowed_topics(&mut self, c: &Config) {
+        for (j, r) in c.routes.iter().enumerate() {
+            for (k, topic) in r.topics.iter().enumerate() {
+                let Some(first) = (0..j).find(|&i| c.routes[i].matches(topic)) else {
+                    continue;
+                };
+                let taken = c.route_at(Some(first), topic).qualified_table();
+                let listed = c.route_at(Some(j), topic).qualified_table();
+                if listed != taken {
+                    self.err(
+                        format!("routes[{j}].topics[{k}]"),
+                        format!(
+                            "`{topic}` is taken by routes[{first}] first, which writes it to `{taken}`; this route would write it to `{listed}`: take it out of one of them, or put the route meant first"
+                        ),
+                    );
+                }
             }
         }
     }
