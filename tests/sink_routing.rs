@@ -1,7 +1,8 @@
 //! Routing end to end: several topics into several tables through the real binary, a real
 //! Kafka broker and the emulator. Every record must be visible exactly once in the table its
-//! topic is routed to — through a `{topic}` template (with the topic sanitised into a table id)
-//! or a route override with its own metadata columns — across a SIGKILL; a topic created while
+//! topic is routed to — through a `{topic}` template (with the topic sanitised into a table id),
+//! a route override with its own metadata columns, or a template of the route pattern's groups
+//! and a route's own dataset — across a SIGKILL; a topic created while
 //! the daemon runs under a pattern subscription gets its table created on assignment; and with a
 //! Schema Registry a missing table is created from the latest schema of the topic's subject.
 
@@ -166,6 +167,105 @@ async fn three_topics_reach_their_routed_tables_exactly_once_across_a_sigkill() 
     let orders_cols = f.table_columns(tables[0]).expect("orders table");
     assert!(orders_cols.contains(&"kafka_offset".to_string()));
     assert!(!orders_cols.contains(&"src_offset".to_string()));
+}
+
+/// Table names from the pattern's capture groups, and a route into a second dataset: the
+/// `prod.<entity>.v1` topics lose their prefix and version (`orders`, `refunds`), the refunds
+/// go to dataset `finance`, and a legacy topic writes table `orders` of `finance`, the same
+/// table id as the first one in another dataset. Across a SIGKILL mid-flight each record is
+/// visible once in its own table, so the two `orders` tables share no checkpoint, stream or
+/// marker; `check` shows where each topic goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pattern_groups_name_the_tables_and_a_route_writes_another_dataset_exactly_once() {
+    let run = unique_name("x").replace('-', "_");
+    let orders_topic = format!("{run}.prod.orders.v1");
+    let f = fixture(&orders_topic, 2, "orders").await;
+    let orders = f.source.clone();
+    let refunds = f.add_topic(
+        &format!("{run}.prod.refunds.v1"),
+        2,
+        "finance.refunds",
+        KAFKA_COLUMNS,
+    );
+    let legacy = f.add_topic(
+        &format!("{run}.legacy.orders"),
+        2,
+        "finance.orders",
+        KAFKA_COLUMNS,
+    );
+    let sources = [orders, refunds, legacy];
+    let tables: Vec<&str> = sources.iter().map(|s| s.table()).collect();
+    let config = f.config_with(
+        &unique_name("g"),
+        &routed(Tweaks {
+            topics: sources.iter().map(|s| s.topic().to_string()).collect(),
+            routes: vec![
+                format!("  - topics: [\"{}\"]", sources[2].topic()),
+                "    dataset: finance".into(),
+                "    table: orders".into(),
+                format!("  - topic_pattern: '{run}\\.prod\\.(refunds)\\.v\\d+'"),
+                "    dataset: finance".into(),
+                "    table: '{1}'".into(),
+                format!("  - topic_pattern: '{run}\\.prod\\.(?P<entity>[a-z]+)\\.v\\d+'"),
+                "    table: '{entity}'".into(),
+            ],
+            ..Tweaks::default()
+        }),
+    );
+    validate(&config);
+
+    for source in &sources {
+        source.produce(600);
+    }
+    let producer = BackgroundProducer::over(sources.to_vec(), 30, Duration::from_millis(20));
+    let mut daemon = Daemon::start(&config);
+    let started = Instant::now();
+    while !tables.iter().all(|t| !f.visible_rows(t).is_empty()) {
+        if started.elapsed() > Duration::from_secs(60) {
+            daemon.dump_logs(60);
+            panic!("no rows visible in every table after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The kill lands on rows appended to the tables' streams and not yet flushed.
+    let appended_not_visible = || -> i64 { tables.iter().map(|t| f.appended_not_visible(t)).sum() };
+    while appended_not_visible() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "no rows appended and not yet visible within 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    daemon.kill();
+    producer.stop();
+    assert!(appended_not_visible() > 0, "not a mid-flight crash");
+    for source in &sources {
+        source.produce(300);
+    }
+
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once_in(&tables, Duration::from_secs(90));
+    let status = daemon.terminate();
+    assert!(status.success(), "clean exit after SIGTERM: {status:?}");
+    assert!(
+        f.table_columns("orders").is_some() && f.table_columns("finance.orders").is_some(),
+        "one table id in two datasets"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        .args(["check", "--records", "1", "-c"])
+        .arg(&config)
+        .output()
+        .expect("run check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (source, table, route) in [
+        (&sources[0], "p.d.orders", "routes[2]"),
+        (&sources[1], "p.finance.refunds", "routes[1]"),
+        (&sources[2], "p.finance.orders", "routes[0]"),
+    ] {
+        let line = format!("route {}: writes {table} ({route})", source.topic());
+        assert!(stdout.contains(&line), "{line:?} in:\n{stdout}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

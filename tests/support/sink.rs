@@ -1005,8 +1005,11 @@ fn exactly_once<K: Ord + Clone + std::fmt::Debug>(
     Ok(())
 }
 
+/// The table `table` names: a table id of the fixture's dataset `d`, or `dataset.table` for a
+/// table of another dataset (a table id holds no `.`).
 fn table_ref(table: &str) -> TableRef {
-    TableRef::parse(&format!("projects/p/datasets/d/tables/{table}")).expect("table ref")
+    let (dataset, table) = table.split_once('.').unwrap_or(("d", table));
+    TableRef::parse(&format!("projects/p/datasets/{dataset}/tables/{table}")).expect("table ref")
 }
 
 fn int(text: &str) -> i64 {
