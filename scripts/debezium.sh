@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The source side of the Debezium pipeline test (tests/debezium_pipeline.rs, docs/cdc.md): a
+# The source side of the Debezium pipeline test (tests/e2e/debezium_pipeline.rs, docs/cdc.md): a
 # private PostgreSQL cluster with logical decoding, and a Kafka Connect worker
 # (`ConnectStandalone`) running Debezium's PostgreSQL connector, both on loopback, each started
 # and stopped by its process id. The worker's classpath also holds Apicurio Registry's

@@ -7,7 +7,7 @@
 # 1. stand-ins of the base images from Debian's packages under the Dockerfile's names
 #    (scripts/image/stand-ins.sh: no container registry is reachable here);
 # 2. the image, built by buildah (daemonless) from the Dockerfile as it is, with no pull;
-# 3. tests/image.rs against it with podman: the binary has no quickstart and no emulator
+# 3. tests/e2e/image.rs against it with podman: the binary has no quickstart and no emulator
 #    subcommand; /healthz and /readyz, the records of a topic on the
 #    real broker visible in the emulator, a clean exit on SIGTERM, a plain-text log.
 #
@@ -58,7 +58,7 @@ echo "image: built $image after $(($(date +%s) - started)) s ($(podman image ins
 # twice: it cannot raise the container's RLIMIT_NOFILE/NPROC to its defaults without
 # CAP_SYS_RESOURCE, and it refuses cgroup v1 controllers beside a cgroup2 entry ("cgroups in
 # hybrid mode not supported"). runc (Debian's) handles cgroup v1, and explicit limits at or below
-# this process's own need no capability. The choice is handed to tests/image.rs.
+# this process's own need no capability. The choice is handed to tests/e2e/image.rs.
 export KBQ_PODMAN_ARGS="" KBQ_PODMAN_RUN_ARGS=""
 if ! podman run --rm --network none "$image" --help >/dev/null 2>"${TMPDIR:-/tmp}/kbq-image-run.err"; then
   echo "image: podman's default runtime refused: $(tail -1 "${TMPDIR:-/tmp}/kbq-image-run.err")"
@@ -70,5 +70,5 @@ if ! podman run --rm --network none "$image" --help >/dev/null 2>"${TMPDIR:-/tmp
   echo "image: running containers with: podman $KBQ_PODMAN_ARGS run $KBQ_PODMAN_RUN_ARGS"
 fi
 
-KBQ_IMAGE="$image" cargo test --locked --test image -- --ignored --nocapture
+KBQ_IMAGE="$image" cargo test --locked --test e2e image:: -- --ignored --nocapture
 echo "image: ok after $(($(date +%s) - started)) s"

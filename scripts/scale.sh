@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full scale test (tests/sink_scale.rs): several replicas of the daemon on many partitions
+# The full scale test (tests/e2e_slow/sink_scale.rs): several replicas of the daemon on many partitions
 # through a real broker, against the emulator in quota mode; prints the figures of
 # docs/operations.md "Capacity planning" as `scale:` lines. The test command runs a small size.
 #
@@ -35,4 +35,4 @@ if [ -z "${KBQ_KAFKA_BOOTSTRAP:-}" ]; then
     export KBQ_KAFKA_BROKER_SESSION_MS="${KBQ_KAFKA_BROKER_SESSION_MS:-9000}"
     export KBQ_KAFKA_HEAP="${KBQ_KAFKA_HEAP:-1g}"
 fi
-exec cargo test "${profile[@]}" --locked --test sink_scale replicas_on_many_partitions -- --nocapture
+exec cargo test "${profile[@]}" --locked --test e2e_slow sink_scale::replicas_on_many_partitions -- --nocapture

@@ -35,7 +35,7 @@ command -v cc >/dev/null || missing+=(gcc)
 command -v go >/dev/null || missing+=(golang-go)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
-# The Debezium pipeline's source database (tests/debezium_pipeline.rs, scripts/debezium.sh):
+# The Debezium pipeline's source database (tests/e2e/debezium_pipeline.rs, scripts/debezium.sh):
 # Debian's server package; the test runs its own cluster, never the package's service.
 scripts/debezium.sh installed || missing+=(postgresql)
 if ((${#missing[@]})); then
@@ -43,7 +43,7 @@ if ((${#missing[@]})); then
   if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}"
   else sudo apt-get update -qq && sudo apt-get install -y -qq "${missing[@]}"; fi
 fi
-# Prometheus and promtool (tests/prometheus.rs), without the package's recommendations (a node
+# Prometheus and promtool (tests/e2e/prometheus.rs), without the package's recommendations (a node
 # exporter).
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   echo "installing: prometheus"

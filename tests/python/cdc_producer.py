@@ -1,5 +1,5 @@
-"""Independent change streams of a generated source table, for tests/sink_cdc.rs and
-tests/cdc_formats_e2e.rs (through tests/support/cdc.rs).
+"""Independent change streams of a generated source table, for tests/e2e/sink_cdc.rs and
+tests/e2e/cdc_formats_e2e.rs (through tests/support/cdc.rs).
 
 One source table (id -> name, version) and the change events that make it, serialized by other
 people's code: fastavro with Confluent framing (Debezium's Avro converter), or confluent-kafka's

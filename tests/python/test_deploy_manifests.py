@@ -7,7 +7,7 @@ built-in kinds strictly against the Kubernetes OpenAPI schemas, the operators' c
 (PodMonitor, PrometheusRule, KEDA's ScaledObject) against their CRD schemas; see k8s_schemas.py
 for how, and for what the custom resources' validation does not catch (unknown optional fields).
 
-A failure names the rendering, the document and the field path. tests/deploy_manifests.rs checks
+A failure names the rendering, the document and the field path. tests/e2e/deploy_manifests.rs checks
 the settings an operator relies on; this checks that the API server would accept them.
 
 kustomize and the npm packages come from scripts/tools.sh (cached under ~/.cache/kbq/tools).

@@ -1,4 +1,4 @@
-//! The change data capture fixture of `tests/sink_cdc.rs` and `tests/cdc_formats_e2e.rs`
+//! The change data capture fixture of `tests/e2e/sink_cdc.rs` and `tests/e2e/cdc_formats_e2e.rs`
 //! (docs/cdc.md): a CDC route's config, the source table's state as the change producers keep
 //! it, the table's state as a query reads it, the wait until the two are equal, and the
 //! independent producer `tests/python/cdc_producer.py`.

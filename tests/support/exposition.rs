@@ -1,7 +1,7 @@
 //! The metrics contract's two sides as a test reads them: the spec table of `docs/metrics.md`
 //! (each metric's name, type, labels and enumerated values) and the Prometheus text exposition a
 //! daemon serves on `/metrics`, with the check that one scrape matches the spec.
-//! Included by `tests/metrics_spec.rs` with `#[path]`.
+//! Read by `metrics_spec`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;

@@ -1,10 +1,12 @@
-//! Shared harness of the integration tests: each test binary includes it with `mod support;`.
-//! Not every binary uses every helper, hence the `dead_code` allowance.
+//! Shared harness of the daemon's tests: both test binaries (`tests/e2e/`, `tests/e2e_slow/`)
+//! include it with `#[path = "../support/mod.rs"] mod support;`. Not every binary uses every
+//! helper, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
 pub mod acls;
 pub mod cdc;
 pub mod daemon;
+pub mod exposition;
 pub mod kafka;
 pub mod python;
 pub mod registry;

@@ -13,7 +13,7 @@
 //! `apicurio.registry.as-confluent`) register through Apicurio's own API and frame records as
 //! Confluent does with the content id: [`Registry::router`] also takes their registration,
 //! `POST /apis/registry/v2/groups/{group}/artifacts`, and serves the schema under that id at
-//! Confluent's `/schemas/ids/{id}` (tests/debezium_pipeline.rs).
+//! Confluent's `/schemas/ids/{id}` (tests/e2e/debezium_pipeline.rs).
 //!
 //! The registry client's own tests make it misbehave: [`Registry::unavailable`] (503s),
 //! [`Registry::not_yet`] (an id answered 404 until it "replicates"), [`Registry::delay`] (a slow

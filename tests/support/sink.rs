@@ -142,7 +142,7 @@ impl Source {
                 .push((id.to_string().into_bytes(), value));
         }
         // Every partition's records are enqueued before any is waited for: one partition at a
-        // time took a loaded broker minutes for 1,200 partitions (tests/sink_scale.rs).
+        // time took a loaded broker minutes for 1,200 partitions (tests/e2e_slow/sink_scale.rs).
         let sent: Vec<_> = per
             .iter()
             .map(|(&partition, records)| {

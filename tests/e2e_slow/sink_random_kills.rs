@@ -6,11 +6,11 @@
 //! seed for about 100 s of chaos (2–3 minutes in all). The verdict does not depend on timing:
 //! exactly once must hold whatever moment a kill lands in. Longer or other runs:
 //!
-//!   KBQ_KILL_SECONDS=1800 KBQ_KILL_SEED=7 cargo test --test sink_random_kills
+//!   KBQ_KILL_SECONDS=1800 KBQ_KILL_SEED=7 cargo test --test e2e_slow sink_random_kills::
 //!
 //! (`KBQ_KILL_SEED=random` draws a fresh seed and prints it.)
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

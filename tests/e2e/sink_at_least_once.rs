@@ -2,7 +2,7 @@
 //! broker and the emulator. The table is checked through the Kafka metadata columns; Kafka is
 //! checked with `inspect --json`, which reads the group without joining it.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! the replica stays up and writes the good records around it exactly once. Before the budget
 //! the compilation took every byte of memory and the replica with it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! passes on a working setup and names each failure class with its fix, writing nothing: no
 //! group offsets committed, no row appended, no table created, no record produced.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

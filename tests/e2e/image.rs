@@ -6,7 +6,7 @@
 //! `scripts/image.sh` builds the image with buildah and runs this test with `--ignored`,
 //! naming the image in `KBQ_IMAGE`; a plain `cargo test` lists it as ignored.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! record written; an id still unknown after the grace sends its record to the dead-letter topic
 //! with a reason naming the id. Neither loses or duplicates the good records around them.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,9 +6,8 @@
 //! delivery mode can change run in both modes: one coordinator shell serves both, with one
 //! readiness rule and one metrics path (docs/architecture.md, "Readiness").
 
-#[path = "support/exposition.rs"]
-mod exposition;
-mod support;
+use crate::support;
+use crate::support::exposition;
 use support::daemon as daemon_support;
 
 use std::collections::{BTreeMap, HashMap};

@@ -4,7 +4,7 @@
 //! broker by the daemon with `format: protobuf`, land exactly once and value by value in the
 //! emulator; the records that do not fit go to the dead-letter topic with a reason.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //!
 //! The Protobuf route sets no `format`: the registry's `schemaType` of each id decides.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

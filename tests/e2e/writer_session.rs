@@ -598,7 +598,7 @@ async fn a_writer_refuses_a_first_record_below_its_start_offset() {
 
 /// Google's front end allows 100 concurrent calls per HTTP/2 connection and holds back the
 /// others. One AppendRows call per partition on one connection left every partition beyond the
-/// hundredth waiting for ever (found by tests/sink_scale.rs): the client spreads its calls over
+/// hundredth waiting for ever (found by tests/e2e_slow/sink_scale.rs): the client spreads its calls over
 /// several connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_append_calls_than_one_connection_carries_are_all_answered() {

@@ -18,7 +18,7 @@
 //! The tools come from Debian's `prometheus` package, which `scripts/test.sh` installs; a missing
 //! tool fails the test, it does not skip it.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -744,7 +744,7 @@ shutdown_deadline: 20s
     let mut empty = Vec::new();
     for (title, expr) in &queries {
         // This daemon runs no CDC route: those families are exported for CDC tables only
-        // (docs/metrics.md) and are asserted by tests/sink_cdc.rs instead.
+        // (docs/metrics.md) and are asserted by tests/e2e/sink_cdc.rs instead.
         if ONLY_ON_CDC_ROUTES.iter().any(|m| expr.contains(m)) {
             continue;
         }

@@ -3,7 +3,7 @@
 //! answers a hostile or broken registry gives (a body without end, a garbled 200, an unexpected
 //! 4xx, a redirect from https to http).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! (schemaless JSON: an existing table, the configured key), and must end equal to the source's
 //! state per key, across a SIGKILL.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! a first start's position is committed at once, not a cycle later (docs/architecture.md,
 //! "First positions").
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

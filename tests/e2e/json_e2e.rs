@@ -8,7 +8,7 @@
 //! * Schemaless JSON (`json: {}`): the same records' JSON text without the framing, written by
 //!   column name into the table.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

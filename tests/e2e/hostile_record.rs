@@ -11,7 +11,7 @@
 //!   `max.message.bytes`, read at start; one the topic refuses anyway (it shrank since) goes as
 //!   its headers alone, never retried without end.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

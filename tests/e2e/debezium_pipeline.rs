@@ -16,7 +16,7 @@
 //! `pipeline_soak` runs a fresh seed and more changes (docs/cdc.md says how); the test command
 //! runs `pipeline` on a fixed seed.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -1324,7 +1324,8 @@ fn pipeline() {
     run_pipeline(26_0001, 10, 120);
 }
 
-/// A fresh seed and more changes: `cargo test --test debezium_pipeline -- --ignored` (docs/cdc.md).
+/// A fresh seed and more changes: `cargo test --test e2e debezium_pipeline:: -- --ignored`
+/// (docs/cdc.md).
 #[test]
 #[ignore = "a soak: run by hand with a fresh seed"]
 fn pipeline_soak() {
@@ -1337,7 +1338,7 @@ fn pipeline_soak() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
     eprintln!(
-        "replay: KBQ_DEBEZIUM_SEED={seed} KBQ_DEBEZIUM_CHANGES={changes} cargo test --test debezium_pipeline -- --ignored"
+        "replay: KBQ_DEBEZIUM_SEED={seed} KBQ_DEBEZIUM_CHANGES={changes} cargo test --test e2e debezium_pipeline::pipeline_soak -- --ignored"
     );
     run_pipeline(seed, 200, changes);
 }

@@ -24,7 +24,7 @@
 //! `KBQ_SCALE_KAFKA_DEBUG` (librdkafka's `debug` contexts, e.g. `cgrp`, logged by the replicas)
 //! and `KBQ_SCALE_LOGS` (a directory where each replica's log is kept as `r<i>.log`).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! broker; `ConsumerFaults` replaces librdkafka's answer with an error element in the production
 //! code path (for a seek, the seek is then not made, as when librdkafka refuses it).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

@@ -9,7 +9,7 @@
 //! Sizes are for CI (2 cores, a few minutes for the file); `KBQ_CHAOS_SCALE=N` multiplies the
 //! record counts and rounds.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! partition, and the broker's metadata limit rejects an oversized checkpoint for that partition
 //! alone.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! Change data capture end to end (docs/cdc.md): Debezium-shaped Avro through a real broker and
 //! the real daemon into the emulator, whose table must end equal to the source's state per key.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

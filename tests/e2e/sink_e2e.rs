@@ -3,7 +3,7 @@
 //! (partition, offset) of a good record exactly once, nothing else. The crash, rebalance and
 //! fault scenarios are in `sink_chaos.rs`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;

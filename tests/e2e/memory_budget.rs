@@ -2,7 +2,7 @@
 //! consumer waits for acknowledgements instead of reading ahead, every record still lands exactly
 //! once, and once everything is acknowledged the budget is back at zero (no path keeps a charge).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

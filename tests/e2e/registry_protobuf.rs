@@ -2,7 +2,7 @@
 //! (`tests/support/registry.rs`): references resolved recursively through subject versions, the
 //! compiled schema cached by id, and the error classes of a schema that cannot be used.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

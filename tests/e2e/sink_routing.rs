@@ -6,7 +6,7 @@
 //! the daemon runs under a pattern subscription gets its table created on assignment; and with a
 //! Schema Registry a missing table is created from the latest schema of the topic's subject.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! the new writer schema and goes on without a restart or a lost record. Incompatible schemas
 //! (a type change, a new required field) send their records to the dead-letter topic.
 
-mod support;
+use crate::support;
 use support::daemon as daemon_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
