@@ -27,7 +27,7 @@
 //! No test makes a fenced broker answer Metadata with no broker: freezing a single-node test
 //! cluster's broker did not get it fenced without the load of the scale test
 //! (docs/operations.md). The unit tests prove the decision's timing and that each client's
-//! statistics reach its watch; `tests/kafka_reconnect.rs` strands the three clients on a broker
+//! statistics reach its watch; `tests/e2e/kafka_reconnect.rs` strands the three clients on a broker
 //! address where nothing listens (librdkafka's mock cluster) and proves each comes back.
 
 use std::ffi::CString;

@@ -1,6 +1,6 @@
 //! The BigQuery behaviours the sink relies on, one entry each: what is expected, how sure we are
 //! of it, and the section of the documents it backs. The daemon's `conformance` checks every one
-//! of them against a target (`src/conformance/`); its `tests/conformance.rs` requires the
+//! of them against a target (`src/conformance/`); its `tests/e2e/conformance.rs` requires the
 //! emulator to pass them all, and the emulator's own tests name the facts they hold it to. This
 //! is the one list, here in the pure core because both the daemon and the emulator's tests read
 //! it: a behaviour the protocol starts to rely on is added here, and its probe in

@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_default_metadata_limit_holds_the_worst_case_checkpoint() {
-        // The refusal at the boundary is tests/config_validate.rs; the worst case itself is
+        // The refusal at the boundary is tests/e2e/config_validate.rs; the worst case itself is
         // checked by encoding it (kbq-core's metadata tests).
         let worst = checkpoint_metadata_worst_case_len();
         assert!(

@@ -339,7 +339,7 @@ fn shutdown_commits_every_final_prefix_once_then_leaves() {
 #[test]
 fn a_shutdown_before_the_first_cycle_writes_the_marker_then_commits() {
     // A SIGTERM before any cycle asked for the marker: the clean stop must still leave the
-    // acknowledged prefix committed (tests/sink_at_least_once.rs found it uncommitted).
+    // acknowledged prefix committed (tests/e2e/sink_at_least_once.rs found it uncommitted).
     let mut l = ledger();
     let out = l.handle(assigned(None, false, 0, 10));
     let (inc, _) = started(&out).expect("a first start");
