@@ -531,7 +531,7 @@ impl std::io::Write for Capture {
     }
 }
 
-/// Issue 11: a commit the broker refuses is logged with its reason (the consumer thread makes
+/// A commit the broker refuses is logged with its reason (the consumer thread makes
 /// every commit of both delivery modes). The refusal is made certain, not raced: member `a`
 /// holds its revoke callback open (a coordinator that has not seen the revoke yet), so it
 /// cannot rejoin; a third member's join then makes the broker wait `a`'s rebalance timeout

@@ -437,7 +437,7 @@ async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
     assert_eq!(after[&0]["metadata"], before[&0]["metadata"], "{after:?}");
 }
 
-/// Review finding #17: a sink that joins, commits its own checkpoint and leaves while `recover`
+/// A sink that joins, commits its own checkpoint and leaves while `recover`
 /// flushes must not have that checkpoint overwritten with the older `K` (which would re-deliver
 /// what it committed). recover reads the checkpoint again just before its commit and leaves a
 /// changed one to its new owner.
@@ -581,7 +581,7 @@ impl VisibleOffsets {
     }
 }
 
-/// Issue 11: what a crash repeats in at-least-once mode, measured per crash and per partition
+/// What a crash repeats in at-least-once mode, measured per crash and per partition
 /// against the bound docs/operations.md states ("What a crash costs"), while records are
 /// produced all along; then a clean stop under the same traffic, which repeats nothing.
 ///

@@ -307,7 +307,7 @@ async fn a_topic_created_after_start_gets_its_table_when_its_partitions_are_assi
     assert!(status.success(), "clean exit after SIGTERM: {status:?}");
 }
 
-/// Review finding #11: the group's marker is per table, so a topic that starts feeding a table
+/// The group's marker is per table, so a topic that starts feeding a table
 /// the group already committed to has partitions without offsets in a marked table, which looks
 /// like expired offsets (a missing checkpoint, `fail` by default). With `lost_offsets: resolve`
 /// the table says where each partition's visible rows end (nowhere yet), and the new topic is

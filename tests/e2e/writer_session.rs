@@ -245,7 +245,7 @@ async fn a_connection_dropped_after_the_append_is_resent_and_already_exists_coun
     assert_eq!(f.visible_ids(40).await, (0..40).collect::<Vec<_>>());
 }
 
-/// Review #9: the resend of a request whose first send was applied meets an in-stream transient
+/// The resend of a request whose first send was applied meets an in-stream transient
 /// error, then ALREADY_EXISTS. The session must still know the request may have been applied:
 /// `Appended`, not an offset conflict that would abandon a live stream.
 #[tokio::test]
@@ -525,7 +525,7 @@ fn kafka_record(offset: i64, value: &[u8]) -> kafka_bigquery_sink::kafka::consum
     )
 }
 
-/// Review #1: a row BigQuery rejects in the middle of a request is dead-lettered (skipped here)
+/// A row BigQuery rejects in the middle of a request is dead-lettered (skipped here)
 /// and must not lower the request's Kafka offset: the acknowledgement of the request covers
 /// every record of it, 21, not 11.
 #[tokio::test]
@@ -570,7 +570,7 @@ async fn a_row_rejected_mid_request_does_not_lower_the_acknowledged_offset() {
     );
 }
 
-/// Review #4 (writer guard): a record below the position the writer starts from means the
+/// The writer's guard: a record below the position the writer starts from means the
 /// consumer did not seek where the checkpoint says; the writer fails closed instead of appending
 /// rows the checkpoint already covers.
 #[tokio::test]

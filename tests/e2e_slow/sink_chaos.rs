@@ -523,7 +523,7 @@ async fn streams_finalized_or_expired_under_a_running_daemon_cost_at_most_the_co
     assert!(d.terminate().success());
 }
 
-/// Issue 11: a partition's live stream is finalized behind the running daemon while the writer
+/// A partition's live stream is finalized behind the running daemon while the writer
 /// is idle, so the checkpoint cycle's FlushRows (not an append) is the first call to meet it.
 /// The partition must ask the group whether it still owns it and recover, as a writer that meets
 /// the finalized stream on an append does; it stopped for good before.
@@ -589,7 +589,7 @@ async fn a_live_stream_finalized_and_met_first_by_a_flush_is_recovered() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
-/// Issue 11 #2 (docs/design-changes.md, 6), with processes: replica `a` is
+/// The fenced replica of docs/design-changes.md (6), with processes: replica `a` is
 /// frozen (SIGSTOP) past its session timeout in the middle of its recovery, `b` takes the
 /// partition over, recovers, writes and rests at `f == K` on its own stream; then `a` resumes
 /// (SIGCONT). Whatever `a` does before it learns that it was fenced, it must not finalize any
@@ -1072,7 +1072,7 @@ async fn a_row_rejected_mid_request_keeps_the_checkpoint_at_the_request_end_and_
     assert_eq!(committed_offset(&f, &group, 26, Duration::ZERO), Some(26));
 }
 
-/// Issue 11, at-least-once mode: the same row error, with several requests in flight on the
+/// At-least-once mode: the same row error, with several requests in flight on the
 /// `_default` stream, followed by a clean SIGTERM and a restart. Nothing may be lost, and with
 /// no crash nothing may be written twice: the requests appended behind the failed one are not
 /// an offset conflict, and the committed offset is not lowered by the rejected row.
@@ -1115,7 +1115,7 @@ async fn at_least_once_a_row_rejected_mid_request_then_sigterm_and_restart_write
 // 6b. Stops and outages: a denied call is retried, never a permanent stop, and a stop is
 //     answered during an outage.
 
-/// Review #15: a writer waiting for a schema the registry does not know yet (a 404 within the
+/// A writer waiting for a schema the registry does not know yet (a 404 within the
 /// grace) must still answer a stop, or the shutdown's final cycle waits for its deadline for
 /// every partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
@@ -1165,7 +1165,7 @@ async fn a_writer_waiting_for_its_schema_does_not_hold_up_the_shutdown() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
-/// Review #15: FlushRows failing transiently during the shutdown's final cycles is retried with
+/// FlushRows failing transiently during the shutdown's final cycles is retried with
 /// a backoff, not in a tight loop until the deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn a_flush_failing_during_shutdown_is_retried_with_a_backoff() {
@@ -1204,7 +1204,7 @@ async fn a_flush_failing_during_shutdown_is_retried_with_a_backoff() {
     assert!(during <= 20, "{during} flushes during the shutdown");
 }
 
-/// Review #14: PERMISSION_DENIED on CreateWriteStream and UNAUTHENTICATED on AppendRows (an IAM
+/// PERMISSION_DENIED on CreateWriteStream and UNAUTHENTICATED on AppendRows (an IAM
 /// change, a credential being rotated) are waited out with a long backoff while readiness is
 /// false, not a permanent stop of the partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
@@ -1241,7 +1241,7 @@ async fn denied_stream_creation_and_appends_are_retried_while_not_ready() {
     assert_exactly_once(&f.visible(), &f.expected());
 }
 
-/// Review #14, the flush: a FlushRows that BigQuery denies (an IAM change) stays pending and is
+/// The flush: a FlushRows that BigQuery denies (an IAM change) stays pending and is
 /// retried every cycle, and while it is denied the partition counts in `kbq_partitions_retrying`
 /// and readiness is false: committed rows that cannot become visible are not a healthy sink.
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]

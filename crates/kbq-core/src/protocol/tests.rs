@@ -1086,7 +1086,7 @@ fn a_lost_stream_restarts_the_incarnation_keeping_the_known_f() {
     assert_eq!(entries[0].offset, NextOffset(13));
 }
 
-/// Review #9: a writer that gives its stream up on an offset conflict reports it lost, but
+/// A writer that gives its stream up on an offset conflict reports it lost, but
 /// the stream is alive. The committed rows in doubt are re-flushed and the partition goes on
 /// at K, exactly; only a re-flush that finds the stream gone, confirmed by a re-read, reaches
 /// the lost-stream policy (a rewind, counted).
