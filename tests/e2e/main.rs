@@ -20,6 +20,7 @@ mod cdc_formats_e2e;
 mod check;
 mod config_validate;
 mod conformance;
+mod credentials;
 mod debezium_pipeline;
 mod deploy_manifests;
 mod documents;

@@ -5,7 +5,7 @@
 //! token sees (`support::token_server`). The sink runs end to end with an external account and
 //! with an impersonated service account.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;
