@@ -5,7 +5,7 @@
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
