@@ -38,5 +38,5 @@ if [ -z "${KBQ_SIM_MINUTES:-}${KBQ_SIM_SEEDS:-}${KBQ_SIM_SEED:-}" ]; then
   echo "give --minutes M, --seeds N or --seed S" >&2
   exit 2
 fi
-exec cargo test "${profile[@]}" --locked --lib sim::tests::simulate \
+exec cargo test "${profile[@]}" --locked -p kbq-sim --lib tests::simulate \
   -- --ignored --exact --nocapture

@@ -93,23 +93,25 @@ pub fn jitter(d: Duration) -> Duration {
     d.mul_f64(factor)
 }
 
-#[cfg(not(test))]
+#[cfg(not(feature = "testing"))]
 fn unit_random() -> f64 {
     rand::random::<f64>()
 }
 
-/// Under test, the deterministic simulation (docs/simulation.md) draws the jitter from its own
-/// seeded generator, so that a seed replays identically.
-#[cfg(test)]
+/// With the `testing` feature, the deterministic simulation (`crates/kbq-sim`,
+/// docs/simulation.md) draws the jitter from its own seeded generator, so that a seed replays
+/// identically; a thread that set none draws as the daemon does.
+#[cfg(feature = "testing")]
 fn unit_random() -> f64 {
     SEEDED_JITTER
         .with(|j| j.borrow_mut().as_mut().map(rand::Rng::random::<f64>))
         .unwrap_or_else(rand::random::<f64>)
 }
 
-#[cfg(test)]
+#[cfg(feature = "testing")]
 thread_local! {
-    pub(crate) static SEEDED_JITTER: std::cell::RefCell<Option<rand::rngs::StdRng>> =
+    /// The simulation's jitter generator on its thread (`testing` only).
+    pub static SEEDED_JITTER: std::cell::RefCell<Option<rand::rngs::StdRng>> =
         const { std::cell::RefCell::new(None) };
 }
 

@@ -19,7 +19,5 @@ pub mod pipeline;
 pub mod quickstart;
 pub mod recover;
 pub mod registry;
-#[cfg(test)]
-mod sim;
 pub mod tables;
 pub mod writer;

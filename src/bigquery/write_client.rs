@@ -495,7 +495,7 @@ impl AppendConnection {
 }
 
 /// The reply one AppendRows response stands for (shared with the simulation's transport).
-pub(crate) fn reply(response: AppendRowsResponse) -> AppendReply {
+pub fn reply(response: AppendRowsResponse) -> AppendReply {
     match response.response {
         Some(append_rows_response::Response::Error(status)) => {
             AppendReply::Failed(WriteError::from_rpc_status(&status, response.row_errors))

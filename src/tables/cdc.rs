@@ -192,7 +192,7 @@ fn interval(d: std::time::Duration) -> String {
 
 /// An existing table must have exactly the configured primary key: BigQuery applies upserts and
 /// deletes by the table's key, so another key would merge or split rows the source keeps apart.
-pub(crate) fn check_table(
+pub fn check_table(
     table: &Table,
     cdc: &CdcConfig,
     reference: &TableReference,
@@ -251,7 +251,7 @@ pub(super) fn input<'a>(
 }
 
 /// The plans of a CDC route.
-pub(crate) fn plans(
+pub fn plans(
     cdc: &CdcConfig,
     input: ChangeInput<'_>,
     table: &TableSchema,

@@ -149,10 +149,10 @@ impl Router {
         Ok(Some(registry))
     }
 
-    /// Installs `route` for `topic` as if it was resolved (the deterministic simulation has no
-    /// schema source or table read to resolve it from).
-    #[cfg(test)]
-    pub(crate) fn insert_resolved(&self, topic: &str, route: Arc<Route>) {
+    /// Installs `route` for `topic` as if it was resolved (the deterministic simulation,
+    /// `crates/kbq-sim`, has no schema source or table read to resolve it from).
+    #[cfg(feature = "testing")]
+    pub fn insert_resolved(&self, topic: &str, route: Arc<Route>) {
         lock(&self.tables).insert(route.table.resource_name(), route.clone());
         lock(&self.topics).insert(topic.to_string(), route);
     }

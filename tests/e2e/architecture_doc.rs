@@ -5,7 +5,7 @@
 //! - "Crates": each crate's row lists its direct normal dependencies, which must be exactly what
 //!   `cargo metadata` says the crate's manifest declares.
 //! - "Module map": every path a table names in its first column exists, and every source file
-//!   of the four crates is named there (itself, or a folder that holds it).
+//!   of the five crates is named there (itself, or a folder that holds it).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -174,6 +174,7 @@ fn the_module_map_names_every_source_file_and_nothing_that_is_gone() {
             "crates/kbq-core/src/",
             "crates/kbq-transcode/src/",
             "crates/kbq-emulator/src/",
+            "crates/kbq-sim/src/",
             "src/"
         ],
         "the map has one table per crate"

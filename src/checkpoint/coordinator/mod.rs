@@ -21,7 +21,7 @@ pub(crate) use io::flush_outcome;
 mod outcomes;
 mod readiness;
 mod resolving;
-#[cfg(test)]
+#[cfg(feature = "testing")]
 mod stepping;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -122,7 +122,7 @@ pub enum Exit {
 }
 
 /// One input of the inbox.
-pub(crate) enum Input {
+pub enum Input {
     Consumer(ConsumerEvent),
     Writer(WriterEvent),
     /// Finished I/O, or the follow-up event of an action: for the machine as it is.

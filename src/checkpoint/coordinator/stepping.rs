@@ -1,6 +1,7 @@
-//! The run loop played a step at a time by the deterministic simulation (docs/simulation.md):
-//! the simulation takes what each source has ready, decides with its seeded schedule in which
-//! order the inputs arrive, and delivers each to the same inbox `run` delivers to.
+//! The run loop played a step at a time by the deterministic simulation (`crates/kbq-sim`,
+//! docs/simulation.md), with the `testing` feature only: the simulation takes what each source
+//! has ready, decides with its seeded schedule in which order the inputs arrive, and delivers
+//! each to the same inbox `run` delivers to.
 
 use std::collections::VecDeque;
 
@@ -10,7 +11,7 @@ use super::{Coordinator, Exit, Input, SAY_AGAIN};
 
 impl Coordinator {
     /// Moves every input that is ready into its source's queue: consumer, writers, finished I/O.
-    pub(crate) fn take_ready(&mut self, queues: &mut [VecDeque<Input>; 3]) {
+    pub fn take_ready(&mut self, queues: &mut [VecDeque<Input>; 3]) {
         // Routes are resolved up front in the simulation: nothing waits in `resolving`.
         debug_assert!(self.resolving.is_idle());
         while let Ok(e) = self.consumer_events.try_recv() {
@@ -27,11 +28,7 @@ impl Coordinator {
     }
 
     /// Delivers one input as `run` does; `Break` once the consumer thread ended.
-    pub(crate) fn step(
-        &mut self,
-        input: Input,
-        exit: &mut Option<Exit>,
-    ) -> std::ops::ControlFlow<()> {
+    pub fn step(&mut self, input: Input, exit: &mut Option<Exit>) -> std::ops::ControlFlow<()> {
         let flow = self.deliver(input);
         if let Some(e) = self.exit.take() {
             *exit = Some(e);
@@ -40,24 +37,24 @@ impl Coordinator {
     }
 
     /// The ticker's input.
-    pub(crate) fn step_tick(&mut self) {
+    pub fn step_tick(&mut self) {
         let _ = self.deliver(Input::Tick);
     }
 
     /// SIGTERM's input; returns the deadline.
-    pub(crate) fn step_shutdown(&mut self) -> Instant {
+    pub fn step_shutdown(&mut self) -> Instant {
         let _ = self.deliver(Input::Shutdown);
         Instant::now() + self.settings.shutdown_deadline
     }
 
     /// The shutdown deadline's input; returns when it is said again.
-    pub(crate) fn step_shutdown_deadline(&mut self) -> Instant {
+    pub fn step_shutdown_deadline(&mut self) -> Instant {
         let _ = self.deliver(Input::ShutdownDeadline);
         Instant::now() + SAY_AGAIN
     }
 
     /// A SIGKILL: every writer task stops where it waits, nothing more runs.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         for w in self.writers.values() {
             w.task.abort();
         }

@@ -187,9 +187,9 @@ impl ConsumerHandle {
     }
 
     /// A handle whose commands go to `commands` and that has no thread (the deterministic
-    /// simulation plays the consumer thread's part).
-    #[cfg(test)]
-    pub(crate) fn detached(commands: std_mpsc::Sender<ConsumerCommand>) -> ConsumerHandle {
+    /// simulation, `crates/kbq-sim`, plays the consumer thread's part).
+    #[cfg(feature = "testing")]
+    pub fn detached(commands: std_mpsc::Sender<ConsumerCommand>) -> ConsumerHandle {
         ConsumerHandle {
             commands,
             thread: None,

@@ -8,10 +8,10 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::consumer::Callback;
 use super::driver::Sim;
 use super::world::lock;
 use super::{PARTITIONS, REPLICAS, SESSION_TIMEOUT};
-use crate::sim::consumer::Callback;
 
 /// The broker's side of the consumer group. Members are numbered per join (a restarted or
 /// expelled process joins again as a new member; its old id lingers until its session ends).

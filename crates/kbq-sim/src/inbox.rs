@@ -5,15 +5,13 @@
 //! one of a simulated process; what it does is read from the commands it sends its consumer
 //! thread, in the order it sends them.
 
-#![cfg(test)]
-
 use std::sync::mpsc as std_mpsc;
 
 use super::consumer::tp;
 use super::driver::Sim;
 use super::{Params, TOPIC};
-use crate::checkpoint::coordinator::Input;
-use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent};
+use kafka_bigquery_sink::checkpoint::coordinator::Input;
+use kafka_bigquery_sink::kafka::consumer::{ConsumerCommand, ConsumerEvent};
 use kbq_core::offsets::NextOffset;
 use kbq_core::protocol::{Assignment, PartitionOrigin, TopicPartition};
 

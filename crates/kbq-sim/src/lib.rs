@@ -1,10 +1,16 @@
-//! Deterministic simulation of the shells (docs/simulation.md): the real coordinator (its run
-//! loop's handlers and the protocol inside it), the real partition writers and their append
-//! sessions, the real write, REST and dead-letter clients above their transport seams, against
-//! a simulated Kafka (partitions, a consumer group with generations, cooperative revokes,
-//! losses, committed offsets + metadata read back after a failed commit) and a simulated
-//! BigQuery (the emulator's own store and AppendRows handler), in one thread with virtual time
-//! and one seeded random schedule of faults at every I/O boundary.
+//! The deterministic simulation of the daemon's shells (docs/simulation.md), a test-only crate:
+//! the real coordinator (its run loop's handlers and the protocol inside it), the real partition
+//! writers and their append sessions, the real write, REST and dead-letter clients above their
+//! transport seams, against a simulated Kafka (partitions, a consumer group with generations,
+//! cooperative revokes, losses, committed offsets + metadata read back after a failed commit)
+//! and a simulated BigQuery (the emulator's own store and AppendRows handler), in one thread
+//! with virtual time and one seeded random schedule of faults at every I/O boundary.
+//!
+//! It reaches the daemon through the seams the daemon opens only with its `testing` feature
+//! (the run loop delivered one input at a time, a consumer handle without a thread, a route
+//! installed without resolving it, the retry jitter drawn from the seed), so the daemon's own
+//! build and unit tests carry none of it. `cargo test -p kbq-sim` runs the fixed seeds;
+//! `scripts/simulate.sh` runs fresh ones.
 //!
 //! One job per file:
 //! * [`world`]: the shared state, the trace and each process's gate;
@@ -29,14 +35,16 @@ mod dead_letter;
 mod driver;
 mod faults;
 mod group;
+#[cfg(test)]
 mod inbox;
 mod process;
 mod rest;
 mod route;
+#[cfg(test)]
 mod tests;
 mod world;
 
-pub(crate) use driver::run;
+pub use driver::run;
 
 const TOPIC: &str = "events";
 const TABLE: &str = "projects/p/datasets/d/tables/events";
@@ -69,7 +77,7 @@ const KEYS_PER_PARTITION: i64 = 12;
 
 /// The route a seed runs, as a process's config would say it (docs/simulation.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// `delivery: exactly_once` (the default): BUFFERED streams, the checkpoint protocol.
     ExactlyOnce,
     /// `delivery: at_least_once`, an append-only route: the `_default` stream, the ledger.
@@ -81,14 +89,14 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    pub(crate) fn at_least_once(self) -> bool {
+    pub fn at_least_once(self) -> bool {
         self != Mode::ExactlyOnce
     }
 }
 
 /// What one seed does.
 #[derive(Clone, Debug)]
-pub(crate) struct Params {
+pub struct Params {
     pub seed: u64,
     /// Virtual time with faults on; then the world settles without faults.
     pub faulty: Duration,
@@ -120,7 +128,7 @@ impl Params {
 
 /// The result of one seed.
 #[derive(Debug)]
-pub(crate) struct Report {
+pub struct Report {
     pub trace_hash: u64,
     pub simulated: Duration,
     pub violation: Option<String>,

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::{AVRO, CDC_AVRO, MAX_PAYLOAD, Mode, TABLE, TOPIC};
-use crate::bigquery::rest_client::{self, TableReference};
-use crate::config::Config;
-use crate::tables::cdc::{check_table, plans};
-use crate::tables::cdc_plans::{ChangeInput, ChangePlans};
-use crate::tables::plans::FixedPlan;
-use crate::writer::plan_source::PlanSource;
+use kafka_bigquery_sink::bigquery::rest_client::{self, TableReference};
+use kafka_bigquery_sink::config::Config;
+use kafka_bigquery_sink::tables::cdc::{check_table, plans};
+use kafka_bigquery_sink::tables::cdc_plans::{ChangeInput, ChangePlans};
+use kafka_bigquery_sink::tables::plans::FixedPlan;
+use kafka_bigquery_sink::writer::plan_source::PlanSource;
 use kbq_core::table_schema::{FieldType, Mode as ColumnMode, TableFieldSchema, TableSchema};
 use kbq_emulator::store::{Dataset, Store, Table, TableRef};
 use kbq_transcode::{AvroSchema, Plan, PlanOptions};

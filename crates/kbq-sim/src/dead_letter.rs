@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::world::{Gate, Shared, lock};
-use crate::kafka::consumer::Record;
-use crate::kafka::dead_letter::{DeadLetterSink, SinkFuture};
+use kafka_bigquery_sink::kafka::consumer::Record;
+use kafka_bigquery_sink::kafka::dead_letter::{DeadLetterSink, SinkFuture};
 use kbq_core::bad_record::BadRecord;
 
 pub(super) struct SimDlq {

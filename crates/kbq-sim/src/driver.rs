@@ -17,7 +17,7 @@ use super::process::Process;
 use super::route::{self, SimRoute};
 use super::world::{DEAD, Fate, RUNNING, Shared, World, lock};
 use super::{Mode, PARTITIONS, Params, REPLICAS, Report, STEP};
-use crate::ops::metrics::Metrics;
+use kafka_bigquery_sink::ops::metrics::Metrics;
 use kbq_core::protocol::MissingCheckpointPolicy;
 use kbq_emulator::store::{Store, StoreConfig};
 
@@ -64,7 +64,7 @@ impl Sim {
             mode: params.mode,
             source: BTreeSet::new(),
         };
-        crate::backoff::SEEDED_JITTER
+        kafka_bigquery_sink::backoff::SEEDED_JITTER
             .with(|j| *j.borrow_mut() = Some(StdRng::seed_from_u64(seed ^ 0x5eed)));
         let mut sim = Sim {
             world: Arc::new(Mutex::new(world)),
@@ -123,7 +123,7 @@ impl Sim {
 }
 
 /// Runs one seed: faults for `params.faulty`, then everything heals and must settle.
-pub(crate) fn run(params: &Params) -> Report {
+pub fn run(params: &Params) -> Report {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

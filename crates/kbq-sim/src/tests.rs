@@ -2,8 +2,6 @@
 //! regression seeds, the replay check, and the long run with fresh seeds behind
 //! `scripts/simulate.sh` (docs/simulation.md).
 
-#![cfg(test)]
-
 use std::time::Duration;
 
 use super::{Mode, Params, Report, run};

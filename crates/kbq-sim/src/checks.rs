@@ -9,7 +9,7 @@ use super::driver::Sim;
 use super::rest::{table_rows, visible_rows};
 use super::world::{Fate, World};
 use super::{MAX_PAYLOAD, PARTITIONS, TABLE, TOPIC};
-use crate::ops::metrics::TopicLabel;
+use kafka_bigquery_sink::ops::metrics::TopicLabel;
 use kbq_core::metadata::CommitMetadata;
 use kbq_core::protocol::CommitEntry;
 

@@ -17,8 +17,8 @@ use rand::Rng;
 
 use super::TABLE;
 use super::world::{Gate, Shared, SharedDebug, SimStream, World, lock};
-use crate::bigquery::error::WriteError;
-use crate::bigquery::write_client::{
+use kafka_bigquery_sink::bigquery::error::WriteError;
+use kafka_bigquery_sink::bigquery::write_client::{
     AppendReply, AppendTransport, StreamKind, TransportFuture, WriteTransport,
 };
 use kbq_emulator::grpc::{AppendOutcome, AppendSession as EmulatorSession};
@@ -286,7 +286,7 @@ impl SimAppend {
         let mut applied = Vec::new();
         let reply = match outcome {
             AppendOutcome::Reply(response) => {
-                let reply = crate::bigquery::write_client::reply(*response);
+                let reply = kafka_bigquery_sink::bigquery::write_client::reply(*response);
                 applied = self.record_reply(&mut w, &sim, offset, &rows, &reply);
                 Ok(reply)
             }

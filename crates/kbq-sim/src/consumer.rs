@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::driver::Sim;
 use super::world::{Produced, lock};
 use super::{HANDOFF_DEADLINE, TOPIC};
-use crate::kafka::consumer::{ConsumerCommand, ConsumerEvent, Record};
+use kafka_bigquery_sink::kafka::consumer::{ConsumerCommand, ConsumerEvent, Record};
 use kbq_core::offsets::{KafkaOffset, NextOffset};
 use kbq_core::protocol::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, CommittedRead, PartitionOrigin,
@@ -603,7 +603,7 @@ impl Sim {
                     let result = if landed {
                         Ok(())
                     } else {
-                        Err(crate::kafka::commit_error::classify(&error))
+                        Err(kafka_bigquery_sink::kafka::commit_error::classify(&error))
                     };
                     (e.tp, result)
                 })

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::TABLE;
 use super::bigquery::before;
 use super::world::{Gate, SharedDebug, World, lock};
-use crate::bigquery::rest_client::{RestFuture, RestTransport};
+use kafka_bigquery_sink::bigquery::rest_client::{RestFuture, RestTransport};
 use kbq_emulator::store::TableRef;
 
 #[derive(Debug)]
