@@ -39,6 +39,13 @@ pub const CREATE_STREAM: Backoff =
 /// An error that only an operator or time can cure (permission denied, credentials, failed
 /// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies).
 pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+/// The group's committed offsets read by a tool (`inspect`, `check`) while the group coordinator
+/// is moving or loading: 0.1 s, 0.2 s, … 1 s, for as many attempts as the tool allows.
+pub const COMMITTED_READ: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+/// A write stream whose offsets conflict with the writer's is abandoned for a new one after this
+/// pause, which bounds the rate of new streams should every new one conflict too.
+pub const STREAM_CONFLICT: Duration = Duration::from_secs(1);
 /// A table read that failed transiently while a route is resolved (a table just created).
 pub const TABLE_READ: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
 /// The protocol's recovery I/O (re-flush, resolve) and the flushes of a shutdown's final

@@ -8,18 +8,19 @@
 //! has a committed offset for (an unsubscribed topic with a checkpoint is what `recover` is for).
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::json;
 
+use crate::backoff;
 use crate::config::{Config, defaults};
 use crate::kafka::consumer::read_committed;
 use kbq_core::metadata::{CommitMetadata, TableFingerprint};
 use kbq_core::protocol::{CommittedRead, TopicPartition};
 
+/// Reads of the committed offsets before giving up, with `backoff::COMMITTED_READ` between them.
 const READ_ATTEMPTS: u32 = 20;
 
 /// What Kafka holds for one partition of the group.
@@ -100,14 +101,15 @@ pub(crate) fn read_committed_retrying(
     consumer: &BaseConsumer,
     partitions: &[TopicPartition],
 ) -> anyhow::Result<std::collections::HashMap<TopicPartition, Option<CommittedRead>>> {
-    let mut attempt = 0;
+    let mut backoff = backoff::COMMITTED_READ;
     loop {
-        attempt += 1;
         match read_committed(consumer, partitions, defaults::KAFKA_REQUEST_TIMEOUT) {
             Ok(read) => return Ok(read),
-            Err(e) if attempt < READ_ATTEMPTS => {
+            Err(e) if backoff.attempts() + 1 < READ_ATTEMPTS => {
+                let pause = backoff.next_delay();
+                let attempt = backoff.attempts();
                 tracing::debug!(error = %e, attempt, "cannot read committed offsets yet, retrying");
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(pause);
             }
             Err(e) => {
                 return Err(e).context("cannot read the group's committed offsets");

@@ -270,8 +270,7 @@ impl PartitionWriter {
             },
             RunEnd::Conflict(stream) => {
                 tracing::warn!(partition = %tp, stream = %stream, "write stream offsets conflict with ours: abandoning the stream");
-                // Bounds the rate of new streams should every new stream conflict too.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(crate::backoff::STREAM_CONFLICT).await;
                 WriterEvent::StreamLost {
                     tp,
                     incarnation,
