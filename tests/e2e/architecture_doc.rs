@@ -6,6 +6,8 @@
 //!   `cargo metadata` says the crate's manifest declares.
 //! - "Module map": every path a table names in its first column exists, and every source file
 //!   of the five crates is named there (itself, or a folder that holds it).
+//! - "Long functions kept": every function of the production code over 80 lines has its row,
+//!   every row names such a function, and its figure is within 10 lines of the count.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -250,5 +252,275 @@ fn no_source_file_of_the_daemon_re_exports_a_crate() {
         found.is_empty(),
         "import these from their crate instead of re-exporting them:\n{}",
         found.join("\n")
+    );
+}
+
+/// The longest a function of production code is without a row in "Long functions kept".
+const LONG_FUNCTION: usize = 80;
+/// How far a row's figure may drift from the function's counted length before the row is stale:
+/// room for the small edits of a day's work, not for a function that doubled.
+const LONG_FUNCTION_DRIFT: usize = 10;
+
+/// `text` with comments, string literals and char literals blanked (newlines kept), so that
+/// every brace left is a brace of the code.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let ident = |i: usize| i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+    let mut i = 0;
+    while i < b.len() {
+        let next = b.get(i + 1).copied();
+        let end = match b[i] {
+            b'/' if next == Some(b'/') => b[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| i + p),
+            b'/' if next == Some(b'*') => {
+                let (mut j, mut depth) = (i, 0);
+                while j < b.len() {
+                    if b[j..].starts_with(b"/*") {
+                        depth += 1;
+                        j += 2;
+                    } else if b[j..].starts_with(b"*/") {
+                        depth -= 1;
+                        j += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        j += 1;
+                    }
+                }
+                j
+            }
+            b'r' | b'b' if !ident(i) && matches!(next, Some(b'"' | b'#' | b'r')) => {
+                // r"…", r#"…"#, br"…", b"…"
+                let mut j = i + 1;
+                if b[i] == b'b' && next == Some(b'r') {
+                    j += 1;
+                }
+                let hashes = b[j..].iter().take_while(|&&c| c == b'#').count();
+                j += hashes;
+                if b.get(j) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                if hashes == 0 && !(b[i] == b'r' || next == Some(b'r')) {
+                    // b"…": escapes as in a plain string.
+                    string_end(b, j)
+                } else {
+                    let close: Vec<u8> = std::iter::once(b'"')
+                        .chain(std::iter::repeat_n(b'#', hashes))
+                        .collect();
+                    b[j + 1..]
+                        .windows(close.len())
+                        .position(|w| w == close)
+                        .map_or(b.len(), |p| j + 1 + p + close.len())
+                }
+            }
+            b'"' => string_end(b, i),
+            b'\'' => match char_literal_len(&text[i..]) {
+                Some(n) => i + n,
+                None => {
+                    i += 1;
+                    continue;
+                }
+            },
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        blank(&mut out, i, end);
+        i = end.max(i + 1);
+    }
+    String::from_utf8(out).expect("blanking keeps UTF-8 boundaries")
+}
+
+/// The index just past the string literal whose opening quote is at `open`.
+fn string_end(b: &[u8], open: usize) -> usize {
+    let mut j = open + 1;
+    while j < b.len() && b[j] != b'"' {
+        j += if b[j] == b'\\' { 2 } else { 1 };
+    }
+    j + 1
+}
+
+/// The length of the char literal `s` starts with (`'x'`, `'\n'`, `'\u{7f}'`), or `None` for a
+/// lifetime or a label.
+fn char_literal_len(s: &str) -> Option<usize> {
+    let rest = &s[1..];
+    if let Some(escaped) = rest.strip_prefix('\\') {
+        return escaped.find('\'').map(|p| p + 3);
+    }
+    let c = rest.chars().next()?;
+    rest[c.len_utf8()..]
+        .starts_with('\'')
+        .then(|| 2 + c.len_utf8())
+}
+
+/// The name of the function a line declares, if it does.
+fn declared_fn(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    for _ in 0..4 {
+        for word in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+            "extern \"C\" ",
+        ] {
+            rest = rest.strip_prefix(word).unwrap_or(rest);
+        }
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+/// The functions of one file longer than `over` lines, counted from the line of `fn` to the line
+/// of the closing brace: `(name, lines)`. Items under `#[cfg(test)]` or `#[test]` are skipped,
+/// and so is a file that opens with `#![cfg(test)]`. A nested function is counted on its own
+/// and inside its parent.
+fn long_functions(text: &str, over: usize) -> Vec<(String, usize)> {
+    if text.lines().any(|l| l.trim() == "#![cfg(test)]") {
+        return Vec::new();
+    }
+    let code = code_only(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let test_item = matches!(lines[i].trim(), "#[cfg(test)]" | "#[test]");
+        let name = declared_fn(lines[i]);
+        if test_item || name.is_some() {
+            let end = item_end(&lines, i);
+            if test_item {
+                i = end + 1;
+                continue;
+            }
+            let n = end - i + 1;
+            if n > over {
+                out.push((name.expect("a function").to_string(), n));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The line of the brace that closes the item starting at line `start`; for an item without a
+/// body (`mod tests;`, a trait's `fn f();`) the line of its `;`; for an attribute on a field or an
+/// expression, the line where the enclosing braces close.
+fn item_end(lines: &[&str], start: usize) -> usize {
+    let (mut braces, mut brackets) = (0i32, 0i32);
+    for (j, line) in lines.iter().enumerate().skip(start) {
+        for c in line.bytes() {
+            match c {
+                b'{' => braces += 1,
+                b'}' => {
+                    braces -= 1;
+                    if braces <= 0 {
+                        return j;
+                    }
+                }
+                b'(' | b'[' => brackets += 1,
+                b')' | b']' => brackets -= 1,
+                b';' if braces == 0 && brackets == 0 => return j,
+                _ => {}
+            }
+        }
+    }
+    lines.len()
+}
+
+/// The production code: every `.rs` file under `src/` and each crate's `src/`, except the
+/// test-only crate `kbq-sim`, test files (`tests.rs`, `*_tests.rs`) and the emulator's test
+/// fixture (`testsuite.rs`).
+fn production_files() -> Vec<String> {
+    let mut dirs = vec!["src/".to_string()];
+    for entry in std::fs::read_dir(root().join("crates")).expect("crates/") {
+        let name = entry
+            .expect("an entry")
+            .file_name()
+            .to_string_lossy()
+            .to_string();
+        if name != "kbq-sim" {
+            dirs.push(format!("crates/{name}/src/"));
+        }
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        for file in sources(&root().join(&dir)) {
+            let name = file.rsplit('/').next().expect("a file name");
+            if name != "tests.rs" && !name.ends_with("_tests.rs") && name != "testsuite.rs" {
+                out.push(format!("{dir}{file}"));
+            }
+        }
+    }
+    out
+}
+
+/// "Long functions kept" lists every function of the production code over 80 lines
+/// ([`long_functions`] counts them), one row each (`path` `name`, lines, why); a row's figure may
+/// be off by up to 10 lines, so the table need not follow every small edit.
+#[test]
+fn the_long_functions_table_lists_every_function_over_80_lines() {
+    let doc = architecture();
+    let mut listed: Vec<(String, String, usize)> = Vec::new();
+    for line in section(&doc, "### Long functions kept") {
+        let Some(cells) = cells(line) else { continue };
+        if cells.len() != 3 || cells[0] == "function" {
+            continue;
+        }
+        let named = spans(cells[0]);
+        let [path, name] = named[..] else {
+            panic!("a row names `path` `function`: {line}");
+        };
+        let lines = cells[1]
+            .parse()
+            .unwrap_or_else(|_| panic!("a line count: {line}"));
+        listed.push((path.to_string(), name.to_string(), lines));
+    }
+    let mut counted = Vec::new();
+    for file in production_files() {
+        let text = std::fs::read_to_string(root().join(&file)).expect("a source file");
+        for (name, lines) in long_functions(&text, LONG_FUNCTION) {
+            counted.push((file.clone(), name, lines));
+        }
+    }
+    let mut problems = Vec::new();
+    for (file, name, lines) in &counted {
+        match listed.iter().find(|(p, n, _)| p == file && n == name) {
+            None => problems.push(format!(
+                "not listed: | `{file}` `{name}` | {lines} | (why it stays long) |"
+            )),
+            Some((_, _, figure)) if figure.abs_diff(*lines) > LONG_FUNCTION_DRIFT => problems.push(
+                format!("`{file}` `{name}`: listed at {figure} lines, now {lines}"),
+            ),
+            Some(_) => {}
+        }
+    }
+    for (path, name, figure) in &listed {
+        if !counted.iter().any(|(p, n, _)| p == path && n == name) {
+            problems.push(format!(
+                "`{path}` `{name}` (listed at {figure}): no such function over {LONG_FUNCTION} lines"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/architecture.md \"Long functions kept\" and the code disagree (shorten the function, \
+         or list it with why):\n{}",
+        problems.join("\n")
     );
 }
