@@ -151,7 +151,7 @@ async fn row(
     let plans = &route.writer.plans;
     let found = match plans.cached_plan(value) {
         Some(found) => found.map_err(PlanLookupError::BadRecord),
-        None => plans.plan_for(value).await,
+        None => plans.plan_for(meta.topic, value).await,
     };
     match found {
         Ok((plan, at)) => transcode(&plan, &value[at..], meta, out, tally),

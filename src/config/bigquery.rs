@@ -43,8 +43,10 @@ pub struct BigQueryConfig {
     /// table is an error.
     #[serde(default)]
     pub create_table: Option<CreateTableConfig>,
-    /// `none` (default) or `add_columns`: a new writer schema with new nullable fields adds
-    /// NULLABLE columns to the table.
+    /// `none` (default), `add_columns` (a new writer schema with new nullable fields adds
+    /// NULLABLE columns, nested ones too), `relax_columns` (that, and a REQUIRED column the
+    /// writer schema makes optional or drops becomes NULLABLE) or `union` (that, and a table
+    /// several schemas or topics write holds the union of their fields).
     #[serde(default = "default_schema_update")]
     pub schema_update: SchemaUpdate,
     /// Avro fields without a table column: `ignore` (default) or `error` (a bad record).
@@ -145,11 +147,37 @@ pub enum PartitionType {
     Year,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+/// How far a new writer schema may change the table (docs/configuration.md,
+/// `bigquery.schema_update`). Each level allows what the one before it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SchemaUpdate {
+    /// The table is never changed.
     None,
+    /// New fields become NULLABLE columns (also inside RECORD columns).
     AddColumns,
+    /// And a REQUIRED column the writer schema makes optional, or lacks, becomes NULLABLE.
+    RelaxColumns,
+    /// And the table is the union of every writer schema's fields: a field required in its
+    /// own schema is added NULLABLE (the other schemas have no value for it), and two schemas
+    /// that give one field different types are refused, naming both.
+    Union,
+}
+
+impl SchemaUpdate {
+    /// The table may change at all (columns are added).
+    pub fn adds_columns(self) -> bool {
+        self >= SchemaUpdate::AddColumns
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemaUpdate::None => "none",
+            SchemaUpdate::AddColumns => "add_columns",
+            SchemaUpdate::RelaxColumns => "relax_columns",
+            SchemaUpdate::Union => "union",
+        }
+    }
 }
 
 /// The metadata columns that are set, with the name of their field.

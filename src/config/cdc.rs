@@ -2,9 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{
-    Config, ConfigError, Delivery, HumanDuration, InputFormat, RouteConfig, SchemaUpdate, defaults,
-};
+use super::{Config, ConfigError, Delivery, HumanDuration, InputFormat, RouteConfig, defaults};
 use kbq_core::protocol::MissingCheckpointPolicy;
 
 /// A route's change data capture: records are upserts and deletes of the table's rows by primary
@@ -253,13 +251,14 @@ fn validate_table(
     schemaless: bool,
     errors: &mut Vec<ConfigError>,
 ) {
-    if route.schema_update == Some(SchemaUpdate::AddColumns)
-        || (route.schema_update.is_none()
-            && config.bigquery.schema_update == SchemaUpdate::AddColumns)
-    {
+    let update = route.schema_update.unwrap_or(config.bigquery.schema_update);
+    if update.adds_columns() {
         errors.push(ConfigError::at(
             path,
-            "cannot be combined with `schema_update: add_columns` (a cdc route writes the table's columns as they are; add columns to it by hand)",
+            format!(
+                "cannot be combined with `schema_update: {}` (a cdc route writes the table's columns as they are; change them by hand)",
+                update.as_str()
+            ),
         ));
     }
     if c.schemas_enable.is_some() && !schemaless {

@@ -31,6 +31,8 @@ mod validate;
 mod values;
 
 // The config's face: each type under its own name, from the room that declares it.
+/// The metadata columns a route names (schema evolution never relaxes them).
+pub(crate) use bigquery::named_columns;
 pub use bigquery::{
     BigQueryConfig, CreateTableConfig, Credentials, PartitionType, SchemaUpdate, TimePartitioning,
 };

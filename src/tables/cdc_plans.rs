@@ -447,7 +447,7 @@ fn key_compile(
 
 impl PlanSource for ChangePlans {
     /// A CDC route's writer asks [`ChangePlans::value_plan`]; this entry point is not used.
-    fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a> {
+    fn plan_for<'a>(&'a self, _topic: &'a str, payload: &'a [u8]) -> PlanLookup<'a> {
         Box::pin(async move {
             self.value_plan(payload)
                 .await

@@ -9,8 +9,8 @@
 //! in [`super::evolution`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1::TableSchema as ProtoTableSchema;
 use prometheus_client::metrics::counter::Counter;
@@ -164,11 +164,7 @@ impl RegistryPlans {
         RegistryPlans {
             registry,
             input,
-            table: Arc::new(TableState {
-                schema: RwLock::new(Arc::new(table)),
-                version: AtomicU64::new(0),
-                refreshing: AtomicBool::new(false),
-            }),
+            table: Arc::new(TableState::new(table)),
             options,
             hits,
             metrics,
@@ -240,12 +236,13 @@ impl RegistryPlans {
     /// configured. `Err` means "unavailable, try again" (nothing is cached).
     async fn compile(
         &self,
+        topic: &str,
         id: u32,
         writer: &WriterSchema,
     ) -> Result<(Result<Arc<Plan>, BadRecord>, u64), PlanLookupError> {
-        if let Some(evolution) = self.evolution.as_ref().filter(|e| e.add_columns) {
+        if let Some(evolution) = self.evolution.as_ref().filter(|e| e.update.adds_columns()) {
             let (table, version) = self.table.current();
-            if let Err(bad) = self.evolve(evolution, id, writer, &table).await? {
+            if let Err(bad) = self.evolve(evolution, topic, id, writer, &table).await? {
                 return Ok((Err(bad), version));
             }
         }
@@ -283,7 +280,7 @@ impl PlanSource for RegistryPlans {
         }
     }
 
-    fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a> {
+    fn plan_for<'a>(&'a self, topic: &'a str, payload: &'a [u8]) -> PlanLookup<'a> {
         Box::pin(async move {
             let (id, body) = split_confluent(payload).map_err(|e| bad_framing(&e))?;
             let schema = match self.lookup(id, payload, body) {
@@ -329,7 +326,7 @@ impl PlanSource for RegistryPlans {
                 .locate(protobuf, id, payload, body)
                 .map_err(PlanLookupError::BadRecord)?;
             let (plan, table_version) = match writer_schema(&schema, id, &path) {
-                Ok(writer) => self.compile(id, &writer).await?,
+                Ok(writer) => self.compile(topic, id, &writer).await?,
                 Err(bad) => (Err(bad), self.table.version.load(Ordering::Acquire)),
             };
             let mut cache = self.cache.lock().expect("plan cache");
@@ -410,7 +407,7 @@ impl FixedPlan {
 }
 
 impl PlanSource for FixedPlan {
-    fn plan_for<'a>(&'a self, _payload: &'a [u8]) -> PlanLookup<'a> {
+    fn plan_for<'a>(&'a self, _topic: &'a str, _payload: &'a [u8]) -> PlanLookup<'a> {
         let plan = self.plan.clone();
         Box::pin(async move { Ok((plan, 0)) })
     }

@@ -335,7 +335,7 @@ impl Router {
             }
             (Some(registry), None) => {
                 let evolution = Some(SchemaEvolution {
-                    add_columns: settings.schema_update == config::SchemaUpdate::AddColumns,
+                    update: settings.schema_update,
                     rest: self.rest.clone(),
                     client: self.client.clone(),
                     table: table_ref.clone(),
@@ -343,6 +343,10 @@ impl Router {
                         map_mode: settings.map_mode,
                         metadata: MetadataColumns::default(),
                     },
+                    metadata_columns: config::named_columns(settings.metadata_columns)
+                        .into_iter()
+                        .map(|(_, column)| column.to_string())
+                        .collect(),
                     visible_timeout: defaults::SCHEMA_UPDATE_VISIBLE_TIMEOUT,
                     poll_interval: defaults::SCHEMA_UPDATE_POLL_INTERVAL,
                 });

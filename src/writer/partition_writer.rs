@@ -420,7 +420,8 @@ impl PartitionWriter {
             Some(found) => found,
             None => {
                 let plans = plans.clone();
-                self.lookup_plan(|| plans.plan_for(value)).await?
+                let topic = self.tp.topic.clone();
+                self.lookup_plan(|| plans.plan_for(&topic, value)).await?
             }
         };
         match found {

@@ -32,8 +32,9 @@ pub type PlanLookup<'a> =
 /// Where plans come from: the Schema Registry (by the id in the Confluent header) or a fixed
 /// `.avsc` (raw Avro).
 pub trait PlanSource: Send + Sync {
-    /// The plan for this payload and the Avro body inside it.
-    fn plan_for<'a>(&'a self, payload: &'a [u8]) -> PlanLookup<'a>;
+    /// The plan for this payload of `topic` and the Avro body inside it (the topic names the
+    /// source of a schema when schema changes from several topics meet in one table).
+    fn plan_for<'a>(&'a self, topic: &'a str, payload: &'a [u8]) -> PlanLookup<'a>;
 
     /// The plan for this payload when it is known without waiting (a cached schema id), or
     /// `None` to ask [`plan_for`](Self::plan_for): the common case then costs no boxed future.

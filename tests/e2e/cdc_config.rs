@@ -169,12 +169,17 @@ fn bad_cdc_fields_are_named() {
             .iter()
             .any(|e| e.starts_with("routes[0].cdc.primary_key: needs 1 to 16 columns, got 17"))
     );
-    let route = "  - topics: [customers]\n    schema_update: add_columns\n    cdc:\n      mode: upsert\n      primary_key: [id]\n";
-    assert!(
-        errors(&config("at_least_once", route))
-            .iter()
-            .any(|e| e.contains("schema_update: add_columns"))
-    );
+    for update in ["add_columns", "relax_columns", "union"] {
+        let route = format!(
+            "  - topics: [customers]\n    schema_update: {update}\n    cdc:\n      mode: upsert\n      primary_key: [id]\n"
+        );
+        assert!(
+            errors(&config("at_least_once", &route))
+                .iter()
+                .any(|e| e.contains(&format!("schema_update: {update}"))),
+            "{update}"
+        );
+    }
     // Protobuf and JSON Schema records carry changes like Avro ones; their keys come from the
     // registry too.
     for format in ["protobuf", "json_schema"] {

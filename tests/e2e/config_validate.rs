@@ -1163,6 +1163,47 @@ fn registry_formats_create_and_evolve_tables_and_protobuf_needs_the_registry() {
 }
 
 #[test]
+fn schema_update_takes_its_four_levels_per_route_and_nothing_else() {
+    for level in ["none", "add_columns", "relax_columns", "union"] {
+        let yaml = REGISTRY.replace(
+            "  table: t\n",
+            &format!("  table: t\n  schema_update: {level}\n"),
+        ) + &format!(
+            "routes:\n  - topics: [a, b]\n    table: ab\n    schema_update: {level}\n"
+        );
+        assert_eq!(
+            errors(&yaml, HashMap::new()),
+            Vec::<String>::new(),
+            "{level}"
+        );
+    }
+    let errs = errors(
+        &REGISTRY.replace("  table: t\n", "  table: t\n  schema_update: relax\n"),
+        HashMap::new(),
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("schema_update") && e.contains("relax_columns")),
+        "{errs:?}"
+    );
+    // Schemaless JSON has no schema to change the table from, at any level.
+    let schemaless = REGISTRY.replace(
+        "schema_registry:\n  url: http://127.0.0.1:8081\n",
+        "json: {}\n",
+    );
+    for level in ["relax_columns", "union"] {
+        assert_one_error(
+            &schemaless.replace(
+                "  table: t\n",
+                &format!("  table: t\n  schema_update: {level}\n"),
+            ),
+            HashMap::new(),
+            &format!("bigquery.schema_update: {level} is not supported for schemaless json (json)"),
+        );
+    }
+}
+
+#[test]
 fn json_inputs_name_the_registry_and_table_fields_they_need_or_refuse() {
     let schemaless = REGISTRY.replace(
         "schema_registry:\n  url: http://127.0.0.1:8081\n",
@@ -1513,6 +1554,14 @@ fn a_bad_transform_is_refused_with_the_path_of_its_key() {
         (
             "  schema_update: add_columns\n  transforms:\n    - filter: {tombstone: true}\n    - drop: {field: a}\n",
             "bigquery.transforms[1]: bigquery.schema_update: add_columns would add the dropped, renamed and masked fields",
+        ),
+        (
+            "  schema_update: relax_columns\n  transforms:\n    - drop: {field: a}\n",
+            "bigquery.transforms[0]: bigquery.schema_update: relax_columns would add the dropped, renamed and masked fields",
+        ),
+        (
+            "  schema_update: union\n  transforms:\n    - rename: {field: a, to: b}\n",
+            "bigquery.transforms[0]: bigquery.schema_update: union would add the dropped, renamed and masked fields",
         ),
     ];
     for (lines, expected) in cases {

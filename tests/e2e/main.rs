@@ -39,6 +39,7 @@ mod protobuf_e2e;
 mod quickstart;
 mod registry_grace;
 mod registry_protobuf;
+mod schema_changes;
 mod schema_evolution;
 mod schema_too_complex;
 mod sink_at_least_once;

@@ -1,7 +1,7 @@
 //! How records are read: the schema registry or a fixed Avro schema or schemaless JSON, and each
 //! scope's input format (the top level, then each route with what it inherits).
 
-use crate::config::{Config, InputFormat, SchemaUpdate, limits};
+use crate::config::{Config, InputFormat, limits};
 
 use super::{Validator, is_http_url};
 
@@ -12,7 +12,8 @@ pub(super) struct Scope {
     pub(super) format: Option<InputFormat>,
     pub(super) raw_avro: bool,
     pub(super) create_table: Option<String>,
-    pub(super) add_columns: Option<String>,
+    /// The path and level of a `schema_update` that changes tables.
+    pub(super) add_columns: Option<(String, &'static str)>,
     /// Records in Kafka Connect's JSON envelope (`cdc.schemas_enable: true`), which carry their
     /// schema: a table can be created from them.
     pub(super) connect_envelope: bool,
@@ -144,11 +145,11 @@ impl Validator {
                         ),
                     );
                 }
-                if let Some(path) = s.add_columns {
+                if let Some((path, level)) = s.add_columns {
                     self.err(
                         &path,
                         format!(
-                            "add_columns is not supported for schemaless json ({}): there is no schema to add columns from",
+                            "{level} is not supported for schemaless json ({}): there is no schema to change the table from",
                             s.format_path
                         ),
                     );
@@ -175,8 +176,8 @@ fn format_scopes(c: &Config) -> Vec<Scope> {
             .create_table
             .is_some()
             .then(|| "bigquery.create_table".into()),
-        add_columns: (b.schema_update == SchemaUpdate::AddColumns)
-            .then(|| "bigquery.schema_update".into()),
+        add_columns: (b.schema_update.adds_columns())
+            .then(|| ("bigquery.schema_update".into(), b.schema_update.as_str())),
         connect_envelope: false,
     }];
     for (i, r) in c.routes.iter().enumerate() {
@@ -186,10 +187,10 @@ fn format_scopes(c: &Config) -> Vec<Scope> {
             (None, None) => None,
         };
         let add_columns = match r.schema_update {
-            Some(SchemaUpdate::AddColumns) => Some(format!("routes[{i}].schema_update")),
+            Some(u) if u.adds_columns() => Some((format!("routes[{i}].schema_update"), u.as_str())),
             Some(_) => None,
-            None => (b.schema_update == SchemaUpdate::AddColumns)
-                .then(|| "bigquery.schema_update".into()),
+            None => (b.schema_update.adds_columns())
+                .then(|| ("bigquery.schema_update".into(), b.schema_update.as_str())),
         };
         let format = r.format.or(c.top_format());
         scopes.push(Scope {

@@ -18,7 +18,9 @@ struct Applied<'a> {
     route_path: String,
     metadata: &'a MetadataColumns,
     create_table: bool,
-    add_columns: bool,
+    /// The route's `schema_update`: any level but `none` changes the table from the writer
+    /// schema, which the transforms do not apply to.
+    schema_update: SchemaUpdate,
     cdc: bool,
 }
 
@@ -32,7 +34,7 @@ impl Validator {
                 route_path: "bigquery".into(),
                 metadata: &b.metadata_columns,
                 create_table: b.create_table.is_some(),
-                add_columns: b.schema_update == SchemaUpdate::AddColumns,
+                schema_update: b.schema_update,
                 cdc: false,
             },
         );
@@ -56,8 +58,7 @@ impl Validator {
                         .as_ref()
                         .or(b.create_table.as_ref())
                         .is_some(),
-                    add_columns: r.schema_update.unwrap_or(b.schema_update)
-                        == SchemaUpdate::AddColumns,
+                    schema_update: r.schema_update.unwrap_or(b.schema_update),
                     cdc: r.cdc.is_some(),
                 },
             );
@@ -96,12 +97,13 @@ impl Validator {
                     at.route_path
                 ),
             );
-        } else if at.add_columns {
+        } else if at.schema_update.adds_columns() {
             self.err(
                 path,
                 format!(
-                    "{}.schema_update: add_columns would add the dropped, renamed and masked fields as columns of their own: set schema_update: none",
-                    at.route_path
+                    "{}.schema_update: {} would add the dropped, renamed and masked fields as columns of their own: set schema_update: none",
+                    at.route_path,
+                    at.schema_update.as_str()
                 ),
             );
         }
