@@ -908,6 +908,61 @@ async fn updated_schema_is_reported_after_the_table_schema_changes() {
     assert!(fresh.recv().await.unwrap().updated_schema.is_none());
 }
 
+/// BigQuery relaxes a REQUIRED column to NULLABLE through `tables.patch`; the Write API then
+/// takes rows that leave it unset, on a connection opened before the change too (the codec is
+/// the table's as it is now), and reports the NULLABLE mode in `updated_schema` and in
+/// GetWriteStream(FULL).
+#[tokio::test]
+async fn a_relaxed_column_takes_unset_values_on_an_open_connection() {
+    use bq::table_field_schema::Mode as ProtoMode;
+    let (emu, mut c) = setup().await;
+    let s = create(&mut c, StreamType::Committed).await;
+    let mut no_id = Vec::new();
+    prost::encoding::string::encode(2, &"no id".to_string(), &mut no_id);
+    let no_id = Bytes::from(no_id);
+    let mut conn = Conn::open(&mut c, first(&s, Some(0), vec![no_id.clone()])).await;
+    let r = conn.recv().await.unwrap();
+    assert_eq!(error_of(&r).code, Code::InvalidArgument as i32);
+    assert_eq!(r.row_errors.len(), 1, "id is REQUIRED: {r:?}");
+
+    emu.store
+        .update_table(&table_ref(), |t| {
+            t.schema.fields[0].mode = Some(Mode::Nullable);
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    conn.send(next(Some(0), vec![no_id, row(1, Some("one"))]))
+        .await;
+    let r = conn.recv().await.unwrap();
+    assert_eq!(offset_of(&r), Some(0), "{r:?}");
+    let updated = r.updated_schema.expect("updated_schema");
+    assert_eq!(updated.fields[0].mode, ProtoMode::Nullable as i32);
+    let full = c
+        .get_write_stream(bq::GetWriteStreamRequest {
+            name: format!("{TABLE}/_default"),
+            view: bq::WriteStreamView::Full as i32,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        full.table_schema.unwrap().fields[0].mode,
+        ProtoMode::Nullable as i32
+    );
+    let table = emu.store.get_table(&table_ref()).unwrap();
+    let visible = emu.store.read_visible_rows(&table_ref(), 0, 2).unwrap();
+    let ids: Vec<serde_json::Value> = visible
+        .rows
+        .iter()
+        .map(|r| r.codec.render(&r.data, &table.schema)["f"][0]["v"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![serde_json::Value::Null, serde_json::Value::from("1")]
+    );
+}
+
 // ----- FlushRows / FinalizeWriteStream -----
 
 #[tokio::test]

@@ -378,12 +378,39 @@ async fn patch_adds_nullable_columns_and_refuses_every_other_schema_change() {
     let (_, t) = emu.get("/datasets/d/tables/t").await;
     assert_eq!(t["schema"]["fields"].as_array().unwrap().len(), 5);
 
+    // REQUIRED relaxes to NULLABLE (and may not go back).
+    let mut relaxed = fields.clone();
+    relaxed[0]["mode"] = json!("NULLABLE");
+    let (status, body) = emu
+        .patch(
+            "/datasets/d/tables/t",
+            json!({"schema": {"fields": relaxed.clone()}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["schema"]["fields"][0]["mode"], "NULLABLE");
+    let mut tightened = relaxed.clone();
+    tightened[0]["mode"] = json!("REQUIRED");
+    let (status, body) = emu
+        .patch(
+            "/datasets/d/tables/t",
+            json!({"schema": {"fields": tightened}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_error(
+        &body,
+        400,
+        "invalid",
+        "Field topic has changed mode from NULLABLE to REQUIRED",
+    );
+
     // PUT replaces the resource: what it leaves out is cleared.
     let (status, body) = emu
         .call(
             reqwest::Method::PUT,
             "/datasets/d/tables/t",
-            Some(json!({"tableReference": {"tableId": "t"}, "schema": {"fields": fields}})),
+            Some(json!({"tableReference": {"tableId": "t"}, "schema": {"fields": relaxed}})),
         )
         .await;
     assert_eq!(status, 200, "{body}");
