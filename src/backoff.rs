@@ -39,10 +39,14 @@ pub const CREATE_STREAM: Backoff =
 /// An error that only an operator or time can cure (permission denied, credentials, failed
 /// precondition): retried slowly while readiness is false (docs/architecture.md#failure-policies).
 pub const DENIED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
-/// The group's committed offsets read by a tool (`inspect`, `check`) while the group coordinator
-/// is moving or loading: 0.1 s, 0.2 s, … 1 s, for as many attempts as the tool allows.
-pub const COMMITTED_READ: Backoff =
+/// A tool's request to the consumer group's coordinator (`inspect`'s and `check`'s read of the
+/// committed offsets, `check`'s DescribeGroups) while the coordinator is moving or loading
+/// (NotCoordinator, CoordinatorLoadInProgress, CoordinatorNotAvailable after a broker start or a
+/// failover): 0.1 s, 0.2 s, … 1 s, for [`GROUP_COORDINATOR_ATTEMPTS`] attempts (about 16 s).
+pub const GROUP_COORDINATOR: Backoff =
     Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+/// Attempts of a [`GROUP_COORDINATOR`] request before the tool reports the last answer.
+pub const GROUP_COORDINATOR_ATTEMPTS: u32 = 20;
 /// A write stream whose offsets conflict with the writer's is abandoned for a new one after this
 /// pause, which bounds the rate of new streams should every new one conflict too.
 pub const STREAM_CONFLICT: Duration = Duration::from_secs(1);

@@ -20,9 +20,6 @@ use crate::kafka::consumer::read_committed;
 use kbq_core::metadata::{CommitMetadata, TableFingerprint};
 use kbq_core::protocol::{CommittedRead, TopicPartition};
 
-/// Reads of the committed offsets before giving up, with `backoff::COMMITTED_READ` between them.
-const READ_ATTEMPTS: u32 = 20;
-
 /// What Kafka holds for one partition of the group.
 #[derive(Debug, Clone)]
 pub struct PartitionView {
@@ -101,11 +98,11 @@ pub(crate) fn read_committed_retrying(
     consumer: &BaseConsumer,
     partitions: &[TopicPartition],
 ) -> anyhow::Result<std::collections::HashMap<TopicPartition, Option<CommittedRead>>> {
-    let mut backoff = backoff::COMMITTED_READ;
+    let mut backoff = backoff::GROUP_COORDINATOR;
     loop {
         match read_committed(consumer, partitions, defaults::KAFKA_REQUEST_TIMEOUT) {
             Ok(read) => return Ok(read),
-            Err(e) if backoff.attempts() + 1 < READ_ATTEMPTS => {
+            Err(e) if backoff.attempts() + 1 < backoff::GROUP_COORDINATOR_ATTEMPTS => {
                 let pause = backoff.next_delay();
                 let attempt = backoff.attempts();
                 tracing::debug!(error = %e, attempt, "cannot read committed offsets yet, retrying");

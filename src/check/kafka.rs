@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::dry_read::{self, Sample};
 use super::{Finding, redact};
-use crate::backoff::KAFKA_READ_RETRY;
+use crate::backoff;
 use crate::config::{Config, TopicPattern, defaults};
 use crate::inspect::{group_reader, read_committed_retrying};
 use crate::kafka::authorized::{self, Answer, GroupAnswer, Operation, Refusal};
@@ -185,14 +185,11 @@ fn topic_line(topic: &str, cluster: &Cluster) -> Finding {
     }
 }
 
-/// Attempts at describing the group while its coordinator is loading or moving, one
-/// [`KAFKA_READ_RETRY`] apart (as `inspect` retries its offset reads).
-const DESCRIBE_ATTEMPTS: u32 = 20;
-
-/// The group as the brokers describe it, asked again while its coordinator loads or moves (a
-/// fresh cluster answered NotCoordinator to the first DescribeGroups).
+/// The group as the brokers describe it, asked again on the [`backoff::GROUP_COORDINATOR`]
+/// schedule while its coordinator loads or moves (a fresh cluster answered NotCoordinator to the
+/// first DescribeGroups), as `inspect` retries its offset reads.
 fn describe_group(consumer: &BaseConsumer, group: &str) -> Result<GroupAnswer, Refusal> {
-    let mut attempt = 1;
+    let mut backoff = backoff::GROUP_COORDINATOR;
     loop {
         let described =
             authorized::group(consumer.client(), group, defaults::KAFKA_REQUEST_TIMEOUT);
@@ -203,11 +200,15 @@ fn describe_group(consumer: &BaseConsumer, group: &str) -> Result<GroupAnswer, R
             | Err(e) => e.is_coordinator_moving(),
             Ok(_) => false,
         };
-        if !moving || attempt >= DESCRIBE_ATTEMPTS {
+        if !moving || backoff.attempts() + 1 >= backoff::GROUP_COORDINATOR_ATTEMPTS {
             return described;
         }
-        attempt += 1;
-        std::thread::sleep(KAFKA_READ_RETRY);
+        let pause = backoff.next_delay();
+        tracing::debug!(
+            attempt = backoff.attempts(),
+            "the group's coordinator is loading or moving, describing it again"
+        );
+        std::thread::sleep(pause);
     }
 }
 
