@@ -87,6 +87,8 @@ pub struct Draft {
     pub add_columns: bool,
     pub metadata_columns: Vec<(&'static str, String)>,
     pub routes: Vec<Route>,
+    /// YAML flow items of `bigquery.transforms` (`drop: {field: "a"}`), in order.
+    pub transforms: Vec<String>,
     pub at_least_once: bool,
     /// `recovery.start_from: latest`.
     pub start_latest: bool,
@@ -167,6 +169,12 @@ impl Draft {
             let _ = writeln!(y, "  metadata_columns:");
             for (field, column) in &self.metadata_columns {
                 let _ = writeln!(y, "    {field}: {}", quote(column));
+            }
+        }
+        if !self.transforms.is_empty() {
+            let _ = writeln!(y, "  transforms:");
+            for t in &self.transforms {
+                let _ = writeln!(y, "    - {t}");
             }
         }
         if !self.routes.is_empty() {

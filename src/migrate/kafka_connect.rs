@@ -813,6 +813,37 @@ pub fn migrate(
     }
 
     // --- transforms ----------------------------------------------------------------------------
+    // The chain's SMTs that have an exact counterpart become `bigquery.transforms`, in the
+    // chain's order (docs/mapping.md#transforms). A field transform (drop, rename, mask, set)
+    // cannot be had beside a created or evolved table or on a CDC route (validate refuses it).
+    // As the cdc section below: CDC routes unless schemaless JSON lacks the envelope.
+    let cdc_routes = (upsert || delete) && (!json_input || json_envelope);
+    let shaping_blocked: Option<&str> = if create_table.is_some() {
+        Some(
+            "validate refuses field transforms beside bigquery.create_table (autoCreateTables), which derives the table from the writer schema without them: create the table with the transformed columns, drop autoCreateTables, then add the transform to bigquery.transforms",
+        )
+    } else if add_columns {
+        Some(
+            "validate refuses field transforms beside schema_update: add_columns (allowNewBigQueryFields/autoUpdateSchemas), which would add the dropped, renamed and masked fields back as columns",
+        )
+    } else if cdc_routes {
+        Some(
+            "the upserts go through a CDC route, whose rows are keyed changes: only filter applies there",
+        )
+    } else {
+        None
+    };
+    let mut chain = Chain {
+        transforms: Vec::new(),
+        touched: BTreeMap::new(),
+        routed_by: None,
+        json_input,
+    };
+    for (_, column) in &metadata_columns {
+        chain
+            .touched
+            .insert(column.to_ascii_lowercase(), "kafkaDataFieldName".into());
+    }
     let mut unwrap = false;
     for t in &transforms {
         let class = s
@@ -827,6 +858,10 @@ pub fn migrate(
             .trim_end_matches("$Key")
             .to_string();
         let keys = s.keys_with_prefix(&format!("transforms.{t}."));
+        let predicate = s
+            .get(&format!("transforms.{t}.predicate"))
+            .filter(|p| !p.is_empty())
+            .map(str::to_string);
         let outcome = if short == "ExtractNewRecordState" || short == "UnwrapFromEnvelope" {
             unwrap = true;
             if upsert || delete {
@@ -839,6 +874,7 @@ pub fn migrate(
                 )
             }
         } else if short == "RegexRouter" {
+            chain.routed_by = Some(t.clone());
             match &router {
                 Some((_, _, name)) if name == t => Outcome::Mapped(
                     "routes: each listed topic's table is the routed name (sanitized as sanitizeTopics says)".into(),
@@ -847,45 +883,47 @@ pub fn migrate(
                     "topic renaming by regex is computed here for a listed topic only (not with topics.regex, a predicate or a pattern Rust's regex cannot read); tables follow bigquery.table".into(),
                 ),
             }
+        } else if short == "Filter" {
+            filter_smt(&s, t, predicate.as_deref(), &mut chain)
+        } else if let Some(p) = &predicate {
+            Outcome::NotTranslatable(format!(
+                "{short} applies only to the records predicate {p} matches; a transform here applies to every record of its route"
+            ))
+        } else if class.ends_with("$Key") {
+            Outcome::NotTranslatable(format!(
+                "{short} of the key: the key is written only as its raw bytes (metadata_columns.key) and read by a cdc route's key columns; no transform reads it"
+            ))
         } else if short == "InsertField" {
-            let mut mapped = Vec::new();
-            for (field, column) in [
-                ("topic", "topic"),
-                ("partition", "partition"),
-                ("offset", "offset"),
-                ("timestamp", "timestamp"),
-            ] {
-                if let Some(name) = s.get(&format!("transforms.{t}.{field}.field")) {
-                    let name = name.trim_end_matches(['!', '?']).to_string();
-                    if !metadata_columns.iter().any(|(f, _)| *f == column) {
-                        metadata_columns.push((column, name.clone()));
-                        mapped.push(format!("{column} \"{name}\""));
-                    }
-                }
-            }
-            if s.props
-                .contains_key(&format!("transforms.{t}.static.field"))
-            {
-                Outcome::NotTranslatable(format!(
-                    "a static value column has no counterpart yet{}",
-                    if mapped.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; mapped: bigquery.metadata_columns {}", mapped.join(", "))
-                    }
-                ))
-            } else if mapped.is_empty() {
-                Outcome::NotTranslatable("no field this sink can insert".into())
-            } else {
-                Outcome::Changed(format!(
-                    "bigquery.metadata_columns {}: INT64 partition and offset, TIMESTAMP timestamp columns, filled from the record as InsertField does",
-                    mapped.join(", ")
-                ))
-            }
-        } else if short == "Filter" || short == "RecordIsTombstone" {
+            insert_field_smt(&s, t, shaping_blocked, &mut metadata_columns, &mut chain)
+        } else if short == "ReplaceField" {
+            replace_field_smt(&s, t, shaping_blocked, &mut chain)
+        } else if short == "MaskField" {
+            mask_field_smt(&s, t, shaping_blocked, &mut chain)
+        } else if short == "RecordIsTombstone" {
             Outcome::NotTranslatable(
-                "no record filter here yet: a tombstone outside a cdc route is a bad record (dead-letter topic, or skipped with on_bad_record: skip); other records are all written".into(),
+                "a predicate's class used as a transform: Kafka Connect refuses it".into(),
             )
+        } else if matches!(
+            short.as_str(),
+            "TimestampConverter"
+                | "Cast"
+                | "Flatten"
+                | "ExtractField"
+                | "ValueToKey"
+                | "HoistField"
+                | "TimestampRouter"
+                | "HeaderFrom"
+                | "InsertHeader"
+                | "DropHeaders"
+                | "SetSchemaMetadata"
+        ) {
+            Outcome::NotTranslatable(format!(
+                "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask to NULL or a fixed value, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
+            ))
+        } else if short.contains("Mask") || short.contains("Hash") || short.contains("HMAC") {
+            Outcome::NotTranslatable(format!(
+                "{short}: a keyed-hash (HMAC) mask is not implemented yet; mask here writes NULL or a fixed value"
+            ))
         } else {
             Outcome::NotTranslatable(format!(
                 "{short}: no transform of the record here yet; fields are written as the record has them (names matched to columns, docs/mapping.md)"
@@ -902,7 +940,9 @@ pub fn migrate(
     if !transforms.is_empty() {
         s.note(
             "transforms",
-            Outcome::Dropped("the list of transforms; each has its own line".into()),
+            Outcome::Dropped(
+                "the list of transforms, kept in its order in bigquery.transforms; each has its own line".into(),
+            ),
         );
     }
     for key in s.keys_with_prefix("predicates") {
@@ -911,7 +951,7 @@ pub fn migrate(
             Outcome::Dropped("a predicate of a transform (see the transform's line)".into()),
         );
     }
-
+    let smt_transforms = chain.transforms;
     // --- upserts and deletes -----------------------------------------------------------------
     let mut at_least_once = false;
     let cdc = if upsert || delete {
@@ -1294,12 +1334,335 @@ pub fn migrate(
         add_columns,
         metadata_columns,
         routes,
+        transforms: smt_transforms,
         at_least_once,
         start_latest,
         on_bad_record,
         dead_letter_topic: dlq,
     };
     Ok((draft, s.report))
+}
+
+/// The transforms of the chain mapped so far, and the names they read or write.
+struct Chain {
+    /// YAML flow items of `bigquery.transforms`, in the chain's order.
+    transforms: Vec<String>,
+    /// Each field or column name (lowercase) an earlier transform names, and which one.
+    touched: BTreeMap<String, String>,
+    /// The RegexRouter earlier in the chain, if any: a later topic predicate sees its output.
+    routed_by: Option<String>,
+    /// Schemaless JSON: a field a transform names may never come, and nothing is refused.
+    json_input: bool,
+}
+
+impl Chain {
+    /// Why transform `t` cannot name `names` here: one is not a name the transforms take, or an
+    /// earlier transform of the chain named it (Connect's next transform sees the previous one's
+    /// output; here every transform names the writer's fields, one transform per field).
+    fn conflict(&self, names: &[&str]) -> Option<String> {
+        let mut seen = BTreeSet::new();
+        for n in names {
+            if !is_field_name(n) {
+                return Some(format!(
+                    "`{n}` is not a field name the transforms here take (ASCII letters, digits, `_`): a `.` in a Kafka Connect field name is part of the name, here it would be a path into a nested record"
+                ));
+            }
+            let lower = n.to_ascii_lowercase();
+            if let Some(other) = self.touched.get(&lower) {
+                return Some(format!(
+                    "field `{n}` is named by {other} earlier in the chain: in Kafka Connect each transform sees the previous one's output, here every transform names the writer's fields and a field takes one transform; write the combined effect by hand"
+                ));
+            }
+            if !seen.insert(lower) {
+                return Some(format!(
+                    "field `{n}` is named twice by this transform; here a field takes one transform"
+                ));
+            }
+        }
+        None
+    }
+
+    fn touch(&mut self, names: &[&str], t: &str) {
+        for n in names {
+            self.touched
+                .insert(n.to_ascii_lowercase(), format!("transforms.{t}"));
+        }
+    }
+
+    /// What a field transform does with a field the writer schema lacks.
+    fn missing_field_note(&self) -> &'static str {
+        if self.json_input {
+            ""
+        } else {
+            "; unlike Kafka Connect, which skips a name the record lacks, a writer schema without the field refuses the plan here (its records are dead letters naming the transform)"
+        }
+    }
+}
+
+/// A name `drop`, `rename`, `mask` and `set` take for a top-level field or column.
+fn is_field_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// `ReplaceField$Value`: `exclude` (`blacklist`) → drop, `renames` → rename; `include`
+/// (`whitelist`) drops every other field, which only the writer schema lists.
+fn replace_field_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Outcome {
+    let get = |k: &str| {
+        s.get(&format!("transforms.{t}.{k}"))
+            .map(list)
+            .unwrap_or_default()
+    };
+    let exclude = [get("exclude"), get("blacklist")].concat();
+    let include = [get("include"), get("whitelist")].concat();
+    if !include.is_empty() {
+        return Outcome::NotTranslatable(format!(
+            "include keeps only {}: that is a drop of every other field, and the other fields are in the writer schema, which this command does not read; write a drop for each into bigquery.transforms by hand (a field without a column is skipped anyway under unknown_fields: ignore)",
+            include.join(", ")
+        ));
+    }
+    let mut renames = Vec::new();
+    for pair in get("renames") {
+        let Some((from, to)) = pair.split_once(':') else {
+            return Outcome::NotTranslatable(format!("renames: `{pair}` is not old:new"));
+        };
+        renames.push((from.trim().to_string(), to.trim().to_string()));
+    }
+    if exclude.is_empty() && renames.is_empty() {
+        return Outcome::Dropped(
+            "no field excluded or renamed: the transform changes nothing".into(),
+        );
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(why.into());
+    }
+    let names: Vec<&str> = exclude
+        .iter()
+        .map(String::as_str)
+        .chain(renames.iter().flat_map(|(a, b)| [a.as_str(), b.as_str()]))
+        .collect();
+    if let Some(why) = chain.conflict(&names) {
+        return Outcome::NotTranslatable(why);
+    }
+    let mut done = Vec::new();
+    for f in &exclude {
+        chain
+            .transforms
+            .push(format!("drop: {{field: {}}}", quote(f)));
+        done.push(format!("drop {f}"));
+    }
+    for (from, to) in &renames {
+        chain.transforms.push(format!(
+            "rename: {{field: {}, to: {}}}",
+            quote(from),
+            quote(to)
+        ));
+        done.push(format!("rename {from} to {to}"));
+    }
+    chain.touch(&names, t);
+    let text = format!(
+        "bigquery.transforms {}: a dropped field's column gets nothing from the record (NULL), a renamed field fills the column of its new name{}",
+        done.join(", "),
+        chain.missing_field_note()
+    );
+    if chain.json_input {
+        Outcome::Mapped(text)
+    } else {
+        Outcome::Changed(text)
+    }
+}
+
+/// `MaskField$Value`: with `replacement`, a mask to that value; without, Connect writes the
+/// type's empty value (0, false, "", the epoch), which a mask without a schema cannot name.
+fn mask_field_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Outcome {
+    let fields = s
+        .get(&format!("transforms.{t}.fields"))
+        .map(list)
+        .unwrap_or_default();
+    let replacement = s
+        .get(&format!("transforms.{t}.replacement"))
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    if fields.is_empty() {
+        return Outcome::Dropped("no field to mask: the transform changes nothing".into());
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(format!(
+            "{why}. Until then the table receives {} unmasked",
+            fields.join(", ")
+        ));
+    }
+    let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+    if let Some(why) = chain.conflict(&names) {
+        return Outcome::NotTranslatable(format!(
+            "{why}. Until then the table receives {} unmasked",
+            fields.join(", ")
+        ));
+    }
+    for f in &fields {
+        chain.transforms.push(match &replacement {
+            Some(r) => format!("mask: {{field: {}, value: {}}}", quote(f), quote(r)),
+            None => format!("mask: {{field: {}}}", quote(f)),
+        });
+    }
+    chain.touch(&names, t);
+    let list = fields.join(", ");
+    let note = chain.missing_field_note();
+    match &replacement {
+        None => Outcome::Changed(format!(
+            "bigquery.transforms mask {list}: the column holds NULL where Kafka Connect wrote the field type's empty value (0, false, \"\", the epoch), not null; a REQUIRED column refuses the plan. For a string field, `value: \"\"` is Connect's value exactly{note}"
+        )),
+        Some(r) if r.parse::<f64>().is_ok() => Outcome::Changed(format!(
+            "bigquery.transforms mask {list} with value \"{r}\" written as text: Connect converted the replacement to the field's type, so for a string field this is exact, and for a numeric field write the number unquoted (value: {r}): the plan refuses text into INT64 or FLOAT64 rather than parse it{note}"
+        )),
+        Some(r) => {
+            let text = format!(
+                "bigquery.transforms mask {list} with value \"{r}\": Connect takes a replacement that is not a number only for a string field, and here the text fills the STRING column in every row{note}"
+            );
+            if chain.json_input {
+                Outcome::Mapped(text)
+            } else {
+                Outcome::Changed(text)
+            }
+        }
+    }
+}
+
+/// `InsertField$Value`: the record's coordinates become metadata columns, `static.field` with
+/// `static.value` a `set` of that text.
+fn insert_field_smt(
+    s: &Source,
+    t: &str,
+    blocked: Option<&str>,
+    metadata_columns: &mut Vec<(&'static str, String)>,
+    chain: &mut Chain,
+) -> Outcome {
+    let mut mapped = Vec::new();
+    for field in ["topic", "partition", "offset", "timestamp"] {
+        if let Some(name) = s.get(&format!("transforms.{t}.{field}.field")) {
+            let name = name.trim_end_matches(['!', '?']).to_string();
+            if !metadata_columns.iter().any(|(f, _)| *f == field) {
+                metadata_columns.push((field, name.clone()));
+                chain.touch(&[name.as_str()], t);
+                mapped.push(format!("{field} \"{name}\""));
+            }
+        }
+    }
+    let static_part: Option<Result<String, String>> = s
+        .get(&format!("transforms.{t}.static.field"))
+        .filter(|f| !f.is_empty())
+        .map(|field| {
+            let column = field.trim_end_matches(['!', '?']).to_string();
+            let Some(value) = s.get(&format!("transforms.{t}.static.value")) else {
+                return Err(
+                    "static.field without static.value inserts a null field; set needs a value"
+                        .to_string(),
+                );
+            };
+            if let Some(why) = blocked {
+                return Err(why.to_string());
+            }
+            if let Some(why) = chain.conflict(&[column.as_str()]) {
+                return Err(why);
+            }
+            chain.transforms.push(format!(
+                "set: {{column: {}, value: {}}}",
+                quote(&column),
+                quote(value)
+            ));
+            chain.touch(&[column.as_str()], t);
+            Ok(format!(
+                "bigquery.transforms set {column} to \"{value}\": the text in every row, into a STRING column as Connect's optional string field"
+            ))
+        });
+    let metadata = (!mapped.is_empty()).then(|| {
+        format!(
+            "bigquery.metadata_columns {}: INT64 partition and offset, TIMESTAMP timestamp columns, filled from the record as InsertField does",
+            mapped.join(", ")
+        )
+    });
+    match (metadata, static_part) {
+        (None, None) => Outcome::NotTranslatable("no field this sink can insert".into()),
+        (None, Some(Ok(text))) => Outcome::Mapped(text),
+        (None, Some(Err(why))) => Outcome::NotTranslatable(format!("static.field: {why}")),
+        (Some(m), None) => Outcome::Changed(m),
+        (Some(m), Some(Ok(text))) => Outcome::Changed(format!("{m}; {text}")),
+        (Some(m), Some(Err(why))) => {
+            Outcome::Changed(format!("{m}; static.field not translatable: {why}"))
+        }
+    }
+}
+
+/// `Filter` with its predicate: `RecordIsTombstone`, `HasHeaderKey`, `TopicNameMatches`, and
+/// `negate`.
+fn filter_smt(s: &Source, t: &str, predicate: Option<&str>, chain: &mut Chain) -> Outcome {
+    let Some(p) = predicate else {
+        return Outcome::NotTranslatable(
+            "a Filter without a predicate drops every record; a filter here needs a condition"
+                .into(),
+        );
+    };
+    let class = s
+        .get(&format!("predicates.{p}.type"))
+        .unwrap_or_default()
+        .to_string();
+    let negate = s.flag(&format!("transforms.{t}.negate")) == Some(true);
+    let (condition, what) = match class.rsplit('.').next().unwrap_or_default() {
+        "RecordIsTombstone" => ("tombstone: true".to_string(), "tombstones".to_string()),
+        "HasHeaderKey" => {
+            let Some(name) = s
+                .get(&format!("predicates.{p}.name"))
+                .filter(|n| !n.is_empty())
+            else {
+                return Outcome::NotTranslatable(format!("predicate {p} names no header"));
+            };
+            (
+                format!("header: {}", quote(name)),
+                format!("records with a header {name}"),
+            )
+        }
+        "TopicNameMatches" => {
+            let pattern = s
+                .get(&format!("predicates.{p}.pattern"))
+                .unwrap_or_default()
+                .to_string();
+            if let Some(router) = &chain.routed_by {
+                return Outcome::NotTranslatable(format!(
+                    "the predicate matches the topic as transforms.{router} renamed it; a filter here reads the record's own topic"
+                ));
+            }
+            if regex::Regex::new(&format!("^(?:{pattern})$")).is_err() {
+                return Outcome::NotTranslatable(format!(
+                    "pattern `{pattern}` is java.util.regex syntax Rust's regex does not read"
+                ));
+            }
+            (
+                format!("topic_pattern: {}", quote(&pattern)),
+                format!("records of topics `{pattern}` matches as a whole (Java's matches())"),
+            )
+        }
+        other => {
+            return Outcome::NotTranslatable(format!(
+                "predicate {p} of class `{other}`: a filter here tests tombstones, a header, or the topic"
+            ));
+        }
+    };
+    chain.transforms.push(format!(
+        "filter: {{{condition}{}}}",
+        if negate { ", negate: true" } else { "" }
+    ));
+    Outcome::Mapped(format!(
+        "bigquery.transforms filter {{{condition}{}}}: {}{what} are dropped as Connect's Filter drops them (their offsets committed, counted in kbq_records_filtered_total)",
+        if negate { ", negate: true" } else { "" },
+        if negate { "all records but " } else { "" }
+    ))
 }
 
 /// `${n}` for every `$n` of a Java replacement string, so Rust's regex reads the group number.

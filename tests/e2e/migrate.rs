@@ -386,3 +386,171 @@ fn the_command_writes_the_yaml_and_prints_the_report() {
     );
     validate_cli(&yaml, dir.path(), "cli");
 }
+
+/// The `bigquery.transforms` list of the YAML, one entry a line, in order.
+fn transforms_of(yaml: &str) -> Vec<String> {
+    let body = body(yaml);
+    let Some(start) = body.find("\n  transforms:\n") else {
+        return Vec::new();
+    };
+    body[start + "\n  transforms:\n".len()..]
+        .lines()
+        .map_while(|l| l.strip_prefix("    - "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_smt_chain_with_exact_counterparts_becomes_transforms_in_its_order() {
+    let (yaml, report) = migrate("14-smt-pii-chain-avro.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        [
+            "filter: {tombstone: true}",
+            "drop: {field: \"ssn\"}",
+            "drop: {field: \"internal_notes\"}",
+            "rename: {field: \"email_address\", to: \"email\"}",
+            "rename: {field: \"cust_id\", to: \"customer_id\"}",
+            "mask: {field: \"card_number\", value: \"****-****-****-****\"}",
+            "mask: {field: \"phone\"}",
+            "set: {column: \"source_system\", value: \"payments-gateway\"}",
+        ],
+        "{yaml}"
+    );
+    assert!(yaml.contains("partition: \"_kafka_partition\""), "{yaml}");
+    assert!(yaml.contains("offset: \"_kafka_offset\""), "{yaml}");
+    assert_label(
+        &report,
+        "transforms.dropTombstones.type",
+        "mapped",
+        "filter {tombstone: true}: tombstones are dropped",
+    );
+    // a writer schema without an excluded field refuses the plan here; Connect skipped the name
+    assert_label(
+        &report,
+        "transforms.dropPii.type",
+        "changed",
+        "refuses the plan",
+    );
+    assert_label(
+        &report,
+        "transforms.maskCard.type",
+        "changed",
+        "not a number only for a string field",
+    );
+    // Connect's mask without a replacement is the type's empty value, not NULL
+    assert_label(
+        &report,
+        "transforms.maskPhone.type",
+        "changed",
+        "the field type's empty value (0, false, \"\", the epoch), not null",
+    );
+    assert_label(
+        &report,
+        "transforms.addMeta.type",
+        "changed",
+        "set source_system to \"payments-gateway\"",
+    );
+    assert_label(
+        &report,
+        "transforms.parseTs.type",
+        "not translatable",
+        "TimestampConverter: no such transform here yet",
+    );
+}
+
+#[test]
+fn filters_map_from_their_predicates_and_a_chain_that_reads_its_own_output_does_not() {
+    let (yaml, report) = migrate("15-smt-filters-json.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        [
+            "filter: {header: \"tenant-id\", negate: true}",
+            "filter: {topic_pattern: \".*-test\"}",
+            "rename: {field: \"uid\", to: \"user_id\"}",
+            "rename: {field: \"ip\", to: \"client_ip\"}",
+        ],
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.keepTenant.type",
+        "mapped",
+        "all records but records with a header tenant-id are dropped",
+    );
+    assert_label(
+        &report,
+        "transforms.dropTest.type",
+        "mapped",
+        "matches as a whole",
+    );
+    // schemaless JSON: a missing field is a field that never comes, as in Connect
+    assert_label(
+        &report,
+        "transforms.rename.type",
+        "mapped",
+        "rename uid to user_id",
+    );
+    assert_label(
+        &report,
+        "transforms.onlyWeb.type",
+        "not translatable",
+        "only to the records predicate isTestTopic matches",
+    );
+    // the mask names the rename's output; here every transform names the writer's fields
+    assert_label(
+        &report,
+        "transforms.maskRenamed.type",
+        "not translatable",
+        "named by transforms.rename earlier in the chain",
+    );
+    assert_label(
+        &report,
+        "transforms.maskKey.type",
+        "not translatable",
+        "of the key",
+    );
+    assert_label(&report, "transforms.route.type", "mapped", "routed name");
+}
+
+#[test]
+fn field_transforms_beside_a_created_table_are_not_translatable_but_filters_are() {
+    let (yaml, report) = migrate("16-smt-with-auto-create.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        ["filter: {tombstone: true}"],
+        "{yaml}"
+    );
+    for t in ["dropDebug", "hideEmail"] {
+        assert_label(
+            &report,
+            &format!("transforms.{t}.type"),
+            "not translatable",
+            "beside bigquery.create_table",
+        );
+    }
+    assert_label(
+        &report,
+        "transforms.hideEmail.type",
+        "not translatable",
+        "the table receives email unmasked",
+    );
+    assert_label(
+        &report,
+        "transforms.tag.type",
+        "changed",
+        "static.field not translatable",
+    );
+    assert_label(
+        &report,
+        "transforms.noTombstones.type",
+        "mapped",
+        "tombstone",
+    );
+    assert_label(
+        &report,
+        "transforms.cast.type",
+        "not translatable",
+        "Cast: no such transform here yet",
+    );
+}
