@@ -331,6 +331,10 @@ pub fn migrate(
     // RegexRouter renames the topic before the connector picks the table.
     let transforms = s.get("transforms").map(list).unwrap_or_default();
     let mut router: Option<(regex::Regex, String, String)> = None;
+    // With topics.regex: a route whose capture groups name the table as the routed topic did,
+    // and whether that is exact (a template starting with a group may start with a digit,
+    // which the connector prefixed with `_`).
+    let mut pattern_router: Option<(String, Route, bool)> = None;
     for t in &transforms {
         let class = s
             .get(&format!("transforms.{t}.type"))
@@ -349,6 +353,18 @@ pub fn migrate(
             match regex::Regex::new(&format!("^(?:{pattern})$")) {
                 Ok(re) if topic_pattern.is_none() && !has_predicate => {
                     router = Some((re, replacement, t.clone()))
+                }
+                Ok(re) if sanitize && !has_predicate => {
+                    if let Some(table) = group_template(&replacement, re.captures_len() - 1) {
+                        let exact = !table.starts_with('{');
+                        let route = Route {
+                            topics: Vec::new(),
+                            topic_pattern: Some(pattern.clone()),
+                            table: Some(table),
+                            cdc: None,
+                        };
+                        pattern_router = Some((t.clone(), route, exact));
+                    }
                 }
                 _ => {}
             }
@@ -401,6 +417,9 @@ pub fn migrate(
                 table: Some(table.clone()),
                 cdc: None,
             });
+        }
+        if let Some((_, route, _)) = &pattern_router {
+            routes.push(route.clone());
         }
     }
     let sanitize_text = match (&topic_pattern, sanitize) {
@@ -876,6 +895,21 @@ pub fn migrate(
         } else if short == "RegexRouter" {
             chain.routed_by = Some(t.clone());
             match &router {
+                _ if pattern_router.as_ref().is_some_and(|(name, _, _)| name == t) => {
+                    let (_, route, exact) = pattern_router.as_ref().expect("matched above");
+                    let text = format!(
+                        "routes: topic_pattern \"{}\" with table \"{}\": a matched topic's table is the routed name, each capture group sanitized as sanitizeTopics does (docs/configuration.md, capture groups); other topics keep bigquery.table",
+                        route.topic_pattern.as_deref().unwrap_or_default(),
+                        route.table.as_deref().unwrap_or_default()
+                    );
+                    if *exact {
+                        Outcome::Mapped(text)
+                    } else {
+                        Outcome::Changed(format!(
+                            "{text}; unlike the connector, a routed name starting with a digit gets no `_` prefix"
+                        ))
+                    }
+                }
                 Some((_, _, name)) if name == t => Outcome::Mapped(
                     "routes: each listed topic's table is the routed name (sanitized as sanitizeTopics says)".into(),
                 ),
@@ -1665,6 +1699,34 @@ fn filter_smt(s: &Source, t: &str, predicate: Option<&str>, chain: &mut Chain) -
     ))
 }
 
+/// A route's table template for a RegexRouter `replacement` under `topics.regex`: `$n` becomes
+/// `{n}`; `None` unless every other character is one a table id keeps as it is (so the
+/// template's sanitizing changes only the groups, as the connector's changes the whole name)
+/// and every group exists.
+fn group_template(replacement: &str, groups: usize) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = replacement.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' {
+            let mut n = String::new();
+            while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                n.push(d);
+                chars.next();
+            }
+            let i: usize = n.parse().ok()?;
+            if i == 0 || i > groups {
+                return None;
+            }
+            out.push_str(&format!("{{{i}}}"));
+        } else if c.is_ascii_alphanumeric() || c == '_' {
+            out.push(c);
+        } else {
+            return None;
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// `${n}` for every `$n` of a Java replacement string, so Rust's regex reads the group number.
 fn braced_groups(replacement: &str) -> String {
     let mut out = String::new();
@@ -1701,6 +1763,19 @@ mod tests {
         assert_eq!(braced_groups("$1"), "${1}");
         assert_eq!(braced_groups("tbl_$12_x$"), "tbl_${12}_x$");
         assert_eq!(braced_groups("plain"), "plain");
+    }
+
+    #[test]
+    fn a_replacement_of_groups_and_id_characters_is_a_route_template() {
+        assert_eq!(
+            group_template("events_$1", 1).as_deref(),
+            Some("events_{1}")
+        );
+        assert_eq!(group_template("$2$1", 2).as_deref(), Some("{2}{1}"));
+        assert_eq!(group_template("$2", 1), None);
+        assert_eq!(group_template("$0", 1), None);
+        assert_eq!(group_template("a.$1", 1), None);
+        assert_eq!(group_template("${name}", 1), None);
     }
 
     #[test]

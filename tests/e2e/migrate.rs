@@ -554,3 +554,20 @@ fn field_transforms_beside_a_created_table_are_not_translatable_but_filters_are(
         "Cast: no such transform here yet",
     );
 }
+
+#[test]
+fn a_regex_router_under_topics_regex_becomes_a_capture_group_route() {
+    let (yaml, report) = migrate("17-regex-router-topics-regex.json");
+    assert!(
+        yaml.contains(
+            "- topic_pattern: \"prod\\\\.([a-z_]+)\\\\.events\"\n    table: \"events_{1}\""
+        ),
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.stripEnv.type",
+        "mapped",
+        "each capture group sanitized",
+    );
+}
