@@ -14,12 +14,12 @@ use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
 use super::flat::FlatPlan;
-use super::metadata_columns::metadata_ops;
+use super::metadata_columns::{MetadataColumns, metadata_ops};
 use super::named;
 use super::ops::{Conv, JsonOp, OnNull, Op, RecordOp, Skip};
 use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
-use super::transforms::{self, FieldRules, Target, Transform};
+use super::transforms::{FieldRules, Target, Transform};
 use super::{Body, Plan};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -32,24 +32,6 @@ pub enum UnknownFields {
     Error,
 }
 
-/// Names of the table columns that receive Kafka metadata; unset ones are not written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetadataColumns {
-    /// STRING column for the topic name.
-    pub topic: Option<String>,
-    /// INT64 column for the partition.
-    pub partition: Option<String>,
-    /// INT64 column for the offset.
-    pub offset: Option<String>,
-    /// TIMESTAMP (or INT64 for raw milliseconds) column for the record timestamp.
-    pub timestamp: Option<String>,
-    /// BYTES (or STRING, UTF-8 checked) column for the record key.
-    pub key: Option<String>,
-    /// REPEATED RECORD column with `key` STRING and `value` BYTES/STRING subfields.
-    pub headers: Option<String>,
-}
-
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlanOptions {
     pub unknown_fields: UnknownFields,
@@ -57,18 +39,6 @@ pub struct PlanOptions {
     /// The route's transforms, in order (docs/mapping.md, "Transforms"); `filter` entries are
     /// the caller's, applied before a record reaches a plan.
     pub transforms: Vec<Transform>,
-}
-
-impl PlanOptions {
-    /// The metadata columns with those `set … from:` adds.
-    pub(crate) fn effective_metadata(&self) -> Result<MetadataColumns, PlanError> {
-        transforms::metadata_with(&self.metadata, &self.transforms).map_err(|reason| {
-            PlanError::Transform {
-                transform: "set".into(),
-                reason,
-            }
-        })
-    }
 }
 
 /// Name of the root message in the descriptor.

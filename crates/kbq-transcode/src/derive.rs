@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 use super::budget::Budget;
-use super::compile::MetadataColumns;
 use super::connect_types::ConnectType;
 use super::error::DeriveError;
+use super::metadata_columns::MetadataColumns;
 use super::schema::{AvroSchema, Kind, Logical, NodeId, kind_name};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 

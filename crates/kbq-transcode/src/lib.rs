@@ -35,12 +35,13 @@ use prost_types::DescriptorProto;
 pub use budget::{
     MAX_DERIVED_COLUMNS, MAX_JSON_SCHEMA_STEPS, MAX_PLAN_BYTES, MAX_PLAN_NODES, TooComplex,
 };
-pub use compile::{MetadataColumns, PlanOptions, UnknownFields};
+pub use compile::{PlanOptions, UnknownFields};
 pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
 pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};
 pub use descriptor::file_for;
 pub use error::{DeriveError, PlanError, RecordError, SchemaError};
 pub use exec::{KafkaHeader, KafkaMetadata};
+pub use metadata_columns::MetadataColumns;
 pub use schema::{AvroSchema, Field, Kind, Logical, Node, NodeId, Record};
 pub use wire::{WireFormat, frame_confluent, split_confluent};
 

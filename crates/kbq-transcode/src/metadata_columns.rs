@@ -1,15 +1,48 @@
 //! The Kafka metadata columns of a plan (topic, partition, offset, timestamp, key, headers):
-//! each configured column checked against the table and given its field in the root message.
+//! which columns receive them (the configuration's [`MetadataColumns`], with those the
+//! transforms add), each checked against the table and given its field in the root message.
 
 use prost_types::FieldDescriptorProto;
 use prost_types::field_descriptor_proto::{Label, Type};
+use serde::Deserialize;
 
 use super::compile::{PlanOptions, column_type};
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
 use super::ops::{HeadersColumn, MetaColumn, MetadataOps};
 use super::proto::{Tag, WIRE_LEN, WIRE_VARINT};
+use super::transforms;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
+
+/// Names of the table columns that receive Kafka metadata; unset ones are not written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataColumns {
+    /// STRING column for the topic name.
+    pub topic: Option<String>,
+    /// INT64 column for the partition.
+    pub partition: Option<String>,
+    /// INT64 column for the offset.
+    pub offset: Option<String>,
+    /// TIMESTAMP (or INT64 for raw milliseconds) column for the record timestamp.
+    pub timestamp: Option<String>,
+    /// BYTES (or STRING, UTF-8 checked) column for the record key.
+    pub key: Option<String>,
+    /// REPEATED RECORD column with `key` STRING and `value` BYTES/STRING subfields.
+    pub headers: Option<String>,
+}
+
+impl PlanOptions {
+    /// The metadata columns with those `set … from:` adds.
+    pub(crate) fn effective_metadata(&self) -> Result<MetadataColumns, PlanError> {
+        transforms::metadata_with(&self.metadata, &self.transforms).map_err(|reason| {
+            PlanError::Transform {
+                transform: "set".into(),
+                reason,
+            }
+        })
+    }
+}
 
 /// Column types a metadata value can be written to, each with the proto type it is sent as;
 /// the first is the natural one, the others alternates.

@@ -16,7 +16,7 @@ pub(crate) use columns::{SetOps, set_ops, write_set};
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
 
-use crate::compile::MetadataColumns;
+use crate::metadata_columns::MetadataColumns;
 
 /// One transform, as the YAML spells it: `- drop: {field: a.b}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
