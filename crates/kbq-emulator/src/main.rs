@@ -1,5 +1,7 @@
-//! `kbq-emulator`: the emulator alone, for anyone testing a Storage Write API writer; the same
-//! flags as `kafka-bigquery-sink emulator` (docs/emulator.md).
+//! `kbq-emulator`: the emulator crate's own entry point for its developers, so that its tests
+//! (a restart on the journal) and the Go client tests run the emulator without building the
+//! daemon. Users run `kafka-bigquery-sink emulator`, the documented command; both parse the same
+//! flags (`kbq_emulator::cli`, docs/emulator.md).
 
 use clap::Parser;
 use kbq_emulator::cli::EmulatorArgs;
