@@ -1,0 +1,535 @@
+//! The chain of single message transforms: those with an exact counterpart become
+//! `bigquery.transforms` in the chain's order (docs/mapping.md#transforms); a RegexRouter is read
+//! by the topics section; every other one is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::topics::Routing;
+use super::{Source, list};
+use crate::migrate::report::Outcome;
+
+/// What the transforms section reads from the sections before it.
+pub(super) struct Context<'a> {
+    pub routing: &'a Routing,
+    /// `upsertEnabled` or `deleteEnabled`.
+    pub changes: bool,
+    /// Why a field transform cannot be had here, if it cannot.
+    pub shaping_blocked: Option<&'static str>,
+}
+
+/// Why field transforms cannot be had: a field transform (drop, rename, mask, set) cannot be had
+/// beside a created or evolved table or on a CDC route (validate refuses it).
+pub(super) fn shaping_blocked(
+    creates: bool,
+    add_columns: bool,
+    cdc_routes: bool,
+) -> Option<&'static str> {
+    if creates {
+        Some(
+            "validate refuses field transforms beside bigquery.create_table (autoCreateTables), which derives the table from the writer schema without them: create the table with the transformed columns, drop autoCreateTables, then add the transform to bigquery.transforms",
+        )
+    } else if add_columns {
+        Some(
+            "validate refuses field transforms beside schema_update: add_columns (allowNewBigQueryFields/autoUpdateSchemas), which would add the dropped, renamed and masked fields back as columns",
+        )
+    } else if cdc_routes {
+        Some(
+            "the upserts go through a CDC route, whose rows are keyed changes: only filter applies there",
+        )
+    } else {
+        None
+    }
+}
+
+/// `bigquery.transforms` in the chain's order, and whether the chain unwraps a Debezium
+/// envelope.
+pub(super) fn transforms(
+    s: &mut Source,
+    cx: &Context,
+    json_input: bool,
+    metadata_columns: &mut Vec<(&'static str, String)>,
+) -> (Vec<String>, bool) {
+    let mut chain = Chain {
+        transforms: Vec::new(),
+        touched: BTreeMap::new(),
+        routed_by: None,
+        json_input,
+        unwrap: false,
+    };
+    for (_, column) in metadata_columns.iter() {
+        chain
+            .touched
+            .insert(column.to_ascii_lowercase(), "kafkaDataFieldName".into());
+    }
+    for t in &cx.routing.transforms {
+        let keys = s.keys_with_prefix(&format!("transforms.{t}."));
+        let outcome = smt(s, t, cx, metadata_columns, &mut chain);
+        s.note(&format!("transforms.{t}.type"), outcome.clone());
+        for key in keys {
+            s.note(
+                &key,
+                Outcome::Dropped(format!("a setting of transforms.{t} (see its line)")),
+            );
+        }
+    }
+    if !cx.routing.transforms.is_empty() {
+        s.note(
+            "transforms",
+            Outcome::Dropped(
+                "the list of transforms, kept in its order in bigquery.transforms; each has its own line".into(),
+            ),
+        );
+    }
+    for key in s.keys_with_prefix("predicates") {
+        s.note(
+            &key,
+            Outcome::Dropped("a predicate of a transform (see the transform's line)".into()),
+        );
+    }
+    (chain.transforms, chain.unwrap)
+}
+
+/// The line of transform `t`.
+fn smt(
+    s: &Source,
+    t: &str,
+    cx: &Context,
+    metadata_columns: &mut Vec<(&'static str, String)>,
+    chain: &mut Chain,
+) -> Outcome {
+    let class = s
+        .get(&format!("transforms.{t}.type"))
+        .unwrap_or_default()
+        .to_string();
+    let short = class
+        .rsplit('.')
+        .next()
+        .unwrap_or(&class)
+        .trim_end_matches("$Value")
+        .trim_end_matches("$Key")
+        .to_string();
+    let predicate = s
+        .get(&format!("transforms.{t}.predicate"))
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    if short == "ExtractNewRecordState" || short == "UnwrapFromEnvelope" {
+        chain.unwrap = true;
+        if cx.changes {
+            Outcome::Changed(
+                    "routes[].cdc format debezium: the sink reads the Debezium envelope itself (c, u, r upsert `after`; d deletes by `before`; tombstones delete by the key); the transform's drop/rewrite options have no counterpart".into(),
+                )
+        } else {
+            Outcome::NotTranslatable(
+                    "an append-only table of `after` rows: the sink reads a Debezium envelope only in a cdc route (upsert); without one the envelope's fields (before, after, op, …) are the columns. Unwrap upstream, or use upsertEnabled".into(),
+                )
+        }
+    } else if short == "RegexRouter" {
+        chain.routed_by = Some(t.to_string());
+        router_outcome(t, cx.routing)
+    } else if short == "Filter" {
+        filter_smt(s, t, predicate.as_deref(), chain)
+    } else if let Some(p) = &predicate {
+        Outcome::NotTranslatable(format!(
+            "{short} applies only to the records predicate {p} matches; a transform here applies to every record of its route"
+        ))
+    } else if class.ends_with("$Key") {
+        Outcome::NotTranslatable(format!(
+            "{short} of the key: the key is written only as its raw bytes (metadata_columns.key) and read by a cdc route's key columns; no transform reads it"
+        ))
+    } else if short == "InsertField" {
+        insert_field_smt(s, t, cx.shaping_blocked, metadata_columns, chain)
+    } else if short == "ReplaceField" {
+        replace_field_smt(s, t, cx.shaping_blocked, chain)
+    } else if short == "MaskField" {
+        mask_field_smt(s, t, cx.shaping_blocked, chain)
+    } else if short == "RecordIsTombstone" {
+        Outcome::NotTranslatable(
+            "a predicate's class used as a transform: Kafka Connect refuses it".into(),
+        )
+    } else {
+        unsupported(&short)
+    }
+}
+
+/// A RegexRouter's line: computed for listed topics or as a capture-group route, or not.
+fn router_outcome(t: &str, routing: &Routing) -> Outcome {
+    let pattern_router = &routing.pattern_router;
+    match &routing.router {
+                _ if pattern_router.as_ref().is_some_and(|(name, _, _)| name == t) => {
+                    let (_, route, exact) = pattern_router.as_ref().expect("matched above");
+                    let text = format!(
+                        "routes: topic_pattern \"{}\" with table \"{}\": a matched topic's table is the routed name, each capture group sanitized as sanitizeTopics does (docs/configuration.md, capture groups); other topics keep bigquery.table",
+                        route.topic_pattern.as_deref().unwrap_or_default(),
+                        route.table.as_deref().unwrap_or_default()
+                    );
+                    if *exact {
+                        Outcome::Mapped(text)
+                    } else {
+                        Outcome::Changed(format!(
+                            "{text}; unlike the connector, a routed name starting with a digit gets no `_` prefix"
+                        ))
+                    }
+                }
+                Some((_, _, name)) if name == t => Outcome::Mapped(
+                    "routes: each listed topic's table is the routed name (sanitized as sanitizeTopics says)".into(),
+                ),
+                _ => Outcome::NotTranslatable(
+                    "topic renaming by regex is computed here for a listed topic only (not with topics.regex, a predicate or a pattern Rust's regex cannot read); tables follow bigquery.table".into(),
+                ),
+            }
+}
+
+/// A transform without a counterpart here.
+fn unsupported(short: &str) -> Outcome {
+    if matches!(
+        short,
+        "TimestampConverter"
+            | "Cast"
+            | "Flatten"
+            | "ExtractField"
+            | "ValueToKey"
+            | "HoistField"
+            | "TimestampRouter"
+            | "HeaderFrom"
+            | "InsertHeader"
+            | "DropHeaders"
+            | "SetSchemaMetadata"
+    ) {
+        Outcome::NotTranslatable(format!(
+            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask to NULL or a fixed value, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
+        ))
+    } else if short.contains("Mask") || short.contains("Hash") || short.contains("HMAC") {
+        Outcome::NotTranslatable(format!(
+            "{short}: a keyed-hash (HMAC) mask is not implemented yet; mask here writes NULL or a fixed value"
+        ))
+    } else {
+        Outcome::NotTranslatable(format!(
+            "{short}: no transform of the record here yet; fields are written as the record has them (names matched to columns, docs/mapping.md)"
+        ))
+    }
+}
+
+/// The transforms of the chain mapped so far, and the names they read or write.
+struct Chain {
+    /// YAML flow items of `bigquery.transforms`, in the chain's order.
+    transforms: Vec<String>,
+    /// Each field or column name (lowercase) an earlier transform names, and which one.
+    touched: BTreeMap<String, String>,
+    /// The RegexRouter earlier in the chain, if any: a later topic predicate sees its output.
+    routed_by: Option<String>,
+    /// Schemaless JSON: a field a transform names may never come, and nothing is refused.
+    json_input: bool,
+    /// An ExtractNewRecordState (UnwrapFromEnvelope) in the chain: a cdc route reads the
+    /// Debezium envelope.
+    unwrap: bool,
+}
+
+impl Chain {
+    /// Why transform `t` cannot name `names` here: one is not a name the transforms take, or an
+    /// earlier transform of the chain named it (Connect's next transform sees the previous one's
+    /// output; here every transform names the writer's fields, one transform per field).
+    fn conflict(&self, names: &[&str]) -> Option<String> {
+        let mut seen = BTreeSet::new();
+        for n in names {
+            if !is_field_name(n) {
+                return Some(format!(
+                    "`{n}` is not a field name the transforms here take (ASCII letters, digits, `_`): a `.` in a Kafka Connect field name is part of the name, here it would be a path into a nested record"
+                ));
+            }
+            let lower = n.to_ascii_lowercase();
+            if let Some(other) = self.touched.get(&lower) {
+                return Some(format!(
+                    "field `{n}` is named by {other} earlier in the chain: in Kafka Connect each transform sees the previous one's output, here every transform names the writer's fields and a field takes one transform; write the combined effect by hand"
+                ));
+            }
+            if !seen.insert(lower) {
+                return Some(format!(
+                    "field `{n}` is named twice by this transform; here a field takes one transform"
+                ));
+            }
+        }
+        None
+    }
+
+    fn touch(&mut self, names: &[&str], t: &str) {
+        for n in names {
+            self.touched
+                .insert(n.to_ascii_lowercase(), format!("transforms.{t}"));
+        }
+    }
+
+    /// What a field transform does with a field the writer schema lacks.
+    fn missing_field_note(&self) -> &'static str {
+        if self.json_input {
+            ""
+        } else {
+            "; unlike Kafka Connect, which skips a name the record lacks, a writer schema without the field refuses the plan here (its records are dead letters naming the transform)"
+        }
+    }
+}
+
+/// A name `drop`, `rename`, `mask` and `set` take for a top-level field or column.
+fn is_field_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// `ReplaceField$Value`: `exclude` (`blacklist`) → drop, `renames` → rename; `include`
+/// (`whitelist`) drops every other field, which only the writer schema lists.
+fn replace_field_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Outcome {
+    let get = |k: &str| {
+        s.get(&format!("transforms.{t}.{k}"))
+            .map(list)
+            .unwrap_or_default()
+    };
+    let exclude = [get("exclude"), get("blacklist")].concat();
+    let include = [get("include"), get("whitelist")].concat();
+    if !include.is_empty() {
+        return Outcome::NotTranslatable(format!(
+            "include keeps only {}: that is a drop of every other field, and the other fields are in the writer schema, which this command does not read; write a drop for each into bigquery.transforms by hand (a field without a column is skipped anyway under unknown_fields: ignore)",
+            include.join(", ")
+        ));
+    }
+    let mut renames = Vec::new();
+    for pair in get("renames") {
+        let Some((from, to)) = pair.split_once(':') else {
+            return Outcome::NotTranslatable(format!("renames: `{pair}` is not old:new"));
+        };
+        renames.push((from.trim().to_string(), to.trim().to_string()));
+    }
+    if exclude.is_empty() && renames.is_empty() {
+        return Outcome::Dropped(
+            "no field excluded or renamed: the transform changes nothing".into(),
+        );
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(why.into());
+    }
+    let names: Vec<&str> = exclude
+        .iter()
+        .map(String::as_str)
+        .chain(renames.iter().flat_map(|(a, b)| [a.as_str(), b.as_str()]))
+        .collect();
+    if let Some(why) = chain.conflict(&names) {
+        return Outcome::NotTranslatable(why);
+    }
+    let mut done = Vec::new();
+    for f in &exclude {
+        chain
+            .transforms
+            .push(format!("drop: {{field: {}}}", quote(f)));
+        done.push(format!("drop {f}"));
+    }
+    for (from, to) in &renames {
+        chain.transforms.push(format!(
+            "rename: {{field: {}, to: {}}}",
+            quote(from),
+            quote(to)
+        ));
+        done.push(format!("rename {from} to {to}"));
+    }
+    chain.touch(&names, t);
+    let text = format!(
+        "bigquery.transforms {}: a dropped field's column gets nothing from the record (NULL), a renamed field fills the column of its new name{}",
+        done.join(", "),
+        chain.missing_field_note()
+    );
+    if chain.json_input {
+        Outcome::Mapped(text)
+    } else {
+        Outcome::Changed(text)
+    }
+}
+
+/// `MaskField$Value`: with `replacement`, a mask to that value; without, Connect writes the
+/// type's empty value (0, false, "", the epoch), which a mask without a schema cannot name.
+fn mask_field_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Outcome {
+    let fields = s
+        .get(&format!("transforms.{t}.fields"))
+        .map(list)
+        .unwrap_or_default();
+    let replacement = s
+        .get(&format!("transforms.{t}.replacement"))
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    if fields.is_empty() {
+        return Outcome::Dropped("no field to mask: the transform changes nothing".into());
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(format!(
+            "{why}. Until then the table receives {} unmasked",
+            fields.join(", ")
+        ));
+    }
+    let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+    if let Some(why) = chain.conflict(&names) {
+        return Outcome::NotTranslatable(format!(
+            "{why}. Until then the table receives {} unmasked",
+            fields.join(", ")
+        ));
+    }
+    for f in &fields {
+        chain.transforms.push(match &replacement {
+            Some(r) => format!("mask: {{field: {}, value: {}}}", quote(f), quote(r)),
+            None => format!("mask: {{field: {}}}", quote(f)),
+        });
+    }
+    chain.touch(&names, t);
+    let list = fields.join(", ");
+    let note = chain.missing_field_note();
+    match &replacement {
+        None => Outcome::Changed(format!(
+            "bigquery.transforms mask {list}: the column holds NULL where Kafka Connect wrote the field type's empty value (0, false, \"\", the epoch), not null; a REQUIRED column refuses the plan. For a string field, `value: \"\"` is Connect's value exactly{note}"
+        )),
+        Some(r) if r.parse::<f64>().is_ok() => Outcome::Changed(format!(
+            "bigquery.transforms mask {list} with value \"{r}\" written as text: Connect converted the replacement to the field's type, so for a string field this is exact, and for a numeric field write the number unquoted (value: {r}): the plan refuses text into INT64 or FLOAT64 rather than parse it{note}"
+        )),
+        Some(r) => {
+            let text = format!(
+                "bigquery.transforms mask {list} with value \"{r}\": Connect takes a replacement that is not a number only for a string field, and here the text fills the STRING column in every row{note}"
+            );
+            if chain.json_input {
+                Outcome::Mapped(text)
+            } else {
+                Outcome::Changed(text)
+            }
+        }
+    }
+}
+
+/// `InsertField$Value`: the record's coordinates become metadata columns, `static.field` with
+/// `static.value` a `set` of that text.
+fn insert_field_smt(
+    s: &Source,
+    t: &str,
+    blocked: Option<&str>,
+    metadata_columns: &mut Vec<(&'static str, String)>,
+    chain: &mut Chain,
+) -> Outcome {
+    let mut mapped = Vec::new();
+    for field in ["topic", "partition", "offset", "timestamp"] {
+        if let Some(name) = s.get(&format!("transforms.{t}.{field}.field")) {
+            let name = name.trim_end_matches(['!', '?']).to_string();
+            if !metadata_columns.iter().any(|(f, _)| *f == field) {
+                metadata_columns.push((field, name.clone()));
+                chain.touch(&[name.as_str()], t);
+                mapped.push(format!("{field} \"{name}\""));
+            }
+        }
+    }
+    let static_part: Option<Result<String, String>> = s
+        .get(&format!("transforms.{t}.static.field"))
+        .filter(|f| !f.is_empty())
+        .map(|field| {
+            let column = field.trim_end_matches(['!', '?']).to_string();
+            let Some(value) = s.get(&format!("transforms.{t}.static.value")) else {
+                return Err(
+                    "static.field without static.value inserts a null field; set needs a value"
+                        .to_string(),
+                );
+            };
+            if let Some(why) = blocked {
+                return Err(why.to_string());
+            }
+            if let Some(why) = chain.conflict(&[column.as_str()]) {
+                return Err(why);
+            }
+            chain.transforms.push(format!(
+                "set: {{column: {}, value: {}}}",
+                quote(&column),
+                quote(value)
+            ));
+            chain.touch(&[column.as_str()], t);
+            Ok(format!(
+                "bigquery.transforms set {column} to \"{value}\": the text in every row, into a STRING column as Connect's optional string field"
+            ))
+        });
+    let metadata = (!mapped.is_empty()).then(|| {
+        format!(
+            "bigquery.metadata_columns {}: INT64 partition and offset, TIMESTAMP timestamp columns, filled from the record as InsertField does",
+            mapped.join(", ")
+        )
+    });
+    match (metadata, static_part) {
+        (None, None) => Outcome::NotTranslatable("no field this sink can insert".into()),
+        (None, Some(Ok(text))) => Outcome::Mapped(text),
+        (None, Some(Err(why))) => Outcome::NotTranslatable(format!("static.field: {why}")),
+        (Some(m), None) => Outcome::Changed(m),
+        (Some(m), Some(Ok(text))) => Outcome::Changed(format!("{m}; {text}")),
+        (Some(m), Some(Err(why))) => {
+            Outcome::Changed(format!("{m}; static.field not translatable: {why}"))
+        }
+    }
+}
+
+/// `Filter` with its predicate: `RecordIsTombstone`, `HasHeaderKey`, `TopicNameMatches`, and
+/// `negate`.
+fn filter_smt(s: &Source, t: &str, predicate: Option<&str>, chain: &mut Chain) -> Outcome {
+    let Some(p) = predicate else {
+        return Outcome::NotTranslatable(
+            "a Filter without a predicate drops every record; a filter here needs a condition"
+                .into(),
+        );
+    };
+    let class = s
+        .get(&format!("predicates.{p}.type"))
+        .unwrap_or_default()
+        .to_string();
+    let negate = s.flag(&format!("transforms.{t}.negate")) == Some(true);
+    let (condition, what) = match class.rsplit('.').next().unwrap_or_default() {
+        "RecordIsTombstone" => ("tombstone: true".to_string(), "tombstones".to_string()),
+        "HasHeaderKey" => {
+            let Some(name) = s
+                .get(&format!("predicates.{p}.name"))
+                .filter(|n| !n.is_empty())
+            else {
+                return Outcome::NotTranslatable(format!("predicate {p} names no header"));
+            };
+            (
+                format!("header: {}", quote(name)),
+                format!("records with a header {name}"),
+            )
+        }
+        "TopicNameMatches" => {
+            let pattern = s
+                .get(&format!("predicates.{p}.pattern"))
+                .unwrap_or_default()
+                .to_string();
+            if let Some(router) = &chain.routed_by {
+                return Outcome::NotTranslatable(format!(
+                    "the predicate matches the topic as transforms.{router} renamed it; a filter here reads the record's own topic"
+                ));
+            }
+            if regex::Regex::new(&format!("^(?:{pattern})$")).is_err() {
+                return Outcome::NotTranslatable(format!(
+                    "pattern `{pattern}` is java.util.regex syntax Rust's regex does not read"
+                ));
+            }
+            (
+                format!("topic_pattern: {}", quote(&pattern)),
+                format!("records of topics `{pattern}` matches as a whole (Java's matches())"),
+            )
+        }
+        other => {
+            return Outcome::NotTranslatable(format!(
+                "predicate {p} of class `{other}`: a filter here tests tombstones, a header, or the topic"
+            ));
+        }
+    };
+    chain.transforms.push(format!(
+        "filter: {{{condition}{}}}",
+        if negate { ", negate: true" } else { "" }
+    ));
+    Outcome::Mapped(format!(
+        "bigquery.transforms filter {{{condition}{}}}: {}{what} are dropped as Connect's Filter drops them (their offsets committed, counted in kbq_records_filtered_total)",
+        if negate { ", negate: true" } else { "" },
+        if negate { "all records but " } else { "" }
+    ))
+}
