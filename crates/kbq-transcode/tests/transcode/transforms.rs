@@ -17,6 +17,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage, Value as PValue};
 use prost_types::FileDescriptorSet;
 use serde_json::{Value as Json, json};
 
+use crate::support::differential::Both;
 use crate::support::proto_json::message_json;
 
 const AVRO: &str = r#"{"type":"record","name":"Order","fields":[
@@ -189,7 +190,7 @@ fn run(plan: &Plan, body: &[u8], headers: &[KafkaHeader<'_>]) -> Result<Json, Re
         ..KafkaMetadata::default()
     };
     let mut out = Vec::new();
-    let range = plan.transcode(body, Some(&meta), &mut out)?;
+    let range = plan.transcode_both(body, Some(&meta), &mut out)?;
     let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
         file: vec![file_for(plan.descriptor())],
     })
