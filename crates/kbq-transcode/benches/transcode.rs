@@ -4,12 +4,16 @@
 //! orders with the bench driver's seed, the table the sink creates for them and its three Kafka
 //! metadata columns, so that this figure and `bench/instructions.sh`'s measure the same work.
 //!
+//! The same ~1 KB record through a plan with and without transforms (`common/transforms.rs`).
+//!
 //! `cargo bench --bench transcode` runs criterion and then prints a per-core summary: records/s,
 //! MB/s of Avro input, and the ratio to the naive path.
 
 mod common;
 #[path = "common/orders.rs"]
 mod orders;
+#[path = "common/transforms.rs"]
+mod transforms;
 
 use std::hint::black_box;
 
@@ -135,6 +139,16 @@ fn bench(c: &mut Criterion, s: &Setup) {
         black_box(s.orders.transcode(avro, k, out));
         k += 1;
     });
+    group.finish();
+    // The same order without and with a rename, a drop, a mask and a header column.
+    let mut group = common::group(c, "avro_transforms", &s.avro);
+    for mode in ["plain", "transforms"] {
+        let plan = transforms::plan(mode);
+        let meta = transforms::meta();
+        common::bench_each(&mut group, mode, &s.avro, |avro, out| {
+            black_box(plan.transcode(avro, Some(&meta), out).unwrap());
+        });
+    }
     group.finish();
 }
 

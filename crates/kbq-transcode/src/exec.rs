@@ -12,7 +12,7 @@ use super::convert::{
     time_packed, timestamp_micros,
 };
 use super::error::RecordError;
-use super::ops::{Conv, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
+use super::ops::{Conv, HeadersColumn, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
 use super::proto::{Tag, close_len, open_len, put_len_delimited, put_varint};
 use super::reader::AvroReader;
 
@@ -604,32 +604,42 @@ pub(super) fn write_metadata(
         }
     }
     if let Some(h) = &ops.headers {
-        for header in m.headers {
-            // The column's `key` is a STRING: a key that is not text has no exact value there,
-            // so the record is refused (dead-lettered with its headers intact), never written
-            // with a key changed.
-            let Ok(key) = std::str::from_utf8(header.key) else {
+        write_headers(h, m.headers, out)?;
+    }
+    Ok(())
+}
+
+/// The headers column: every header as a `STRUCT<key, value>`.
+pub(super) fn write_headers(
+    h: &HeadersColumn,
+    headers: &[KafkaHeader<'_>],
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    for header in headers {
+        // The column's `key` is a STRING: a key that is not text has no exact value there,
+        // so the record is refused (dead-lettered with its headers intact), never written
+        // with a key changed.
+        let Ok(key) = std::str::from_utf8(header.key) else {
+            return Err(value_error(
+                &h.column,
+                format!(
+                    "header key {} is not valid utf-8",
+                    String::from_utf8_lossy(header.key).escape_debug()
+                ),
+            ));
+        };
+        let at = open_len(out, h.tag);
+        put_len_delimited(out, h.key, key.as_bytes());
+        if let Some(v) = header.value {
+            if h.value_is_string && std::str::from_utf8(v).is_err() {
                 return Err(value_error(
                     &h.column,
-                    format!(
-                        "header key {} is not valid utf-8",
-                        String::from_utf8_lossy(header.key).escape_debug()
-                    ),
+                    format!("header {key:?} is not valid utf-8"),
                 ));
-            };
-            let at = open_len(out, h.tag);
-            put_len_delimited(out, h.key, key.as_bytes());
-            if let Some(v) = header.value {
-                if h.value_is_string && std::str::from_utf8(v).is_err() {
-                    return Err(value_error(
-                        &h.column,
-                        format!("header {key:?} is not valid utf-8"),
-                    ));
-                }
-                put_len_delimited(out, h.value, v);
             }
-            close_len(out, at);
+            put_len_delimited(out, h.value, v);
         }
+        close_len(out, at);
     }
     Ok(())
 }

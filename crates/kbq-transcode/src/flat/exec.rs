@@ -43,7 +43,8 @@ pub(crate) fn run_row(
             trailing: r.remaining(),
         });
     }
-    tree::write_metadata(metadata, meta, out)
+    // The plan's bound covers the Avro value only: the metadata's writes check their room.
+    super::metadata::write(metadata, meta, &mut Output::checked(out))
 }
 
 /// 10^k for the rescaling of decimals, k ≤ 38.

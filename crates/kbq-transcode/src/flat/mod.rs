@@ -4,12 +4,13 @@
 //! back, a union one op that jumps to its branch. Built once per plan, from the plan alone (no
 //! code for any one schema).
 //!
-//! The conversions most columns use have ops of their own; every other conversion, and the ops
-//! that are rare on a hot path (maps, values rendered as JSON, skipped arrays, maps and
-//! records), run through the tree executor (`exec.rs` of the crate), which stays the reference
-//! the differential tests compare against.
+//! The conversions most columns use, maps, and skipped values of every kind have ops of their
+//! own; every other conversion and the values rendered as JSON run through the tree executor's
+//! code (`exec.rs` of the crate), which stays the reference the differential tests compare
+//! against.
 
 mod exec;
+mod metadata;
 mod raw;
 
 use std::sync::Arc;
@@ -252,7 +253,7 @@ impl Lowering {
                     Skip::Bytes => FlatOp::SkipBytes,
                     Skip::Enum(n) => FlatOp::SkipEnum(index(*n)?),
                     Skip::Array(..) | Skip::Map(..) | Skip::Record(_) | Skip::Union(_) => {
-                        return self.subtree(op);
+                        return self.skip(s, depth);
                     }
                 };
                 self.ops.push(flat);
@@ -266,51 +267,127 @@ impl Lowering {
                 column: column.clone(),
             }),
             Op::Union(branches) => self.union(branches, depth),
-            Op::Array { item, min_item } => {
+            Op::Array { item, min_item } => self.array(*min_item, depth, |l| l.op(item, depth + 1)),
+            Op::Record(rec) => self.record(rec, depth),
+            // An entry is a message of the key and the value, as the tree executor writes it.
+            Op::MapEntries {
+                entry,
+                key,
+                value,
+                min_item,
+            } => self.array(*min_item, depth, |l| {
+                l.ops.push(FlatOp::Open(*entry));
+                l.charge(entry.encoded_len() as usize + 1 + LENGTH_GROWTH);
+                l.ops.push(FlatOp::Str(*key));
+                l.charge(key.encoded_len() as usize);
+                l.op(value, depth + 1)?;
+                l.ops.push(FlatOp::Close);
+                Some(())
+            }),
+            Op::Json { .. } => self.subtree(op),
+        }
+    }
+
+    /// An array's (or a map's) begin op, its item's ops from `item`, and its next op.
+    fn array(
+        &mut self,
+        min_item: usize,
+        depth: usize,
+        item: impl FnOnce(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let min_item = index(min_item)?;
+        let begin = self.ops.len();
+        self.ops.push(FlatOp::ArrayBegin { min_item, end: 0 });
+        let body = self.pc()?;
+        self.excess.push(0);
+        item(self)?;
+        let excess = self.excess.pop().expect("pushed above");
+        // An item that writes no more than it reads needs no per-item room, whatever its size
+        // (a skipped array of nulls reads and writes nothing).
+        if excess > 0 {
+            match excess.checked_div(min_item as usize) {
+                Some(_) => {
+                    let cost = excess.div_ceil(min_item as usize);
+                    self.per_byte = self.per_byte.saturating_add(cost);
+                }
+                None => self.bounded = false,
+            }
+        }
+        self.ops.push(FlatOp::ArrayNext { min_item, body });
+        let end = self.pc()?;
+        self.ops[begin] = FlatOp::ArrayBegin { min_item, end };
+        Some(())
+    }
+
+    /// A skipped value: the ops of its kind that write nothing; a skipped union a branch op, a
+    /// skipped array or map the array ops around its item (a map's key is skipped as bytes: the
+    /// tree executor does not check a skipped string's UTF-8 either).
+    fn skip(&mut self, s: &Skip, depth: usize) -> Option<()> {
+        let flat = match s {
+            Skip::Nothing => return Some(()),
+            Skip::Bool => FlatOp::SkipBool,
+            Skip::Varint => FlatOp::SkipLong,
+            Skip::Int => FlatOp::SkipInt,
+            Skip::Fixed(n) => FlatOp::SkipFixed(index(*n)?),
+            Skip::Bytes => FlatOp::SkipBytes,
+            Skip::Enum(n) => FlatOp::SkipEnum(index(*n)?),
+            Skip::Array(item, min_item) => {
+                return self.array(*min_item, depth, |l| l.skip(item, depth + 1));
+            }
+            Skip::Map(value, min_item) => {
+                return self.array(*min_item, depth, |l| {
+                    l.ops.push(FlatOp::SkipBytes);
+                    l.skip(value, depth + 1)
+                });
+            }
+            Skip::Record(fields) => {
                 if depth >= MAX_DEPTH {
                     return None;
                 }
-                let min_item = index(*min_item)?;
-                let begin = self.ops.len();
-                self.ops.push(FlatOp::ArrayBegin { min_item, end: 0 });
-                let body = self.pc()?;
-                self.excess.push(0);
-                self.op(item, depth + 1)?;
-                let excess = self.excess.pop().expect("pushed above");
-                match excess.checked_div(min_item as usize) {
-                    Some(_) => {
-                        let cost = excess.div_ceil(min_item as usize);
-                        self.per_byte = self.per_byte.saturating_add(cost);
-                    }
-                    None => self.bounded = false,
+                for f in fields.iter() {
+                    self.skip(f, depth + 1)?;
                 }
-                self.ops.push(FlatOp::ArrayNext { min_item, body });
-                let end = self.pc()?;
-                self.ops[begin] = FlatOp::ArrayBegin { min_item, end };
-                Some(())
+                return Some(());
             }
-            Op::Record(rec) => self.record(rec, depth),
-            Op::MapEntries { .. } | Op::Json { .. } => self.subtree(op),
-        }
+            Skip::Union(branches) => {
+                return self.branches(branches.len(), |l, i| l.skip(&branches[i], depth));
+            }
+        };
+        self.ops.push(flat);
+        Some(())
     }
 
     /// A branch op and its table, then each branch's ops followed by a jump to the end; a
     /// branch without ops (a null that writes nothing) jumps straight to the end.
     fn union(&mut self, branches: &[Op], depth: usize) -> Option<()> {
+        self.branches(branches.len(), |l, i| l.op(&branches[i], depth))
+    }
+
+    /// A union of `n` branches whose ops `branch` lowers.
+    fn branches(
+        &mut self,
+        n: usize,
+        mut branch: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
         let table = index(self.targets.len())?;
         self.ops.push(FlatOp::Branch {
-            n: index(branches.len())?,
+            n: index(n)?,
             table,
         });
+        // The whole table first: a branch's own unions take their tables after it.
+        self.targets.resize(table as usize + n, 0);
         let mut jumps = Vec::new();
         let mut empty = Vec::new();
-        for (i, b) in branches.iter().enumerate() {
+        for i in 0..n {
             let start = self.pc()?;
-            self.targets.push(start);
-            self.op(b, depth)?;
+            self.targets[table as usize + i] = start;
+            branch(self, i)?;
             if self.pc()? == start {
                 empty.push(table as usize + i);
-            } else if i + 1 < branches.len() {
+            } else if i + 1 < n {
                 jumps.push(self.ops.len());
                 self.ops.push(FlatOp::Jump(0));
             }

@@ -428,6 +428,17 @@ impl<const CHECKED: bool> Output<'_, CHECKED> {
         true
     }
 
+    /// Bytes already in the row's form, of any length (the static values' fields).
+    #[inline(always)]
+    pub(super) fn copy(&mut self, s: &[u8]) {
+        let p = self.room(s.len());
+        // SAFETY: room for the bytes, which are another allocation's.
+        unsafe {
+            ptr::copy_nonoverlapping(s.as_ptr(), p, s.len());
+            self.commit(s.len());
+        }
+    }
+
     /// Bytes already in the row's form (an enum's symbol with its tag and length).
     #[inline(always)]
     pub(super) fn raw(&mut self, s: &[u8]) {

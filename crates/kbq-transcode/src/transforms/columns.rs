@@ -24,7 +24,7 @@ pub struct SetOps {
 }
 
 #[derive(Debug, Clone)]
-struct HeaderOp {
+pub(crate) struct HeaderOp {
     tag: Tag,
     name: Box<[u8]>,
     encoding: HeaderEncoding,
@@ -179,8 +179,98 @@ fn encoding_name(e: HeaderEncoding) -> &'static str {
     }
 }
 
-/// Writes the transforms' columns of one record: the static values, then each header column
-/// from the last header of its name (absent, or with a null value: NULL).
+impl SetOps {
+    /// Every static value's field, encoded once: copied into each row as it is.
+    #[inline(always)]
+    pub(crate) fn constants(&self) -> &[u8] {
+        &self.constants
+    }
+
+    #[inline(always)]
+    pub(crate) fn headers(&self) -> &[HeaderOp] {
+        &self.headers
+    }
+}
+
+/// What a header column writes for one record, found once in its headers.
+pub(crate) enum HeaderValue<'a> {
+    /// Nothing: no header of the name, or a null value, into a NULLABLE column.
+    Null,
+    /// Text not yet checked for UTF-8 (the writer checks it as it copies it, and then asks
+    /// [`HeaderOp::not_utf8`] for the error).
+    Text(&'a [u8]),
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+impl HeaderOp {
+    #[inline(always)]
+    pub(crate) fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// The value of the last header of this column's name (absent, or with a null value:
+    /// NULL), in the column's encoding.
+    #[inline(always)]
+    pub(crate) fn value<'a>(
+        &self,
+        headers: &[KafkaHeader<'a>],
+    ) -> Result<HeaderValue<'a>, RecordError> {
+        let value = headers
+            .iter()
+            .rev()
+            .find(|x| x.key == &*self.name)
+            .and_then(|x| x.value);
+        let Some(v) = value else {
+            if self.required {
+                return Err(RecordError::NullRequired {
+                    column: self.column.clone(),
+                });
+            }
+            return Ok(HeaderValue::Null);
+        };
+        Ok(match self.encoding {
+            HeaderEncoding::String => HeaderValue::Text(v),
+            HeaderEncoding::Bytes => HeaderValue::Bytes(v),
+            HeaderEncoding::Int64Be => match <[u8; 8]>::try_from(v) {
+                Ok(b) => HeaderValue::Int(i64::from_be_bytes(b)),
+                Err(_) => return Err(self.wrong_length(v.len(), 8, "int64_be")),
+            },
+            HeaderEncoding::Int32Be => match <[u8; 4]>::try_from(v) {
+                Ok(b) => HeaderValue::Int(i32::from_be_bytes(b) as i64),
+                Err(_) => return Err(self.wrong_length(v.len(), 4, "int32_be")),
+            },
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn not_utf8(&self) -> RecordError {
+        self.wrong(format!("header {:?} is not valid utf-8", self.name()))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_length(&self, len: usize, want: usize, encoding: &str) -> RecordError {
+        self.wrong(format!(
+            "header {:?} has {len} bytes, not the {want} of {encoding}",
+            self.name()
+        ))
+    }
+
+    fn wrong(&self, reason: String) -> RecordError {
+        RecordError::Value {
+            column: self.column.clone(),
+            reason,
+        }
+    }
+
+    fn name(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+}
+
+/// Writes the transforms' columns of one record: the static values, then each header column.
 #[inline]
 pub(crate) fn write_set(
     ops: &SetOps,
@@ -189,53 +279,18 @@ pub(crate) fn write_set(
 ) -> Result<(), RecordError> {
     out.extend_from_slice(&ops.constants);
     for h in ops.headers.iter() {
-        let value = headers
-            .iter()
-            .rev()
-            .find(|x| x.key == &*h.name)
-            .and_then(|x| x.value);
-        let Some(v) = value else {
-            if h.required {
-                return Err(RecordError::NullRequired {
-                    column: h.column.clone(),
-                });
-            }
-            continue;
-        };
-        let wrong = |reason: String| RecordError::Value {
-            column: h.column.clone(),
-            reason,
-        };
-        let name = || String::from_utf8_lossy(&h.name).into_owned();
-        match h.encoding {
-            HeaderEncoding::String => {
+        match h.value(headers)? {
+            HeaderValue::Null => {}
+            HeaderValue::Text(v) => {
                 if std::str::from_utf8(v).is_err() {
-                    return Err(wrong(format!("header {:?} is not valid utf-8", name())));
+                    return Err(h.not_utf8());
                 }
                 put_len_delimited(out, h.tag, v);
             }
-            HeaderEncoding::Bytes => put_len_delimited(out, h.tag, v),
-            HeaderEncoding::Int64Be => {
-                let Ok(b) = <[u8; 8]>::try_from(v) else {
-                    return Err(wrong(format!(
-                        "header {:?} has {} bytes, not the 8 of int64_be",
-                        name(),
-                        v.len()
-                    )));
-                };
+            HeaderValue::Bytes(v) => put_len_delimited(out, h.tag, v),
+            HeaderValue::Int(i) => {
                 h.tag.put(out);
-                put_varint(out, i64::from_be_bytes(b) as u64);
-            }
-            HeaderEncoding::Int32Be => {
-                let Ok(b) = <[u8; 4]>::try_from(v) else {
-                    return Err(wrong(format!(
-                        "header {:?} has {} bytes, not the 4 of int32_be",
-                        name(),
-                        v.len()
-                    )));
-                };
-                h.tag.put(out);
-                put_varint(out, i32::from_be_bytes(b) as i64 as u64);
+                put_varint(out, i as u64);
             }
         }
     }

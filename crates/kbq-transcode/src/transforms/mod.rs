@@ -12,7 +12,7 @@ mod filter;
 
 use serde::Deserialize;
 
-pub(crate) use columns::{SetOps, set_ops, write_set};
+pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
 

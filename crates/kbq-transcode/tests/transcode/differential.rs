@@ -142,3 +142,182 @@ fn values_that_grow_the_most_stay_within_the_plans_bound() {
         plan.transcode_both(&avro, None, &mut out).unwrap();
     }
 }
+
+/// Skipped arrays, maps, records and unions (fields the table does not have), a map column and a
+/// union whose first branch is a record holding a union: ops the flat executor once handed to
+/// the tree executor, and a branch table a nested union once overwrote. Generated records and
+/// their mutations.
+#[test]
+fn skipped_values_maps_and_unions_of_records_give_the_same_rows_and_errors() {
+    let inner = r#"{"type":"record","name":"In","fields":[
+        {"name":"a","type":["null","string"]},{"name":"b","type":"long"}]}"#;
+    let kept = format!(
+        r#"{{"name":"u","type":[{inner},"null"]}},
+        {{"name":"m","type":{{"type":"map","values":"long"}}}},
+        {{"name":"z","type":"int"}}"#
+    );
+    let skipped = r#"
+        {"name":"sa","type":{"type":"array","items":{"type":"record","name":"SA","fields":[
+          {"name":"x","type":["null","long"]},
+          {"name":"sm","type":{"type":"map","values":"string"}}]}}},
+        {"name":"sm2","type":{"type":"map","values":["null",{"type":"array","items":"int"}]}},
+        {"name":"sr","type":{"type":"record","name":"SR","fields":[
+          {"name":"e","type":{"type":"enum","name":"E","symbols":["P","Q","R"]}},
+          {"name":"f","type":{"type":"fixed","name":"F","size":3}},
+          {"name":"n","type":["null","boolean","double"]}]}},
+        {"name":"su","type":["null","string"]},
+        {"name":"sn","type":{"type":"array","items":"null"}}"#;
+    let record = |fields: &str| format!(r#"{{"type":"record","name":"r","fields":[{fields}]}}"#);
+    let writer = AvroSchema::parse(&record(&format!("{kept},{skipped}"))).unwrap();
+    let table = kbq_transcode::table_schema_from_avro(
+        &AvroSchema::parse(&record(&kept)).unwrap(),
+        &kbq_transcode::DeriveOptions::default(),
+    )
+    .unwrap();
+    let plan = Plan::compile(&writer, &table, &PlanOptions::default()).unwrap();
+    let mut rng = StdRng::seed_from_u64(34);
+    let mut out = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for k in 0..20_000 {
+        let mut e = Enc(Vec::new(), &mut rng);
+        // u: the record (with a null or a string) or null
+        if e.pick(2) == 0 {
+            e.long(0);
+            match e.pick(2) {
+                0 => e.long(0),
+                _ => {
+                    e.long(1);
+                    e.text();
+                }
+            }
+            e.any_long();
+        } else {
+            e.long(1);
+        }
+        e.blocks(|e| {
+            e.text();
+            e.any_long();
+        });
+        e.int();
+        e.blocks(|e| {
+            match e.pick(2) {
+                0 => e.long(0),
+                _ => {
+                    e.long(1);
+                    e.any_long();
+                }
+            }
+            e.blocks(|e| {
+                e.text();
+                e.text();
+            });
+        });
+        e.blocks(|e| {
+            e.text();
+            match e.pick(2) {
+                0 => e.long(0),
+                _ => {
+                    e.long(1);
+                    e.blocks(|e| e.int());
+                }
+            }
+        });
+        let sym = e.pick(3) as i64;
+        e.long(sym);
+        e.0.extend([1, 2, 3]);
+        match e.pick(3) {
+            0 => e.long(0),
+            1 => {
+                e.long(1);
+                e.0.push(1);
+            }
+            _ => {
+                e.long(2);
+                e.0.extend(1.5f64.to_le_bytes());
+            }
+        }
+        match e.pick(2) {
+            0 => e.long(0),
+            _ => {
+                e.long(1);
+                e.text();
+            }
+        }
+        e.blocks(|_| {});
+        let mut avro = e.0;
+        if k % 2 == 1 {
+            mutate(&mut rng, &mut avro);
+        }
+        out.clear();
+        match plan.transcode_both(&avro, None, &mut out) {
+            Ok(_) => accepted += 1,
+            Err(e) => {
+                assert!(k % 2 == 1, "a generated record is refused: {e}");
+                refused += 1
+            }
+        }
+    }
+    assert!(accepted > 10_000 && refused > 3_000, "{accepted} {refused}");
+}
+
+/// A record's Avro bytes, written value by value from a seeded generator.
+struct Enc<'r>(Vec<u8>, &'r mut StdRng);
+
+impl Enc<'_> {
+    fn pick(&mut self, n: u32) -> u32 {
+        self.1.random_range(0..n)
+    }
+
+    fn long(&mut self, v: i64) {
+        self.0.extend(zigzag(v));
+    }
+
+    fn any_long(&mut self) {
+        let v = self.1.random::<i64>() >> self.1.random_range(0..64);
+        self.long(v);
+    }
+
+    fn int(&mut self) {
+        let v = self.1.random::<i32>() >> self.1.random_range(0..32);
+        self.long(v as i64);
+    }
+
+    fn text(&mut self) {
+        let n = self.1.random_range(0..40);
+        let s: String = (0..n)
+            .map(|_| ['a', 'Z', '0', 'ß', '€', ' '][self.1.random_range(0..6)])
+            .collect();
+        self.long(s.len() as i64);
+        self.0.extend(s.as_bytes());
+    }
+
+    /// Zero to three blocks of zero to four items (a negative count with its byte size now and
+    /// then), then the end.
+    fn blocks(&mut self, mut item: impl FnMut(&mut Self)) {
+        for _ in 0..self.1.random_range(0..4) {
+            let n = self.1.random_range(1..5);
+            let at = self.0.len();
+            for _ in 0..n {
+                item(self);
+            }
+            let mut count = zigzag(n);
+            if self.pick(4) == 0 {
+                count = zigzag(-n);
+                count.extend(zigzag((self.0.len() - at) as i64));
+            }
+            self.0.splice(at..at, count);
+        }
+        self.long(0);
+    }
+}
+
+fn zigzag(v: i64) -> Vec<u8> {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut out = Vec::new();
+    while z >= 0x80 {
+        out.push(z as u8 | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+    out
+}
