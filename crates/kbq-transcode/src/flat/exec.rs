@@ -3,6 +3,7 @@
 //! (`crate::exec`), byte for byte: the differential tests (`tests/transcode/differential.rs`)
 //! and the fuzzers compare the two.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use super::raw::{Input, Output};
@@ -67,12 +68,17 @@ fn run<const CHECKED: bool>(
 ) -> Result<(), RecordError> {
     let ops = &plan.ops[..];
     let mut pc = 0usize;
-    let mut counts = [0usize; MAX_DEPTH];
+    // Not zeroed (that cost about forty instructions a record): a slot is written by the op
+    // that opens its array or message before the op that closes it reads it.
+    let mut counts = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH];
     let mut arrays = 0usize;
-    let mut opens = [0usize; MAX_DEPTH];
+    let mut opens = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH];
     let mut open = 0usize;
     loop {
-        match ops[pc] {
+        debug_assert!(pc < ops.len());
+        // SAFETY: `pc` is an index of `ops`: it starts at 0, steps by one past any op but the
+        // last (`End`, which returns), and jumps only to targets `FlatPlan::lower` checked.
+        match *unsafe { ops.get_unchecked(pc) } {
             FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
             FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
             FlatOp::Str(tag) => {
@@ -152,12 +158,14 @@ fn run<const CHECKED: bool>(
                 r.small_index(n, AvroReader::enum_index)?;
             }
             FlatOp::Open(tag) => {
-                opens[open] = w.open(tag);
+                opens[open].write(w.open(tag));
                 open += 1;
             }
             FlatOp::Close => {
                 open -= 1;
-                w.close(opens[open]);
+                // SAFETY: the `Open` op of this message wrote the slot (the lowering pairs
+                // them, and a union's branch or an array's item holds whole pairs).
+                w.close(unsafe { opens[open].assume_init() });
             }
             FlatOp::Branch { n, table } => {
                 let i = r.small_index(n, AvroReader::branch)?;
@@ -174,11 +182,12 @@ fn run<const CHECKED: bool>(
                     pc = end as usize;
                     continue;
                 }
-                counts[arrays] = n;
+                counts[arrays].write(n);
                 arrays += 1;
             }
             FlatOp::ArrayNext { min_item, body } => {
-                let left = &mut counts[arrays - 1];
+                // SAFETY: this array's `ArrayBegin` wrote the slot before its first item.
+                let left = unsafe { counts[arrays - 1].assume_init_mut() };
                 *left -= 1;
                 if *left == 0 {
                     *left = r.block(min_item)?;

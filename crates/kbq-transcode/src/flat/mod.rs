@@ -140,6 +140,20 @@ impl FlatPlan {
         l.record(root, 0)?;
         l.ops.push(FlatOp::End);
         u32::try_from(l.ops.len()).ok()?;
+        // The executor reads ops without bounds checks: every jump must land on an op.
+        let len = l.ops.len() as u32;
+        let jumps_land = l.ops.iter().all(|op| match *op {
+            FlatOp::Jump(to) | FlatOp::ArrayBegin { end: to, .. } => to < len,
+            FlatOp::ArrayNext { body, .. } => body < len,
+            FlatOp::Branch { n, table } => (table as usize)
+                .checked_add(n as usize)
+                .is_some_and(|e| e <= l.targets.len()),
+            _ => true,
+        });
+        assert!(
+            jumps_land && l.targets.iter().all(|t| *t < len),
+            "a flat plan jumps outside its ops"
+        );
         let room = l.bounded.then_some(Room {
             per_byte: l.per_byte,
             constant: l.excess[0],
