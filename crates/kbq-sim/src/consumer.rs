@@ -47,6 +47,10 @@ pub(super) struct Consumer {
     pub(super) handoff: Option<Handoff>,
     pub(super) routes: BTreeMap<usize, (mpsc::Sender<Record>, i64)>,
     pub(super) paused: BTreeSet<usize>,
+    /// Partitions whose fetch position fell below the log start and was reported
+    /// (`OffsetOutOfRange`): librdkafka (`auto.offset.reset=error`) fetches nothing of them
+    /// until a seek or a new start moves the position.
+    pub(super) out_of_range: BTreeSet<usize>,
     pub(super) arena: BytesMut,
     pub(super) closed: bool,
     /// The group expelled this member while it was frozen; it learns it at its first
@@ -74,6 +78,7 @@ impl Consumer {
             handoff: None,
             routes: BTreeMap::new(),
             paused: BTreeSet::new(),
+            out_of_range: BTreeSet::new(),
             arena: BytesMut::new(),
             closed: false,
             expelled: None,
@@ -162,7 +167,7 @@ impl Sim {
         });
         Ok(Assignment {
             committed,
-            low: NextOffset(0),
+            low: NextOffset(w.log_start[p]),
             high: NextOffset(w.logs[p].len() as i64),
             origin: PartitionOrigin::Existing,
         })
@@ -314,6 +319,7 @@ impl Sim {
                 let tps: Vec<TopicPartition> = partitions.iter().map(|&p| tp(p)).collect();
                 for &p in &partitions {
                     proc.consumer.routes.remove(&p);
+                    proc.consumer.out_of_range.remove(&p);
                 }
                 let _ = proc.consumer.events.send(ConsumerEvent::RevokeBegan {
                     partitions: tps.clone(),
@@ -337,7 +343,24 @@ impl Sim {
         let proc = self.procs[r].as_mut().expect("checked");
         let c = &mut proc.consumer;
         for (p, (sink, position)) in c.routes.iter_mut() {
-            if c.paused.contains(p) {
+            if c.paused.contains(p) || c.out_of_range.contains(p) {
+                continue;
+            }
+            let low = w.log_start[*p];
+            if *position < low {
+                // Retention deleted the records at the fetch position: the consumer thread
+                // reports it (kafka/consumer/seeks.rs) and the partition waits for the
+                // coordinator's decision.
+                c.out_of_range.insert(*p);
+                w.count("out_of_range");
+                w.trace(format!(
+                    "r{r} fetch of p{p} at {position} below the log start {low}"
+                ));
+                let _ = c.events.send(ConsumerEvent::OffsetOutOfRange {
+                    tp: tp(*p),
+                    position: NextOffset(*position),
+                    low: NextOffset(low),
+                });
                 continue;
             }
             for _ in 0..32 {
@@ -416,11 +439,13 @@ impl Sim {
                 let c = &mut self.procs[r].as_mut().expect("running").consumer;
                 if let Some((_, position)) = c.routes.get_mut(&(tp.partition as usize)) {
                     *position = to.0;
+                    c.out_of_range.remove(&(tp.partition as usize));
                 }
             }
             ConsumerCommand::Stop { tp } => {
                 let c = &mut self.procs[r].as_mut().expect("running").consumer;
                 c.routes.remove(&(tp.partition as usize));
+                c.out_of_range.remove(&(tp.partition as usize));
                 c.paused.insert(tp.partition as usize);
             }
             ConsumerCommand::Pause { tp } => {
@@ -500,6 +525,7 @@ impl Sim {
         self.trace(format!("r{r} start {tp} from {}", from.0));
         let c = &mut self.procs[r].as_mut().expect("running").consumer;
         c.routes.insert(p, (sink, from.0));
+        c.out_of_range.remove(&p);
         c.paused.remove(&p);
     }
 

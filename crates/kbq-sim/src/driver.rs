@@ -16,7 +16,7 @@ use super::group::Group;
 use super::process::Process;
 use super::route::{self, SimRoute};
 use super::world::{DEAD, Fate, RUNNING, Shared, World, lock};
-use super::{Mode, PARTITIONS, Params, REPLICAS, Report, STEP};
+use super::{Mode, PARTITIONS, Params, REPLICAS, RETENTION, Report, STEP};
 use kafka_bigquery_sink::ops::metrics::Metrics;
 use kbq_core::protocol::MissingCheckpointPolicy;
 use kbq_emulator::store::{Store, StoreConfig};
@@ -32,6 +32,8 @@ pub(super) struct Sim {
     pub(super) mode: Mode,
     pub(super) processes: usize,
     pub(super) missing_checkpoint: MissingCheckpointPolicy,
+    /// `recovery.on_out_of_range: earliest` with Kafka's retention on ([`Params::retention`]).
+    pub(super) retention: bool,
 }
 
 impl Sim {
@@ -55,6 +57,8 @@ impl Sim {
             committed_rows: BTreeMap::new(),
             injected_loss: BTreeSet::new(),
             logs: vec![Vec::new(); PARTITIONS],
+            log_start: vec![0; PARTITIONS],
+            retention: params.retention.then_some(RETENTION),
             committed: vec![None; PARTITIONS],
             dead_letters: BTreeMap::new(),
             fields: route.fields,
@@ -83,6 +87,7 @@ impl Sim {
             mode: params.mode,
             processes: 0,
             missing_checkpoint: params.missing_checkpoint,
+            retention: params.retention,
         };
         for r in 0..REPLICAS {
             sim.start(r);
@@ -102,6 +107,7 @@ impl Sim {
         tokio::time::sleep(STEP).await;
         self.faults_step();
         self.produce();
+        self.retain();
         self.group_step();
         let mut order: Vec<usize> = (0..REPLICAS).collect();
         {

@@ -136,10 +136,32 @@ impl Sim {
                 Produced {
                     payload,
                     change: None,
+                    at: w.now(),
                 }
             }
         };
         w.logs[p].push(record);
+    }
+
+    /// Kafka's retention (with [`crate::Params::retention`]): a record is deleted once it is
+    /// older than `retention.ms`, read or not, and the log start moves past it. Not a fault: it
+    /// goes on after the faults end. Draws nothing from the generator.
+    pub(super) fn retain(&mut self) {
+        let mut w = self.w();
+        let Some(retention) = w.retention else {
+            return;
+        };
+        let now = w.now();
+        for p in 0..PARTITIONS {
+            let start = w.log_start[p];
+            let mut low = start;
+            while (w.logs[p].get(low as usize)).is_some_and(|r| r.at + retention <= now) {
+                low += 1;
+            }
+            if low > start {
+                w.log_start[p] = low;
+            }
+        }
     }
 }
 
@@ -159,6 +181,7 @@ fn change(w: &mut World, p: usize) -> Produced {
         return Produced {
             payload: None,
             change: Some((k, 'd')),
+            at: w.now(),
         };
     }
     let k = match previous {
@@ -194,5 +217,6 @@ fn change(w: &mut World, p: usize) -> Produced {
     Produced {
         payload: Some(payload),
         change: Some((k, op)),
+        at: w.now(),
     }
 }

@@ -59,6 +59,9 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_PAYLOAD: usize = 8;
 /// Virtual time with faults per seed, unless asked otherwise.
 const FAULTY: Duration = Duration::from_secs(120);
+/// With [`Params::retention`]: Kafka deletes a record this long after it was produced
+/// (`retention.ms`), whether the sink has read it or not.
+const RETENTION: Duration = Duration::from_secs(4);
 
 const AVRO: &str = r#"{"type":"record","name":"E","fields":[
   {"name":"id","type":"long"},{"name":"part","type":"long"},{"name":"payload","type":"string"}]}"#;
@@ -106,6 +109,12 @@ pub struct Params {
     /// says it does.
     pub missing_checkpoint: MissingCheckpointPolicy,
     pub mode: Mode,
+    /// Kafka's retention overtakes the sink: records are deleted [`RETENTION`] after they were
+    /// produced, and the processes run `recovery.on_out_of_range: earliest`, so a reader whose
+    /// fetch position falls below the log start is told (`OffsetOutOfRange`), counts the range
+    /// lost and must be moved to the log start (docs/simulation.md, "Retention"). Exactly once
+    /// and at least once only. Off, a seed draws and traces exactly what it did before.
+    pub retention: bool,
 }
 
 impl Params {
@@ -115,6 +124,7 @@ impl Params {
             faulty: FAULTY,
             missing_checkpoint: MissingCheckpointPolicy::Resolve,
             mode: Mode::ExactlyOnce,
+            retention: false,
         }
     }
 

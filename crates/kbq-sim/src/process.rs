@@ -37,7 +37,7 @@ use kafka_bigquery_sink::writer::stream_quota::StreamCreationLimiter;
 use kbq_core::bad_record::BadRecordPolicy;
 use kbq_core::ledger::AtLeastOnceLedger;
 use kbq_core::metadata::TableFingerprint;
-use kbq_core::protocol::{CheckpointProtocol, ProtocolConfig};
+use kbq_core::protocol::{CheckpointProtocol, OutOfRangePolicy, ProtocolConfig};
 use kbq_emulator::store::TableRef;
 
 pub(super) struct Process {
@@ -208,6 +208,9 @@ impl Sim {
     fn machine(&self) -> Machine {
         let mut config = ProtocolConfig::new();
         config.on_missing_checkpoint = self.missing_checkpoint;
+        if self.retention {
+            config.on_out_of_range = OutOfRangePolicy::Earliest;
+        }
         if self.mode.at_least_once() {
             Machine::AtLeastOnce(AtLeastOnceLedger::new(config))
         } else {

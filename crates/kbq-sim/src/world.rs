@@ -49,6 +49,11 @@ pub(super) struct World {
     pub(super) mode: Mode,
     // Kafka
     pub(super) logs: Vec<Vec<Produced>>,
+    /// Each partition's log start: records below it were deleted by retention (0 without
+    /// [`crate::Params::retention`]).
+    pub(super) log_start: Vec<i64>,
+    /// `retention.ms`, when the seed runs Kafka's retention.
+    pub(super) retention: Option<Duration>,
     /// CDC mode: the keys the source table holds (what the produced changes describe).
     pub(super) source: BTreeSet<i64>,
     pub(super) committed: Vec<Option<(i64, String)>>,
@@ -66,6 +71,8 @@ pub(super) struct Produced {
     /// CDC mode: the key and the Debezium operation (`c`, `r`, `u`, `d`; `t` and `x` are not row
     /// changes).
     pub(super) change: Option<(i64, char)>,
+    /// When it was produced (virtual time since the start): retention deletes by it.
+    pub(super) at: Duration,
 }
 
 /// What the sink must do with a produced record.
