@@ -128,9 +128,9 @@ impl Plan {
         self.transcode_with(body, meta, out, false)
     }
 
-    /// [`Plan::transcode`] through the tree executor, the reference the flat executor is
-    /// compared against (`tests/transcode/differential.rs`, the fuzzers). Not for production
-    /// use.
+    /// [`Plan::transcode`] through the reference executors: Avro's tree executor, which the flat
+    /// executor is compared against (`tests/transcode/differential.rs`, the fuzzers), and JSON's
+    /// `json/reference.rs` (`tests/transcode/json_differential.rs`). Not for production use.
     #[doc(hidden)]
     pub fn transcode_reference(
         &self,
@@ -162,8 +162,13 @@ impl Plan {
             }
             Body::Json { root, validate } => {
                 out.reserve(body.len() + 64);
+                let run = if reference {
+                    json::run_row_reference
+                } else {
+                    json::run_row
+                };
                 json::check_record(validate.as_deref(), body)
-                    .and_then(|()| json::run_row(root, body, out))
+                    .and_then(|()| run(root, body, out))
                     .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
             }
         };

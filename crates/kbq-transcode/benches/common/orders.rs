@@ -17,6 +17,9 @@ use kbq_transcode::{
 #[path = "../../../../src/quickstart/records.rs"]
 mod records;
 
+/// The orders' Avro schema.
+pub const SCHEMA: &str = records::SCHEMA;
+
 /// `examples/kbq-bench/generator.rs`'s `SEED`.
 const DRIVER_SEED: u64 = 0x6b62_715f_6265_6e63;
 /// The inputs cycle over this many records.
@@ -27,7 +30,7 @@ pub struct Orders {
     pub avro: Vec<Vec<u8>>,
 }
 
-fn metadata() -> MetadataColumns {
+pub fn metadata() -> MetadataColumns {
     MetadataColumns {
         partition: Some("_kafka_partition".into()),
         offset: Some("_kafka_offset".into()),

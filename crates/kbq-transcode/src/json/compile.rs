@@ -13,6 +13,7 @@ use prost_types::field_descriptor_proto::{Label, Type};
 use super::keys::KeyTable;
 use super::named;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
+use super::scan::plain_key;
 use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
 use crate::budget::Budget;
 use crate::compile::{all_column_names, column_type, data_columns};
@@ -228,9 +229,14 @@ impl<'a> Compiler<'a> {
             ObjectOp {
                 tag,
                 keys: KeyTable::new(fields.iter().map(|f| f.key.as_bytes())),
-                fields: fields.into_boxed_slice(),
                 by_lower,
                 unknown_is_error: self.options.unknown_fields == UnknownFields::Error,
+                plain_keys: fields.iter().all(|f| plain_key(f.key.as_bytes())),
+                required: (fields.iter().enumerate())
+                    .filter(|(_, f)| f.required)
+                    .map(|(i, _)| i as u16)
+                    .collect(),
+                fields: fields.into_boxed_slice(),
             },
             protos,
         ))

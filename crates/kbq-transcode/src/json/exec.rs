@@ -1,6 +1,10 @@
 //! Runs a JSON plan: one pass over the record's bytes with the tokenizer, each value written
 //! straight into the row's proto field — no value tree. Keys are matched exactly as the column
-//! spells them first (serializers write one spelling), then case-insensitively.
+//! spells them first (serializers write one spelling), then case-insensitively. The key after
+//! the previous one's column is compared in place, before it is scanned as a string (most
+//! serializers follow the schema's order); a decimal number of up to 18 digits is rescaled in an
+//! `i128`, not in `Wide`. `reference.rs` is the executor without these, which the differential
+//! tests compare this one with.
 
 use std::sync::Arc;
 
@@ -12,12 +16,12 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use super::keys::same;
 use super::named_exec;
 use super::ops::{Conv, FieldOp, IntUnit, Named, ObjectOp};
-use super::scan::{MAX_DEPTH, Number, Scanner, Token, malformed};
+use super::scan::{Key, MAX_DEPTH, Number, Scanner, Token, malformed};
 use super::text;
 use crate::RecordError;
 use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
 use crate::exec::{put_decimal, put_f64, put_i64, value_error};
-use crate::proto::{close_len, open_len, put_len_delimited};
+use crate::proto::{Tag, close_len, open_len, put_len_delimited};
 
 /// Base64 of Kafka Connect's bytes (a Decimal, a geometry's WKB): padded by `JsonConverter`, taken
 /// without padding too.
@@ -85,17 +89,29 @@ fn object(
     let mut seen = Seen::new(op.fields.len());
     let mut hint = 0usize;
     let mut first = true;
-    while let Some(key) = sc.next_key(first)? {
-        first = false;
-        let Some(i) = find(op, &key, hint) else {
-            if op.unknown_is_error {
-                return Err(RecordError::JsonUnknownKey {
-                    key: String::from_utf8_lossy(&key).into_owned(),
-                });
-            }
-            sc.skip(depth + 1)?;
-            continue;
+    loop {
+        let expected = match op.plain_keys {
+            true => op.fields.get(hint).map(|f| f.key.as_bytes()),
+            false => None,
         };
+        let i = match sc.next_key_or(first, expected)? {
+            Key::End => break,
+            Key::Expected => hint,
+            Key::Other(key) => match find(op, &key, hint) {
+                Some(i) => i,
+                None => {
+                    if op.unknown_is_error {
+                        return Err(RecordError::JsonUnknownKey {
+                            key: String::from_utf8_lossy(&key).into_owned(),
+                        });
+                    }
+                    first = false;
+                    sc.skip(depth + 1)?;
+                    continue;
+                }
+            },
+        };
+        first = false;
         hint = i + 1;
         if !seen.mark(i) {
             return Err(RecordError::JsonDuplicateKey {
@@ -104,10 +120,10 @@ fn object(
         }
         field(&op.fields[i], sc, depth + 1, out)?;
     }
-    for (i, f) in op.fields.iter().enumerate() {
-        if f.required && !seen.has(i) {
+    for &i in op.required.iter() {
+        if !seen.has(i as usize) {
             return Err(RecordError::MissingRequired {
-                column: f.column.clone(),
+                column: op.fields[i as usize].column.clone(),
             });
         }
     }
@@ -304,13 +320,18 @@ fn value(
             let w = checked(column, Wide::from_be_twos(&bytes))?;
             put_decimal(out, tag, w, *scale, *target, column)?;
         }
-        (Conv::ConnectDecimal { target, .. }, Token::Number)
-        | (Conv::Decimal(target), Token::Number | Token::String) => {
-            let text = if token == Token::Number {
-                std::borrow::Cow::Borrowed(sc.number()?.text())
-            } else {
-                sc.text()?
-            };
+        (Conv::ConnectDecimal { target, .. } | Conv::Decimal(target), Token::Number) => {
+            let n = sc.number()?;
+            match small_decimal(n.bytes, target.scale()) {
+                Some(v) => put_small_decimal(out, tag, v),
+                None => {
+                    let (w, scale) = checked(column, Wide::parse_decimal(n.text()))?;
+                    put_decimal(out, tag, w, scale, *target, column)?;
+                }
+            }
+        }
+        (Conv::Decimal(target), Token::String) => {
+            let text = sc.text()?;
             let (w, scale) = checked(column, Wide::parse_decimal(&text))?;
             put_decimal(out, tag, w, scale, *target, column)?;
         }
@@ -371,4 +392,57 @@ fn value(
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())
+}
+
+/// 10^0 to 10^38.
+const POW10: [i128; 39] = {
+    let mut p = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
+
+/// The unscaled value at `to_scale` of a number (valid JSON number text) of at most 18 digits
+/// without an exponent and with at most `to_scale` fractional digits: what `Wide` would make of
+/// it, without `Wide`. `None` for any other number, which takes `Wide`'s path and its errors.
+#[inline]
+fn small_decimal(text: &[u8], to_scale: u32) -> Option<i128> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.len() > 19 {
+        return None;
+    }
+    let (mut v, mut scale, mut dot) = (0i64, 0u32, false);
+    for &c in digits {
+        match c {
+            b'0'..=b'9' => {
+                v = v.wrapping_mul(10).wrapping_add((c - b'0') as i64);
+                scale += dot as u32;
+            }
+            b'.' => dot = true,
+            _ => return None,
+        }
+    }
+    // Beyond 18 digits `v` may have wrapped: those take `Wide`'s path.
+    if digits.len() - dot as usize > 18 || scale > to_scale {
+        return None;
+    }
+    let v = (v as i128).checked_mul(POW10[(to_scale - scale) as usize])?;
+    Some(if negative { -v } else { v })
+}
+
+/// A NUMERIC or BIGNUMERIC value: the fewest little-endian two's-complement bytes, as
+/// `Wide::write_le` writes them.
+#[inline]
+fn put_small_decimal(out: &mut Vec<u8>, tag: Tag, v: i128) {
+    let bits = 128 - (v ^ (v >> 127)).leading_zeros() as usize + 1;
+    let n = bits.div_ceil(8);
+    tag.put(out);
+    out.push(n as u8);
+    out.extend_from_slice(&v.to_le_bytes()[..n]);
 }

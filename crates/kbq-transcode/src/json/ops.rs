@@ -21,6 +21,11 @@ pub struct ObjectOp {
     pub by_lower: HashMap<Box<str>, u16>,
     /// A key without a column is a per-record error (`unknown_fields: error`, schemaless).
     pub unknown_is_error: bool,
+    /// Every key's JSON text is the key itself (`scan::plain_key`), so the executor may match
+    /// the record's keys against them in place.
+    pub plain_keys: bool,
+    /// The indices of the `required` fields, in order.
+    pub required: Box<[u16]>,
 }
 
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use super::keys::same;
 use crate::RecordError;
 
 /// Objects and arrays nested deeper than this are a per-record error, never a stack overflow.
@@ -45,6 +46,20 @@ pub struct Number<'a> {
     /// The value of an integer of at most 18 digits (which cannot overflow), taken from the
     /// digits while they are scanned.
     pub value: Option<i64>,
+}
+
+/// A key as [`Scanner::next_key_or`] found it.
+pub enum Key<'a> {
+    /// The object ends.
+    End,
+    /// The key the caller expected.
+    Expected,
+    Other(Cow<'a, [u8]>),
+}
+
+/// Whether `key`'s JSON text is the key itself: no quote, backslash or control character.
+pub fn plain_key(key: &[u8]) -> bool {
+    !key.iter().any(|&c| c == b'"' || c == b'\\' || c < 0x20)
 }
 
 pub struct Scanner<'a> {
@@ -176,8 +191,17 @@ impl<'a> Scanner<'a> {
         let mut i = start;
         let mut wide = false;
         loop {
-            // Eight bytes at a time up to the first quote, backslash, control character or
-            // byte above 0x7f: most strings are long runs of plain ASCII.
+            // Sixteen, then eight bytes at a time up to the first quote, backslash, control
+            // character or byte above 0x7f: most strings are long runs of plain ASCII.
+            #[cfg(target_arch = "x86_64")]
+            while let Some(chunk) = b.get(i..i + 16) {
+                let stop = stop_mask16(chunk.try_into().expect("sixteen bytes"), wide);
+                if stop != 0 {
+                    i += stop.trailing_zeros() as usize;
+                    break;
+                }
+                i += 16;
+            }
             while let Some(chunk) = b.get(i..i + 8) {
                 let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
                 // Once a wide byte was seen the string is checked whole at its end, so the
@@ -318,6 +342,53 @@ impl<'a> Scanner<'a> {
         Ok(Some(key))
     }
 
+    /// [`Scanner::next_key`], with the key the caller expects: when the record's key is
+    /// exactly `expected` between quotes it is taken in place, without the string scan. Only for
+    /// an `expected` whose JSON text is itself (no quote, backslash or control character, which
+    /// [`plain_key`] tells): then the bytes `"expected"` are that key and nothing else.
+    #[inline(always)]
+    pub fn next_key_or(
+        &mut self,
+        first: bool,
+        expected: Option<&[u8]>,
+    ) -> Result<Key<'a>, RecordError> {
+        self.ws();
+        match self.b.get(self.pos) {
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(Key::End);
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                self.ws();
+            }
+            _ if first => {}
+            _ => return Err(malformed(self.pos, "`,` or `}`")),
+        }
+        if self.b.get(self.pos) != Some(&b'"') {
+            return Err(malformed(self.pos, "a key"));
+        }
+        let at = self.pos + 1;
+        let key = match expected {
+            Some(e)
+                if self.b.get(at + e.len()) == Some(&b'"')
+                    && same(&self.b[at..at + e.len()], e) =>
+            {
+                self.pos = at + e.len() + 1;
+                Key::Expected
+            }
+            _ => Key::Other(self.string()?),
+        };
+        if self.b.get(self.pos) != Some(&b':') {
+            self.ws();
+            if self.b.get(self.pos) != Some(&b':') {
+                return Err(malformed(self.pos, "`:`"));
+            }
+        }
+        self.pos += 1;
+        Ok(key)
+    }
+
     /// Whether an array has another element; consumes the `,` or `]`.
     #[inline]
     pub fn next_element(&mut self, first: bool) -> Result<bool, RecordError> {
@@ -404,6 +475,33 @@ fn stop_bytes(w: u64) -> u64 {
     quote | backslash | control
 }
 
+/// [`stop_bytes`] over sixteen bytes with SSE2 (part of every x86-64 processor, so no
+/// `target-cpu` flag is needed): bit `k` is set when byte `k` ends a run of string content, and
+/// (unless `wide`) when it is above 0x7f.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn stop_mask16(chunk: &[u8; 16], wide: bool) -> u32 {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    // SAFETY: SSE2 is enabled on every x86-64 target; the unaligned load reads exactly the
+    // sixteen bytes of `chunk`.
+    unsafe {
+        let x = _mm_loadu_si128(chunk.as_ptr().cast());
+        let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
+        // A signed comparison: below 0x20 are the control characters and the bytes above 0x7f.
+        let low = _mm_cmplt_epi8(x, _mm_set1_epi8(0x20));
+        let stop = _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), low)) as u32;
+        if wide {
+            stop & !(_mm_movemask_epi8(x) as u32)
+        } else {
+            stop
+        }
+    }
+}
+
 fn hex4(b: &[u8], at: usize) -> Result<u32, RecordError> {
     let digits = b
         .get(at..at + 4)
@@ -448,6 +546,30 @@ mod tests {
         assert!(text(r#""\ude00""#).is_err());
         assert!(text("\"a\u{1}\"").is_err());
         assert!(text(r#""\x""#).is_err());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_sixteen_byte_scan_stops_at_exactly_the_first_special_byte() {
+        // Every byte value at every position, after every kind of prefix, with and without a
+        // wide byte seen before.
+        let reference = |w: &[u8; 16], wide: bool| {
+            w.iter()
+                .position(|&c| matches!(c, b'"' | b'\\' | 0..=0x1f) || (!wide && c > 0x7f))
+        };
+        for fill in [b'a', 0x7f, 0x20, 0xff, 0x80] {
+            for at in 0..16 {
+                for c in 0..=255u8 {
+                    let mut w = [fill; 16];
+                    w[at] = c;
+                    for wide in [false, true] {
+                        let stop = stop_mask16(&w, wide);
+                        let found = (stop != 0).then_some(stop.trailing_zeros() as usize);
+                        assert_eq!(found, reference(&w, wide), "{w:?} {wide}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

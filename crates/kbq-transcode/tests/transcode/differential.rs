@@ -15,7 +15,7 @@ use crate::support::differential::Both;
 use orders::meta;
 
 #[path = "../../benches/common/orders.rs"]
-mod orders;
+pub(crate) mod orders;
 
 #[test]
 fn the_benchmark_orders_and_their_mutations_give_the_same_rows_and_errors() {

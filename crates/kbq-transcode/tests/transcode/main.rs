@@ -10,6 +10,7 @@ mod differential;
 mod fuzz;
 mod golden;
 mod json;
+mod json_differential;
 mod json_props;
 mod props;
 mod protobuf;
