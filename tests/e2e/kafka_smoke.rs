@@ -460,16 +460,10 @@ fn a_committed_checkpoint_survives_a_broker_crash_and_restart_on_the_same_addres
         let e = tpl.elements().pop().expect("one partition");
         (e.offset(), e.metadata().to_owned())
     };
-    {
-        let consumer: BaseConsumer = consumer_config(&bootstrap, &group)
-            .create()
-            .expect("consumer");
-        let mut tpl = TopicPartitionList::new();
-        let mut e = tpl.add_partition(&topic, 0);
-        e.set_offset(Offset::Offset(7)).expect("offset");
-        e.set_metadata(&metadata);
-        consumer.commit(&tpl, CommitMode::Sync).expect("commit");
-    }
+    // The first commit of a fresh broker may meet its `__consumer_offsets` still loading
+    // (NOT_COORDINATOR under load); the helper waits that out, and any other refusal fails here.
+    support::kafka::commit_outside_group(&bootstrap, &group, &topic, 0, 7, Some(&metadata))
+        .expect("commit");
 
     // SIGKILL: the commit was acknowledged, so it is in __consumer_offsets' log already.
     broker.kill();
