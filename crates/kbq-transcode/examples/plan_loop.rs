@@ -4,7 +4,9 @@
 //! prints each plan's best half-second of on-CPU ns per input byte; `all` takes the three plans
 //! in turn, round after round, and prints the Protobuf plan's speed per input byte as a ratio to
 //! the Avro plan's (both measured in the same rounds). The naive paths are `cargo bench`'s
-//! (BENCHMARKS.md).
+//! (BENCHMARKS.md). `orders`, `orders-proto` (and `-reference`, the reference executor) `N`
+//! transcode exactly N of the end-to-end benchmark's records (`benches/common/orders.rs`), for
+//! callgrind.
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -60,13 +62,15 @@ impl Path {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let which = args.get(1).map(String::as_str).unwrap_or("proto");
-    if let Some(reference) = match which {
-        "orders" => Some(false),
-        "orders-reference" => Some(true),
+    if let Some((proto, reference)) = match which {
+        "orders" => Some((false, false)),
+        "orders-reference" => Some((false, true)),
+        "orders-proto" => Some((true, false)),
+        "orders-proto-reference" => Some((true, true)),
         _ => None,
     } {
         let records: u64 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(10_000);
-        return orders_loop(reference, records);
+        return orders_loop(proto, reference, records);
     }
     let secs: f64 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(5.0);
     let names: &[&'static str] = match which {
@@ -99,25 +103,27 @@ fn main() {
     black_box(out);
 }
 
-/// Exactly `records` orders, the batch buffer cleared every 512 rows as a sealed batch would be.
-fn orders_loop(reference: bool, records: u64) {
-    let orders = orders::Orders::new();
+/// Exactly `records` orders (in Avro, or in Protobuf with `proto`), the batch buffer cleared
+/// every 512 rows as a sealed batch would be.
+fn orders_loop(proto: bool, reference: bool, records: u64) {
+    let (plan, inputs) = if proto {
+        let orders = orders::ProtoOrders::new();
+        (orders.plan, orders.proto)
+    } else {
+        let orders = orders::Orders::new();
+        (orders.plan, orders.avro)
+    };
     let mut out = Vec::with_capacity(1 << 20);
     for k in 0..records {
         if k.is_multiple_of(512) {
             out.clear();
         }
-        let avro = &orders.avro[(k % orders.avro.len() as u64) as usize];
+        let input = &inputs[(k % inputs.len() as u64) as usize];
+        let meta = orders::meta(k);
         if reference {
-            let meta = orders::meta(k);
-            black_box(
-                orders
-                    .plan
-                    .transcode_reference(black_box(avro), Some(&meta), &mut out),
-            )
-            .unwrap();
+            black_box(plan.transcode_reference(black_box(input), Some(&meta), &mut out)).unwrap();
         } else {
-            black_box(orders.transcode(black_box(avro), k, &mut out));
+            black_box(plan.transcode(black_box(input), Some(&meta), &mut out)).unwrap();
         }
     }
     black_box(out);

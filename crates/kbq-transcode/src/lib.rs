@@ -157,8 +157,12 @@ impl Plan {
             Body::Avro { tree, .. } => exec::run_row(tree, &self.metadata, body, meta, out),
             Body::Protobuf(root) => {
                 out.reserve(body.len() + body.len() / 4 + 64);
-                protobuf::run_message(root, body, 0, out)
-                    .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
+                if reference {
+                    protobuf::run_message_reference(root, body, 0, out)
+                } else {
+                    protobuf::run_message(root, body, 0, out)
+                }
+                .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
             }
             Body::Json { root, validate } => {
                 out.reserve(body.len() + 64);

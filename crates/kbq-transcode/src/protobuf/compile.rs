@@ -204,7 +204,11 @@ impl Compiler<'_> {
                 oneofs: oneof_groups(oneofs),
                 missing_required,
                 unknown_is_error: self.options.unknown_fields == UnknownFields::Error,
-            },
+                implicit_mask: 0,
+                required_mask: 0,
+                default_of: Box::default(),
+            }
+            .with_masks(),
             protos,
         ))
     }

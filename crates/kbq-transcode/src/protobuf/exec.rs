@@ -22,14 +22,14 @@ use super::special::write_special;
 
 /// Which fields of a message occurred on the wire: one word for up to 64 fields (a shift and
 /// an or per field; a 128-bit set cost several instructions per field more).
-enum Seen {
+pub(super) enum Seen {
     Small(u64),
     Large(Vec<u64>),
 }
 
 impl Seen {
     #[inline]
-    fn new(n: usize) -> Seen {
+    pub(super) fn new(n: usize) -> Seen {
         if n <= 64 {
             Seen::Small(0)
         } else {
@@ -39,7 +39,7 @@ impl Seen {
 
     /// Marks field `i`; returns whether it was marked before.
     #[inline]
-    fn mark(&mut self, i: usize) -> bool {
+    pub(super) fn mark(&mut self, i: usize) -> bool {
         match self {
             Seen::Small(bits) => {
                 let was = *bits & (1 << i) != 0;
@@ -55,7 +55,7 @@ impl Seen {
     }
 
     #[inline]
-    fn has(&self, i: usize) -> bool {
+    pub(super) fn has(&self, i: usize) -> bool {
         match self {
             Seen::Small(bits) => *bits & (1 << i) != 0,
             Seen::Large(words) => words[i / 64] & (1 << (i % 64)) != 0,
@@ -128,7 +128,7 @@ pub fn run_message(
 /// A field the plan has no column for: an impossible key (number 0, a stray end-group) or, under
 /// `unknown_fields: error`, any unknown field is refused; otherwise it is skipped.
 #[inline(always)]
-fn skip_unknown(
+pub(super) fn skip_unknown(
     op: &MessageOp,
     wire: u8,
     number: u64,
@@ -155,7 +155,7 @@ fn skip_unknown(
 /// (packed or not) converted, a nested message walked, a well-known message read as one value.
 /// `again`: the field occurred before in this message.
 #[inline(always)]
-fn write_field(
+pub(super) fn write_field(
     field: &FieldOp,
     again: bool,
     wire: u8,
@@ -238,6 +238,12 @@ fn fill_and_check_presence(
             out.extend_from_slice(bytes);
         }
     }
+    check_presence(op, seen)
+}
+
+/// The required fields and the oneofs of a message, checked against the fields seen.
+#[inline(always)]
+pub(super) fn check_presence(op: &MessageOp, seen: &Seen) -> Result<(), RecordError> {
     for &i in op.required.iter() {
         if !seen.has(i as usize) {
             return Err(RecordError::NullRequired {
@@ -258,14 +264,14 @@ fn fill_and_check_presence(
 }
 
 /// No run of copied fields is pending.
-const NO_RUN: usize = usize::MAX;
+pub(super) const NO_RUN: usize = usize::MAX;
 
 /// Reads a [`Fast`] field whose row tag is its own key ([`FieldOp::same_key`]) and checks it as
 /// [`fast`] would; true when the occurrence's bytes are exactly what [`fast`] would write
 /// (canonical varints, a bool of 0 or 1, an int32 as protobuf sign-extends it), so that they
 /// can be copied as they are. False leaves the reader anywhere: the caller rewinds.
 #[inline(always)]
-fn same(field: &FieldOp, wire: u8, r: &mut Reader<'_>) -> Result<bool, RecordError> {
+pub(super) fn same(field: &FieldOp, wire: u8, r: &mut Reader<'_>) -> Result<bool, RecordError> {
     let start = r.pos;
     Ok(match (field.fast, wire) {
         (Fast::Str(_), WIRE_LEN) => {
@@ -296,7 +302,7 @@ fn same(field: &FieldOp, wire: u8, r: &mut Reader<'_>) -> Result<bool, RecordErr
 
 /// The field as one fused step ([`Fast`]); false when it takes the general path.
 #[inline(always)]
-fn fast(
+pub(super) fn fast(
     field: &FieldOp,
     wire: u8,
     r: &mut Reader<'_>,

@@ -6,6 +6,7 @@
 mod compile;
 mod derive;
 mod exec;
+mod flat;
 mod framing;
 mod ops;
 mod reader;
@@ -18,5 +19,6 @@ pub use framing::{MessageIndexEncoding, MessagePath, frame_protobuf, split_messa
 pub use schema::ProtoSchema;
 
 pub(super) use compile::compile;
-pub(super) use exec::run_message;
+pub(super) use exec::run_message as run_message_reference;
+pub(super) use flat::run_message;
 pub(super) use ops::MessageOp;

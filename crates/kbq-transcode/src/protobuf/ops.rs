@@ -26,6 +26,29 @@ pub struct MessageOp {
     pub unknown_is_error: bool,
     /// The number of fields, each with a bit in the set of fields seen on the wire.
     pub tracked: usize,
+    /// For the flat executor (`flat.rs`), when `tracked` is at most 64: the fields of `defaults`
+    /// and of `required` as bit masks, and each field's default bytes by field index.
+    pub implicit_mask: u64,
+    pub required_mask: u64,
+    pub default_of: Box<[Box<[u8]>]>,
+}
+
+impl MessageOp {
+    /// Fills in what the flat executor reads from `defaults` and `required`.
+    pub fn with_masks(mut self) -> MessageOp {
+        if self.tracked <= 64 {
+            let mut default_of = vec![Box::default(); self.tracked];
+            for (i, bytes) in self.defaults.iter() {
+                self.implicit_mask |= 1 << i;
+                default_of[*i as usize] = bytes.clone();
+            }
+            self.default_of = default_of.into_boxed_slice();
+            for i in self.required.iter() {
+                self.required_mask |= 1 << i;
+            }
+        }
+        self
+    }
 }
 
 /// Field number → index into [`MessageOp::fields`].
@@ -66,7 +89,13 @@ pub struct FieldOp {
     pub same_key: u8,
     /// Column path for messages.
     pub column: Arc<str>,
+    /// An enum number into a STRING column: the row's bytes (tag, length, name) by number, for
+    /// numbers 0 to [`ENUM_ROWS`] (empty for a number without a name); empty otherwise.
+    pub enum_rows: Box<[Box<[u8]>]>,
 }
+
+/// The largest enum number [`FieldOp::enum_rows`] holds.
+pub const ENUM_ROWS: i32 = 255;
 
 impl FieldOp {
     /// The op of writer field `number`.
@@ -76,11 +105,32 @@ impl FieldOp {
             Some((tag, wire)) if tag == Tag::new(number, wire as u32) => tag.encoded_len(),
             _ => 0,
         };
+        let enum_rows = match &kind {
+            FieldKind::Scalar {
+                conv: Conv::EnumName(names),
+                tag,
+                ..
+            } => {
+                let top = names
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .filter(|n| (0..=ENUM_ROWS).contains(n));
+                let mut rows = vec![Box::default(); top.max().map_or(0, |n| n as usize + 1)];
+                for (n, name) in names.iter().filter(|(n, _)| (0..=ENUM_ROWS).contains(n)) {
+                    let mut row = Vec::new();
+                    crate::proto::put_len_delimited(&mut row, *tag, name.as_bytes());
+                    rows[*n as usize] = row.into_boxed_slice();
+                }
+                rows.into_boxed_slice()
+            }
+            _ => Box::default(),
+        };
         FieldOp {
             fast,
             same_key,
             kind,
             column,
+            enum_rows,
         }
     }
 }

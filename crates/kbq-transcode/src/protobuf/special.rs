@@ -60,7 +60,7 @@ fn int_or_zero(v: Option<Val<'_>>) -> i64 {
 /// A `Timestamp` as writers lay it out: `seconds` then `nanos`, each there or not, nothing else.
 /// `None` for any other layout, which [`fields`] reads (with its checks and errors).
 #[inline]
-fn seconds_nanos(bytes: &[u8]) -> Option<(i64, i64)> {
+pub(super) fn seconds_nanos(bytes: &[u8]) -> Option<(i64, i64)> {
     let mut r = Reader::new(bytes, 0);
     let (mut seconds, mut nanos) = (0, 0);
     if r.buf.first() == Some(&0x08) {

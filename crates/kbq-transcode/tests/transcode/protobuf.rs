@@ -21,7 +21,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value as Json, json};
 
+use crate::support::differential::Both;
 use crate::support::proto_json::{message_json, to_json};
+use crate::support::{case, proto_case};
 
 const SCHEMA: &str = r#"
 syntax = "proto3";
@@ -152,7 +154,7 @@ fn decode_row(plan: &Plan, bytes: &[u8]) -> Json {
 
 fn run(plan: &Plan, wire: &[u8]) -> Result<Json, RecordError> {
     let mut out = vec![0xAA];
-    let range = plan.transcode(wire, None, &mut out)?;
+    let range = plan.transcode_both(wire, None, &mut out)?;
     assert_eq!(range.start, 1);
     Ok(decode_row(plan, &out[range]))
 }
@@ -251,7 +253,7 @@ fn wire_fields_the_writer_schema_lacks_are_skipped_unless_unknown_fields_is_erro
         .unwrap();
     let p = Plan::compile_protobuf(&inner, &table(inner_cols()), &strict).unwrap();
     let err = p
-        .transcode(&[0x98, 0x06, 0x05], None, &mut Vec::new())
+        .transcode_both(&[0x98, 0x06, 0x05], None, &mut Vec::new())
         .unwrap_err();
     assert!(
         matches!(err, RecordError::ProtoUnknownField { number: 99, .. }),
@@ -551,7 +553,9 @@ fn kafka_metadata_columns_follow_the_message() {
         ..KafkaMetadata::default()
     };
     let mut out = Vec::new();
-    let range = p.transcode(&[0x10, 0x05], Some(&meta), &mut out).unwrap();
+    let range = p
+        .transcode_both(&[0x10, 0x05], Some(&meta), &mut out)
+        .unwrap();
     assert_eq!(
         decode_row(&p, &out[range]),
         json!({"i64": 5, "kafka_topic": "orders", "kafka_offset": 77})
@@ -663,7 +667,7 @@ fn columns_that_cannot_hold_a_field_are_plan_errors_naming_both() {
     ]);
     let p = plan(&d, &t);
     assert!(matches!(
-        p.transcode(&[], None, &mut Vec::new()),
+        p.transcode_both(&[], None, &mut Vec::new()),
         Err(RecordError::MissingRequired { .. })
     ));
 }
@@ -673,7 +677,7 @@ fn a_failed_record_leaves_the_batch_buffer_as_it_was() {
     let p = plan(&rec(), &rec_table());
     let mut out = vec![1, 2, 3];
     assert!(
-        p.transcode(&[0x08, 0x01, 0x72, 0x01, 0xff], None, &mut out)
+        p.transcode_both(&[0x08, 0x01, 0x72, 0x01, 0xff], None, &mut out)
             .is_err()
     );
     assert_eq!(out, vec![1, 2, 3]);
@@ -973,7 +977,7 @@ fn random_messages_in_any_field_order_transcode_to_what_prost_reflect_reads() {
         };
         out.clear();
         let range = p
-            .transcode(&wire, None, &mut out)
+            .transcode_both(&wire, None, &mut out)
             .unwrap_or_else(|e| panic!("case {case}: {e}\n{m:?}"));
         let mut row = decode_row(&p, &out[range]);
         sort_maps(&mut row);
@@ -985,6 +989,8 @@ fn seed_cases() -> u64 {
     env_u64("PROTOBUF_PROPS_CASES", 2000)
 }
 
+/// Also the Protobuf fuzz case (`support/proto_case.rs`, the coverage-guided target's) on the
+/// same inputs: the executor against the reference, the batch left as it was on an error.
 #[test]
 fn mutated_messages_never_panic_and_every_row_written_decodes() {
     let seed = env_u64("PROTOBUF_FUZZ_SEED", 0xf022_0001);
@@ -1001,6 +1007,7 @@ fn mutated_messages_never_panic_and_every_row_written_decodes() {
     })
     .unwrap();
     let row_desc = row_pool.get_message_by_name("Row").unwrap();
+    let case_plan = proto_case::plan(&proto_case::table());
     let mut rng = StdRng::seed_from_u64(seed);
     let seeds: Vec<Vec<u8>> = (0..32)
         .map(|_| random_rec(&pool, &mut rng).encode_to_vec())
@@ -1029,8 +1036,14 @@ fn mutated_messages_never_panic_and_every_row_written_decodes() {
                 }
             }
         }
+        // The fuzz case's message (`support/proto_case.rs`) declares the same fields and more;
+        // its REQUIRED record is added to each input.
+        let mut with_req = input.clone();
+        with_req.extend([0xba, 0x02, 0x00]);
+        let mut batch = vec![0xaa; input.len() % 3];
+        case::transcode_checked(&case_plan, &with_req, &mut batch);
         out.clear();
-        match p.transcode(&input, None, &mut out) {
+        match p.transcode_both(&input, None, &mut out) {
             Ok(range) => {
                 DynamicMessage::decode(row_desc.clone(), &out[range])
                     .unwrap_or_else(|e| panic!("row of {input:02x?} does not decode: {e}"));

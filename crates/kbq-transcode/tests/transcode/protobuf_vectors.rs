@@ -18,6 +18,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage};
 use prost_types::FileDescriptorSet;
 use serde_json::{Value as Json, json};
 
+use crate::support::differential::Both;
 use crate::support::proto_json::{hex, message_json};
 use crate::support::python::{python, repository};
 
@@ -70,7 +71,7 @@ fn transcode(schema: &ProtoSchema, v: &Json) -> Result<Json, RecordError> {
     let plan = Plan::compile_protobuf(&descriptor, &table, &PlanOptions::default())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut out = Vec::new();
-    let range = plan.transcode(message, None, &mut out)?;
+    let range = plan.transcode_both(message, None, &mut out)?;
     let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet {
         file: vec![file_for(plan.descriptor())],
     })

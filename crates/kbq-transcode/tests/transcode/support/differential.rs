@@ -1,13 +1,14 @@
-//! The flat executor against the tree executor it replaced, on every Avro record a test
-//! transcodes: the same rows byte for byte, the same errors (`tests/transcode/differential.rs`).
+//! The executors the product runs against the ones they replaced, on every Avro and Protobuf
+//! record a test transcodes: the same rows byte for byte, the same errors
+//! (`tests/transcode/differential.rs`). (A JSON plan has one executor, which both calls run.)
 
 use std::ops::Range;
 
 use kbq_transcode::{KafkaMetadata, Plan, RecordError};
 
 pub trait Both {
-    /// [`Plan::transcode`], after checking that the reference (the tree executor) gives the
-    /// same result and leaves the same bytes.
+    /// [`Plan::transcode`], after checking that the reference (Avro's tree executor,
+    /// Protobuf's `protobuf/exec.rs`) gives the same result and leaves the same bytes.
     fn transcode_both(
         &self,
         body: &[u8],

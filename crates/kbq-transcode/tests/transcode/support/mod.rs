@@ -2,5 +2,6 @@
 
 pub mod case;
 pub mod differential;
+pub mod proto_case;
 pub mod proto_json;
 pub mod python;

@@ -1,0 +1,282 @@
+//! The Protobuf executor the product runs: the walk of [`super::exec`] (kept as the reference the
+//! differential tests compare this one with, `Plan::transcode_reference`) with the fields that
+//! cost the most there taken in one inline step each, decided once per plan:
+//!
+//! * a nested message is walked by this executor, not the reference's;
+//! * an enum number into a STRING column is one table load of the row's bytes (tag, length and
+//!   name), not a binary search and a field write;
+//! * `google.protobuf.Timestamp`, `google.type.Date` and `confluent.type.Decimal` laid out as
+//!   writers lay them out (their fields in order, each at most once) are read in place; a
+//!   decimal of up to eight bytes is rescaled in `i128` and written as its fewest
+//!   two's-complement bytes, not through the 320-bit integer of the general path;
+//! * the defaults of implicit-presence fields and the required fields are found from two bit
+//!   masks against the set of fields seen, not by a loop over every field.
+//!
+//! Everything else (and every value the steps above do not take: another layout, a value out
+//! of range, a wire type the field does not have) goes through the reference's own code on the
+//! same bytes, so that rows and errors are the reference's by construction
+//! (`tests/transcode/differential.rs` checks it).
+
+use crate::RecordError;
+use crate::convert::{
+    DecimalTarget, MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS,
+    days_from_civil,
+};
+use crate::exec::put_i64;
+use crate::proto::{Tag, close_len, open_len};
+
+use super::exec::{NO_RUN, Seen, check_presence, fast, same, skip_unknown, write_field};
+use super::ops::{FieldKind, FieldOp, MessageOp, Special};
+use super::reader::{Reader, WIRE_LEN, WIRE_VARINT};
+use super::special::seconds_nanos;
+
+/// 10^k for the rescaling of decimals, k ≤ 38.
+const POW10: [i128; 39] = {
+    let mut t = [1i128; 39];
+    let mut k = 1;
+    while k < 39 {
+        t[k] = t[k - 1] * 10;
+        k += 1;
+    }
+    t
+};
+
+pub fn run_message(
+    op: &MessageOp,
+    buf: &[u8],
+    base: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    if let Some(column) = &op.missing_required {
+        return Err(RecordError::MissingRequired {
+            column: column.clone(),
+        });
+    }
+    let at = op.tag.map(|t| open_len(out, t));
+    let mut seen = Seen::new(op.tracked);
+    let mut r = Reader::new(buf, base);
+    // Occurrences that are already the row's bytes, copied in one piece (as the reference does).
+    let mut run = NO_RUN;
+    while !r.done() {
+        let key_pos = r.pos;
+        let key_at = r.offset();
+        let key = r.varint()?;
+        let (number, wire) = (key >> 3, (key & 7) as u8);
+        let found = op.lookup.get(number).filter(|_| number != 0);
+        if let Some(i) = found {
+            let field = &op.fields[i];
+            if field.same_key as usize == r.pos - key_pos {
+                let value_pos = r.pos;
+                if same(field, wire, &mut r)? {
+                    seen.mark(i);
+                    if run == NO_RUN {
+                        run = key_pos;
+                    }
+                    continue;
+                }
+                r.pos = value_pos;
+            }
+        }
+        if run != NO_RUN {
+            out.extend_from_slice(&buf[run..key_pos]);
+            run = NO_RUN;
+        }
+        let Some(i) = found else {
+            skip_unknown(op, wire, number, key_at, &mut r)?;
+            continue;
+        };
+        let field = &op.fields[i];
+        let again = seen.mark(i);
+        if fast(field, wire, &mut r, out)? {
+            continue;
+        }
+        let value_pos = r.pos;
+        if step(field, again, wire, &mut r, out)? {
+            continue;
+        }
+        r.pos = value_pos;
+        write_field(field, again, wire, number, key_at, &mut r, out)?;
+    }
+    if run != NO_RUN {
+        out.extend_from_slice(&buf[run..]);
+    }
+    presence(op, &seen, out)?;
+    if let Some(at) = at {
+        close_len(out, at);
+    }
+    Ok(())
+}
+
+/// The steps this executor takes itself (the module's list); false, with the reader anywhere
+/// and nothing written, for an occurrence the reference's `write_field` must take.
+#[inline(always)]
+fn step(
+    field: &FieldOp,
+    again: bool,
+    wire: u8,
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<bool, RecordError> {
+    match &field.kind {
+        FieldKind::Scalar { .. } if wire == WIRE_VARINT && !field.enum_rows.is_empty() => {
+            let n = r.varint()? as i32;
+            match field.enum_rows.get(n as u32 as usize) {
+                Some(row) if !row.is_empty() => {
+                    out.extend_from_slice(row);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        }
+        FieldKind::Message { op, repeated } if wire == WIRE_LEN && (!again || *repeated) => {
+            let (bytes, at) = r.len_delimited()?;
+            run_message(op, bytes, at, out)?;
+            Ok(true)
+        }
+        FieldKind::Special {
+            special,
+            tag,
+            repeated,
+        } if wire == WIRE_LEN && (!again || *repeated) => {
+            let Ok((bytes, _)) = r.len_delimited() else {
+                return Ok(false);
+            };
+            Ok(match special {
+                Special::Timestamp => timestamp(*tag, bytes, out),
+                Special::Date => date(*tag, bytes, out),
+                Special::ConfluentDecimal(target) => decimal(*tag, *target, bytes, out),
+                _ => false,
+            })
+        }
+        _ => Ok(false),
+    }
+}
+
+/// A `Timestamp` of `seconds` then `nanos` whose value is a TIMESTAMP.
+#[inline(always)]
+fn timestamp(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some((seconds, nanos)) = seconds_nanos(bytes) else {
+        return false;
+    };
+    if !(0..1_000_000_000).contains(&nanos) {
+        return false;
+    }
+    match seconds
+        .checked_mul(1_000_000)
+        .and_then(|m| m.checked_add(nanos / 1000))
+    {
+        Some(m) if (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&m) => {
+            put_i64(out, tag, m);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The next field of a small message laid out in order: the varint of field `number` when the
+/// next key is that field's as a varint, else `None` with the reader where it was; `Err` for a
+/// varint that does not read.
+#[inline(always)]
+fn next_varint(r: &mut Reader<'_>, number: u8) -> Result<Option<u64>, ()> {
+    if r.buf.get(r.pos) != Some(&(number << 3)) {
+        return Ok(None);
+    }
+    r.pos += 1;
+    r.varint().map(Some).map_err(drop)
+}
+
+/// A `google.type.Date` of `year`, `month`, `day` in order whose value is a DATE.
+#[inline(always)]
+fn date(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let mut r = Reader::new(bytes, 0);
+    let mut ymd = [0i64; 3];
+    for (k, v) in ymd.iter_mut().enumerate() {
+        match next_varint(&mut r, k as u8 + 1) {
+            Ok(Some(x)) => *v = x as i32 as i64,
+            Ok(None) => {}
+            Err(()) => return false,
+        }
+    }
+    if !r.done() {
+        return false;
+    }
+    match days_from_civil(ymd[0], ymd[1], ymd[2]) {
+        Ok(days) if (MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&(days as i32)) => {
+            put_i64(out, tag, days as i32 as i64);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A `confluent.type.Decimal` of `value` (one to eight bytes, or none), `precision` and `scale`
+/// in order, at a scale the column's can hold.
+#[inline(always)]
+fn decimal(tag: Tag, target: DecimalTarget, bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let mut r = Reader::new(bytes, 0);
+    let mut value: &[u8] = &[];
+    if r.buf.first() == Some(&0x0a) {
+        match r.buf.get(1) {
+            Some(&n) if n <= 8 && r.buf.len() >= 2 + n as usize => {
+                value = &r.buf[2..2 + n as usize];
+                r.pos = 2 + n as usize;
+            }
+            _ => return false,
+        }
+    }
+    if next_varint(&mut r, 2).is_err() {
+        return false;
+    }
+    let scale = match next_varint(&mut r, 3) {
+        Ok(s) => s.map_or(0, |s| s as i32 as i64),
+        Err(()) => return false,
+    };
+    if !r.done() || !(0..=target.scale() as i64).contains(&scale) {
+        return false;
+    }
+    // Big-endian two's complement; no bytes is zero, as the general path reads them.
+    let mut v = 0u64;
+    for &b in value {
+        v = v << 8 | b as u64;
+    }
+    let shift = 64 - 8 * value.len() as u32;
+    let v = v.checked_shl(shift).map_or(0, |v| v as i64 >> shift) as i128;
+    let Some(v) = v.checked_mul(POW10[(target.scale() as i64 - scale) as usize]) else {
+        return false;
+    };
+    // The fewest little-endian two's-complement bytes (one for 0 and -1). An `i64` times at
+    // most 10^9 is inside NUMERIC's range, and any `i128` inside BIGNUMERIC's.
+    let n = (128 - (v ^ (v >> 127)).leading_zeros() as usize + 1).div_ceil(8);
+    tag.put(out);
+    out.push(n as u8);
+    out.extend_from_slice(&v.to_le_bytes()[..n]);
+    true
+}
+
+/// The end of a message as the reference's `fill_and_check_presence` ends it: the defaults of
+/// the implicit-presence fields not seen, in field order, then the required fields, then the
+/// oneofs. With up to 64 fields, from masks; with more, the reference's loops.
+#[inline(always)]
+fn presence(op: &MessageOp, seen: &Seen, out: &mut Vec<u8>) -> Result<(), RecordError> {
+    let bits = match seen {
+        Seen::Small(bits) => *bits,
+        Seen::Large(_) => {
+            for (i, bytes) in op.defaults.iter() {
+                if !seen.has(*i as usize) {
+                    out.extend_from_slice(bytes);
+                }
+            }
+            return check_presence(op, seen);
+        }
+    };
+    let mut missing = op.implicit_mask & !bits;
+    while missing != 0 {
+        let i = missing.trailing_zeros() as usize;
+        out.extend_from_slice(&op.default_of[i]);
+        missing &= missing - 1;
+    }
+    if op.required_mask & !bits != 0 || !op.oneofs.is_empty() {
+        return check_presence(op, seen);
+    }
+    Ok(())
+}
