@@ -1,6 +1,6 @@
-//! The executors the product runs against the ones they replaced, on every Avro and Protobuf
-//! record a test transcodes: the same rows byte for byte, the same errors
-//! (`tests/transcode/differential.rs`). (A JSON plan has one executor, which both calls run.)
+//! The executors the product runs against the ones they replaced, on every record a test
+//! transcodes: the same rows byte for byte, the same errors (`tests/transcode/differential.rs`;
+//! JSON's own comparison is `tests/transcode/json_differential.rs`).
 
 use std::ops::Range;
 
@@ -8,7 +8,8 @@ use kbq_transcode::{KafkaMetadata, Plan, RecordError};
 
 pub trait Both {
     /// [`Plan::transcode`], after checking that the reference (Avro's tree executor,
-    /// Protobuf's `protobuf/exec.rs`) gives the same result and leaves the same bytes.
+    /// Protobuf's `protobuf/exec.rs`, JSON's `json/reference.rs`) gives the same result and
+    /// leaves the same bytes.
     fn transcode_both(
         &self,
         body: &[u8],
