@@ -210,7 +210,7 @@ pub fn migrate(
     let cx = smts::Context {
         routing: &routing,
         changes: upsert || delete,
-        shaping_blocked: smts::shaping_blocked(creates, add_columns, cdc_routes),
+        shaping_blocked: smts::shaping_blocked(cdc_routes),
     };
     let (transforms, unwrap) = smts::transforms(&mut s, &cx, json_input, &mut metadata_columns);
     let (cdc, at_least_once) =

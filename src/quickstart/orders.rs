@@ -418,6 +418,7 @@ fn create_table(store: &Arc<Store>) -> anyhow::Result<TableRef> {
                 key: None,
                 headers: None,
             },
+            transforms: Vec::new(),
         },
     )
     .map_err(|e| anyhow!("cannot derive the table schema: {e}"))?;

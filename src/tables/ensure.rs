@@ -59,6 +59,7 @@ pub(super) async fn ensure_table(
     let options = DeriveOptions {
         map_mode: route.map_mode,
         metadata: route.metadata_columns.clone(),
+        transforms: route.transforms.to_vec(),
     };
     let derived = match (schema, registry, &config.schema_registry) {
         _ if envelope.is_some() => {

@@ -342,6 +342,7 @@ impl Router {
                     derive: DeriveOptions {
                         map_mode: settings.map_mode,
                         metadata: MetadataColumns::default(),
+                        transforms: settings.transforms.to_vec(),
                     },
                     metadata_columns: config::named_columns(settings.metadata_columns)
                         .into_iter()

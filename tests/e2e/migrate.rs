@@ -272,7 +272,15 @@ fn insert_field_becomes_metadata_columns_and_other_transforms_are_reported() {
         "changed",
         "metadata_columns",
     );
-    for t in ["dropPii", "mask", "ts", "flat"] {
+    // Beside autoCreateTables: the created table follows the drop and the mask.
+    assert_label(
+        &report,
+        "transforms.dropPii.type",
+        "changed",
+        "drop ip_address",
+    );
+    assert_label(&report, "transforms.mask.type", "changed", "mask email");
+    for t in ["ts", "flat"] {
         assert_label(
             &report,
             &format!("transforms.{t}.type"),
@@ -514,32 +522,30 @@ fn filters_map_from_their_predicates_and_a_chain_that_reads_its_own_output_does_
 }
 
 #[test]
-fn field_transforms_beside_a_created_table_are_not_translatable_but_filters_are() {
+fn field_transforms_beside_a_created_table_map_as_the_table_follows_them() {
     let (yaml, report) = migrate("16-smt-with-auto-create.json");
     assert_eq!(
         transforms_of(&yaml),
-        ["filter: {tombstone: true}"],
+        [
+            "drop: {field: \"debug_payload\"}",
+            "mask: {field: \"email\"}",
+            "set: {column: \"region\", value: \"eu-west\"}",
+            "filter: {tombstone: true}"
+        ],
         "{yaml}"
     );
     for t in ["dropDebug", "hideEmail"] {
-        assert_label(
-            &report,
-            &format!("transforms.{t}.type"),
-            "not translatable",
-            "beside bigquery.create_table",
+        let line = outcome(&report, &format!("transforms.{t}.type"));
+        assert!(
+            matches!(line, Outcome::Mapped(_) | Outcome::Changed(_)),
+            "{t}: {line:?}"
         );
     }
     assert_label(
         &report,
-        "transforms.hideEmail.type",
-        "not translatable",
-        "the table receives email unmasked",
-    );
-    assert_label(
-        &report,
         "transforms.tag.type",
         "changed",
-        "static.field not translatable",
+        "bigquery.transforms set region to \"eu-west\"",
     );
     assert_label(
         &report,

@@ -3,7 +3,8 @@
 //! column from a header and filters the records of a test environment. Through a SIGKILL in the
 //! middle, every other record is one row, exactly once, holding what the transforms say; the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
-//! rows nor dead letters.
+//! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
+//! schema, follow the transforms.
 
 use crate::support;
 
@@ -15,6 +16,7 @@ use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use support::kafka::{producer_config, unique_name};
+use support::registry::Registry;
 use support::sink::{Daemon, Fixture, Position, Tweaks, encode};
 
 const PARTITIONS: i32 = 2;
@@ -184,6 +186,136 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
         "kbq_records_filtered_total {counted}, {} filtered",
         dropped.len()
     );
+    assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
+    assert!(daemon.terminate().success());
+    assert_eq!(f.dead_letter_count(), 0);
+}
+
+/// The writer schemas of the created table's test: v2 adds a nullable field.
+const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"customer","type":"string"},
+  {"name":"note","type":["null","string"],"default":null},
+  {"name":"secret","type":"string"}]}"#;
+const V2: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"customer","type":"string"},
+  {"name":"note","type":["null","string"],"default":null},
+  {"name":"secret","type":"string"},
+  {"name":"city","type":["null","string"],"default":null}]}"#;
+
+/// Produces users `ids` under writer schema `version` (1 or 2), round-robin over the
+/// partitions, each with a `trace` header; each position's id.
+#[allow(deprecated)] // as `support::sink::encode`
+fn produce_users(f: &Fixture, version: u32, ids: std::ops::Range<i64>) -> BTreeMap<Position, i64> {
+    use apache_avro::types::Value;
+    let schema = apache_avro::Schema::parse_str(if version == 1 { V1 } else { V2 }).unwrap();
+    let producer: FutureProducer = producer_config(&f.bootstrap).create().expect("producer");
+    let mut by_position = BTreeMap::new();
+    for id in ids {
+        let partition = (id % PARTITIONS as i64) as i32;
+        let mut fields = vec![
+            ("id".to_string(), Value::Long(id)),
+            ("customer".into(), Value::String(format!("customer-{id}"))),
+            (
+                "note".into(),
+                Value::Union(1, Box::new(Value::String("n".into()))),
+            ),
+            ("secret".into(), Value::String(format!("secret-{id}"))),
+        ];
+        if version == 2 {
+            let city = Value::String(format!("city-{id}"));
+            fields.push(("city".into(), Value::Union(1, Box::new(city))));
+        }
+        let body = apache_avro::to_avro_datum(&schema, Value::Record(fields)).expect("encode");
+        let value = kbq_transcode::frame_confluent(version, &body);
+        let mut hdrs = OwnedHeaders::new();
+        headers::add(&mut hdrs, b"trace", Some(format!("t-{id}").as_bytes()));
+        let record = FutureRecord::to(&f.topic)
+            .partition(partition)
+            .key(b"k")
+            .payload(&value)
+            .headers(hdrs);
+        let delivery = futures::executor::block_on(producer.send(record, Duration::from_secs(60)))
+            .expect("record acknowledged");
+        by_position.insert((partition as i64, delivery.offset), id);
+    }
+    f.source.expect(by_position.keys().copied());
+    by_position
+}
+
+/// `create_table` and `schema_update: add_columns` follow the transforms: the table the sink
+/// creates from the registry's v1 has the renamed column under its new name, no dropped column,
+/// the masked one NULLABLE and the set columns typed by their values; v2's new field is added
+/// as a column, and the renamed and dropped fields are not added back. Through a SIGKILL
+/// between the two, every record is one row, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
+    let f = Fixture::new(PARTITIONS).await;
+    let (registry_addr, registry) =
+        Registry::serve([(1, V1.to_string()), (2, V2.to_string())].into(), None).await;
+    registry.subject(&format!("{}-value", f.topic), 1);
+    let tweaks = Tweaks {
+        registry_url: Some(format!("http://{registry_addr}")),
+        registry_tables: true,
+        routes: vec![
+            format!("  - topics: [\"{}\"]", f.topic),
+            "    transforms:".into(),
+            "      - rename: {field: customer, to: buyer}".into(),
+            "      - drop: {field: note}".into(),
+            "      - mask: {field: secret}".into(),
+            "      - set: {column: region, value: eu}".into(),
+            "      - set: {column: trace, header: trace, encoding: string}".into(),
+        ],
+        ..Tweaks::default()
+    };
+    let config = f.config_with(&unique_name("transforms-created"), &tweaks);
+
+    let mut ids = produce_users(&f, 1, 0..200);
+    let mut daemon = Daemon::start(&config);
+    let seen = f.wait_visible(1, Duration::from_secs(60));
+    assert!(!seen.is_empty(), "rows before the crash");
+    daemon.kill();
+    registry.subject(&format!("{}-value", f.topic), 2);
+    ids.extend(produce_users(&f, 2, 200..300));
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+
+    let table = f
+        .emulator
+        .store
+        .get_table(&f.table_ref())
+        .expect("the table");
+    let columns: BTreeMap<&str, (FieldType, Mode)> = (table.schema.fields.iter())
+        .map(|c| (c.name.as_str(), (c.field_type.clone(), c.mode())))
+        .collect();
+    let want: BTreeMap<&str, (FieldType, Mode)> = [
+        ("id", (FieldType::Int64, Mode::Required)),
+        ("buyer", (FieldType::String, Mode::Required)),
+        ("secret", (FieldType::String, Mode::Nullable)),
+        ("region", (FieldType::String, Mode::Nullable)),
+        ("trace", (FieldType::String, Mode::Nullable)),
+        ("kafka_topic", (FieldType::String, Mode::Required)),
+        ("kafka_partition", (FieldType::Int64, Mode::Required)),
+        ("kafka_offset", (FieldType::Int64, Mode::Required)),
+        ("city", (FieldType::String, Mode::Nullable)),
+    ]
+    .into();
+    assert_eq!(columns, want);
+
+    let rows = rows(&f);
+    assert_eq!(rows.len(), ids.len());
+    for (position, columns) in &rows {
+        let id = ids[position];
+        let text = |s: String| serde_json::Value::String(s);
+        assert_eq!(columns["id"], text(id.to_string()), "{position:?}");
+        assert_eq!(columns["buyer"], text(format!("customer-{id}")));
+        assert_eq!(columns["region"], text("eu".into()));
+        assert_eq!(columns["trace"], text(format!("t-{id}")));
+        assert!(columns["secret"].is_null(), "secret of {id}");
+        let city = (id >= 200).then(|| text(format!("city-{id}")));
+        assert_eq!(columns["city"], city.unwrap_or_default(), "city of {id}");
+    }
     assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
     assert!(daemon.terminate().success());
     assert_eq!(f.dead_letter_count(), 0);

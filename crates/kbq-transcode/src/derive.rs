@@ -10,6 +10,7 @@ use super::connect_types::ConnectType;
 use super::error::DeriveError;
 use super::metadata_columns::MetadataColumns;
 use super::schema::{AvroSchema, Kind, Logical, NodeId, kind_name};
+use super::transforms::{self, Transform};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
 /// How an Avro map becomes a column.
@@ -24,10 +25,13 @@ pub enum MapMode {
     Json,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeriveOptions {
     pub map_mode: MapMode,
     pub metadata: MetadataColumns,
+    /// The route's transforms: the table gets the columns the transformed rows fill
+    /// (`transforms/derive.rs`).
+    pub transforms: Vec<Transform>,
 }
 
 /// BigQuery allows 15 levels of nested RECORDs.
@@ -50,12 +54,29 @@ pub fn table_schema_from_avro(
         col.description = f.doc.clone().or(col.description);
         fields.push(col);
     }
-    append_metadata(&mut fields, &options.metadata);
+    finish(fields, options)
+}
+
+/// The derived data columns `fields` with the route's transforms applied, then the Kafka
+/// metadata columns (those `set … from:` adds included): the table.
+pub(crate) fn finish(
+    mut fields: Vec<TableFieldSchema>,
+    options: &DeriveOptions,
+) -> Result<TableSchema, DeriveError> {
+    transforms::apply_to_derived(&mut fields, &options.transforms)?;
+    let metadata =
+        transforms::metadata_with(&options.metadata, &options.transforms).map_err(|reason| {
+            DeriveError::Unsupported {
+                field: "set".into(),
+                reason,
+            }
+        })?;
+    append_metadata(&mut fields, &metadata);
     Ok(TableSchema { fields })
 }
 
 /// The Kafka metadata columns a derived table gets after its data columns.
-pub(crate) fn append_metadata(fields: &mut Vec<TableFieldSchema>, m: &MetadataColumns) {
+fn append_metadata(fields: &mut Vec<TableFieldSchema>, m: &MetadataColumns) {
     let mut meta = |name: &Option<String>, ty: FieldType, mode: Mode| {
         if let Some(n) = name {
             fields.push(TableFieldSchema::new(n.clone(), ty, mode));

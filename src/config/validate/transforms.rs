@@ -1,10 +1,10 @@
 //! `transforms` of `bigquery` and of each route (docs/mapping.md, "Transforms"): each entry well
 //! formed (the transcoder's own check, without a schema), one column per Kafka coordinate beside
-//! `metadata_columns`, and refused where the sink does not apply them yet (a CDC route, a table
-//! the sink creates or evolves). The checks against a writer schema and a table are the plan
-//! compiler's, with the same messages.
+//! `metadata_columns`, and refused where the sink does not apply them yet (a CDC route). A table
+//! the sink creates or evolves follows them (`kbq_transcode`'s `transforms/derive.rs`). The
+//! checks against a writer schema and a table are the plan compiler's, with the same messages.
 
-use crate::config::{Config, SchemaUpdate};
+use crate::config::Config;
 use kbq_transcode::MetadataColumns;
 use kbq_transcode::transforms::{self, Transform};
 
@@ -17,10 +17,6 @@ struct Applied<'a> {
     /// Where the route is (`routes[1]`, `bigquery`), for refusals of the route's other settings.
     route_path: String,
     metadata: &'a MetadataColumns,
-    create_table: bool,
-    /// The route's `schema_update`: any level but `none` changes the table from the writer
-    /// schema, which the transforms do not apply to.
-    schema_update: SchemaUpdate,
     cdc: bool,
 }
 
@@ -33,8 +29,6 @@ impl Validator {
                 list_path: "bigquery.transforms".into(),
                 route_path: "bigquery".into(),
                 metadata: &b.metadata_columns,
-                create_table: b.create_table.is_some(),
-                schema_update: b.schema_update,
                 cdc: false,
             },
         );
@@ -53,12 +47,6 @@ impl Validator {
                     list_path,
                     route_path: format!("routes[{i}]"),
                     metadata: r.metadata_columns.as_ref().unwrap_or(&b.metadata_columns),
-                    create_table: r
-                        .create_table
-                        .as_ref()
-                        .or(b.create_table.as_ref())
-                        .is_some(),
-                    schema_update: r.schema_update.unwrap_or(b.schema_update),
                     cdc: r.cdc.is_some(),
                 },
             );
@@ -80,30 +68,12 @@ impl Validator {
         let Some(i) = list.iter().position(Transform::shapes_rows) else {
             return;
         };
-        let path = format!("{}[{i}]", at.list_path);
         if at.cdc {
             self.err(
-                path,
+                format!("{}[{i}]", at.list_path),
                 format!(
                     "{} is a CDC route: its rows are keyed changes, and only filter applies to them",
                     at.route_path
-                ),
-            );
-        } else if at.create_table {
-            self.err(
-                path,
-                format!(
-                    "{}.create_table derives the table from the writer schema without the transforms: create the table with the transformed columns, then remove create_table",
-                    at.route_path
-                ),
-            );
-        } else if at.schema_update.adds_columns() {
-            self.err(
-                path,
-                format!(
-                    "{}.schema_update: {} would add the dropped, renamed and masked fields as columns of their own: set schema_update: none",
-                    at.route_path,
-                    at.schema_update.as_str()
                 ),
             );
         }
@@ -114,12 +84,9 @@ fn is_kafka_set(t: &Transform) -> bool {
     matches!(t, Transform::Set(s) if s.from.is_some())
 }
 
-/// Whether route `i` inherits `bigquery.transforms` into settings they may not meet: CDC, a
-/// created or evolved table, other metadata columns.
+/// Whether route `i` inherits `bigquery.transforms` into settings they may not meet: CDC, other
+/// metadata columns.
 fn route_differs(c: &Config, i: usize) -> bool {
     let r = &c.routes[i];
-    r.cdc.is_some()
-        || r.create_table.is_some()
-        || r.schema_update.is_some()
-        || r.metadata_columns.is_some()
+    r.cdc.is_some() || r.metadata_columns.is_some()
 }

@@ -18,27 +18,11 @@ pub(super) struct Context<'a> {
 }
 
 /// Why field transforms cannot be had: a field transform (drop, rename, mask, set) cannot be had
-/// beside a created or evolved table or on a CDC route (validate refuses it).
-pub(super) fn shaping_blocked(
-    creates: bool,
-    add_columns: bool,
-    cdc_routes: bool,
-) -> Option<&'static str> {
-    if creates {
-        Some(
-            "validate refuses field transforms beside bigquery.create_table (autoCreateTables), which derives the table from the writer schema without them: create the table with the transformed columns, drop autoCreateTables, then add the transform to bigquery.transforms",
-        )
-    } else if add_columns {
-        Some(
-            "validate refuses field transforms beside schema_update: add_columns (allowNewBigQueryFields/autoUpdateSchemas), which would add the dropped, renamed and masked fields back as columns",
-        )
-    } else if cdc_routes {
-        Some(
-            "the upserts go through a CDC route, whose rows are keyed changes: only filter applies there",
-        )
-    } else {
-        None
-    }
+/// on a CDC route (validate refuses it). A created or evolved table follows the transforms.
+pub(super) fn shaping_blocked(cdc_routes: bool) -> Option<&'static str> {
+    cdc_routes.then_some(
+        "the upserts go through a CDC route, whose rows are keyed changes: only filter applies there",
+    )
 }
 
 /// `bigquery.transforms` in the chain's order, and whether the chain unwraps a Debezium

@@ -11,7 +11,7 @@
 use super::named;
 use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
 use crate::budget::Budget;
-use crate::derive::{MAX_RECORD_DEPTH, append_metadata, named_column};
+use crate::derive::{MAX_RECORD_DEPTH, finish, named_column};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -31,9 +31,8 @@ pub fn table_schema_from_json(
             "the schema is not an object with properties: a table needs named columns".into(),
         ));
     }
-    let mut fields = d.columns(&shape, "", 1)?;
-    append_metadata(&mut fields, &options.metadata);
-    Ok(TableSchema { fields })
+    let fields = d.columns(&shape, "", 1)?;
+    finish(fields, options)
 }
 
 fn unsupported(field: &str, reason: String) -> DeriveError {

@@ -10,7 +10,7 @@
 use prost_reflect::{Cardinality, FieldDescriptor, Kind, MapKey, MessageDescriptor, Value};
 
 use crate::budget::Budget;
-use crate::derive::{MAX_RECORD_DEPTH, append_metadata, decimal_column};
+use crate::derive::{MAX_RECORD_DEPTH, decimal_column, finish};
 use crate::{DeriveError, DeriveOptions};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -21,9 +21,8 @@ pub fn table_schema_from_protobuf(
     message: &MessageDescriptor,
     options: &DeriveOptions,
 ) -> Result<TableSchema, DeriveError> {
-    let mut fields = columns(message, 1, &mut Budget::derive())?;
-    append_metadata(&mut fields, &options.metadata);
-    Ok(TableSchema { fields })
+    let fields = columns(message, 1, &mut Budget::derive())?;
+    finish(fields, options)
 }
 
 /// `budget`: the columns the table may still get (a message type is expanded at each use).

@@ -7,12 +7,14 @@
 //! of `validate` that needs no schema.
 
 mod columns;
+mod derive;
 mod fields;
 mod filter;
 
 use serde::Deserialize;
 
 pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
+pub(crate) use derive::apply as apply_to_derived;
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
 

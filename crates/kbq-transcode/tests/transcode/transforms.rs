@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use kbq_core::table_schema::TableSchema;
-use kbq_transcode::json::JsonSchema;
-use kbq_transcode::protobuf::ProtoSchema;
+use kbq_core::table_schema::{Mode, TableSchema};
+use kbq_transcode::json::{JsonSchema, table_schema_from_json};
+use kbq_transcode::protobuf::{ProtoSchema, table_schema_from_protobuf};
 use kbq_transcode::transforms::{self, Filter, FilterMatch, Transform};
 use kbq_transcode::{
-    AvroSchema, KafkaHeader, KafkaMetadata, Plan, PlanError, PlanOptions, RecordError,
-    UnknownFields, file_for,
+    AvroSchema, DeriveError, DeriveOptions, KafkaHeader, KafkaMetadata, Plan, PlanError,
+    PlanOptions, RecordError, UnknownFields, file_for, table_schema_from_avro,
 };
 use prost_reflect::{DescriptorPool, DynamicMessage, Value as PValue};
 use prost_types::FileDescriptorSet;
@@ -483,4 +483,117 @@ fn filters_drop_what_matches_every_condition_given() {
     assert!(only_kept.drops(&record("orders", false, &[])));
     assert!(!only_kept.drops(&record("orders", false, &keep)));
     assert!(Filter::new(&[]).is_empty());
+}
+
+/// The table `create_table` derives from each format's writer schema under `t`.
+fn derived(t: &[Transform]) -> Vec<(&'static str, Result<TableSchema, DeriveError>)> {
+    let options = DeriveOptions {
+        transforms: t.to_vec(),
+        ..DeriveOptions::default()
+    };
+    let proto = ProtoSchema::compile(PROTO, &[]).unwrap();
+    let order = proto.pool().get_message_by_name("t.Order").unwrap();
+    let json = JsonSchema::parse(&json_schema().to_string(), &[]).unwrap();
+    vec![
+        (
+            "avro",
+            table_schema_from_avro(&AvroSchema::parse(AVRO).unwrap(), &options),
+        ),
+        ("protobuf", table_schema_from_protobuf(&order, &options)),
+        ("json schema", table_schema_from_json(&json, &options)),
+    ]
+}
+
+/// A table derived under the transforms (`create_table`, `schema_update`) has the columns the
+/// transformed rows fill, so each format's plan compiles against it under `unknown_fields:
+/// error` and writes the golden row.
+#[test]
+fn a_table_derived_under_the_transforms_holds_the_transformed_rows() {
+    let t = every_transform();
+    for (format, table) in derived(&t) {
+        let table = table.unwrap_or_else(|e| panic!("{format}: {e}"));
+        // JSON Schema's properties derive in name order; the others in the schema's.
+        let mut columns: Vec<(&str, &str)> = (table.fields.iter())
+            .map(|c| (c.name.as_str(), c.field_type.as_str()))
+            .collect();
+        columns.sort();
+        assert_eq!(
+            columns,
+            [
+                ("card", "STRING"),
+                ("customer", "RECORD"),
+                ("id", "INTEGER"),
+                ("kafka_topic", "STRING"),
+                ("mail", "STRING"),
+                ("seq", "INTEGER"),
+                ("source", "STRING"),
+                ("ssn", "STRING"),
+                ("trace", "STRING"),
+            ],
+            "{format}"
+        );
+        let column = |name: &str| table.fields.iter().find(|c| c.name == name).unwrap();
+        let customer: Vec<&str> = (column("customer").fields.iter())
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(customer, ["alias"], "{format}");
+        // Masked to NULL: its column stays, and takes NULL.
+        assert_eq!(column("ssn").mode(), Mode::Nullable, "{format}");
+        let options = options(t.clone(), UnknownFields::Error);
+        let (plan, body) = match format {
+            "avro" => (
+                Plan::compile(&AvroSchema::parse(AVRO).unwrap(), &table, &options),
+                avro_body(),
+            ),
+            "protobuf" => {
+                let schema = ProtoSchema::compile(PROTO, &[]).unwrap();
+                let message = schema.pool().get_message_by_name("t.Order").unwrap();
+                (
+                    Plan::compile_protobuf(&message, &table, &options),
+                    proto_body(),
+                )
+            }
+            _ => {
+                let schema = Arc::new(JsonSchema::parse(&json_schema().to_string(), &[]).unwrap());
+                (
+                    Plan::compile_json(Some(&schema), false, &table, &options),
+                    RECORD.as_bytes().to_vec(),
+                )
+            }
+        };
+        let plan = plan.unwrap_or_else(|e| panic!("{format}: {e}"));
+        assert_eq!(run(&plan, &body, &headers()).unwrap(), golden(), "{format}");
+    }
+}
+
+#[test]
+fn a_transform_that_meets_no_field_or_a_taken_column_refuses_the_derived_table() {
+    let cases = [
+        (
+            json!([{"drop": {"field": "customer.phone"}}]),
+            "field drop customer.phone: the writer schema has no field customer.phone",
+        ),
+        (
+            json!([{"rename": {"field": "email.x", "to": "y"}}]),
+            "field rename email.x to y: email derives a STRING column, not a record: its fields have no columns of their own",
+        ),
+        (
+            json!([{"rename": {"field": "email", "to": "SSN"}}]),
+            "field rename email to SSN: the record already has a field ssn, which fills that column",
+        ),
+        (
+            json!([{"set": {"column": "card", "value": 1}}]),
+            "field set card: the writer schema has a field card too, which fills that column: drop or rename the field",
+        ),
+        (
+            json!([{"drop": {"field": "customer.name"}}, {"drop": {"field": "customer.secret"}}]),
+            "field drop customer.secret: it is its record's last field: a RECORD column needs one (drop the record)",
+        ),
+    ];
+    for (t, want) in cases {
+        for (format, table) in derived(&list(t)) {
+            let e = table.expect_err(format).to_string();
+            assert_eq!(e, want, "{format}");
+        }
+    }
 }

@@ -1,0 +1,140 @@
+//! The transforms applied to a derived table schema (`create_table`, `schema_update`): the
+//! table gets the columns the transformed rows fill, so the plan compiled against it maps every
+//! transform. A dropped field has no column; a renamed field's column has the new name; a field
+//! masked to NULL keeps its column, NULLABLE; a masked value's and a set column's type is the
+//! value's (text STRING, integer INT64, number FLOAT64, true/false BOOL; a header's by its
+//! encoding), NULLABLE; a column `set … from:` a Kafka coordinate is the matching metadata
+//! column's. A transform that meets no field, or a column that meets another, is refused here
+//! with the field path, as the plan compiler would refuse it.
+
+use super::{HeaderEncoding, Literal, Transform};
+use crate::compile::column_type;
+use crate::error::DeriveError;
+use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
+
+/// Applies `list` to the data columns `fields` derived from a writer schema (before the
+/// metadata columns are appended).
+pub(crate) fn apply(
+    fields: &mut Vec<TableFieldSchema>,
+    list: &[Transform],
+) -> Result<(), DeriveError> {
+    for t in list {
+        let refuse = |reason: String| DeriveError::Unsupported {
+            field: t.describe(),
+            reason,
+        };
+        match t {
+            Transform::Drop(d) => {
+                let (parent, name) = record_of(fields, &d.field).map_err(refuse)?;
+                let i = position(parent, name).ok_or_else(|| refuse(missing(&d.field)))?;
+                parent.remove(i);
+                if parent.is_empty() {
+                    return Err(refuse(
+                        "it is its record's last field: a RECORD column needs one (drop the record)".into(),
+                    ));
+                }
+            }
+            Transform::Rename(r) => {
+                let (parent, name) = record_of(fields, &r.field).map_err(refuse)?;
+                let i = position(parent, name).ok_or_else(|| refuse(missing(&r.field)))?;
+                if let Some(j) = position(parent, &r.to).filter(|j| *j != i) {
+                    return Err(refuse(format!(
+                        "the record already has a field {}, which fills that column",
+                        parent[j].name
+                    )));
+                }
+                parent[i].name = r.to.clone();
+            }
+            Transform::Mask(m) => {
+                let (parent, name) = record_of(fields, &m.field).map_err(refuse)?;
+                let i = position(parent, name).ok_or_else(|| refuse(missing(&m.field)))?;
+                match &m.value {
+                    None if parent[i].mode() == Mode::Required => {
+                        parent[i].mode = Some(Mode::Nullable)
+                    }
+                    None => {}
+                    Some(v) => {
+                        let name = parent[i].name.clone();
+                        parent[i] = TableFieldSchema::new(name, literal_type(v), Mode::Nullable);
+                    }
+                }
+            }
+            Transform::Set(s) => {
+                let ty = match (&s.value, s.encoding) {
+                    (Some(v), _) => literal_type(v),
+                    (None, Some(e)) => header_type(e),
+                    // `from`: a metadata column, appended with the others.
+                    (None, None) => continue,
+                };
+                if let Some(existing) = fields
+                    .iter()
+                    .find(|f| f.name.eq_ignore_ascii_case(&s.column))
+                {
+                    return Err(refuse(format!(
+                        "the writer schema has a field {} too, which fills that column: drop or rename the field",
+                        existing.name
+                    )));
+                }
+                fields.push(TableFieldSchema::new(s.column.clone(), ty, Mode::Nullable));
+            }
+            Transform::Filter(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The fields of the record holding `path`'s last name, and that name.
+fn record_of<'f, 'p>(
+    fields: &'f mut Vec<TableFieldSchema>,
+    path: &'p str,
+) -> Result<(&'f mut Vec<TableFieldSchema>, &'p str), String> {
+    let mut names = path.split('.');
+    let mut last = names.next().unwrap_or(path);
+    let mut record = fields;
+    let mut walked = String::new();
+    for next in names {
+        if !walked.is_empty() {
+            walked.push('.');
+        }
+        walked.push_str(last);
+        let i = position(record, last).ok_or_else(|| missing(&walked))?;
+        let col = &mut record[i];
+        if col.field_type != FieldType::Record {
+            return Err(format!(
+                "{walked} derives a {} column, not a record: its fields have no columns of their own",
+                column_type(col)
+            ));
+        }
+        record = &mut col.fields;
+        last = next;
+    }
+    Ok((record, last))
+}
+
+fn position(fields: &[TableFieldSchema], name: &str) -> Option<usize> {
+    fields
+        .iter()
+        .position(|f| f.name.eq_ignore_ascii_case(name))
+}
+
+fn missing(path: &str) -> String {
+    format!("the writer schema has no field {path}")
+}
+
+/// A static value's column type: the YAML scalar's own.
+fn literal_type(v: &Literal) -> FieldType {
+    match v {
+        Literal::Bool(_) => FieldType::Bool,
+        Literal::Int(_) => FieldType::Int64,
+        Literal::Float(_) => FieldType::Float64,
+        Literal::Text(_) => FieldType::String,
+    }
+}
+
+fn header_type(e: HeaderEncoding) -> FieldType {
+    match e {
+        HeaderEncoding::String => FieldType::String,
+        HeaderEncoding::Bytes => FieldType::Bytes,
+        HeaderEncoding::Int64Be | HeaderEncoding::Int32Be => FieldType::Int64,
+    }
+}
