@@ -2,11 +2,14 @@
 //! keeps them out of the environment, which `/proc`, crash reports and child processes can see.
 //! Read once by `Config::load`, before validation; each file's value replaces its field, so the
 //! rest of the sink sees one source. Errors name the field and the file, never the contents.
+//! The keys of `mask … hash` transforms are read here too, from a file or an environment
+//! variable, so that the transcoder never does I/O.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{Config, ConfigError, Properties, Secret, validate::quoted_key};
+use kbq_transcode::transforms::{KeySource, MaskField, Transform};
 
 impl Config {
     /// Reads every secret file into its field; every problem is reported at once.
@@ -39,6 +42,16 @@ impl Config {
                 std::mem::take(&mut dl.property_files),
                 &mut errors,
             );
+        }
+        read_hash_keys(
+            "bigquery.transforms",
+            &mut self.bigquery.transforms,
+            &mut errors,
+        );
+        for (i, r) in self.routes.iter_mut().enumerate() {
+            if let Some(list) = &mut r.transforms {
+                read_hash_keys(&format!("routes[{i}].transforms"), list, &mut errors);
+            }
         }
         match errors.is_empty() {
             true => Ok(()),
@@ -88,6 +101,38 @@ fn read_properties(
                 properties.insert(key, text);
             }
             Err(message) => errors.push(ConfigError::at(path, message)),
+        }
+    }
+}
+
+/// Reads the key of each `mask … hash` of `list` (at `path`) from its file or variable.
+fn read_hash_keys(path: &str, list: &mut [Transform], errors: &mut Vec<ConfigError>) {
+    for (i, t) in list.iter_mut().enumerate() {
+        let Transform::Mask(MaskField { key: Some(key), .. }) = t else {
+            continue;
+        };
+        let at = format!("{path}[{i}].key");
+        let bytes = match &key.source {
+            KeySource::File(file) => std::fs::read(file)
+                .map(|mut b| {
+                    // As `read`: one trailing newline is the editor's, not the key's.
+                    if b.ends_with(b"\n") {
+                        b.pop();
+                        if b.ends_with(b"\r") {
+                            b.pop();
+                        }
+                    }
+                    b
+                })
+                .map_err(|e| format!("cannot read {}: {e}", file.display())),
+            KeySource::Env(name) => std::env::var_os(name)
+                .map(|v| v.into_encoded_bytes())
+                .ok_or_else(|| format!("the environment variable {name} is not set")),
+        };
+        match bytes {
+            Ok(b) if b.is_empty() => errors.push(ConfigError::at(at, "the key is empty")),
+            Ok(b) => key.set(b),
+            Err(message) => errors.push(ConfigError::at(at, message)),
         }
     }
 }

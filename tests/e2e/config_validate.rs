@@ -1578,6 +1578,74 @@ fn a_bad_transform_is_refused_with_the_path_of_its_key() {
 }
 
 #[test]
+fn a_hash_keys_file_or_variable_is_read_at_load_and_a_missing_one_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let schema = write(
+        "s.avsc",
+        r#"{"type":"record","name":"r","fields":[{"name":"email","type":"string"}]}"#,
+    );
+    let key = write("hash-key", "pepper-4711\n");
+    let yaml = |source: &str| {
+        in_bigquery(&format!(
+            "  transforms:\n    - mask: {{field: email, hash: hmac_sha256, key: {source}, encoding: hex}}\n"
+        ))
+        .replace("s.avsc", &schema)
+    };
+    let load = |text: String| Config::load(Path::new(&write("config.yaml", &text)));
+    let c = load(yaml(&format!("{{file: {key}}}"))).expect("loads");
+    assert!(
+        !format!("{c:?}").contains("4711"),
+        "the key is never printed"
+    );
+    // A variable every test process has: its value is the key.
+    load(yaml("{env: PATH}")).expect("loads");
+    for (source, expected) in [
+        (
+            "{file: /nonexistent/hash-key}".to_string(),
+            "bigquery.transforms[0].key: cannot read /nonexistent/hash-key",
+        ),
+        (
+            "{env: KBQ_TEST_UNSET_HASH_KEY}".to_string(),
+            "bigquery.transforms[0].key: the environment variable KBQ_TEST_UNSET_HASH_KEY is not set",
+        ),
+        (
+            format!("{{file: {}}}", write("empty-key", "\n")),
+            "bigquery.transforms[0].key: the key is empty",
+        ),
+    ] {
+        let errs = load(yaml(&source)).expect_err("refused").errors();
+        assert!(errs.iter().any(|e| e.starts_with(expected)), "{errs:#?}");
+    }
+    // Without its key, its encoding, or with a value too: refused by `validate` with the path.
+    for (mask, expected) in [
+        (
+            "{field: email, hash: hmac_sha256, encoding: hex}",
+            "bigquery.transforms[0].key: a keyed hash needs its key",
+        ),
+        (
+            "{field: email, hash: hmac_sha256, key: {env: K}}",
+            "bigquery.transforms[0].encoding: say how the digest is written",
+        ),
+        (
+            "{field: email, hash: hmac_sha256, key: {env: K}, encoding: hex, value: x}",
+            "bigquery.transforms[0].value: a mask writes `value` or `hash`, not both",
+        ),
+        (
+            "{field: email, encoding: hex}",
+            "bigquery.transforms[0].encoding: only with `hash`",
+        ),
+    ] {
+        let lines = format!("  transforms:\n    - mask: {mask}\n");
+        assert_one_error(&in_bigquery(&lines), HashMap::new(), expected);
+    }
+}
+
+#[test]
 fn a_route_that_inherits_row_transforms_into_cdc_is_refused() {
     let yaml = in_bigquery("  transforms:\n    - drop: {field: a}\n").replace(
         "dead_letter:",

@@ -4,7 +4,8 @@
 //! middle, every other record is one row, exactly once, holding what the transforms say; the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
-//! schema, follow the transforms.
+//! schema, follow the transforms. A second route masks a field with a keyed hash, its key read
+//! from a file, through a SIGKILL too.
 
 use crate::support;
 
@@ -319,4 +320,89 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
     assert!(daemon.terminate().success());
     assert_eq!(f.dead_letter_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_masked_with_a_keyed_hash_holds_its_digest_exactly_once() {
+    use hmac::{KeyInit, Mac};
+    let f = Fixture::new(PARTITIONS).await;
+    let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
+    f.create_table_with_metadata(vec![
+        TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+        column("customer", FieldType::String),
+        column("amount", FieldType::Numeric),
+        column("created", FieldType::Timestamp),
+        column("note", FieldType::String),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("hash-key");
+    // A trailing newline, as editors and `kubectl create secret --from-file` leave it, is not
+    // part of the key.
+    std::fs::write(&key_file, "pepper-4711\n").expect("key file");
+    let tweaks = Tweaks {
+        create_table: Some(false),
+        routes: vec![
+            format!("  - topics: [\"{}\"]", f.topic),
+            "    transforms:".into(),
+            format!(
+                "      - mask: {{field: customer, hash: hmac_sha256, key: {{file: {}}}, encoding: hex}}",
+                key_file.display()
+            ),
+        ],
+        ..Tweaks::default()
+    };
+    let group = unique_name("hash");
+    let config = f.config_with(&group, &tweaks);
+    let (kept, ids) = produce_plain(&f, 0..300);
+    let mut daemon = Daemon::start(&config);
+    let seen = f.wait_visible(1, Duration::from_secs(60));
+    assert!(!seen.is_empty(), "rows before the crash");
+    daemon.kill();
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let rows = rows(&f);
+    assert_eq!(rows.len(), kept.len());
+    for (position, columns) in &rows {
+        let id = ids[position];
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"pepper-4711").expect("key");
+        mac.update(format!("customer-{}", id % 97).as_bytes());
+        let digest: String = (mac.finalize().into_bytes().iter())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            columns["customer"],
+            serde_json::Value::String(digest),
+            "{id}"
+        );
+        assert!(!columns["amount"].is_null());
+    }
+    assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
+    assert!(daemon.terminate().success());
+    assert_eq!(f.dead_letter_count(), 0);
+}
+
+/// Produces orders `ids` round-robin over the partitions, without headers: their positions
+/// and each position's id.
+fn produce_plain(
+    f: &Fixture,
+    ids: std::ops::Range<i64>,
+) -> (Vec<Position>, BTreeMap<Position, i64>) {
+    let producer: FutureProducer = producer_config(&f.bootstrap).create().expect("producer");
+    let (mut kept, mut by_position) = (Vec::new(), BTreeMap::new());
+    for id in ids {
+        let partition = (id % PARTITIONS as i64) as i32;
+        let value = encode(&f.schema, id);
+        let key = id.to_string();
+        let record = FutureRecord::to(&f.topic)
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&value);
+        let delivery = futures::executor::block_on(producer.send(record, Duration::from_secs(60)))
+            .expect("record acknowledged");
+        let position = (partition as i64, delivery.offset);
+        kept.push(position);
+        by_position.insert(position, id);
+    }
+    f.source.expect(kept.iter().copied());
+    (kept, by_position)
 }

@@ -16,10 +16,10 @@ use super::error::PlanError;
 use super::flat::FlatPlan;
 use super::metadata_columns::{MetadataColumns, metadata_ops};
 use super::named;
-use super::ops::{Conv, JsonOp, OnNull, Op, RecordOp, Skip};
+use super::ops::{AvroRead, Conv, JsonOp, OnNull, Op, RecordOp, Skip, ValueConv};
 use super::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use super::schema::{AvroSchema, Kind, Logical, NodeId, Record, kind_name};
-use super::transforms::{FieldRules, Target, Transform};
+use super::transforms::{FieldRules, Source, Target, Transform, ValueOp};
 use super::{Body, Plan};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -202,7 +202,11 @@ impl Compiler<'_> {
             }
             let path: Arc<str> = format!("{prefix}{}", column.name).into();
             let number = protos.len() as i32 + 1;
-            match self.value(field.schema, column, &path, number, false)? {
+            let written = match self.rules.conversion(prefix, &field.name) {
+                Some(t) => self.converted(field.schema, t, column, &path, number)?,
+                None => self.value(field.schema, column, &path, number, false)?,
+            };
+            match written {
                 Some((op, ty)) => {
                     let label = if column.mode() == Mode::Repeated {
                         Label::Repeated
@@ -319,6 +323,50 @@ impl Compiler<'_> {
                 Ok(Some(scalar_op(conv, path, number)))
             }
         }
+    }
+
+    /// A value a transform rewrites (`transforms/values.rs`): a scalar, or a union of scalars
+    /// and null; `None` when the value can only be null.
+    fn converted(
+        &mut self,
+        id: NodeId,
+        t: &Transform,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        number: i32,
+    ) -> Result<Option<(Op, ProtoType)>, PlanError> {
+        self.budget.node()?;
+        let node = self.schema.node(id);
+        let (read, source) = match (&node.kind, node.logical) {
+            (Kind::Null, _) => return Ok(None),
+            (Kind::Union(branches), _) => {
+                let mut ops = Vec::with_capacity(branches.len());
+                let mut ty = None;
+                for &b in branches {
+                    match self.converted(b, t, column, path, number)? {
+                        None => ops.push(Op::Null(self.on_null(column, path, false))),
+                        Some((op, proto)) => {
+                            ty = Some(proto);
+                            ops.push(op);
+                        }
+                    }
+                }
+                return Ok(ty.map(|ty| (Op::Union(ops.into_boxed_slice()), ty)));
+            }
+            (Kind::String, _) => (AvroRead::Str, Source::Str),
+            (Kind::Bytes, Logical::None) => (AvroRead::Bytes, Source::Bytes),
+            (Kind::Fixed { size, .. }, Logical::None) => (AvroRead::Fixed(*size), Source::Bytes),
+            (Kind::Bytes | Kind::Fixed { .. }, _) => {
+                (AvroRead::Bytes, Source::Other("bytes of a logical type"))
+            }
+            (kind, _) => (AvroRead::Bytes, Source::Other(kind_name(kind))),
+        };
+        let op = ValueOp::compile(t, source, column)?;
+        Ok(Some(scalar_op(
+            Conv::Value(Box::new(ValueConv { read, op })),
+            path,
+            number,
+        )))
     }
 
     /// One field of a record written as the column's value, the record's other fields read and
@@ -756,6 +804,10 @@ fn proto_of(conv: &Conv) -> (u32, Type) {
         | Conv::IntToNumeric(_)
         | Conv::LongToNumeric(_) => (WIRE_LEN, Type::Bytes),
         Conv::Named(named) => named.proto(),
+        Conv::Value(v) => {
+            let (ty, wire) = v.op.proto_type();
+            (wire, ty)
+        }
     }
 }
 

@@ -12,9 +12,10 @@ use super::convert::{
     time_packed, timestamp_micros,
 };
 use super::error::RecordError;
-use super::ops::{Conv, HeadersColumn, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
+use super::ops::{AvroRead, Conv, HeadersColumn, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
 use super::proto::{Tag, close_len, open_len, put_len_delimited, put_varint};
 use super::reader::AvroReader;
+use super::transforms::Scalar;
 
 /// Kafka metadata of one record, for the optional metadata columns.
 #[derive(Debug, Clone, Copy, Default)]
@@ -299,6 +300,14 @@ fn scalar_cold(
             put_i64(out, tag, checked(time_packed(v))?);
         }
         Conv::Named(named) => super::named::run(named, tag, column, r, out)?,
+        Conv::Value(v) => {
+            let value = match v.read {
+                AvroRead::Str => Scalar::Str(r.string()?),
+                AvroRead::Bytes => Scalar::Bytes(r.bytes()?),
+                AvroRead::Fixed(n) => Scalar::Bytes(r.fixed(n, "a fixed")?),
+            };
+            v.op.write(value, tag, column, out)?;
+        }
     }
     Ok(())
 }

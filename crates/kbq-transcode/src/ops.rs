@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::convert::DecimalTarget;
 use super::named::NamedConv;
 use super::proto::Tag;
+use super::transforms::ValueOp;
 
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -94,6 +95,23 @@ pub enum Conv {
     TimeMicros,
     /// A conversion only a Connect or Debezium named type needs (`named.rs`).
     Named(NamedConv),
+    /// A value transform of the route (`transforms/values.rs`): the value read as `read`
+    /// says, then rewritten.
+    Value(Box<ValueConv>),
+}
+
+#[derive(Debug, Clone)]
+pub struct ValueConv {
+    pub read: AvroRead,
+    pub op: Arc<ValueOp>,
+}
+
+/// How a value transform's Avro value is read.
+#[derive(Debug, Clone, Copy)]
+pub enum AvroRead {
+    Str,
+    Bytes,
+    Fixed(usize),
 }
 
 /// Skipping an Avro value still validates its structure, so a skipped field cannot hide a

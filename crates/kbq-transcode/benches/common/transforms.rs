@@ -1,6 +1,8 @@
 //! The benchmarks' Avro order (`common/mod.rs`) through its plan without transforms (`plain`)
 //! or with a rename (`user_agent` → `agent`), a drop (`channel`), a mask with a fixed value
-//! (`coupon`) and a column set from a header (`trace`, read as `string`), `transforms`: the cost
+//! (`coupon`) and a column set from a header (`trace`, read as `string`), `transforms`; or with
+//! `customer_email` masked by its HMAC-SHA256 in hex, `hash`, which the issue measures on its
+//! own: the cost
 //! docs/mapping.md ("Transforms") bounds, measured by `benches/transcode.rs` (group
 //! `avro_transforms`) and, in instructions, by `examples/transforms_cost.rs` (BENCHMARKS.md,
 //! "Transforms").
@@ -33,7 +35,21 @@ pub fn plan(mode: &str) -> Plan {
             )
             .unwrap()
         }
-        other => panic!("unknown mode {other}: plain or transforms"),
+        "hash" => {
+            let mut t: Vec<Transform> = serde_json::from_str(
+                r#"[{"mask": {"field": "customer_email", "hash": "hmac_sha256",
+                              "key": {"env": "KEY"}, "encoding": "hex"}}]"#,
+            )
+            .unwrap();
+            if let Transform::Mask(m) = &mut t[0] {
+                m.key
+                    .as_mut()
+                    .unwrap()
+                    .set(b"a 32-byte key for the benchmark!".to_vec());
+            }
+            t
+        }
+        other => panic!("unknown mode {other}: plain, transforms or hash"),
     };
     let options = PlanOptions {
         transforms,

@@ -21,7 +21,7 @@ use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
-use crate::transforms::FieldRules;
+use crate::transforms::{FieldRules, Source, Transform, ValueOp};
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -204,7 +204,8 @@ impl<'a> Compiler<'a> {
                 _ => None,
             };
             let number = protos.len() as i32 + 1;
-            let (mut field, proto) = self.field(column, property, path, number)?;
+            let conversion = self.rules.conversion(prefix, &key);
+            let (mut field, proto) = self.field(column, property, path, number, conversion)?;
             field.key = key;
             fields.push(field);
             protos.extend(proto);
@@ -250,6 +251,7 @@ impl<'a> Compiler<'a> {
         property: Option<Shape<'a>>,
         path: Arc<str>,
         number: i32,
+        conversion: Option<&Transform>,
     ) -> Result<(FieldOp, Option<FieldDescriptorProto>), PlanError> {
         if matches!(column.field_type, FieldType::Other(_)) {
             let skip = FieldOp {
@@ -280,7 +282,20 @@ impl<'a> Compiler<'a> {
             }
             (p, _) => p.clone(),
         };
-        let (conv, ty) = self.column(column, element.as_ref(), &path, number)?;
+        let (conv, ty) = match conversion {
+            Some(t) => {
+                // Without a schema, or a type, a value that is not a string is the record's
+                // error when it comes.
+                let source = match property.as_ref().and_then(|p| p.kind) {
+                    None | Some(Kind::String) => Source::Str,
+                    Some(k) => Source::Other(k.name()),
+                };
+                let op = ValueOp::compile(t, source, column)?;
+                let ty = op.proto_type().0;
+                (Conv::Value(op), ProtoType::scalar(ty))
+            }
+            None => self.column(column, element.as_ref(), &path, number)?,
+        };
         let wire = match ty.ty {
             Type::Double => WIRE_FIXED64,
             Type::String | Type::Bytes | Type::Message => WIRE_LEN,

@@ -22,6 +22,7 @@ use crate::RecordError;
 use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
 use crate::exec::{put_decimal, put_f64, put_i64, value_error};
 use crate::proto::{Tag, close_len, open_len, put_len_delimited};
+use crate::transforms::Scalar;
 
 /// Base64 of Kafka Connect's bytes (a Decimal, a geometry's WKB): padded by `JsonConverter`, taken
 /// without padding too.
@@ -227,6 +228,7 @@ fn column_type(conv: &Conv) -> &'static str {
         Conv::Time => "TIME",
         Conv::DateTime => "DATETIME",
         Conv::Record(_) => "RECORD",
+        Conv::Value(_) => "hashed text",
         Conv::Named(n) => match n {
             Named::Timestamp(_) | Named::ZonedTimestamp => "TIMESTAMP",
             Named::DateTime(_) | Named::UtcDateTime => "DATETIME",
@@ -389,6 +391,10 @@ fn value(
         }
         (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
         (Conv::Named(n), _) => named_exec::write(*n, f, token, sc, depth, out)?,
+        (Conv::Value(op), Token::String) => {
+            let s = sc.string()?;
+            op.write(Scalar::Str(&s), tag, column, out)?;
+        }
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())

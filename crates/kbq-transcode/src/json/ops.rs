@@ -9,6 +9,7 @@ use super::keys::KeyTable;
 use crate::connect_types::TimeUnit;
 use crate::convert::DecimalTarget;
 use crate::proto::Tag;
+use crate::transforms::ValueOp;
 
 #[derive(Debug, Clone)]
 pub struct ObjectOp {
@@ -84,6 +85,8 @@ pub enum Conv {
     DateTime,
     /// RECORD ← an object.
     Record(Box<ObjectOp>),
+    /// A value transform of the route (`transforms/values.rs`) of a string.
+    Value(Arc<ValueOp>),
     /// A value a Kafka Connect or Debezium name types (`crate::connect_types`), where the name,
     /// not the JSON shape, decides what is written (`named.rs`).
     Named(Named),

@@ -293,6 +293,10 @@ fn value(
         }
         (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
         (Conv::Named(n), _) => named_exec::write(*n, f, token, sc, depth, out)?,
+        (Conv::Value(op), Token::String) => {
+            let s = sc.string()?;
+            op.write(crate::transforms::Scalar::Str(&s), tag, column, out)?;
+        }
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())

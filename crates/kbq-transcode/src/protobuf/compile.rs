@@ -18,7 +18,7 @@ use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
-use crate::transforms::{FieldRules, Target};
+use crate::transforms::{FieldRules, Source, Target, Transform, ValueOp};
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -160,7 +160,10 @@ impl Compiler<'_> {
             claim(&mut matched, lower, column, prefix)?;
             let path: Arc<str> = format!("{prefix}{}", column.name).into();
             let number = protos.len() as i32 + 1;
-            let (kind, ty) = self.field(&fd, column, &path, number)?;
+            let (kind, ty) = match self.rules.conversion(prefix, fd.name()) {
+                Some(t) => converted(&fd, t, column, number)?,
+                None => self.field(&fd, column, &path, number)?,
+            };
             let label = if column.mode() == Mode::Repeated {
                 Label::Repeated
             } else {
@@ -303,6 +306,38 @@ impl Compiler<'_> {
             ProtoType::scalar(ty),
         ))
     }
+}
+
+/// A field a transform rewrites (`transforms/values.rs`): a singular string or bytes field.
+fn converted(
+    fd: &FieldDescriptor,
+    t: &Transform,
+    column: &TableFieldSchema,
+    number: i32,
+) -> Result<(FieldKind, ProtoType), PlanError> {
+    let kind = fd.kind();
+    let src = src_of(&kind);
+    let source = match src {
+        _ if fd.is_list() || fd.is_map() => Source::Other("a repeated field"),
+        Some(Src::String) => Source::Str,
+        Some(Src::Bytes) => Source::Bytes,
+        Some(_) => Source::Other("a number, bool or enum"),
+        None => Source::Other("a message"),
+    };
+    let op = ValueOp::compile(t, source, column)?;
+    let (ty, wire) = op.proto_type();
+    Ok((
+        FieldKind::Scalar {
+            src: src.expect("a string or bytes field"),
+            conv: Conv::Value {
+                op,
+                text: source == Source::Str,
+            },
+            tag: Tag::new(number as u32, wire),
+            repeated: false,
+        },
+        ProtoType::scalar(ty),
+    ))
 }
 
 fn lookup(mut numbers: Vec<(u32, u16)>) -> Lookup {
@@ -469,6 +504,10 @@ fn proto_of(conv: &Conv) -> (u32, Type) {
         }
         Conv::StrAsBytes | Conv::Bytes | Conv::IntToNumeric(_) | Conv::UIntToNumeric(_) => {
             (WIRE_LEN, Type::Bytes)
+        }
+        Conv::Value { op, .. } => {
+            let (ty, wire) = op.proto_type();
+            (wire, ty)
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::convert::DecimalTarget;
 use crate::proto::Tag;
+use crate::transforms::ValueOp;
 
 #[derive(Debug, Clone)]
 pub struct MessageOp {
@@ -265,6 +266,12 @@ pub enum Conv {
     Bytes,
     /// Bytes into a STRING column, UTF-8 checked.
     BytesAsStr,
+    /// A value transform of the route (`transforms/values.rs`) of a string (UTF-8 checked
+    /// first) or bytes field.
+    Value {
+        op: Arc<ValueOp>,
+        text: bool,
+    },
 }
 
 /// Well-known message types that become scalars.

@@ -9,6 +9,7 @@ use crate::RecordError;
 use crate::convert::Wide;
 use crate::exec::{check_json, put_decimal, put_f64, put_i64, value_error};
 use crate::proto::{Tag, put_len_delimited};
+use crate::transforms::Scalar;
 
 use super::ops::Conv;
 use super::reader::Val;
@@ -110,6 +111,13 @@ fn write_scalar_cold(
             let s = utf8(bytes(v), column)?;
             check_json(s).map_err(|e| value_error(column, e))?;
             put_len_delimited(out, tag, s);
+        }
+        (Conv::Value { op, text }, v) => {
+            let value = match text {
+                true => Scalar::Str(utf8(bytes(v), column)?),
+                false => Scalar::Bytes(bytes(v)),
+            };
+            op.write(value, tag, column, out)?;
         }
         _ => unreachable!("handled by write_scalar"),
     }

@@ -1,5 +1,5 @@
 //! Drop, rename and mask as the plan compilers see them: which column a field of a record
-//! fills, or none. Each compiler asks once per field of each record it compiles, so the plan
+//! fills, or none, and which value transform (`values.rs`) rewrites it on the way. Each compiler asks once per field of each record it compiles, so the plan
 //! holds the answer and a record pays nothing; a transform no compiled field asked for refuses
 //! the plan, since it would not apply (a field the writer schema lacks, or one inside a record
 //! written whole into a JSON column, whose value would reach the table unmasked).
@@ -80,6 +80,7 @@ impl<'a> FieldRules<'a> {
                 self.used[i].set(true);
                 match &self.list[i] {
                     Transform::Rename(r) => Target::Column(&r.to),
+                    t if t.converts() => Target::Column(name),
                     _ => Target::Dropped,
                 }
             }
@@ -98,6 +99,16 @@ impl<'a> FieldRules<'a> {
             });
         }
         Ok(target)
+    }
+
+    /// The transform that rewrites the value of field `name` of the record at `prefix` into its
+    /// column, if one does (asked after [`FieldRules::target`], or by a column-driven compiler
+    /// with the column's source key).
+    pub(crate) fn conversion(&self, prefix: &str, name: &str) -> Option<&'a Transform> {
+        let list = self.list;
+        self.rule(prefix, name)
+            .map(|i| &list[i])
+            .filter(|t| t.converts())
     }
 
     /// Refuses a rename onto a field the record keeps: two fields would fill one column.
@@ -153,8 +164,8 @@ impl<'a> FieldRules<'a> {
             return Some(key);
         }
         match self.rule(prefix, column) {
-            Some(_) => None,
-            None => Some(column),
+            Some(i) if !self.list[i].converts() => None,
+            _ => Some(column),
         }
     }
 
@@ -169,7 +180,7 @@ impl<'a> FieldRules<'a> {
                 if exists(last(field)) {
                     self.used[i].set(true);
                 }
-                (!matches!(t, Transform::Rename(_))).then(|| last(field))
+                (!matches!(t, Transform::Rename(_)) && !t.converts()).then(|| last(field))
             })
             .collect()
     }

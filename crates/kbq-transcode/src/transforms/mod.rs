@@ -10,6 +10,7 @@ mod columns;
 mod derive;
 mod fields;
 mod filter;
+mod values;
 
 use serde::Deserialize;
 
@@ -17,6 +18,7 @@ pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
 pub(crate) use derive::apply as apply_to_derived;
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
+pub(crate) use values::{Scalar, Source, ValueOp};
 
 use crate::metadata_columns::MetadataColumns;
 
@@ -55,14 +57,94 @@ pub struct RenameField {
     pub to: String,
 }
 
-/// `mask`: the field's value never reaches the table. Without `value` its column is NULL;
-/// with one, the column holds `value` in every row (top-level fields only).
+/// `mask`: the field's value never reaches the table. Without `value` or `hash` its column is
+/// NULL; with `value`, the column holds `value` in every row (top-level fields only); with
+/// `hash`, the column holds the keyed hash of the value, written as `encoding` says.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MaskField {
     pub field: String,
     #[serde(default)]
     pub value: Option<Literal>,
+    /// A keyed hash of the value instead of the value: equal values stay equal (joins and
+    /// counts still work), and without the key nobody can test a guess against the column.
+    #[serde(default)]
+    pub hash: Option<HashAlgorithm>,
+    /// With `hash`: where the key is read, `{file: path}` or `{env: NAME}`; never the key itself.
+    #[serde(default)]
+    pub key: Option<HashKey>,
+    /// With `hash`: how the digest is written (`hex` or `base64` into STRING, `bytes` into
+    /// BYTES).
+    #[serde(default)]
+    pub encoding: Option<HashEncoding>,
+}
+
+/// The keyed hashes `mask` can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashAlgorithm {
+    /// HMAC (RFC 2104) with SHA-256: a 32-byte digest.
+    HmacSha256,
+}
+
+/// How a digest is written into its column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashEncoding {
+    /// Lowercase hexadecimal text (64 characters for HMAC-SHA256), into STRING.
+    Hex,
+    /// Standard base64 with padding (44 characters), into STRING.
+    Base64,
+    /// The digest's bytes, into BYTES.
+    Bytes,
+}
+
+/// Where a hash key is read from, as the YAML says it; the config reads it once, when it is
+/// loaded (`HashKey::set`), so the transcoder never does I/O.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeySource {
+    /// A file's bytes, without one trailing newline (as the sink's other secret files).
+    File(std::path::PathBuf),
+    /// The value of this environment variable.
+    Env(String),
+}
+
+/// A hash key: where it comes from, and once read, its bytes (never printed).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "KeySource")]
+pub struct HashKey {
+    pub source: KeySource,
+    bytes: Option<std::sync::Arc<[u8]>>,
+}
+
+impl From<KeySource> for HashKey {
+    fn from(source: KeySource) -> HashKey {
+        HashKey {
+            source,
+            bytes: None,
+        }
+    }
+}
+
+impl HashKey {
+    /// The key's bytes, read from its source.
+    pub fn set(&mut self, bytes: Vec<u8>) {
+        self.bytes = Some(bytes.into());
+    }
+
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        self.bytes.as_deref()
+    }
+}
+
+impl std::fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HashKey")
+            .field("source", &self.source)
+            .field("read", &self.bytes.is_some())
+            .finish()
+    }
 }
 
 /// `set`: a top-level column filled from exactly one of `value`, `header` (with its
@@ -180,10 +262,17 @@ impl Transform {
         match self {
             Transform::Drop(d) => format!("drop {}", d.field),
             Transform::Rename(r) => format!("rename {} to {}", r.field, r.to),
+            Transform::Mask(m) if m.hash.is_some() => format!("mask {} with a hash", m.field),
             Transform::Mask(m) => format!("mask {}", m.field),
             Transform::Set(s) => format!("set {}", s.column),
             Transform::Filter(_) => "filter".into(),
         }
+    }
+
+    /// Whether the transform rewrites its field's value into the field's own column (rather
+    /// than choosing the column or removing the value).
+    pub(crate) fn converts(&self) -> bool {
+        matches!(self, Transform::Mask(m) if m.hash.is_some())
     }
 
     /// Whether the transform changes what a row holds (everything but `filter`).
@@ -269,6 +358,11 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                         m.field
                     ),
                 );
+            }
+            Transform::Mask(m) if m.hash.is_some() || m.key.is_some() || m.encoding.is_some() => {
+                if let Err((key, message)) = check_hash(m) {
+                    return err(i, key, message);
+                }
             }
             Transform::Set(s) => {
                 if !is_name(&s.column) {
@@ -356,6 +450,34 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                 format!("transforms[{j}] sets column {} too", m.field),
             );
         }
+    }
+    Ok(())
+}
+
+/// A `mask` with a hash: its key and encoding, and no `value`; `key` and `encoding` only with
+/// `hash`. The key of the entry and why.
+fn check_hash(m: &MaskField) -> Result<(), (&'static str, String)> {
+    if m.hash.is_none() {
+        let key = if m.key.is_some() { "key" } else { "encoding" };
+        return Err((key, "only with `hash`".into()));
+    }
+    if m.value.is_some() {
+        return Err(("value", "a mask writes `value` or `hash`, not both".into()));
+    }
+    let Some(key) = &m.key else {
+        return Err((
+            "key",
+            "a keyed hash needs its key: {file: path} or {env: NAME} (never the key itself)".into(),
+        ));
+    };
+    if m.encoding.is_none() {
+        return Err((
+            "encoding",
+            "say how the digest is written: hex or base64 (into STRING), bytes (into BYTES)".into(),
+        ));
+    }
+    if key.bytes().is_some_and(<[u8]>::is_empty) {
+        return Err(("key", "the key is empty".into()));
     }
     Ok(())
 }

@@ -597,3 +597,174 @@ fn a_transform_that_meets_no_field_or_a_taken_column_refuses_the_derived_table()
         }
     }
 }
+
+/// `list` with the key of every hashing mask read as the config reads it (`Config::load`).
+fn keyed(v: Json, key: &[u8]) -> Vec<Transform> {
+    let mut t = list(v);
+    for x in &mut t {
+        if let Transform::Mask(m) = x
+            && let Some(k) = &mut m.key
+        {
+            k.set(key.to_vec());
+        }
+    }
+    t
+}
+
+/// HMAC-SHA256 with the key `Jefe` (RFC 4231's second key), computed outside the sink.
+const HMAC_123_HEX: &str = "235555e21ca6792a24f832eedf01568b1c3ea0867e0e2ff19c61ab1176967055";
+const HMAC_4111_BASE64: &str = "3704zV80dCHP8s6Xqe7qUZzNLbGK5oZSetukQfocqT8=";
+
+#[test]
+fn a_hash_mask_writes_the_keyed_digest_of_the_value_in_every_format() {
+    let t = keyed(
+        json!([
+            {"drop": {"field": "note"}},
+            {"rename": {"field": "email", "to": "mail"}},
+            {"mask": {"field": "ssn", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}},
+            {"mask": {"field": "card", "hash": "hmac_sha256", "key": {"file": "/k"}, "encoding": "base64"}},
+            {"drop": {"field": "customer.name"}},
+            {"mask": {"field": "customer.secret", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}}
+        ]),
+        b"Jefe",
+    );
+    transforms::check(&t).unwrap();
+    // HMAC-SHA256(Jefe, "s"), computed outside the sink.
+    let secret = "96284e34270990bb013d75104143ca4eefeb6edf9e259ff4d0f52da59350f66e";
+    for (format, plan, body) in formats(&t) {
+        let plan = plan.unwrap_or_else(|e| panic!("{format}: {e}"));
+        assert_eq!(
+            run(&plan, &body, &[]).unwrap(),
+            json!({"id": 7, "mail": "a@x", "ssn": HMAC_123_HEX, "card": HMAC_4111_BASE64,
+                   "customer": {"secret": secret}}),
+            "{format}"
+        );
+    }
+}
+
+#[test]
+fn a_hash_mask_writes_raw_bytes_into_a_bytes_column_and_refuses_what_does_not_fit() {
+    let bytes_table: TableSchema = serde_json::from_value(json!({"fields": [
+        {"name": "id", "type": "INT64"}, {"name": "ssn", "type": "BYTES"}]}))
+    .unwrap();
+    let mask = |field: &str, encoding: &str| {
+        keyed(
+            json!([{"mask": {"field": field, "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": encoding}}]),
+            b"Jefe",
+        )
+    };
+    let compile = |t: Vec<Transform>, table: &TableSchema| {
+        Plan::compile(
+            &AvroSchema::parse(AVRO).unwrap(),
+            table,
+            &PlanOptions {
+                transforms: t,
+                ..PlanOptions::default()
+            },
+        )
+    };
+    let plan = compile(mask("ssn", "bytes"), &bytes_table).unwrap();
+    let row = run(&plan, &avro_body(), &[]).unwrap();
+    // The test's row JSON writes bytes as hex: the 32 bytes of the digest.
+    assert_eq!(row, json!({"id": 7, "ssn": {"hex": HMAC_123_HEX}}));
+    let refused = |t, table: &TableSchema| compile(t, table).unwrap_err().to_string();
+    assert_eq!(
+        refused(mask("ssn", "hex"), &bytes_table),
+        "transform mask ssn with a hash: a digest written as hex fills a STRING column, and the column is BYTES"
+    );
+    assert_eq!(
+        refused(mask("ssn", "bytes"), &table()),
+        "transform mask ssn with a hash: a digest written as bytes fills a BYTES column, and the column is STRING"
+    );
+    assert_eq!(
+        refused(mask("id", "hex"), &table()),
+        "transform mask id with a hash: a hash is taken of text or bytes, and the field is long: the bytes of another type would be a guess"
+    );
+    // A key the config did not read (a plan compiled without `Config::load`) is no key.
+    let unread = list(
+        json!([{"mask": {"field": "ssn", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}}]),
+    );
+    assert_eq!(
+        refused(unread, &table()),
+        "transform mask ssn with a hash: its key was not read (the config reads it when it is loaded)"
+    );
+}
+
+#[test]
+fn a_hash_mask_refuses_a_field_that_is_not_text_in_every_format_and_schemaless_json_per_record() {
+    let t = keyed(
+        json!([{"mask": {"field": "id", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}}]),
+        b"Jefe",
+    );
+    let id_as_text: TableSchema = serde_json::from_value(json!({"fields": [
+        {"name": "id", "type": "STRING"}]}))
+    .unwrap();
+    let o = options(t.clone(), UnknownFields::Ignore);
+    let avro = Plan::compile(&AvroSchema::parse(AVRO).unwrap(), &id_as_text, &o);
+    assert!(
+        avro.unwrap_err()
+            .to_string()
+            .ends_with("the field is long: the bytes of another type would be a guess")
+    );
+    let schema = ProtoSchema::compile(PROTO, &[]).unwrap();
+    let message = schema.pool().get_message_by_name("t.Order").unwrap();
+    let proto = Plan::compile_protobuf(&message, &id_as_text, &o);
+    assert!(
+        proto
+            .unwrap_err()
+            .to_string()
+            .contains("the field is a number, bool or enum")
+    );
+    let js = Arc::new(JsonSchema::parse(&json_schema().to_string(), &[]).unwrap());
+    let json = Plan::compile_json(Some(&js), false, &id_as_text, &o);
+    assert!(
+        json.unwrap_err()
+            .to_string()
+            .contains("the field is integer")
+    );
+    // Without a schema the value's type is known only when it comes: a dead letter then.
+    let plan = Plan::compile_json(None, false, &id_as_text, &o).unwrap();
+    let e = run(&plan, RECORD.as_bytes(), &[]).unwrap_err();
+    assert_eq!(e.class(), "incompatible_schema");
+    assert!(e.to_string().contains("column id"), "{e}");
+    let text = run(&plan, br#"{"id":"123"}"#, &[]).unwrap();
+    assert_eq!(text, json!({"id": HMAC_123_HEX}));
+}
+
+#[test]
+fn a_hash_mask_needs_its_key_and_encoding_and_no_value() {
+    let refused = |v: Json| {
+        let e = transforms::check(&list(v)).unwrap_err();
+        (e.index, e.key, e.message)
+    };
+    assert_eq!(
+        refused(json!([{"mask": {"field": "a", "hash": "hmac_sha256", "encoding": "hex"}}])),
+        (
+            0,
+            "key",
+            "a keyed hash needs its key: {file: path} or {env: NAME} (never the key itself)".into()
+        )
+    );
+    assert_eq!(
+        refused(json!([{"mask": {"field": "a", "hash": "hmac_sha256", "key": {"env": "K"}}}])).1,
+        "encoding"
+    );
+    assert_eq!(
+        refused(json!([{"mask": {"field": "a", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex", "value": "x"}}])).1,
+        "value"
+    );
+    assert_eq!(
+        refused(json!([{"mask": {"field": "a", "key": {"env": "K"}}}])),
+        (0, "key", "only with `hash`".into())
+    );
+    let empty = keyed(
+        json!([{"mask": {"field": "a", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}}]),
+        b"",
+    );
+    assert_eq!(
+        transforms::check(&empty).unwrap_err().message,
+        "the key is empty"
+    );
+    // The key itself is never printed.
+    assert!(!format!("{:?}", keyed(json!([{"mask": {"field": "a", "hash": "hmac_sha256", "key": {"env": "K"}, "encoding": "hex"}}]), b"Jefe")).contains("Jefe"));
+}
