@@ -259,7 +259,14 @@ impl Wide {
 
     /// Moves the value from `from` decimal places to `to`; dropping non-zero digits is an error
     /// rather than a silent rounding.
+    ///
+    /// Zero is zero at every scale: it returns at once, so a hostile scale (a Protobuf decimal's
+    /// `scale` is any int32) costs one check, not a loop of 10^8 steps. Any other value fails
+    /// within `LIMBS × 64 / log2(10^19)` steps (it overflows, or a division leaves a remainder).
     pub fn rescale(&mut self, from: u32, to: u32) -> Result<(), String> {
+        if self.is_zero() {
+            return Ok(());
+        }
         let mut diff = from.abs_diff(to);
         while diff > 0 {
             let step = diff.min(19);
@@ -429,6 +436,18 @@ mod tests {
         );
         assert!(time_packed(MICROS_PER_DAY).is_err());
         assert!(time_packed(-1).is_err());
+    }
+
+    #[test]
+    fn a_rescale_over_any_distance_ends_at_once() {
+        let mut zero = Wide::from_be_twos(&[0]).unwrap();
+        assert!(zero.rescale(0, u32::MAX).is_ok());
+        assert!(zero.rescale(u32::MAX, 0).is_ok());
+        assert!(zero.is_zero());
+        let mut one = Wide::from_be_twos(&[1]).unwrap();
+        assert!(one.rescale(0, u32::MAX).is_err());
+        let mut one = Wide::from_be_twos(&[1]).unwrap();
+        assert!(one.rescale(u32::MAX, 0).is_err());
     }
 
     #[test]
