@@ -1578,6 +1578,51 @@ fn a_bad_transform_is_refused_with_the_path_of_its_key() {
 }
 
 #[test]
+fn a_cast_parses_from_yaml_and_a_bad_one_is_refused_with_the_path_of_its_key() {
+    use kbq_transcode::transforms::{CastType, Transform};
+    let yaml = in_bigquery(
+        "  transforms:\n    - cast: {field: qty, to: NUMERIC}\n    - cast: {field: order.flag, to: BOOL}\n",
+    );
+    assert_eq!(errors(&yaml, HashMap::new()), Vec::<String>::new());
+    let config = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    assert!(
+        matches!(&config.bigquery.transforms[0], Transform::Cast(c) if c.to == CastType::Numeric)
+    );
+    assert_one_error(
+        &in_bigquery(
+            "  transforms:\n    - cast: {field: qty, to: INT64}\n    - drop: {field: QTY}\n",
+        ),
+        HashMap::new(),
+        "bigquery.transforms[1].field: transforms[0] already transforms field QTY",
+    );
+    assert_one_error(
+        &in_bigquery(
+            "  transforms:\n    - cast: {field: order, to: STRING}\n    - cast: {field: order.qty, to: INT64}\n",
+        ),
+        HashMap::new(),
+        "bigquery.transforms[1].field: field order.qty and the field of transforms[0] are one inside the other",
+    );
+    assert_one_error(
+        &in_bigquery("  transforms:\n    - cast: {field: \"a b\", to: INT64}\n"),
+        HashMap::new(),
+        "bigquery.transforms[0].field: `a b` is not a field path",
+    );
+    // A type BigQuery does not spell so, and a key a cast does not have: parse errors at the
+    // list's path.
+    for lines in [
+        "  transforms:\n    - cast: {field: qty, to: INT32}\n",
+        "  transforms:\n    - cast: {field: qty, to: INT64, format: x}\n",
+        "  transforms:\n    - cast: {field: qty}\n",
+    ] {
+        let errs = errors(&in_bigquery(lines), HashMap::new());
+        assert!(
+            errs.iter().any(|e| e.contains("bigquery.transforms")),
+            "{lines}: {errs:#?}"
+        );
+    }
+}
+
+#[test]
 fn a_hash_keys_file_or_variable_is_read_at_load_and_a_missing_one_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let write = |name: &str, text: &str| {

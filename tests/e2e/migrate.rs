@@ -530,7 +530,8 @@ fn field_transforms_beside_a_created_table_map_as_the_table_follows_them() {
             "drop: {field: \"debug_payload\"}",
             "mask: {field: \"email\"}",
             "set: {column: \"region\", value: \"eu-west\"}",
-            "filter: {tombstone: true}"
+            "filter: {tombstone: true}",
+            "cast: {field: \"amount\", to: FLOAT64}"
         ],
         "{yaml}"
     );
@@ -556,8 +557,8 @@ fn field_transforms_beside_a_created_table_map_as_the_table_follows_them() {
     assert_label(
         &report,
         "transforms.cast.type",
-        "not translatable",
-        "Cast: no such transform here yet",
+        "changed",
+        "bigquery.transforms cast amount to FLOAT64 (Connect's float64): only where exact",
     );
 }
 
@@ -575,5 +576,38 @@ fn a_regex_router_under_topics_regex_becomes_a_capture_group_route() {
         "transforms.stripEnv.type",
         "mapped",
         "each capture group sanitized",
+    );
+}
+
+#[test]
+fn a_cast_of_fields_becomes_casts_and_a_cast_of_the_whole_value_or_the_key_is_reported() {
+    let (yaml, report) = migrate("18-smt-cast-fields.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        [
+            "cast: {field: \"quantity\", to: INT64}",
+            "cast: {field: \"unit_price\", to: STRING}",
+            "cast: {field: \"warehouse_id\", to: INT64}",
+            "cast: {field: \"in_stock\", to: BOOL}",
+        ],
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.castFields.type",
+        "changed",
+        "cast warehouse_id to INT64 (Connect's int32)",
+    );
+    assert_label(
+        &report,
+        "transforms.castKey.type",
+        "not translatable",
+        "Cast of the key",
+    );
+    assert_label(
+        &report,
+        "transforms.castWhole.type",
+        "not translatable",
+        "spec `string` casts the whole value",
     );
 }

@@ -5,7 +5,8 @@
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
 //! schema, follow the transforms. A second route masks a field with a keyed hash, its key read
-//! from a file, through a SIGKILL too.
+//! from a file, and casts two fields (one of whose values is no integer: a dead letter), through
+//! a SIGKILL too.
 
 use crate::support;
 
@@ -322,17 +323,20 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     assert_eq!(f.dead_letter_count(), 0);
 }
 
+/// A keyed hash, and two casts: the decimal `amount` into a STRING column as its text, and the
+/// nullable `note` into INT64, whose text `n` (every third order) is no integer: those records
+/// are dead letters naming the column, the others rows, each exactly once through a SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_field_masked_with_a_keyed_hash_holds_its_digest_exactly_once() {
+async fn a_field_masked_with_a_keyed_hash_and_cast_fields_hold_their_values_exactly_once() {
     use hmac::{KeyInit, Mac};
     let f = Fixture::new(PARTITIONS).await;
     let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
     f.create_table_with_metadata(vec![
         TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
         column("customer", FieldType::String),
-        column("amount", FieldType::Numeric),
+        column("amount", FieldType::String),
         column("created", FieldType::Timestamp),
-        column("note", FieldType::String),
+        column("note", FieldType::Int64),
     ]);
     let dir = tempfile::tempdir().expect("tempdir");
     let key_file = dir.path().join("hash-key");
@@ -348,12 +352,16 @@ async fn a_field_masked_with_a_keyed_hash_holds_its_digest_exactly_once() {
                 "      - mask: {{field: customer, hash: hmac_sha256, key: {{file: {}}}, encoding: hex}}",
                 key_file.display()
             ),
+            "      - cast: {field: amount, to: STRING}".into(),
+            "      - cast: {field: note, to: INT64}".into(),
         ],
         ..Tweaks::default()
     };
     let group = unique_name("hash");
     let config = f.config_with(&group, &tweaks);
-    let (kept, ids) = produce_plain(&f, 0..300);
+    // The fixture's note is `n` for every third id, else null.
+    let bad = |id: i64| id % 3 == 0;
+    let (kept, ids, dead) = produce_plain(&f, 0..300, bad);
     let mut daemon = Daemon::start(&config);
     let seen = f.wait_visible(1, Duration::from_secs(60));
     assert!(!seen.is_empty(), "rows before the crash");
@@ -374,21 +382,38 @@ async fn a_field_masked_with_a_keyed_hash_holds_its_digest_exactly_once() {
             serde_json::Value::String(digest),
             "{id}"
         );
-        assert!(!columns["amount"].is_null());
+        // The fixture's amount: `id * 7 % 100000` hundredths.
+        let cents = id * 7 % 100_000;
+        let text = format!("{}.{:02}", cents / 100, cents % 100);
+        assert_eq!(columns["amount"], serde_json::Value::String(text), "{id}");
+        assert!(columns["note"].is_null(), "{id}");
     }
-    assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
+    // Every bad record is a dead letter (a record dead-lettered before the kill may be again
+    // after it), and nothing else.
+    let letters = f.dead_letters(dead.len());
+    let positions: std::collections::BTreeSet<Position> =
+        letters.iter().map(|(p, o, _, _)| (*p, *o)).collect();
+    assert_eq!(positions, dead.iter().copied().collect());
+    for (_, _, class, reason) in &letters {
+        assert_eq!(class, "out_of_range");
+        assert_eq!(
+            reason,
+            "column note: \"n\" is not an integer of INT64's range"
+        );
+    }
     assert!(daemon.terminate().success());
-    assert_eq!(f.dead_letter_count(), 0);
 }
 
-/// Produces orders `ids` round-robin over the partitions, without headers: their positions
-/// and each position's id.
+/// Produces orders `ids` round-robin over the partitions, without headers: the positions of
+/// the records expected as rows (not `bad`), each such position's id, and the positions of the
+/// `bad` ones.
 fn produce_plain(
     f: &Fixture,
     ids: std::ops::Range<i64>,
-) -> (Vec<Position>, BTreeMap<Position, i64>) {
+    bad: impl Fn(i64) -> bool,
+) -> (Vec<Position>, BTreeMap<Position, i64>, Vec<Position>) {
     let producer: FutureProducer = producer_config(&f.bootstrap).create().expect("producer");
-    let (mut kept, mut by_position) = (Vec::new(), BTreeMap::new());
+    let (mut kept, mut by_position, mut dead) = (Vec::new(), BTreeMap::new(), Vec::new());
     for id in ids {
         let partition = (id % PARTITIONS as i64) as i32;
         let value = encode(&f.schema, id);
@@ -400,9 +425,13 @@ fn produce_plain(
         let delivery = futures::executor::block_on(producer.send(record, Duration::from_secs(60)))
             .expect("record acknowledged");
         let position = (partition as i64, delivery.offset);
-        kept.push(position);
-        by_position.insert(position, id);
+        if bad(id) {
+            dead.push(position);
+        } else {
+            kept.push(position);
+            by_position.insert(position, id);
+        }
     }
     f.source.expect(kept.iter().copied());
-    (kept, by_position)
+    (kept, by_position, dead)
 }

@@ -356,9 +356,24 @@ impl Compiler<'_> {
             (Kind::String, _) => (AvroRead::Str, Source::Str),
             (Kind::Bytes, Logical::None) => (AvroRead::Bytes, Source::Bytes),
             (Kind::Fixed { size, .. }, Logical::None) => (AvroRead::Fixed(*size), Source::Bytes),
+            (Kind::Bytes, Logical::Decimal { scale, .. }) => {
+                (AvroRead::Decimal(None), Source::Decimal { scale })
+            }
+            (Kind::Fixed { size, .. }, Logical::Decimal { scale, .. }) => {
+                (AvroRead::Decimal(Some(*size)), Source::Decimal { scale })
+            }
             (Kind::Bytes | Kind::Fixed { .. }, _) => {
                 (AvroRead::Bytes, Source::Other("bytes of a logical type"))
             }
+            // A logical type says what the number is (a date, a time): not a plain number.
+            (Kind::Int | Kind::Long, l) if l != Logical::None => {
+                (AvroRead::Bytes, Source::Other("a number of a logical type"))
+            }
+            (Kind::Int, _) => (AvroRead::Int, Source::Int32("int")),
+            (Kind::Long, _) => (AvroRead::Long, Source::Int64("long")),
+            (Kind::Float, _) => (AvroRead::Float, Source::Float32("float")),
+            (Kind::Double, _) => (AvroRead::Double, Source::Float64("double")),
+            (Kind::Boolean, _) => (AvroRead::Bool, Source::Bool),
             (kind, _) => (AvroRead::Bytes, Source::Other(kind_name(kind))),
         };
         let op = ValueOp::compile(t, source, column)?;

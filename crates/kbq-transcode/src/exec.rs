@@ -12,7 +12,9 @@ use super::convert::{
     time_packed, timestamp_micros,
 };
 use super::error::RecordError;
-use super::ops::{AvroRead, Conv, HeadersColumn, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip};
+use super::ops::{
+    AvroRead, Conv, HeadersColumn, JsonOp, MetadataOps, OnNull, Op, RecordOp, Skip, ValueConv,
+};
 use super::proto::{Tag, close_len, open_len, put_len_delimited, put_varint};
 use super::reader::AvroReader;
 use super::transforms::Scalar;
@@ -300,16 +302,32 @@ fn scalar_cold(
             put_i64(out, tag, checked(time_packed(v))?);
         }
         Conv::Named(named) => super::named::run(named, tag, column, r, out)?,
-        Conv::Value(v) => {
-            let value = match v.read {
-                AvroRead::Str => Scalar::Str(r.string()?),
-                AvroRead::Bytes => Scalar::Bytes(r.bytes()?),
-                AvroRead::Fixed(n) => Scalar::Bytes(r.fixed(n, "a fixed")?),
-            };
-            v.op.write(value, tag, column, out)?;
-        }
+        Conv::Value(v) => transformed(v, tag, column, r, out)?,
     }
     Ok(())
+}
+
+/// A value a transform rewrites (`transforms/values.rs`), read as the plan says.
+fn transformed(
+    v: &ValueConv,
+    tag: Tag,
+    column: &Arc<str>,
+    r: &mut AvroReader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    let value = match v.read {
+        AvroRead::Str => Scalar::Str(r.string()?),
+        AvroRead::Bytes => Scalar::Bytes(r.bytes()?),
+        AvroRead::Fixed(n) => Scalar::Bytes(r.fixed(n, "a fixed")?),
+        AvroRead::Int => Scalar::Int(r.int()? as i64),
+        AvroRead::Long => Scalar::Int(r.long()?),
+        AvroRead::Float => Scalar::F32(r.float()?),
+        AvroRead::Double => Scalar::F64(r.double()?),
+        AvroRead::Bool => Scalar::Bool(r.boolean()?),
+        AvroRead::Decimal(None) => Scalar::Decimal(r.bytes()?),
+        AvroRead::Decimal(Some(n)) => Scalar::Decimal(r.fixed(n, "a decimal")?),
+    };
+    v.op.write(value, tag, column, out)
 }
 
 pub(super) fn put_decimal(

@@ -112,6 +112,13 @@ pub enum AvroRead {
     Str,
     Bytes,
     Fixed(usize),
+    Int,
+    Long,
+    Float,
+    Double,
+    Bool,
+    /// A decimal's bytes, or its fixed of this size.
+    Decimal(Option<usize>),
 }
 
 /// Skipping an Avro value still validates its structure, so a skipped field cannot hide a

@@ -126,6 +126,8 @@ fn smt(
         replace_field_smt(s, t, cx.shaping_blocked, chain)
     } else if short == "MaskField" {
         mask_field_smt(s, t, cx.shaping_blocked, chain)
+    } else if short == "Cast" {
+        cast_smt(s, t, cx.shaping_blocked, chain)
     } else if short == "RecordIsTombstone" {
         Outcome::NotTranslatable(
             "a predicate's class used as a transform: Kafka Connect refuses it".into(),
@@ -168,7 +170,6 @@ fn unsupported(short: &str) -> Outcome {
     if matches!(
         short,
         "TimestampConverter"
-            | "Cast"
             | "Flatten"
             | "ExtractField"
             | "ValueToKey"
@@ -180,7 +181,7 @@ fn unsupported(short: &str) -> Outcome {
             | "SetSchemaMetadata"
     ) {
         Outcome::NotTranslatable(format!(
-            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask to NULL or a fixed value, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
+            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
         ))
     } else if short.contains("Mask") || short.contains("Hash") || short.contains("HMAC") {
         Outcome::NotTranslatable(format!(
@@ -515,5 +516,57 @@ fn filter_smt(s: &Source, t: &str, predicate: Option<&str>, chain: &mut Chain) -
         "bigquery.transforms filter {{{condition}{}}}: {}{what} are dropped as Connect's Filter drops them (their offsets committed, counted in kbq_records_filtered_total)",
         if negate { ", negate: true" } else { "" },
         if negate { "all records but " } else { "" }
+    ))
+}
+
+/// `Cast$Value` with a `spec` of `field:type` pairs: each a `cast` to BigQuery's type of that
+/// Connect type. A spec of one type casts the whole value, which no transform here does.
+fn cast_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Outcome {
+    let spec = s
+        .get(&format!("transforms.{t}.spec"))
+        .map(list)
+        .unwrap_or_default();
+    if spec.is_empty() {
+        return Outcome::Dropped("no spec: the transform changes nothing".into());
+    }
+    let mut casts = Vec::new();
+    for pair in &spec {
+        let Some((field, ty)) = pair.split_once(':') else {
+            return Outcome::NotTranslatable(format!(
+                "spec `{pair}` casts the whole value; a cast here names a field of the record"
+            ));
+        };
+        let to = match ty.trim().to_ascii_lowercase().as_str() {
+            "int8" | "int16" | "int32" | "int64" => "INT64",
+            "float32" | "float64" => "FLOAT64",
+            "boolean" => "BOOL",
+            "string" => "STRING",
+            other => {
+                return Outcome::NotTranslatable(format!(
+                    "spec `{pair}`: Kafka Connect's Cast has no type {other}"
+                ));
+            }
+        };
+        casts.push((field.trim().to_string(), ty.trim().to_string(), to));
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(why.into());
+    }
+    let names: Vec<&str> = casts.iter().map(|(f, _, _)| f.as_str()).collect();
+    if let Some(why) = chain.conflict(&names) {
+        return Outcome::NotTranslatable(why);
+    }
+    let mut done = Vec::new();
+    for (field, ty, to) in &casts {
+        chain
+            .transforms
+            .push(format!("cast: {{field: {}, to: {to}}}", quote(field)));
+        done.push(format!("cast {field} to {to} (Connect's {ty})"));
+    }
+    chain.touch(&names, t);
+    Outcome::Changed(format!(
+        "bigquery.transforms {}: only where exact. Connect narrows to int8/int16/int32 and truncates a float to an integer; here every integer is INT64 (written whole), and a cast that can lose digits (a double to an integer, an int64 to FLOAT64, a number to BOOL) refuses the plan, naming both types, and text that does not parse is its record's dead letter. A double's text is its shortest round-trip form without an exponent (Connect's Java text writes 1.0E21){}",
+        done.join(", "),
+        chain.missing_field_note()
     ))
 }

@@ -287,7 +287,11 @@ impl<'a> Compiler<'a> {
                 // Without a schema, or a type, a value that is not a string is the record's
                 // error when it comes.
                 let source = match property.as_ref().and_then(|p| p.kind) {
-                    None | Some(Kind::String) => Source::Str,
+                    None => Source::Any,
+                    Some(Kind::String) => Source::Str,
+                    Some(Kind::Integer) => Source::Int64("integer"),
+                    Some(Kind::Number) => Source::Number,
+                    Some(Kind::Boolean) => Source::Bool,
                     Some(k) => Source::Other(k.name()),
                 };
                 let op = ValueOp::compile(t, source, column)?;

@@ -22,7 +22,7 @@ use crate::RecordError;
 use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
 use crate::exec::{put_decimal, put_f64, put_i64, value_error};
 use crate::proto::{Tag, close_len, open_len, put_len_delimited};
-use crate::transforms::Scalar;
+use crate::transforms::{JsonKind, Scalar, ValueOp};
 
 /// Base64 of Kafka Connect's bytes (a Decimal, a geometry's WKB): padded by `JsonConverter`, taken
 /// without padding too.
@@ -228,7 +228,7 @@ fn column_type(conv: &Conv) -> &'static str {
         Conv::Time => "TIME",
         Conv::DateTime => "DATETIME",
         Conv::Record(_) => "RECORD",
-        Conv::Value(_) => "hashed text",
+        Conv::Value(op) => op.label(),
         Conv::Named(n) => match n {
             Named::Timestamp(_) | Named::ZonedTimestamp => "TIMESTAMP",
             Named::DateTime(_) | Named::UtcDateTime => "DATETIME",
@@ -391,13 +391,46 @@ fn value(
         }
         (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
         (Conv::Named(n), _) => named_exec::write(*n, f, token, sc, depth, out)?,
-        (Conv::Value(op), Token::String) => {
-            let s = sc.string()?;
-            op.write(Scalar::Str(&s), tag, column, out)?;
-        }
+        (Conv::Value(op), _) if takes(op, token) => transformed(op, f, token, sc, out)?,
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())
+}
+
+/// Whether a value transform (`transforms/values.rs`) takes a JSON value of this token; another
+/// is a value of the wrong type, its record's error.
+pub(super) fn takes(op: &ValueOp, token: Token) -> bool {
+    let kind = match token {
+        Token::String => JsonKind::String,
+        Token::Number => JsonKind::Number,
+        Token::True | Token::False => JsonKind::Bool,
+        _ => return false,
+    };
+    op.takes(kind)
+}
+
+/// A value a transform rewrites, read as its token says.
+pub(super) fn transformed(
+    op: &ValueOp,
+    f: &FieldOp,
+    token: Token,
+    sc: &mut Scanner<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    match token {
+        Token::String => {
+            let s = sc.string()?;
+            op.write(Scalar::Str(&s), f.tag, &f.column, out)
+        }
+        Token::Number => {
+            let n = sc.number()?;
+            op.write(Scalar::Number(n.text()), f.tag, &f.column, out)
+        }
+        _ => {
+            let b = sc.boolean()?;
+            op.write(Scalar::Bool(b), f.tag, &f.column, out)
+        }
+    }
 }
 
 /// 10^0 to 10^38.

@@ -293,9 +293,8 @@ fn value(
         }
         (Conv::Record(op), Token::Object) => object(op, sc, depth, out)?,
         (Conv::Named(n), _) => named_exec::write(*n, f, token, sc, depth, out)?,
-        (Conv::Value(op), Token::String) => {
-            let s = sc.string()?;
-            op.write(crate::transforms::Scalar::Str(&s), tag, column, out)?;
+        (Conv::Value(op), _) if super::exec::takes(op, token) => {
+            super::exec::transformed(op, f, token, sc, out)?
         }
         _ => return Err(type_error(f, token, sc, depth)),
     }

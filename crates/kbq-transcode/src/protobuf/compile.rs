@@ -321,14 +321,27 @@ fn converted(
         _ if fd.is_list() || fd.is_map() => Source::Other("a repeated field"),
         Some(Src::String) => Source::Str,
         Some(Src::Bytes) => Source::Bytes,
-        Some(_) => Source::Other("a number, bool or enum"),
+        Some(Src::Int32) => Source::Int32("int32"),
+        Some(Src::SInt32) => Source::Int32("sint32"),
+        Some(Src::SFixed32) => Source::Int32("sfixed32"),
+        Some(Src::Int64) => Source::Int64("int64"),
+        Some(Src::SInt64) => Source::Int64("sint64"),
+        Some(Src::SFixed64) => Source::Int64("sfixed64"),
+        Some(Src::UInt32) => Source::UInt32("uint32"),
+        Some(Src::Fixed32) => Source::UInt32("fixed32"),
+        Some(Src::UInt64) => Source::UInt64("uint64"),
+        Some(Src::Fixed64) => Source::UInt64("fixed64"),
+        Some(Src::Float) => Source::Float32("float"),
+        Some(Src::Double) => Source::Float64("double"),
+        Some(Src::Bool) => Source::Bool,
+        Some(Src::Enum) => Source::Other("an enum"),
         None => Source::Other("a message"),
     };
     let op = ValueOp::compile(t, source, column)?;
     let (ty, wire) = op.proto_type();
     Ok((
         FieldKind::Scalar {
-            src: src.expect("a string or bytes field"),
+            src: src.expect("compile: a transformed field is a scalar"),
             conv: Conv::Value {
                 op,
                 text: source == Source::Str,

@@ -113,9 +113,13 @@ fn write_scalar_cold(
             put_len_delimited(out, tag, s);
         }
         (Conv::Value { op, text }, v) => {
-            let value = match text {
-                true => Scalar::Str(utf8(bytes(v), column)?),
-                false => Scalar::Bytes(bytes(v)),
+            let value = match v {
+                Val::B(b) if *text => Scalar::Str(utf8(b, column)?),
+                Val::B(b) => Scalar::Bytes(b),
+                Val::I(i) => Scalar::Int(i),
+                Val::U(u) => Scalar::UInt(u),
+                Val::F32(f) => Scalar::F32(f),
+                Val::F64(f) => Scalar::F64(f),
             };
             op.write(value, tag, column, out)?;
         }

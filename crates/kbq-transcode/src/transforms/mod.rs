@@ -6,6 +6,7 @@
 //! types are what the YAML says (the config deserializes them directly); [`check`] is the part
 //! of `validate` that needs no schema.
 
+mod cast;
 mod columns;
 mod derive;
 mod fields;
@@ -18,7 +19,7 @@ pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
 pub(crate) use derive::apply as apply_to_derived;
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
-pub(crate) use values::{Scalar, Source, ValueOp};
+pub(crate) use values::{JsonKind, Scalar, Source, ValueOp};
 
 use crate::metadata_columns::MetadataColumns;
 
@@ -39,6 +40,44 @@ pub enum Transform {
     /// Records that match are committed like any other but written nowhere: neither a row nor
     /// a dead letter (counted in `kbq_records_filtered_total`).
     Filter(FilterRecords),
+    /// The field's value written as another scalar type, where that is exact (`cast.rs`).
+    Cast(CastField),
+}
+
+/// `cast`: the field's value, of the scalar type its writer schema declares, written into its
+/// own column as `to`; a cast whose types can lose digits is refused when the plan is compiled,
+/// a value that cannot be written exactly is its record's error.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CastField {
+    pub field: String,
+    pub to: CastType,
+}
+
+/// The column types `cast` writes, spelled as BigQuery spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum CastType {
+    Int64,
+    Numeric,
+    BigNumeric,
+    Float64,
+    String,
+    Bool,
+}
+
+impl CastType {
+    /// The YAML's (and BigQuery's) spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            CastType::Int64 => "INT64",
+            CastType::Numeric => "NUMERIC",
+            CastType::BigNumeric => "BIGNUMERIC",
+            CastType::Float64 => "FLOAT64",
+            CastType::String => "STRING",
+            CastType::Bool => "BOOL",
+        }
+    }
 }
 
 /// `drop`: a field path, its records' fields joined by `.` (`customer.email`).
@@ -253,6 +292,7 @@ impl Transform {
             Transform::Drop(d) => Some(&d.field),
             Transform::Rename(r) => Some(&r.field),
             Transform::Mask(m) => Some(&m.field),
+            Transform::Cast(c) => Some(&c.field),
             Transform::Set(_) | Transform::Filter(_) => None,
         }
     }
@@ -266,13 +306,14 @@ impl Transform {
             Transform::Mask(m) => format!("mask {}", m.field),
             Transform::Set(s) => format!("set {}", s.column),
             Transform::Filter(_) => "filter".into(),
+            Transform::Cast(c) => format!("cast {} to {}", c.field, c.to.name()),
         }
     }
 
     /// Whether the transform rewrites its field's value into the field's own column (rather
     /// than choosing the column or removing the value).
     pub(crate) fn converts(&self) -> bool {
-        matches!(self, Transform::Mask(m) if m.hash.is_some())
+        matches!(self, Transform::Mask(m) if m.hash.is_some()) || matches!(self, Transform::Cast(_))
     }
 
     /// Whether the transform changes what a row holds (everything but `filter`).

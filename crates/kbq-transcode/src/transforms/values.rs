@@ -1,7 +1,7 @@
 //! Transforms that rewrite a field's value into the field's own column: `mask` with a keyed
-//! hash. Each format's compiler says what kind of scalar the writer schema declares
-//! ([`Source`]); [`ValueOp::compile`] checks it and the column once, and each format's executor
-//! hands the value it read ([`Scalar`]) to [`ValueOp::write`].
+//! hash, and `cast` (`cast.rs`). Each format's compiler says what kind of scalar the writer
+//! schema declares ([`Source`]); [`ValueOp::compile`] checks it and the column once, and each
+//! format's executor hands the value it read ([`Scalar`]) to [`ValueOp::write`].
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use base64::Engine;
 use hmac::{KeyInit, Mac};
 use prost_types::field_descriptor_proto::Type;
 
+use super::cast::Cast;
 use super::{HashEncoding, Transform};
 use crate::compile::column_type;
 use crate::error::{PlanError, RecordError};
@@ -17,15 +18,57 @@ use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-/// The scalar kind a writer schema declares for a field, as far as a value transform cares.
+/// The scalar kind a writer schema declares for a field, as far as a value transform cares;
+/// the `&'static str`s are the format's own names of the type (`long`, `int64`, `integer`), for
+/// the refusals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
     /// Text (Avro `string`, Protobuf `string`, a JSON string).
     Str,
     /// Bytes (Avro `bytes` and `fixed`, Protobuf `bytes`).
     Bytes,
-    /// Anything else, named for the error message (`long`, `int64`, `a JSON number`).
+    /// A signed integer of 32 bits or fewer (Avro `int`, Protobuf `int32`, `sint32`, `sfixed32`).
+    Int32(&'static str),
+    /// A signed integer of 64 bits (Avro `long`, Protobuf `int64`..., JSON Schema `integer`).
+    Int64(&'static str),
+    /// Protobuf `uint32` and `fixed32`.
+    UInt32(&'static str),
+    /// Protobuf `uint64` and `fixed64`.
+    UInt64(&'static str),
+    Float32(&'static str),
+    Float64(&'static str),
+    Bool,
+    /// An Avro `decimal` of this scale: big-endian two's complement bytes.
+    Decimal {
+        scale: u32,
+    },
+    /// A JSON Schema `number`: its text, a decimal that may have a fraction.
+    Number,
+    /// Schemaless JSON: the value's own token says what it is, record by record.
+    Any,
+    /// Anything else, named for the error message (`a message`, `bytes of a logical type`).
     Other(&'static str),
+}
+
+impl Source {
+    /// How a refusal names the field's type: `long`, `decimal with scale 2`.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Source::Str => "string".into(),
+            Source::Bytes => "bytes".into(),
+            Source::Bool => "boolean".into(),
+            Source::Decimal { scale } => format!("a decimal with scale {scale}"),
+            Source::Number => "number (a JSON number that may have a fraction)".into(),
+            Source::Any => "of any JSON type".into(),
+            Source::Int32(n)
+            | Source::Int64(n)
+            | Source::UInt32(n)
+            | Source::UInt64(n)
+            | Source::Float32(n)
+            | Source::Float64(n)
+            | Source::Other(n) => n.into(),
+        }
+    }
 }
 
 /// One value read by an executor, before the transform writes it.
@@ -34,14 +77,33 @@ pub(crate) enum Scalar<'a> {
     /// Text: its bytes, UTF-8 checked by the reader (or the value is refused).
     Str(&'a [u8]),
     Bytes(&'a [u8]),
+    /// Any signed integer, and a Protobuf `bool` (0 or 1).
+    Int(i64),
+    UInt(u64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    /// An Avro decimal's big-endian two's complement bytes (its scale is the schema's).
+    Decimal(&'a [u8]),
+    /// A JSON number's text, as written.
+    Number(&'a str),
+}
+
+/// What a JSON value is, for a column-driven executor to ask whether the transform takes it
+/// ([`ValueOp::takes`]) before reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JsonKind {
+    String,
+    Number,
+    Bool,
 }
 
 /// A compiled value transform of one field.
 #[derive(Clone)]
 pub(crate) struct ValueOp {
     kind: Kind,
-    /// The proto type of the column's field.
-    ty: Type,
+    /// The proto type of the column's field, and its wire type.
+    ty: (Type, u32),
 }
 
 #[derive(Clone)]
@@ -52,12 +114,14 @@ enum Kind {
         keyed: HmacSha256,
         encoding: HashEncoding,
     },
+    Cast(Cast),
 }
 
 impl std::fmt::Debug for ValueOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
             Kind::Hmac { encoding, .. } => write!(f, "Hmac({encoding:?})"),
+            Kind::Cast(c) => write!(f, "{c:?}"),
         }
     }
 }
@@ -73,26 +137,37 @@ impl ValueOp {
             transform: t.describe(),
             reason,
         };
-        let Transform::Mask(m) = t else {
-            unreachable!("only a hashing mask converts");
+        if column.mode() == Mode::Repeated {
+            return Err(bad(format!(
+                "its column is {}: the transform writes one value into a column of one value",
+                column_type(column)
+            )));
+        }
+        let m = match t {
+            Transform::Mask(m) => m,
+            Transform::Cast(c) => {
+                let (cast, ty) = Cast::compile(c, source, column).map_err(bad)?;
+                return Ok(Arc::new(ValueOp {
+                    kind: Kind::Cast(cast),
+                    ty,
+                }));
+            }
+            _ => unreachable!("only a hashing mask and a cast convert"),
         };
         let (Some(key), Some(encoding)) = (&m.key, m.encoding) else {
             unreachable!("check: a hash has its key and encoding");
         };
-        if let Source::Other(kind) = source {
+        if !matches!(source, Source::Str | Source::Bytes | Source::Any) {
             return Err(bad(format!(
-                "a hash is taken of text or bytes, and the field is {kind}: the bytes of another type would be a guess"
-            )));
-        }
-        if column.mode() == Mode::Repeated {
-            return Err(bad(format!(
-                "its column is {}: a hash is written into a single STRING or BYTES column",
-                column_type(column)
+                "a hash is taken of text or bytes, and the field is {}: the bytes of another type would be a guess",
+                source.describe()
             )));
         }
         let ty = match (encoding, &column.field_type) {
-            (HashEncoding::Hex | HashEncoding::Base64, FieldType::String) => Type::String,
-            (HashEncoding::Bytes, FieldType::Bytes) => Type::Bytes,
+            (HashEncoding::Hex | HashEncoding::Base64, FieldType::String) => {
+                (Type::String, WIRE_LEN)
+            }
+            (HashEncoding::Bytes, FieldType::Bytes) => (Type::Bytes, WIRE_LEN),
             (e, _) => {
                 let fits = match e {
                     HashEncoding::Bytes => "BYTES",
@@ -118,7 +193,24 @@ impl ValueOp {
 
     /// The proto type of the column's field, and its wire type.
     pub(crate) fn proto_type(&self) -> (Type, u32) {
-        (self.ty, WIRE_LEN)
+        self.ty
+    }
+
+    /// How a JSON type error names what the column takes: `hashed text`, `cast to INT64`.
+    pub(crate) fn label(&self) -> &'static str {
+        match &self.kind {
+            Kind::Hmac { .. } => "hashed text",
+            Kind::Cast(c) => c.label(),
+        }
+    }
+
+    /// Whether the transform takes a JSON value of this kind (schemaless JSON, or a value its
+    /// schema did not declare): another is its record's error, as a value of the wrong type is.
+    pub(crate) fn takes(&self, kind: JsonKind) -> bool {
+        match &self.kind {
+            Kind::Hmac { .. } => kind == JsonKind::String,
+            Kind::Cast(c) => c.takes(kind),
+        }
     }
 
     /// Writes `v` as the transform says into the field `tag`; `column` names the column in a
@@ -128,12 +220,19 @@ impl ValueOp {
         &self,
         v: Scalar<'_>,
         tag: Tag,
-        _column: &Arc<str>,
+        column: &Arc<str>,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
         match &self.kind {
+            Kind::Cast(c) => c.write(v, tag, out).map_err(|reason| RecordError::Value {
+                column: column.clone(),
+                reason,
+            })?,
             Kind::Hmac { keyed, encoding } => {
-                let (Scalar::Str(b) | Scalar::Bytes(b)) = v;
+                let b = match v {
+                    Scalar::Str(b) | Scalar::Bytes(b) => b,
+                    _ => unreachable!("compile: a hash is taken of text or bytes"),
+                };
                 let mut mac = keyed.clone();
                 mac.update(b);
                 let digest: [u8; 32] = mac.finalize().into_bytes().into();

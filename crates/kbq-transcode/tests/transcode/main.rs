@@ -6,6 +6,7 @@
 
 mod connect_avro;
 mod connect_types;
+mod conversions;
 mod differential;
 mod fuzz;
 mod golden;
