@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use super::raw::{Input, Output};
+use super::raw::{Input, Key, Output};
 use super::{FlatOp, FlatPlan, MAX_DEPTH};
 use crate::convert::{
     DecimalTarget, MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS, Wide,
@@ -15,7 +15,6 @@ use crate::convert::{
 use crate::error::RecordError;
 use crate::exec::{self as tree, KafkaMetadata, out_of_range, value_error};
 use crate::ops::MetadataOps;
-use crate::proto::Tag;
 use crate::reader::AvroReader;
 
 pub(crate) fn run_row(
@@ -228,7 +227,7 @@ fn small_decimal(b: &[u8]) -> Option<i128> {
 fn wide_decimal<const CHECKED: bool>(
     plan: &FlatPlan,
     w: &mut Output<'_, CHECKED>,
-    tag: Tag,
+    key: Key,
     bytes: &[u8],
     scale: u8,
     pow: u8,
@@ -243,7 +242,7 @@ fn wide_decimal<const CHECKED: bool>(
     };
     debug_assert_eq!(scale as u32 + pow as u32, target.scale());
     let v = Wide::from_be_twos(bytes).map_err(|e| value_error(column, e))?;
-    tree::put_decimal(w.vec(), tag, v, scale as u32, target, column)
+    tree::put_decimal(w.vec(), key.tag(), v, scale as u32, target, column)
 }
 
 #[cold]

@@ -26,32 +26,32 @@ pub(super) fn write<const CHECKED: bool>(
         match h.value(headers)? {
             HeaderValue::Null => {}
             HeaderValue::Text(v) => {
-                if !w.tag_str(h.tag(), v) {
+                if !w.tag_str(h.tag().into(), v) {
                     return Err(h.not_utf8());
                 }
             }
-            HeaderValue::Bytes(v) => w.tag_bytes(h.tag(), v),
-            HeaderValue::Int(i) => w.tag_varint(h.tag(), i as u64),
+            HeaderValue::Bytes(v) => w.tag_bytes(h.tag().into(), v),
+            HeaderValue::Int(i) => w.tag_varint(h.tag().into(), i as u64),
         }
     }
     let Some(m) = meta else {
         return no_metadata(ops);
     };
     if let Some(c) = &ops.topic {
-        w.tag_bytes(c.tag, m.topic.as_bytes());
+        w.tag_bytes(c.tag.into(), m.topic.as_bytes());
     }
     if let Some(c) = &ops.partition {
-        w.tag_varint(c.tag, m.partition as i64 as u64);
+        w.tag_varint(c.tag.into(), m.partition as i64 as u64);
     }
     if let Some(c) = &ops.offset {
-        w.tag_varint(c.tag, m.offset.0 as u64);
+        w.tag_varint(c.tag.into(), m.offset.0 as u64);
     }
     if let Some(c) = &ops.timestamp {
         match m.timestamp_millis {
-            Some(ms) if c.alternate => w.tag_varint(c.tag, ms as u64),
+            Some(ms) if c.alternate => w.tag_varint(c.tag.into(), ms as u64),
             Some(ms) => match ms.checked_mul(1000) {
                 Some(us) if (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&us) => {
-                    w.tag_varint(c.tag, us as u64)
+                    w.tag_varint(c.tag.into(), us as u64)
                 }
                 us => return Err(bad_timestamp(c, us)),
             },
@@ -64,9 +64,9 @@ pub(super) fn write<const CHECKED: bool>(
             Some(k) => {
                 // A STRING key column: checked as it is copied.
                 let text = if c.alternate {
-                    w.tag_str(c.tag, k)
+                    w.tag_str(c.tag.into(), k)
                 } else {
-                    w.tag_bytes(c.tag, k);
+                    w.tag_bytes(c.tag.into(), k);
                     true
                 };
                 if !text {

@@ -19,6 +19,7 @@ use crate::convert::DecimalTarget;
 use crate::error::RecordError;
 use crate::ops::{Conv, OnNull, Op, RecordOp, Skip};
 use crate::proto::{Tag, put_len_delimited};
+use raw::Key;
 
 pub(crate) use exec::run_row;
 
@@ -72,16 +73,16 @@ impl Room {
 /// One step. Jump targets are indexes into [`FlatPlan::ops`].
 #[derive(Debug, Clone, Copy)]
 enum FlatOp {
-    Long(Tag),
-    Int(Tag),
+    Long(Key),
+    Int(Key),
     /// A string, checked for UTF-8 (`Str`, `StrAsBytes` and `BytesAsStr` all are).
-    Str(Tag),
-    Bytes(Tag),
-    Double(Tag),
-    Float(Tag),
-    Bool(Tag),
-    TimestampMicros(Tag, u32),
-    Date(Tag, u32),
+    Str(Key),
+    Bytes(Key),
+    Double(Key),
+    Float(Key),
+    Bool(Key),
+    TimestampMicros(Key, u32),
+    Date(Key, u32),
     /// Symbols `base..base + n` of [`FlatPlan::symbols`].
     Enum {
         base: u32,
@@ -89,7 +90,7 @@ enum FlatOp {
     },
     /// A `bytes` decimal into a column of scale `scale + pow`.
     Decimal {
-        tag: Tag,
+        tag: Key,
         scale: u8,
         pow: u8,
         big: bool,
@@ -105,7 +106,7 @@ enum FlatOp {
     SkipFixed(u32),
     SkipBytes,
     SkipEnum(u32),
-    Open(Tag),
+    Open(Key),
     Close,
     Branch {
         n: u32,
@@ -126,6 +127,9 @@ enum FlatOp {
     Fail(u32),
     End,
 }
+
+// The loop fetches an op by shifting its index: keep the ops at sixteen bytes.
+const _: () = assert!(std::mem::size_of::<FlatOp>() == 16);
 
 impl FlatPlan {
     /// The flat form of a row's plan, or `None` when the plan nests records and arrays deeper
@@ -242,7 +246,7 @@ impl Lowering {
             });
         }
         if let Some(tag) = rec.tag {
-            self.ops.push(FlatOp::Open(tag));
+            self.ops.push(FlatOp::Open(tag.into()));
             self.charge(tag.encoded_len() as usize + 1 + LENGTH_GROWTH);
         }
         for f in rec.fields.iter() {
@@ -290,9 +294,9 @@ impl Lowering {
                 value,
                 min_item,
             } => self.array(*min_item, depth, |l| {
-                l.ops.push(FlatOp::Open(*entry));
+                l.ops.push(FlatOp::Open((*entry).into()));
                 l.charge(entry.encoded_len() as usize + 1 + LENGTH_GROWTH);
-                l.ops.push(FlatOp::Str(*key));
+                l.ops.push(FlatOp::Str((*key).into()));
                 l.charge(key.encoded_len() as usize);
                 l.op(value, depth + 1)?;
                 l.ops.push(FlatOp::Close);
@@ -421,15 +425,18 @@ impl Lowering {
         // What each op writes beyond what it reads (`Room`): a varint of one byte becomes up to
         // ten, a float of four a double of eight, a decimal of one byte up to its column's size.
         let (flat, excess) = match conv {
-            Conv::Long => (FlatOp::Long(tag), t + 9),
-            Conv::Int => (FlatOp::Int(tag), t + 9),
-            Conv::Str | Conv::StrAsBytes | Conv::BytesAsStr => (FlatOp::Str(tag), t),
-            Conv::Bytes => (FlatOp::Bytes(tag), t),
-            Conv::Double => (FlatOp::Double(tag), t),
-            Conv::Float => (FlatOp::Float(tag), t + 4),
-            Conv::Bool => (FlatOp::Bool(tag), t),
-            Conv::TimestampMicros => (FlatOp::TimestampMicros(tag, self.column(column)?), t + 9),
-            Conv::Date => (FlatOp::Date(tag, self.column(column)?), t + 9),
+            Conv::Long => (FlatOp::Long(tag.into()), t + 9),
+            Conv::Int => (FlatOp::Int(tag.into()), t + 9),
+            Conv::Str | Conv::StrAsBytes | Conv::BytesAsStr => (FlatOp::Str(tag.into()), t),
+            Conv::Bytes => (FlatOp::Bytes(tag.into()), t),
+            Conv::Double => (FlatOp::Double(tag.into()), t),
+            Conv::Float => (FlatOp::Float(tag.into()), t + 4),
+            Conv::Bool => (FlatOp::Bool(tag.into()), t),
+            Conv::TimestampMicros => (
+                FlatOp::TimestampMicros(tag.into(), self.column(column)?),
+                t + 9,
+            ),
+            Conv::Date => (FlatOp::Date(tag.into(), self.column(column)?), t + 9),
             Conv::Enum(symbols) => {
                 let base = index(self.symbols.len())?;
                 let mut longest = 0;
@@ -450,7 +457,7 @@ impl Lowering {
                 let big = *target == DecimalTarget::BigNumeric;
                 let most = if big { BIGNUMERIC_BYTES } else { NUMERIC_BYTES };
                 let op = FlatOp::Decimal {
-                    tag,
+                    tag: tag.into(),
                     scale: *scale as u8,
                     pow: (target.scale() - scale) as u8,
                     big,
