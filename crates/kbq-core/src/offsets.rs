@@ -126,7 +126,7 @@ pub struct Incarnation(pub u64);
 /// The acknowledged prefix of one writer incarnation: records `[start, next)` are fully handled
 /// (appended and acknowledged, or dead-lettered and acknowledged) and their rows are rows
 /// `0..rows` of `stream`. Only the writer's append path and the protocol's incarnation start
-/// build one.
+/// build one; the protocol moves one over a range it counted lost ([`Self::over_lost_range`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Acknowledged {
     incarnation: Incarnation,
@@ -165,6 +165,18 @@ impl Acknowledged {
             next,
             bytes,
         }
+    }
+
+    /// The prefix over `[from, to)`, a range retention deleted that the protocol counted lost:
+    /// once every record below `from` is handled, so is every record below `to` (none of them
+    /// will ever be delivered). Unchanged while the prefix is below `from` (records before the
+    /// range are still in flight) or already at `to` or past it.
+    pub fn over_lost_range(&self, from: NextOffset, to: NextOffset) -> Acknowledged {
+        let mut ack = self.clone();
+        if from <= self.next && self.next < to {
+            ack.next = to;
+        }
+        ack
     }
 
     pub fn incarnation(&self) -> Incarnation {
@@ -292,6 +304,24 @@ mod tests {
         let c = Committable::seal(&ack, NextOffset(3));
         assert_eq!(c.checkpoint(), &Checkpoint::at_rest(NextOffset(7)));
         assert!(!c.checkpoint().needs_flush());
+    }
+
+    #[test]
+    fn a_prefix_passes_a_lost_range_only_once_it_reached_the_range() {
+        let s = StreamId::new("s1").unwrap();
+        let ack =
+            Acknowledged::from_append_response(Incarnation(1), s, RowCount(5), NextOffset(12), 9);
+        let over = ack.over_lost_range(NextOffset(12), NextOffset(20));
+        assert_eq!(over.next(), NextOffset(20));
+        assert_eq!(
+            (over.rows(), over.bytes()),
+            (RowCount(5), 9),
+            "no row is added"
+        );
+        let behind = ack.over_lost_range(NextOffset(14), NextOffset(20));
+        assert_eq!(behind, ack, "records 12 and 13 are still in flight");
+        let past = ack.over_lost_range(NextOffset(4), NextOffset(10));
+        assert_eq!(past, ack, "never moved back");
     }
 
     #[test]

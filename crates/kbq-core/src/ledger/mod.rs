@@ -63,8 +63,13 @@ struct Partition {
     phase: Phase,
     table: TableFingerprint,
     incarnation: Incarnation,
-    /// Every record below this is acknowledged.
+    /// Every record below this is acknowledged (or counted lost: `lost_ranges`).
     acked: NextOffset,
+    /// Ranges `[from, to)` of this incarnation that retention deleted and the ledger counted
+    /// lost, in order, that `acked` has not passed yet: once it reaches `from` (the consumer's
+    /// fetch position when the range was reported, so nothing delivered is in flight any more)
+    /// it moves to `to`, and the commit passes the gap even when no record follows it.
+    lost_ranges: Vec<(NextOffset, NextOffset)>,
     /// What Kafka holds for the partition as far as this process knows.
     committed: Option<NextOffset>,
     /// The committed offset carries the at-least-once metadata: a partition that started from
@@ -76,6 +81,18 @@ struct Partition {
 }
 
 impl Partition {
+    /// Moves `acked` over the counted-lost ranges it has reached, in order.
+    fn pass_lost_ranges(&mut self) {
+        let acked = &mut self.acked;
+        self.lost_ranges.retain(|&(from, to)| {
+            if *acked < from {
+                return true;
+            }
+            *acked = (*acked).max(to);
+            false
+        });
+    }
+
     fn needs_commit(&self) -> bool {
         !self.ours || self.committed != Some(self.acked)
     }
@@ -199,6 +216,7 @@ impl AtLeastOnceLedger {
                     && p.incarnation == ack.incarnation()
                 {
                     p.acked = p.acked.max(ack.next());
+                    p.pass_lost_ranges();
                 }
             }
             Event::StartCycle => self.start_cycle(&mut out),
@@ -225,8 +243,8 @@ impl AtLeastOnceLedger {
                     }
                     // As in exactly-once mode: `[position, low)` is gone from Kafka and was
                     // never appended, so it is counted as lost and the consumer continues at
-                    // the log start; the acknowledged prefix passes the gap with the first
-                    // acknowledgement after it.
+                    // the log start; the acknowledged prefix passes the gap once every record
+                    // delivered before it is acknowledged, at once when none is in flight.
                     OutOfRangePolicy::Earliest => {
                         out.push(Action::Count(Outcome::RecordsLost {
                             tp: tp.clone(),
@@ -234,10 +252,14 @@ impl AtLeastOnceLedger {
                             to: low,
                         }));
                         out.push(Action::Seek {
-                            tp,
+                            tp: tp.clone(),
                             incarnation,
                             to: low,
                         });
+                        if let Some(p) = self.partitions.get_mut(&tp) {
+                            p.lost_ranges.push((position, low));
+                            p.pass_lost_ranges();
+                        }
                     }
                 }
             }
@@ -316,6 +338,7 @@ impl AtLeastOnceLedger {
             table: table.table,
             incarnation: Incarnation(0),
             acked: NextOffset(0),
+            lost_ranges: Vec::new(),
             committed: None,
             ours: false,
             superseded: None,
@@ -398,6 +421,7 @@ impl AtLeastOnceLedger {
         p.committed = committed.map(|r| r.offset);
         p.ours = matches!(metadata, Some(CommitMetadata::AtLeastOnce { .. }));
         p.acked = from;
+        p.lost_ranges.clear();
         p.incarnation = incarnation;
         p.phase = Phase::Running;
         let first = p.committed.is_none();
@@ -428,6 +452,9 @@ impl AtLeastOnceLedger {
             Phase::Running => {
                 self.next_incarnation += 1;
                 p.incarnation = Incarnation(self.next_incarnation);
+                // The new incarnation re-reads from `acked`; a gap above it is met (and
+                // counted) again.
+                p.lost_ranges.clear();
                 out.push(Action::Count(Outcome::StreamRestarted { tp: tp.clone() }));
                 out.push(Action::StartIncarnation {
                     incarnation: p.incarnation,

@@ -520,6 +520,32 @@ fn an_out_of_range_fetch_under_earliest_counts_the_gap_and_continues_at_the_log_
 }
 
 #[test]
+fn a_gap_with_no_record_after_it_is_committed_over_once_nothing_before_it_is_in_flight() {
+    // Retention deleted the rest of an idle partition: the log start is its end, and no record
+    // will ever be acknowledged after the gap. The commit still passes it, but only once the
+    // records delivered before it (3..5, in flight when it was reported) are acknowledged.
+    let mut config = ProtocolConfig::new();
+    config.on_out_of_range = OutOfRangePolicy::Earliest;
+    let (mut l, inc) = running_with(config, 0);
+    l.handle(ack(inc, 3));
+    l.handle(Event::OffsetOutOfRange {
+        tp: tp0(),
+        incarnation: inc,
+        position: NextOffset(5),
+        low: NextOffset(9),
+    });
+    let (id, entries) = commit(&l.handle(Event::StartCycle)).expect("the prefix is committed");
+    assert_eq!(entries, vec![(3, alo())], "records 3 and 4 are in flight");
+    l.handle(Event::CommitResult {
+        commit: id,
+        outcome: CommitOutcome::PerPartition(vec![(tp0(), Ok(()))]),
+    });
+    l.handle(ack(inc, 5));
+    let (_, entries) = commit(&l.handle(Event::StartCycle)).expect("a commit over the gap");
+    assert_eq!(entries, vec![(9, alo())]);
+}
+
+#[test]
 fn a_missing_checkpoint_under_resolve_starts_at_the_log_start() {
     // The table's highest visible offset is no safe start: rows on `_default` are not a prefix
     // of the partition (a refused request below a later one's rows), so a missing checkpoint is

@@ -22,6 +22,7 @@ impl CheckpointProtocol {
             return;
         }
         state.progress = ack;
+        state.pass_lost_ranges();
         if !state.paused && state.progress.bytes().saturating_sub(state.committed_bytes) >= cap {
             state.paused = true;
             out.push(Action::Pause { tp: tp.clone() });
@@ -549,6 +550,19 @@ enum EntryCommit {
 }
 
 impl PartitionState {
+    /// Moves the acknowledged prefix over the counted-lost ranges it has reached, in order
+    /// (`lost_ranges`); a range it has passed by an acknowledgement after the gap is dropped.
+    pub(super) fn pass_lost_ranges(&mut self) {
+        let progress = &mut self.progress;
+        self.lost_ranges.retain(|&(from, to)| {
+            if progress.next() < from {
+                return true;
+            }
+            *progress = progress.over_lost_range(from, to);
+            false
+        });
+    }
+
     /// A commit of this process landed for a running (or stopped) partition: the checkpoint is
     /// durable, the superseded stream is queued for finalize, the bounded tail may reopen and
     /// the checkpoint's flush is pending.

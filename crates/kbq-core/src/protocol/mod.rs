@@ -137,6 +137,14 @@ struct PartitionState {
     commit_failures: u32,
     paused: bool,
     low: NextOffset,
+    /// Ranges `[from, to)` of this incarnation that retention deleted and the protocol counted
+    /// lost (`recovery.on_out_of_range: earliest`), in order, that the acknowledged prefix has
+    /// not passed yet. `from` is where the consumer's fetch position was: the records below it
+    /// were delivered to the writer and may still be in flight. Once the prefix reaches `from`
+    /// it moves to `to`, so `K` passes the gap even when no record follows it (an idle
+    /// partition whose tail expired would otherwise keep its committed offset below the log
+    /// start for good).
+    lost_ranges: Vec<(NextOffset, NextOffset)>,
     /// The table the partition's topic is routed to: its checkpoints carry this fingerprint.
     table: TableFingerprint,
 }

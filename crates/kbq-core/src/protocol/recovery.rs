@@ -38,6 +38,7 @@ impl CheckpointProtocol {
             commit_failures: 0,
             paused: false,
             low: a.low,
+            lost_ranges: Vec::new(),
             table: table.table,
         };
         let Some(read) = &a.committed else {
@@ -524,6 +525,7 @@ impl CheckpointProtocol {
         state.flush_in_flight = false;
         state.commit_failures = 0;
         state.paused = false;
+        state.lost_ranges.clear();
         state.phase = Phase::Running;
         out.push(Action::StartIncarnation {
             tp: tp.clone(),
@@ -567,9 +569,13 @@ impl CheckpointProtocol {
             }
             OutOfRangePolicy::Earliest => {
                 // The records in [position, low) are gone from Kafka and were never appended by
-                // this incarnation: counted, never silent. The stream and its rows stay; the next
-                // commit's K jumps over the gap, and f's meaning ("visible below it") extends to
-                // "visible or counted lost".
+                // this incarnation: counted, never silent. The stream and its rows stay; f's
+                // meaning ("visible below it") extends to "visible or counted lost". K jumps
+                // over the gap once every record delivered before it is acknowledged: with the
+                // first acknowledgement after it, or at once when nothing is in flight and no
+                // record follows (docs/operations.md, "Records deleted before they were
+                // written"). Never earlier: a commit past a record still in flight would lose
+                // it if the append then failed.
                 out.push(Action::Count(Outcome::RecordsLost {
                     tp: tp.clone(),
                     from: position,
@@ -580,6 +586,8 @@ impl CheckpointProtocol {
                     incarnation,
                     to: low,
                 });
+                state.lost_ranges.push((position, low));
+                state.pass_lost_ranges();
                 self.partitions.insert(tp, state);
             }
         }

@@ -522,6 +522,72 @@ fn a_failed_flush_is_retried_every_cycle_and_an_idle_partition_rests_at_f_equals
 }
 
 #[test]
+fn a_gap_at_the_log_end_is_committed_over_once_nothing_before_it_is_in_flight() {
+    // Retention deleted the rest of an idle partition (records 15..20, never appended): the log
+    // start is its end, so no record follows the gap to be acknowledged. K must still reach
+    // the log start, or the partition never rests and its lag never reaches 0; but not before
+    // records 13 and 14, delivered before the gap, are acknowledged.
+    let mut config = ProtocolConfig::new();
+    config.on_out_of_range = OutOfRangePolicy::Earliest;
+    let mut p = CheckpointProtocol::new(config);
+    let inc = running(&mut p);
+    let a = committed(&mut p, inc, 3);
+    p.handle(flush_result("s1", 2, FlushOutcome::Flushed));
+    let a = [
+        a,
+        p.handle(Event::OffsetOutOfRange {
+            tp: tp0(),
+            incarnation: inc,
+            position: NextOffset(15),
+            low: NextOffset(20),
+        }),
+    ]
+    .concat();
+    assert!(a.contains(&Action::Seek {
+        tp: tp0(),
+        incarnation: inc,
+        to: NextOffset(20)
+    }));
+    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert_eq!(entries[0].offset, NextOffset(13), "13 and 14 are in flight");
+    p.handle(ok(id));
+    p.handle(ack(inc, "s1", 5, 15));
+    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert_eq!(entries[0].offset, NextOffset(20), "over the counted gap");
+    assert_eq!(flushes(&p.handle(ok(id))), vec![(sid("s1"), RowOffset(4))]);
+    p.handle(flush_result("s1", 4, FlushOutcome::Flushed));
+    let (id, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert!(entries[0].metadata.ends_with(";f=20"), "{entries:?}");
+    p.handle(ok(id));
+    assert_eq!(
+        p.handle(Event::StartCycle),
+        vec![],
+        "at rest at the log end"
+    );
+    // A record after the gap moves the prefix as any other.
+    p.handle(ack(inc, "s1", 6, 21));
+    let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert_eq!(entries[0].offset, NextOffset(21));
+}
+
+#[test]
+fn a_gap_reported_with_nothing_in_flight_is_committed_over_at_once() {
+    let mut config = ProtocolConfig::new();
+    config.on_out_of_range = OutOfRangePolicy::Earliest;
+    let mut p = CheckpointProtocol::new(config);
+    let inc = running(&mut p);
+    p.handle(Event::OffsetOutOfRange {
+        tp: tp0(),
+        incarnation: inc,
+        position: NextOffset(10),
+        low: NextOffset(12),
+    });
+    let (_, entries) = commit(&p.handle(Event::StartCycle)).unwrap();
+    assert_eq!(entries[0].offset, NextOffset(12));
+    assert!(entries[0].metadata.ends_with(";f=12"), "nothing to flush");
+}
+
+#[test]
 fn a_partition_whose_commit_keeps_failing_is_isolated() {
     let mut p = protocol();
     let inc = running(&mut p);

@@ -986,3 +986,39 @@ fn records_deleted_before_the_first_commit_are_not_the_groups_to_deliver() {
         );
     }
 }
+
+/// Found by the simulation (docs/simulation.md, "Retention"; its seeds 117746550112312 and
+/// 117746550112368): retention deletes the rest of an idle partition before its reader gets
+/// there, so the log start is the log end and no record follows the gap. The reader's seek to
+/// the log start delivers nothing, and a committed offset that waits for a record after the gap
+/// stays below the log start for good: the partition never rests (its lag never reaches 0) and
+/// every restart meets the gap again. Here no rebalance comes to start the partition over: the
+/// running incarnation itself must commit the log start, once nothing before the gap is in
+/// flight.
+#[test]
+fn a_reader_overtaken_at_the_log_end_commits_the_log_start_without_a_rebalance() {
+    let mut w = World::new(config(false, OutOfRangePolicy::Earliest, 1000), 4);
+    w.start(0);
+    w.drain(0);
+    for p in 0..PARTITIONS {
+        w.append(0, p, Delivery::Ok);
+        w.append(0, p, Delivery::Ok);
+    }
+    // Records 2 and 3 of every partition expire unread: the log is empty from 4 on.
+    w.kafka.low = [4; PARTITIONS];
+    for p in 0..PARTITIONS {
+        w.append(0, p, Delivery::Ok);
+    }
+    assert!(w.reached.contains("OffsetOutOfRange:skipped"));
+    for _ in 0..3 {
+        w.post(0, Event::StartCycle);
+        w.drain(0);
+    }
+    assert!(
+        w.rested(),
+        "the partitions rest at the log start: committed={:?} high={:?}",
+        w.kafka.committed,
+        w.kafka.high
+    );
+    w.check_exactly_once();
+}
