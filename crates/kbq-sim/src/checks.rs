@@ -221,8 +221,9 @@ impl Sim {
                 let dead = w.dead_letters.get(&(p, x));
                 if x < w.log_start[p] && n == 0 && dead.is_none() {
                     // Deleted by retention before the sink made it visible or dead-lettered
-                    // it (a visible row or a dead letter stays): lost, and counted below.
-                    missing += 1;
+                    // it (a visible row or a dead letter stays): lost, and counted below,
+                    // unless it was gone when the partition started without an offset.
+                    missing += u64::from(x >= w.read_without_offset[p]);
                     continue;
                 }
                 if bad {
@@ -295,8 +296,9 @@ impl Sim {
                 let dead = w.dead_letters.get(&(p, x));
                 let fate = produced.fate(w.mode);
                 if x < w.log_start[p] && n == 0 && dead.is_none() && fate != Fate::Ignored {
-                    // Deleted by retention before it was handled: lost, counted below.
-                    missing += 1;
+                    // Deleted by retention before it was handled: lost, counted below, unless
+                    // it was gone when the partition started without an offset.
+                    missing += u64::from(x >= w.read_without_offset[p]);
                     continue;
                 }
                 match fate {

@@ -165,6 +165,9 @@ impl Sim {
             offset: NextOffset(*k),
             metadata: m.clone().into_bytes(),
         });
+        if committed.is_none() {
+            w.read_without_offset[p] = w.read_without_offset[p].max(w.log_start[p]);
+        }
         Ok(Assignment {
             committed,
             low: NextOffset(w.log_start[p]),

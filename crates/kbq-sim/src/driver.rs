@@ -58,6 +58,7 @@ impl Sim {
             injected_loss: BTreeSet::new(),
             logs: vec![Vec::new(); PARTITIONS],
             log_start: vec![0; PARTITIONS],
+            read_without_offset: vec![0; PARTITIONS],
             retention: params.retention.then_some(RETENTION),
             committed: vec![None; PARTITIONS],
             dead_letters: BTreeMap::new(),

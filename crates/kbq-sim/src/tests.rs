@@ -125,6 +125,18 @@ const RETENTION_REGRESSIONS: &[(u64, Mode, &str)] = &[
         Mode::AtLeastOnce,
         "stuck the same way in the ledger (p1 committed 1813 of 1844)",
     ),
+    (
+        117746550112556,
+        Mode::ExactlyOnce,
+        "the simulation's own check, not the sink: 430 deleted records missing, 399 counted \
+         lost. r1 started p1 from 0 (a first start) and crashed before its first commit while \
+         p0's commit had marked the table; r0 got p1 at 6.29 s with no committed offset, \
+         resolved the missing checkpoint (no visible row) and started at the log start, 33. \
+         Records 0-32 were deleted unwritten and not counted: the sink cannot tell them from \
+         records deleted before the group ever read the topic, and counts the start as a \
+         missing checkpoint instead. The check now excuses what lay below the log start when a \
+         partition's offset was read without a committed offset, as the model's oracle does",
+    ),
 ];
 
 fn env_u64(name: &str) -> Option<u64> {

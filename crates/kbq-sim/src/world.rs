@@ -52,6 +52,12 @@ pub(super) struct World {
     /// Each partition's log start: records below it were deleted by retention (0 without
     /// [`crate::Params::retention`]).
     pub(super) log_start: Vec<i64>,
+    /// Per partition, the highest log start that a read of its committed offset returned while
+    /// it had none. A partition starting without a committed offset (a first start, a missing
+    /// checkpoint) starts at the log start or after its visible rows, and does not count what
+    /// retention deleted below that log start: the sink cannot tell whether the group ever read
+    /// it (docs/operations.md, "Missing checkpoints"). The final checks excuse such records.
+    pub(super) read_without_offset: Vec<i64>,
     /// `retention.ms`, when the seed runs Kafka's retention.
     pub(super) retention: Option<Duration>,
     /// CDC mode: the keys the source table holds (what the produced changes describe).
