@@ -213,7 +213,7 @@ pub(super) fn type_error(
     }
 }
 
-fn column_type(conv: &Conv) -> &'static str {
+pub(super) fn column_type(conv: &Conv) -> &'static str {
     match conv {
         Conv::Skip => "skipped",
         Conv::Int => "INT64",

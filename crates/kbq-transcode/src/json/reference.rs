@@ -8,7 +8,7 @@ use std::sync::Arc;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 
-use super::exec::{BASE64, integer, type_error};
+use super::exec::{BASE64, column_type, integer};
 use super::keys::same;
 use super::named_exec;
 use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
@@ -86,7 +86,7 @@ fn object(
                     key: String::from_utf8_lossy(&key).into_owned(),
                 });
             }
-            sc.skip(depth + 1)?;
+            sc.skip_reference(depth + 1)?;
             continue;
         };
         hint = i + 1;
@@ -149,7 +149,7 @@ fn field(
         };
     }
     if matches!(f.conv, Conv::Skip) {
-        return sc.skip(depth).map(|_| ());
+        return sc.skip_reference(depth).map(|_| ());
     }
     if !f.repeated {
         return value(f, token, sc, depth, out);
@@ -258,7 +258,7 @@ fn value(
             put_len_delimited(out, tag, &bytes);
         }
         (Conv::Json, _) => {
-            let text = sc.skip(depth)?;
+            let text = sc.skip_reference(depth)?;
             put_len_delimited(out, tag, text);
         }
         (Conv::Timestamp(_), Token::String) => {
@@ -299,4 +299,17 @@ fn value(
         _ => return Err(type_error(f, token, sc, depth)),
     }
     Ok(())
+}
+
+/// A value of the wrong JSON type; malformed JSON in it is reported first (through the recursive
+/// skip).
+fn type_error(f: &FieldOp, token: Token, sc: &mut Scanner<'_>, depth: usize) -> RecordError {
+    if let Err(e) = sc.skip_reference(depth) {
+        return e;
+    }
+    RecordError::JsonType {
+        column: f.column.clone(),
+        found: token.name(),
+        column_type: column_type(&f.conv),
+    }
 }
