@@ -1623,6 +1623,95 @@ fn a_cast_parses_from_yaml_and_a_bad_one_is_refused_with_the_path_of_its_key() {
 }
 
 #[test]
+fn a_time_conversion_parses_from_yaml_and_a_bad_one_is_refused_with_the_path_of_its_key() {
+    use kbq_transcode::transforms::{EpochUnit, TimeFrom, TimeTo, Transform, Zone};
+    let yaml = in_bigquery(
+        "  transforms:
+    - convert: {field: created_ms, from: epoch_millis, to: TIMESTAMP}
+    - convert: {field: day, from: epoch_seconds, to: DATE, zone: UTC}
+    - convert: {field: placed, from: string, format: \"%d/%m/%Y %H:%M\", to: DATETIME}
+    - convert: {field: sent, from: string, format: \"%Y-%m-%dT%H:%M:%S.%f%z\", to: TIMESTAMP}
+    - convert: {field: at_us, from: epoch_micros, to: INT64, unit: epoch_millis}
+    - convert: {field: shown, from: epoch_millis, to: STRING, format: \"%Y-%m-%d\", zone: UTC}
+",
+    );
+    assert_eq!(errors(&yaml, HashMap::new()), Vec::<String>::new());
+    let config = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    let t = &config.bigquery.transforms;
+    assert!(matches!(&t[1], Transform::Convert(c)
+        if c.from == TimeFrom::EpochSeconds && c.to == TimeTo::Date && c.zone == Some(Zone::Utc)));
+    assert!(matches!(&t[4], Transform::Convert(c) if c.unit == Some(EpochUnit::EpochMillis)));
+    let cases = [
+        (
+            "    - convert: {field: d, from: epoch_millis, to: DATE}\n",
+            "bigquery.transforms[0].zone: an instant from epoch_millis becomes a civil time DATE: say the zone of the civil time (zone: UTC), it is never guessed",
+        ),
+        (
+            "    - convert: {field: d, from: string, format: \"%Y-%m-%d %H:%M\", to: TIMESTAMP}\n",
+            "bigquery.transforms[0].zone: a civil time from text without %z becomes an instant TIMESTAMP",
+        ),
+        (
+            "    - convert: {field: d, from: epoch_millis, to: TIMESTAMP, zone: UTC}\n",
+            "bigquery.transforms[0].zone: only where an instant becomes a civil time or back",
+        ),
+        (
+            "    - convert: {field: d, from: string, to: DATE}\n",
+            "bigquery.transforms[0].format: text needs its format",
+        ),
+        (
+            "    - convert: {field: d, from: epoch_millis, to: TIMESTAMP, format: \"%Y\"}\n",
+            "bigquery.transforms[0].format: only with `from: string` or `to: STRING`",
+        ),
+        (
+            "    - convert: {field: d, from: string, format: \"%Y-%m-%d %I\", to: DATE}\n",
+            "bigquery.transforms[0].format: %I is not a directive of the format",
+        ),
+        (
+            "    - convert: {field: d, from: string, format: \"%m/%d\", to: DATE}\n",
+            "bigquery.transforms[0].format: a time's format needs a whole date",
+        ),
+        (
+            "    - convert: {field: d, from: string, format: \"%Y-%m-%d\", to: STRING}\n",
+            "bigquery.transforms[0].to: text written again as text",
+        ),
+        (
+            "    - convert: {field: d, from: epoch_millis, to: INT64}\n",
+            "bigquery.transforms[0].unit: an INT64 of a time needs its unit",
+        ),
+        (
+            "    - convert: {field: d, from: epoch_millis, to: DATETIME, unit: epoch_seconds, zone: UTC}\n",
+            "bigquery.transforms[0].unit: only with `to: INT64`",
+        ),
+        (
+            "    - convert: {field: d, from: epoch_millis, to: TIMESTAMP}\n    - cast: {field: D, to: STRING}\n",
+            "bigquery.transforms[1].field: transforms[0] already transforms field D",
+        ),
+    ];
+    for (lines, expected) in cases {
+        assert_one_error(
+            &in_bigquery(&format!("  transforms:\n{lines}")),
+            HashMap::new(),
+            expected,
+        );
+    }
+    // A unit, zone or target BigQuery does not spell so: parse errors at the list's path.
+    for lines in [
+        "    - convert: {field: d, from: epoch_days, to: DATE}\n",
+        "    - convert: {field: d, from: epoch_millis, to: TIME}\n",
+        "    - convert: {field: d, from: epoch_millis, to: DATE, zone: Europe/Paris}\n",
+    ] {
+        let errs = errors(
+            &in_bigquery(&format!("  transforms:\n{lines}")),
+            HashMap::new(),
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("bigquery.transforms")),
+            "{lines}: {errs:#?}"
+        );
+    }
+}
+
+#[test]
 fn a_hash_keys_file_or_variable_is_read_at_load_and_a_missing_one_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let write = |name: &str, text: &str| {

@@ -280,14 +280,17 @@ fn insert_field_becomes_metadata_columns_and_other_transforms_are_reported() {
         "drop ip_address",
     );
     assert_label(&report, "transforms.mask.type", "changed", "mask email");
-    for t in ["ts", "flat"] {
-        assert_label(
-            &report,
-            &format!("transforms.{t}.type"),
-            "not translatable",
-            "",
-        );
-    }
+    assert_label(
+        &report,
+        "transforms.ts.type",
+        "changed",
+        "convert event_time from string to TIMESTAMP",
+    );
+    assert!(
+        yaml.contains("convert: {field: \"event_time\", from: string, format: \"%Y-%m-%dT%H:%M:%S\", to: TIMESTAMP, zone: UTC}"),
+        "{yaml}"
+    );
+    assert_label(&report, "transforms.flat.type", "not translatable", "");
 }
 
 #[test]
@@ -422,6 +425,7 @@ fn an_smt_chain_with_exact_counterparts_becomes_transforms_in_its_order() {
             "mask: {field: \"card_number\", value: \"****-****-****-****\"}",
             "mask: {field: \"phone\"}",
             "set: {column: \"source_system\", value: \"payments-gateway\"}",
+            "convert: {field: \"created_at\", from: string, format: \"%Y-%m-%d %H:%M:%S\", to: TIMESTAMP, zone: UTC}",
         ],
         "{yaml}"
     );
@@ -462,8 +466,8 @@ fn an_smt_chain_with_exact_counterparts_becomes_transforms_in_its_order() {
     assert_label(
         &report,
         "transforms.parseTs.type",
-        "not translatable",
-        "TimestampConverter: no such transform here yet",
+        "changed",
+        "here the field is read as text in the format",
     );
 }
 
@@ -609,5 +613,39 @@ fn a_cast_of_fields_becomes_casts_and_a_cast_of_the_whole_value_or_the_key_is_re
         "transforms.castWhole.type",
         "not translatable",
         "spec `string` casts the whole value",
+    );
+}
+
+#[test]
+fn a_timestamp_converter_of_a_field_becomes_a_convert_where_its_pattern_is_exact() {
+    let (yaml, report) = migrate("19-smt-timestamp-converter.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        [
+            "convert: {field: \"shipped_at\", from: epoch_millis, to: TIMESTAMP}",
+            "convert: {field: \"promised_day\", from: epoch_seconds, to: DATE, zone: UTC}",
+            "convert: {field: \"scanned_at\", from: string, format: \"%Y-%m-%dT%H:%M:%S.%3f%z\", to: TIMESTAMP}",
+            "convert: {field: \"picked_up\", from: string, format: \"%d/%m/%Y %H:%M\", to: INT64, unit: epoch_seconds, zone: UTC}",
+            "convert: {field: \"label_time\", from: epoch_micros, format: \"%Y-%m-%d\", to: STRING, zone: UTC}",
+        ],
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.shippedAt.type",
+        "changed",
+        "here the field is read as a unix count in milliseconds",
+    );
+    assert_label(
+        &report,
+        "transforms.window.type",
+        "not translatable",
+        "a TIME of day is not a target of convert here",
+    );
+    assert_label(
+        &report,
+        "transforms.loose.type",
+        "not translatable",
+        "format \"EEE, d MMM yyyy HH:mm:ss\": `EEE` has no exact counterpart",
     );
 }

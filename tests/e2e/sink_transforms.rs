@@ -5,8 +5,8 @@
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
 //! schema, follow the transforms. A second route masks a field with a keyed hash, its key read
-//! from a file, and casts two fields (one of whose values is no integer: a dead letter), through
-//! a SIGKILL too.
+//! from a file, casts two fields (one of whose values is no integer: a dead letter) and converts
+//! a count of seconds into text, through a SIGKILL too.
 
 use crate::support;
 
@@ -323,16 +323,19 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     assert_eq!(f.dead_letter_count(), 0);
 }
 
-/// A keyed hash, and two casts: the decimal `amount` into a STRING column as its text, and the
-/// nullable `note` into INT64, whose text `n` (every third order) is no integer: those records
-/// are dead letters naming the column, the others rows, each exactly once through a SIGKILL.
+/// A keyed hash, two casts and a time conversion: the decimal `amount` into a STRING column as
+/// its text, the nullable `note` into INT64, whose text `n` (every third order) is no integer
+/// (those records are dead letters naming the column), and the `id`, read as seconds since the
+/// epoch, written as text in a format. Every other record is a row, exactly once through a
+/// SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_field_masked_with_a_keyed_hash_and_cast_fields_hold_their_values_exactly_once() {
+async fn a_field_masked_with_a_keyed_hash_and_cast_and_converted_fields_hold_their_values_exactly_once()
+ {
     use hmac::{KeyInit, Mac};
     let f = Fixture::new(PARTITIONS).await;
     let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
     f.create_table_with_metadata(vec![
-        TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+        TableFieldSchema::new("id", FieldType::String, Mode::Required),
         column("customer", FieldType::String),
         column("amount", FieldType::String),
         column("created", FieldType::Timestamp),
@@ -354,6 +357,7 @@ async fn a_field_masked_with_a_keyed_hash_and_cast_fields_hold_their_values_exac
             ),
             "      - cast: {field: amount, to: STRING}".into(),
             "      - cast: {field: note, to: INT64}".into(),
+            "      - convert: {field: id, from: epoch_seconds, to: STRING, format: \"%Y-%m-%dT%H:%M:%S%z\"}".into(),
         ],
         ..Tweaks::default()
     };
@@ -387,6 +391,8 @@ async fn a_field_masked_with_a_keyed_hash_and_cast_fields_hold_their_values_exac
         let text = format!("{}.{:02}", cents / 100, cents % 100);
         assert_eq!(columns["amount"], serde_json::Value::String(text), "{id}");
         assert!(columns["note"].is_null(), "{id}");
+        let at = format!("1970-01-01T00:{:02}:{:02}+0000", id / 60, id % 60);
+        assert_eq!(columns["id"], serde_json::Value::String(at), "{id}");
     }
     // Every bad record is a dead letter (a record dead-lettered before the kill may be again
     // after it), and nothing else.

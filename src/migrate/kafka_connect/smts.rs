@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kbq_transcode::transforms::{self, ConvertField, EpochUnit, TimeFrom, TimeTo, Transform};
+
 use super::topics::Routing;
 use super::{Source, list};
 use crate::migrate::report::Outcome;
@@ -128,6 +130,8 @@ fn smt(
         mask_field_smt(s, t, cx.shaping_blocked, chain)
     } else if short == "Cast" {
         cast_smt(s, t, cx.shaping_blocked, chain)
+    } else if short == "TimestampConverter" {
+        timestamp_converter_smt(s, t, cx.shaping_blocked, chain)
     } else if short == "RecordIsTombstone" {
         Outcome::NotTranslatable(
             "a predicate's class used as a transform: Kafka Connect refuses it".into(),
@@ -169,8 +173,7 @@ fn router_outcome(t: &str, routing: &Routing) -> Outcome {
 fn unsupported(short: &str) -> Outcome {
     if matches!(
         short,
-        "TimestampConverter"
-            | "Flatten"
+        "Flatten"
             | "ExtractField"
             | "ValueToKey"
             | "HoistField"
@@ -181,7 +184,7 @@ fn unsupported(short: &str) -> Outcome {
             | "SetSchemaMetadata"
     ) {
         Outcome::NotTranslatable(format!(
-            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
+            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, convert, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
         ))
     } else if short.contains("Mask") || short.contains("Hash") || short.contains("HMAC") {
         Outcome::NotTranslatable(format!(
@@ -569,4 +572,224 @@ fn cast_smt(s: &Source, t: &str, blocked: Option<&str>, chain: &mut Chain) -> Ou
         done.join(", "),
         chain.missing_field_note()
     ))
+}
+
+/// `TimestampConverter$Value` of one field: a `convert`. Connect decides what the field is by
+/// its schema when a record comes; the connector config does not say, so the field is read as
+/// text when a `format` is given and the target is not `string`, else as a unix count in
+/// `unix.precision`, and the report says so. Connect's zone is UTC, so is the convert's.
+fn timestamp_converter_smt(
+    s: &Source,
+    t: &str,
+    blocked: Option<&str>,
+    chain: &mut Chain,
+) -> Outcome {
+    let get = |k: &str| {
+        s.get(&format!("transforms.{t}.{k}"))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let Some(field) = get("field") else {
+        return Outcome::NotTranslatable(
+            "without `field` it converts the whole value; a convert here names a field of the record".into(),
+        );
+    };
+    let precision = get("unix.precision").unwrap_or("milliseconds");
+    let format = get("format");
+    let (from, to, unit) = match converter_kinds(get("target.type"), format, precision) {
+        Ok(kinds) => kinds,
+        Err(why) => return Outcome::NotTranslatable(why),
+    };
+    let pattern = match format {
+        Some(java) => match java_time_format(java, from == TimeFrom::String) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                return Outcome::NotTranslatable(format!("format \"{java}\": {why}"));
+            }
+        },
+        None => None,
+    };
+    let offset = pattern
+        .as_deref()
+        .is_some_and(|p| p.contains("%z") || p.contains("%:z"));
+    let from_instant = from != TimeFrom::String || offset;
+    let to_instant = match to {
+        TimeTo::Timestamp | TimeTo::Int64 => true,
+        TimeTo::String => offset,
+        TimeTo::Date | TimeTo::Datetime => false,
+    };
+    let convert = ConvertField {
+        field: field.to_string(),
+        from,
+        to,
+        format: pattern.clone(),
+        unit: (to == TimeTo::Int64).then_some(unit),
+        zone: (from_instant != to_instant).then_some(transforms::Zone::Utc),
+    };
+    if let Err(e) = transforms::check(&[Transform::Convert(convert.clone())]) {
+        return Outcome::NotTranslatable(format!("{}: {}", e.key, e.message));
+    }
+    if let Some(why) = blocked {
+        return Outcome::NotTranslatable(why.into());
+    }
+    if let Some(why) = chain.conflict(&[field]) {
+        return Outcome::NotTranslatable(why);
+    }
+    let yaml = convert_yaml(&convert);
+    chain.transforms.push(yaml);
+    chain.touch(&[field], t);
+    let read = if from == TimeFrom::String {
+        "text in the format".to_string()
+    } else {
+        format!("a unix count in {precision}")
+    };
+    Outcome::Changed(format!(
+        "bigquery.transforms convert {field} from {} to {}: Connect decides by the field's schema what it converts; here the field is read as {read}, and a writer schema where it is otherwise refuses the plan. Only where exact: Connect's SimpleDateFormat is lenient (2024-02-30 becomes March 1) and its Date drops a time of day; here text that does not match the format, a time of day into DATE, or a fraction its target does not hold is its record's dead letter{}",
+        from.name(),
+        to.name(),
+        chain.missing_field_note()
+    ))
+}
+
+/// What a TimestampConverter reads and writes, and the unit of its unix counts; why not, if it
+/// has no counterpart.
+fn converter_kinds(
+    target: Option<&str>,
+    format: Option<&str>,
+    precision: &str,
+) -> Result<(TimeFrom, TimeTo, EpochUnit), String> {
+    let (epoch, unit) = match precision {
+        "seconds" => (TimeFrom::EpochSeconds, EpochUnit::EpochSeconds),
+        "milliseconds" => (TimeFrom::EpochMillis, EpochUnit::EpochMillis),
+        "microseconds" => (TimeFrom::EpochMicros, EpochUnit::EpochMicros),
+        "nanoseconds" => (TimeFrom::EpochNanos, EpochUnit::EpochNanos),
+        other => {
+            return Err(format!(
+                "unix.precision {other} is none of seconds, milliseconds, microseconds, nanoseconds"
+            ));
+        }
+    };
+    let (from, to) = match (target.unwrap_or_default(), format.is_some()) {
+        ("Timestamp", true) => (TimeFrom::String, TimeTo::Timestamp),
+        ("Timestamp", false) => (epoch, TimeTo::Timestamp),
+        ("Date", true) => (TimeFrom::String, TimeTo::Date),
+        ("Date", false) => (epoch, TimeTo::Date),
+        ("unix", true) => (TimeFrom::String, TimeTo::Int64),
+        ("string", true) => (epoch, TimeTo::String),
+        ("unix", false) => {
+            return Err(
+                "unix without a format converts a Connect Date or Timestamp field, which the sink already writes as DATE or TIMESTAMP (docs/mapping.md); no transform here reads a logical type".into(),
+            );
+        }
+        ("string", false) => {
+            return Err(
+                "target.type string needs a format (Connect refuses it without one)".into(),
+            );
+        }
+        ("Time", _) => {
+            return Err(
+                "a TIME of day is not a target of convert here; the sink writes a Connect Time field as TIME (docs/mapping.md)".into(),
+            );
+        }
+        (other, _) => {
+            return Err(format!(
+                "target.type `{other}` is none of string, unix, Date, Time, Timestamp"
+            ));
+        }
+    };
+    Ok((from, to, unit))
+}
+
+/// The YAML flow item of a `convert`.
+fn convert_yaml(c: &ConvertField) -> String {
+    let mut yaml = format!(
+        "convert: {{field: {}, from: {}",
+        quote(&c.field),
+        c.from.name()
+    );
+    if let Some(p) = &c.format {
+        yaml.push_str(&format!(", format: {}", quote(p)));
+    }
+    yaml.push_str(&format!(", to: {}", c.to.name()));
+    if let Some(u) = c.unit {
+        yaml.push_str(&format!(", unit: {}", u.name()));
+    }
+    if c.zone.is_some() {
+        yaml.push_str(", zone: UTC");
+    }
+    yaml.push('}');
+    yaml
+}
+
+/// A Java `SimpleDateFormat` pattern as the format of `convert` (`time_format.rs`), where the
+/// two read (`reading`) or write the same texts; why not otherwise.
+fn java_time_format(java: &str, reading: bool) -> Result<String, String> {
+    let mut out = String::new();
+    let chars: Vec<char> = java.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' {
+            // '' is a quote; 'text' is literal text.
+            if chars.get(i + 1) == Some(&'\'') {
+                out.push('\'');
+                i += 2;
+                continue;
+            }
+            let end = (i + 1..chars.len())
+                .find(|&j| chars[j] == '\'')
+                .ok_or("a quote is not closed")?;
+            for &q in &chars[i + 1..end] {
+                if q == '%' {
+                    out.push_str("%%");
+                } else {
+                    out.push(q);
+                }
+            }
+            i = end + 1;
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            if c == '%' {
+                out.push_str("%%");
+            } else {
+                out.push(c);
+            }
+            i += 1;
+            continue;
+        }
+        let n = chars[i..].iter().take_while(|&&x| x == c).count();
+        let run: String = chars[i..i + n].iter().collect();
+        let directive = match (c, n) {
+            ('y', 4) => "%Y",
+            ('M', 2) => "%m",
+            ('d', 2) => "%d",
+            ('H', 2) => "%H",
+            ('m', 2) => "%M",
+            ('s', 2) => "%S",
+            // Java's S counts milliseconds: three digits of them are a fraction of 3 digits.
+            ('S', 3) => "%3f",
+            ('Z', 1) => "%z",
+            ('X', 2) if reading => "%z",
+            ('X', 3) if reading => "%:z",
+            ('X', 2 | 3) => {
+                return Err(format!(
+                    "`{run}` writes Z for UTC, and the format here writes +0000 or +00:00"
+                ));
+            }
+            ('S', _) => {
+                return Err(format!(
+                    "`{run}` is a count of milliseconds padded to {n} digits, not a fraction of {n} digits"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "`{run}` has no exact counterpart (the format here has yyyy MM dd HH mm ss SSS Z, and XX XXX read)"
+                ));
+            }
+        };
+        out.push_str(directive);
+        i += n;
+    }
+    Ok(out)
 }

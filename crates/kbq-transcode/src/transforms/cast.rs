@@ -291,7 +291,7 @@ fn exact(from: Source, to: CastType) -> Result<(), String> {
 
 /// A JSON number's integer value, also written with an exponent (`1e3`); a fraction, or a value
 /// past INT64, is refused.
-fn number_i64(s: &str) -> Result<i64, String> {
+pub(super) fn number_i64(s: &str) -> Result<i64, String> {
     if let Ok(i) = s.parse::<i64>() {
         return Ok(i);
     }

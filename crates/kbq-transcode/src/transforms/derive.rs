@@ -4,10 +4,10 @@
 //! masked to NULL keeps its column, NULLABLE; a masked value's and a set column's type is the
 //! value's (text STRING, integer INT64, number FLOAT64, true/false BOOL; a header's by its
 //! encoding), NULLABLE; a column `set … from:` a Kafka coordinate is the matching metadata
-//! column's; a cast field's column is of the cast's type, in the field's mode. A transform that meets no field, or a column that meets another, is refused here
+//! column's; a cast or converted field's column is of the type it writes, in the field's mode. A transform that meets no field, or a column that meets another, is refused here
 //! with the field path, as the plan compiler would refuse it.
 
-use super::{CastField, CastType, HeaderEncoding, Literal, Transform};
+use super::{CastType, HeaderEncoding, Literal, TimeTo, Transform};
 use crate::compile::column_type;
 use crate::error::DeriveError;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
@@ -77,26 +77,28 @@ pub(crate) fn apply(
                 }
                 fields.push(TableFieldSchema::new(s.column.clone(), ty, Mode::Nullable));
             }
-            Transform::Cast(c) => cast(fields, c).map_err(refuse)?,
+            Transform::Cast(c) => scalar(fields, &c.field, cast_type(c.to)).map_err(refuse)?,
+            Transform::Convert(c) => scalar(fields, &c.field, time_type(c.to)).map_err(refuse)?,
             Transform::Filter(_) => {}
         }
     }
     Ok(())
 }
 
-/// A cast field's column: of the cast's type, in the field's mode.
-fn cast(fields: &mut Vec<TableFieldSchema>, c: &CastField) -> Result<(), String> {
-    let (parent, name) = record_of(fields, &c.field)?;
-    let i = position(parent, name).ok_or_else(|| missing(&c.field))?;
+/// The column of a field a cast or a convert rewrites: of the type it writes, in the field's
+/// mode.
+fn scalar(fields: &mut Vec<TableFieldSchema>, field: &str, ty: FieldType) -> Result<(), String> {
+    let (parent, name) = record_of(fields, field)?;
+    let i = position(parent, name).ok_or_else(|| missing(field))?;
     let col = &mut parent[i];
     if matches!(col.field_type, FieldType::Record) || col.mode() == Mode::Repeated {
         return Err(format!(
-            "it derives a {} column: a cast writes one scalar value",
+            "it derives a {} column: the transform writes one scalar value",
             column_type(col)
         ));
     }
     // A fresh column: the precision or length of the field's own type does not apply.
-    *col = TableFieldSchema::new(col.name.clone(), cast_type(c.to), col.mode());
+    *col = TableFieldSchema::new(col.name.clone(), ty, col.mode());
     Ok(())
 }
 
@@ -156,6 +158,16 @@ fn cast_type(t: CastType) -> FieldType {
         CastType::Float64 => FieldType::Float64,
         CastType::String => FieldType::String,
         CastType::Bool => FieldType::Bool,
+    }
+}
+
+fn time_type(t: TimeTo) -> FieldType {
+    match t {
+        TimeTo::Timestamp => FieldType::Timestamp,
+        TimeTo::Date => FieldType::Date,
+        TimeTo::Datetime => FieldType::DateTime,
+        TimeTo::String => FieldType::String,
+        TimeTo::Int64 => FieldType::Int64,
     }
 }
 

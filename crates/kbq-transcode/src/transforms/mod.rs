@@ -11,6 +11,8 @@ mod columns;
 mod derive;
 mod fields;
 mod filter;
+mod time_format;
+mod timestamps;
 mod values;
 
 use serde::Deserialize;
@@ -42,6 +44,126 @@ pub enum Transform {
     Filter(FilterRecords),
     /// The field's value written as another scalar type, where that is exact (`cast.rs`).
     Cast(CastField),
+    /// A time in the field's value (an epoch count or text) written as another kind of time
+    /// (`timestamps.rs`).
+    Convert(ConvertField),
+}
+
+/// `convert`: a time, read as `from` says (a count since the epoch, or text in `format`), written
+/// into the field's own column as `to` says, exactly; `zone` where an instant becomes a civil
+/// time or back.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConvertField {
+    pub field: String,
+    pub from: TimeFrom,
+    pub to: TimeTo,
+    /// With `from: string` or `to: STRING`: the text's format (`time_format.rs`).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// With `to: INT64`: the count the column holds.
+    #[serde(default)]
+    pub unit: Option<EpochUnit>,
+    /// Where an instant (an epoch count, TIMESTAMP, a format with `%z`) becomes a civil time
+    /// (DATE, DATETIME, a format without `%z`) or back: the zone of the civil time.
+    #[serde(default)]
+    pub zone: Option<Zone>,
+}
+
+/// What `convert` reads: a count since 1970-01-01T00:00:00Z, or text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeFrom {
+    EpochSeconds,
+    EpochMillis,
+    EpochMicros,
+    EpochNanos,
+    String,
+}
+
+/// What `convert` writes, spelled as BigQuery spells the column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum TimeTo {
+    Timestamp,
+    Date,
+    Datetime,
+    String,
+    Int64,
+}
+
+/// A count since 1970-01-01T00:00:00Z (`convert`'s `unit`, spelled as its `from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpochUnit {
+    EpochSeconds,
+    EpochMillis,
+    EpochMicros,
+    EpochNanos,
+}
+
+/// The zone of a civil time `convert` reads or writes: UTC only (a zone with daylight saving
+/// would need its rules, and a fixed offset is written in the text's `%z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Zone {
+    #[serde(rename = "UTC")]
+    Utc,
+}
+
+impl TimeFrom {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeFrom::EpochSeconds => "epoch_seconds",
+            TimeFrom::EpochMillis => "epoch_millis",
+            TimeFrom::EpochMicros => "epoch_micros",
+            TimeFrom::EpochNanos => "epoch_nanos",
+            TimeFrom::String => "string",
+        }
+    }
+
+    /// The unit of an epoch count, `None` for text.
+    pub fn unit(self) -> Option<EpochUnit> {
+        match self {
+            TimeFrom::EpochSeconds => Some(EpochUnit::EpochSeconds),
+            TimeFrom::EpochMillis => Some(EpochUnit::EpochMillis),
+            TimeFrom::EpochMicros => Some(EpochUnit::EpochMicros),
+            TimeFrom::EpochNanos => Some(EpochUnit::EpochNanos),
+            TimeFrom::String => None,
+        }
+    }
+}
+
+impl TimeTo {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeTo::Timestamp => "TIMESTAMP",
+            TimeTo::Date => "DATE",
+            TimeTo::Datetime => "DATETIME",
+            TimeTo::String => "STRING",
+            TimeTo::Int64 => "INT64",
+        }
+    }
+}
+
+impl EpochUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            EpochUnit::EpochSeconds => "epoch_seconds",
+            EpochUnit::EpochMillis => "epoch_millis",
+            EpochUnit::EpochMicros => "epoch_micros",
+            EpochUnit::EpochNanos => "epoch_nanos",
+        }
+    }
+
+    /// Nanoseconds in one of the unit.
+    pub(crate) fn nanos(self) -> i128 {
+        match self {
+            EpochUnit::EpochSeconds => 1_000_000_000,
+            EpochUnit::EpochMillis => 1_000_000,
+            EpochUnit::EpochMicros => 1_000,
+            EpochUnit::EpochNanos => 1,
+        }
+    }
 }
 
 /// `cast`: the field's value, of the scalar type its writer schema declares, written into its
@@ -293,6 +415,7 @@ impl Transform {
             Transform::Rename(r) => Some(&r.field),
             Transform::Mask(m) => Some(&m.field),
             Transform::Cast(c) => Some(&c.field),
+            Transform::Convert(c) => Some(&c.field),
             Transform::Set(_) | Transform::Filter(_) => None,
         }
     }
@@ -307,13 +430,22 @@ impl Transform {
             Transform::Set(s) => format!("set {}", s.column),
             Transform::Filter(_) => "filter".into(),
             Transform::Cast(c) => format!("cast {} to {}", c.field, c.to.name()),
+            Transform::Convert(c) => {
+                format!(
+                    "convert {} from {} to {}",
+                    c.field,
+                    c.from.name(),
+                    c.to.name()
+                )
+            }
         }
     }
 
     /// Whether the transform rewrites its field's value into the field's own column (rather
     /// than choosing the column or removing the value).
     pub(crate) fn converts(&self) -> bool {
-        matches!(self, Transform::Mask(m) if m.hash.is_some()) || matches!(self, Transform::Cast(_))
+        matches!(self, Transform::Mask(m) if m.hash.is_some())
+            || matches!(self, Transform::Cast(_) | Transform::Convert(_))
     }
 
     /// Whether the transform changes what a row holds (everything but `filter`).
@@ -402,6 +534,11 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
             }
             Transform::Mask(m) if m.hash.is_some() || m.key.is_some() || m.encoding.is_some() => {
                 if let Err((key, message)) = check_hash(m) {
+                    return err(i, key, message);
+                }
+            }
+            Transform::Convert(c) => {
+                if let Err((key, message)) = timestamps::check(c) {
                     return err(i, key, message);
                 }
             }

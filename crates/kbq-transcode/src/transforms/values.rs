@@ -1,5 +1,5 @@
 //! Transforms that rewrite a field's value into the field's own column: `mask` with a keyed
-//! hash, and `cast` (`cast.rs`). Each format's compiler says what kind of scalar the writer
+//! hash, `cast` (`cast.rs`) and `convert` (`timestamps.rs`). Each format's compiler says what kind of scalar the writer
 //! schema declares ([`Source`]); [`ValueOp::compile`] checks it and the column once, and each
 //! format's executor hands the value it read ([`Scalar`]) to [`ValueOp::write`].
 
@@ -10,6 +10,7 @@ use hmac::{KeyInit, Mac};
 use prost_types::field_descriptor_proto::Type;
 
 use super::cast::Cast;
+use super::timestamps::Convert;
 use super::{HashEncoding, Transform};
 use crate::compile::column_type;
 use crate::error::{PlanError, RecordError};
@@ -115,6 +116,7 @@ enum Kind {
         encoding: HashEncoding,
     },
     Cast(Cast),
+    Convert(Convert),
 }
 
 impl std::fmt::Debug for ValueOp {
@@ -122,6 +124,7 @@ impl std::fmt::Debug for ValueOp {
         match &self.kind {
             Kind::Hmac { encoding, .. } => write!(f, "Hmac({encoding:?})"),
             Kind::Cast(c) => write!(f, "{c:?}"),
+            Kind::Convert(c) => write!(f, "{c:?}"),
         }
     }
 }
@@ -152,7 +155,14 @@ impl ValueOp {
                     ty,
                 }));
             }
-            _ => unreachable!("only a hashing mask and a cast convert"),
+            Transform::Convert(c) => {
+                let (convert, ty) = Convert::compile(c, source, column).map_err(bad)?;
+                return Ok(Arc::new(ValueOp {
+                    kind: Kind::Convert(convert),
+                    ty,
+                }));
+            }
+            _ => unreachable!("only a hashing mask, a cast and a convert rewrite a value"),
         };
         let (Some(key), Some(encoding)) = (&m.key, m.encoding) else {
             unreachable!("check: a hash has its key and encoding");
@@ -201,6 +211,7 @@ impl ValueOp {
         match &self.kind {
             Kind::Hmac { .. } => "hashed text",
             Kind::Cast(c) => c.label(),
+            Kind::Convert(c) => c.label(),
         }
     }
 
@@ -210,6 +221,7 @@ impl ValueOp {
         match &self.kind {
             Kind::Hmac { .. } => kind == JsonKind::String,
             Kind::Cast(c) => c.takes(kind),
+            Kind::Convert(c) => c.takes(kind),
         }
     }
 
@@ -225,6 +237,10 @@ impl ValueOp {
     ) -> Result<(), RecordError> {
         match &self.kind {
             Kind::Cast(c) => c.write(v, tag, out).map_err(|reason| RecordError::Value {
+                column: column.clone(),
+                reason,
+            })?,
+            Kind::Convert(c) => c.write(v, tag, out).map_err(|reason| RecordError::Value {
                 column: column.clone(),
                 reason,
             })?,

@@ -340,3 +340,349 @@ fn a_table_derived_under_a_cast_has_the_casts_column_type() {
         json!("9007199254740993")
     );
 }
+
+const TIMES_AVRO: &str = r#"{"type":"record","name":"Times","fields":[
+  {"name":"ms","type":"long"},
+  {"name":"s","type":"int"},
+  {"name":"txt","type":"string"},
+  {"name":"z","type":["null","string"]},
+  {"name":"us","type":"long"},
+  {"name":"ns","type":"long"},
+  {"name":"d","type":"double"},
+  {"name":"logical","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+const TIMES_PROTO: &str = r#"
+syntax = "proto3";
+package t;
+message Times { int64 ms = 1; int32 s = 2; string txt = 3; string z = 4; int64 us = 5; int64 ns = 6; double d = 7; }
+"#;
+
+/// 2024-02-29T12:34:56.5Z: 19,782 days and 45,296.5 s after the epoch.
+const MS: i64 = 1_709_210_096_500;
+const TIMES: &str = r#"{"ms":1709210096500,"s":1709164800,"txt":"2024-02-29 12:34:56.5","z":"2024-02-29T13:34:56+01:00","us":1709210096500001,"ns":1709210096500000000}"#;
+
+fn times_table() -> TableSchema {
+    serde_json::from_value(json!({"fields": [
+        {"name": "ms", "type": "TIMESTAMP"},
+        {"name": "s", "type": "DATE"},
+        {"name": "txt", "type": "DATETIME"},
+        {"name": "z", "type": "TIMESTAMP"},
+        {"name": "us", "type": "STRING"},
+        {"name": "ns", "type": "INT64"}]}))
+    .unwrap()
+}
+
+fn conversions() -> Vec<Transform> {
+    list(json!([
+        {"convert": {"field": "ms", "from": "epoch_millis", "to": "TIMESTAMP"}},
+        {"convert": {"field": "s", "from": "epoch_seconds", "to": "DATE", "zone": "UTC"}},
+        {"convert": {"field": "txt", "from": "string", "format": "%Y-%m-%d %H:%M:%S.%f", "to": "DATETIME"}},
+        {"convert": {"field": "z", "from": "string", "format": "%Y-%m-%dT%H:%M:%S%:z", "to": "TIMESTAMP"}},
+        {"convert": {"field": "us", "from": "epoch_micros", "to": "STRING", "format": "%Y-%m-%d %H:%M:%S.%6f", "zone": "UTC"}},
+        {"convert": {"field": "ns", "from": "epoch_nanos", "to": "INT64", "unit": "epoch_millis"}}
+    ]))
+}
+
+fn times_avro_body() -> Vec<u8> {
+    use apache_avro::types::Value as A;
+    let schema = apache_avro::Schema::parse_str(TIMES_AVRO).unwrap();
+    let value = A::Record(vec![
+        ("ms".into(), A::Long(MS)),
+        ("s".into(), A::Int(1_709_164_800)),
+        ("txt".into(), A::String("2024-02-29 12:34:56.5".into())),
+        (
+            "z".into(),
+            A::Union(1, Box::new(A::String("2024-02-29T13:34:56+01:00".into()))),
+        ),
+        ("us".into(), A::Long(MS * 1000 + 1)),
+        ("ns".into(), A::Long(MS * 1_000_000)),
+        ("d".into(), A::Double(0.0)),
+        ("logical".into(), A::TimestampMillis(MS)),
+    ]);
+    apache_avro::writer::datum::GenericDatumWriter::builder(&schema)
+        .build()
+        .unwrap()
+        .write_value_to_vec(value)
+        .unwrap()
+}
+
+fn times_proto_plan(t: Vec<Transform>, table: &TableSchema) -> Result<Plan, PlanError> {
+    let schema = ProtoSchema::compile(TIMES_PROTO, &[]).unwrap();
+    let message = schema.pool().get_message_by_name("t.Times").unwrap();
+    Plan::compile_protobuf(&message, table, &options(t))
+}
+
+fn times_proto_body() -> Vec<u8> {
+    let schema = ProtoSchema::compile(TIMES_PROTO, &[]).unwrap();
+    let mut m = DynamicMessage::new(schema.pool().get_message_by_name("t.Times").unwrap());
+    m.set_field_by_name("ms", PValue::I64(MS));
+    m.set_field_by_name("s", PValue::I32(1_709_164_800));
+    m.set_field_by_name("txt", PValue::String("2024-02-29 12:34:56.5".into()));
+    m.set_field_by_name("z", PValue::String("2024-02-29T13:34:56+01:00".into()));
+    m.set_field_by_name("us", PValue::I64(MS * 1000 + 1));
+    m.set_field_by_name("ns", PValue::I64(MS * 1_000_000));
+    prost::Message::encode_to_vec(&m)
+}
+
+fn times_json_schema() -> Arc<JsonSchema> {
+    let schema = json!({"type": "object", "properties": {
+        "ms": {"type": "integer"}, "s": {"type": "integer"}, "txt": {"type": "string"},
+        "z": {"type": "string"}, "us": {"type": "integer"}, "ns": {"type": "integer"},
+        "d": {"type": "number"}}});
+    Arc::new(JsonSchema::parse(&schema.to_string(), &[]).unwrap())
+}
+
+/// BigQuery's packed DATETIME (the Storage Write API's CivilTimeEncoder layout).
+fn packed(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, micros: i64) -> i64 {
+    ((((y << 14) | (mo << 10) | (d << 5)) << 32) | (((h << 12) | (mi << 6) | s) << 20)) | micros
+}
+
+#[test]
+fn one_record_in_every_format_through_every_conversion_gives_one_golden_row() {
+    transforms::check(&conversions()).unwrap();
+    let golden = json!({
+        "ms": MS * 1000,
+        "s": 19_782,
+        "txt": packed(2024, 2, 29, 12, 34, 56, 500_000),
+        "z": (MS - 500) * 1000,
+        "us": "2024-02-29 12:34:56.500001",
+        "ns": MS,
+    });
+    let t = conversions();
+    let avro = Plan::compile(
+        &AvroSchema::parse(TIMES_AVRO).unwrap(),
+        &times_table(),
+        &options(t.clone()),
+    )
+    .unwrap();
+    assert_eq!(run(&avro, &times_avro_body(), &[]).unwrap(), golden, "avro");
+    let proto = times_proto_plan(t.clone(), &times_table()).unwrap();
+    assert_eq!(
+        run(&proto, &times_proto_body(), &[]).unwrap(),
+        golden,
+        "protobuf"
+    );
+    let json = Plan::compile_json(
+        Some(&times_json_schema()),
+        false,
+        &times_table(),
+        &options(t.clone()),
+    )
+    .unwrap();
+    assert_eq!(run(&json, TIMES.as_bytes(), &[]).unwrap(), golden, "json");
+    let schemaless = Plan::compile_json(None, false, &times_table(), &options(t)).unwrap();
+    assert_eq!(
+        run(&schemaless, TIMES.as_bytes(), &[]).unwrap(),
+        golden,
+        "schemaless json"
+    );
+}
+
+#[test]
+fn a_time_that_cannot_be_written_exactly_is_its_records_error() {
+    let t = list(json!([
+        {"convert": {"field": "ms", "from": "epoch_nanos", "to": "TIMESTAMP"}},
+        {"convert": {"field": "s", "from": "epoch_seconds", "to": "DATE", "zone": "UTC"}},
+        {"convert": {"field": "txt", "from": "string", "format": "%Y-%m-%d %H:%M:%S.%f", "to": "DATETIME"}},
+        {"convert": {"field": "z", "from": "epoch_millis", "to": "TIMESTAMP"}},
+        {"convert": {"field": "us", "from": "epoch_micros", "to": "STRING", "format": "%Y-%m-%d %H:%M:%S", "zone": "UTC"}},
+        {"convert": {"field": "ns", "from": "epoch_nanos", "to": "INT64", "unit": "epoch_millis"}}
+    ]));
+    let mut table = times_table();
+    table.fields[0].field_type = kbq_core::table_schema::FieldType::Timestamp;
+    let plan = Plan::compile_json(None, false, &table, &options(t)).unwrap();
+    let cases = [
+        (
+            r#"{"ms":1709210096500000001}"#,
+            "column ms: 1709210096500000001 has a fraction of a microsecond, which a TIMESTAMP does not hold",
+        ),
+        (
+            r#"{"s":1709210096}"#,
+            "column s: 1709210096 has a time of day, which a DATE does not hold",
+        ),
+        (
+            r#"{"txt":"2024-02-30 00:00:00.0"}"#,
+            "column txt: \"2024-02-30 00:00:00.0\": 2024-02-30 is not a date in 0001-01-01..9999-12-31",
+        ),
+        (
+            r#"{"txt":"2024-02-29T00:00:00.0"}"#,
+            "column txt: \"2024-02-29T00:00:00.0\" does not match its format: \" \" expected at byte 10",
+        ),
+        (
+            r#"{"z":253402300800000}"#,
+            "column z: 253402300800000: timestamp is outside 0001-01-01..9999-12-31",
+        ),
+        (
+            r#"{"us":1709210096500001}"#,
+            "column us: 1709210096500001: the time has a fraction of a second, which its format does not write",
+        ),
+        (
+            r#"{"ns":1709210096500000001}"#,
+            "column ns: 1709210096500000001 is not a whole count of epoch_millis",
+        ),
+        (r#"{"ms":1.5}"#, "column ms: 1.5 is not an integer"),
+    ];
+    for (body, want) in cases {
+        let e = run(&plan, body.as_bytes(), &[]).unwrap_err();
+        assert_eq!(e.to_string(), want, "{body}");
+        assert_eq!(e.class(), "out_of_range", "{body}");
+    }
+    // A string where a count is read is a value of the wrong type.
+    let e = run(&plan, br#"{"ns":"1"}"#, &[]).unwrap_err();
+    assert_eq!(e.class(), "incompatible_schema", "{e}");
+}
+
+#[test]
+fn a_conversion_the_field_or_the_column_cannot_take_is_refused() {
+    let one = |t: Json, column: &str, ty: &str| {
+        (
+            list(json!([{ "convert": t }])),
+            serde_json::from_value::<TableSchema>(
+                json!({"fields": [{"name": column, "type": ty}]}),
+            )
+            .unwrap(),
+        )
+    };
+    let avro = |(t, table): (Vec<Transform>, TableSchema)| {
+        Plan::compile(&AvroSchema::parse(TIMES_AVRO).unwrap(), &table, &options(t))
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        avro(one(
+            json!({"field": "d", "from": "epoch_millis", "to": "TIMESTAMP"}),
+            "d",
+            "TIMESTAMP"
+        )),
+        "transform convert d from epoch_millis to TIMESTAMP: the field is double, and epoch_millis is an integer count"
+    );
+    assert_eq!(
+        avro(one(
+            json!({"field": "ms", "from": "string", "format": "%Y-%m-%d", "to": "DATE"}),
+            "ms",
+            "DATE"
+        )),
+        "transform convert ms from string to DATE: the field is long, and `from: string` reads text"
+    );
+    assert_eq!(
+        avro(one(
+            json!({"field": "ms", "from": "epoch_millis", "to": "TIMESTAMP"}),
+            "ms",
+            "DATETIME"
+        )),
+        "transform convert ms from epoch_millis to TIMESTAMP: the conversion writes TIMESTAMP, and the column is DATETIME"
+    );
+    // A logical type already says what the number is: the mapping writes it, not a transform.
+    assert_eq!(
+        avro(one(
+            json!({"field": "logical", "from": "epoch_millis", "to": "TIMESTAMP"}),
+            "logical",
+            "TIMESTAMP"
+        )),
+        "transform convert logical from epoch_millis to TIMESTAMP: the field is a number of a logical type, and epoch_millis is an integer count"
+    );
+    let (t, table) = one(
+        json!({"field": "d", "from": "epoch_millis", "to": "TIMESTAMP"}),
+        "d",
+        "TIMESTAMP",
+    );
+    assert_eq!(
+        times_proto_plan(t.clone(), &table).unwrap_err().to_string(),
+        "transform convert d from epoch_millis to TIMESTAMP: the field is double, and epoch_millis is an integer count"
+    );
+    assert_eq!(
+        Plan::compile_json(Some(&times_json_schema()), false, &table, &options(t))
+            .unwrap_err()
+            .to_string(),
+        "transform convert d from epoch_millis to TIMESTAMP: the field is number (a JSON number that may have a fraction), and epoch_millis is a count: declare the property an integer"
+    );
+}
+
+#[test]
+fn a_conversion_is_checked_without_a_schema() {
+    let refused = |v: Json| {
+        let e = transforms::check(&list(json!([{ "convert": v }]))).unwrap_err();
+        (e.key, e.message)
+    };
+    let key = |v: Json| refused(v).0;
+    assert_eq!(
+        refused(json!({"field": "a", "from": "epoch_millis", "to": "DATE"})),
+        ("zone", "an instant from epoch_millis becomes a civil time DATE: say the zone of the civil time (zone: UTC), it is never guessed".into())
+    );
+    assert_eq!(
+        refused(json!({"field": "a", "from": "string", "format": "%Y-%m-%d %H:%M:%S", "to": "TIMESTAMP"})),
+        ("zone", "a civil time from text without %z becomes an instant TIMESTAMP: say the zone of the civil time (zone: UTC), it is never guessed".into())
+    );
+    assert_eq!(
+        refused(json!({"field": "a", "from": "epoch_millis", "to": "TIMESTAMP", "zone": "UTC"})),
+        (
+            "zone",
+            "only where an instant becomes a civil time or back; here both are instants".into()
+        )
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "string", "to": "DATE"})),
+        "format"
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "epoch_millis", "to": "TIMESTAMP", "format": "%Y"})),
+        "format"
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "string", "format": "%Y-%m", "to": "DATE"})),
+        "format"
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "string", "format": "%Y-%m-%d %I", "to": "DATE"})),
+        "format"
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "string", "format": "%Y-%m-%d", "to": "STRING"})),
+        "to"
+    );
+    assert_eq!(
+        key(json!({"field": "a", "from": "epoch_millis", "to": "INT64"})),
+        "unit"
+    );
+    assert_eq!(
+        key(
+            json!({"field": "a", "from": "epoch_millis", "to": "TIMESTAMP", "unit": "epoch_seconds"})
+        ),
+        "unit"
+    );
+    // Text with its offset is an instant: into TIMESTAMP without a zone, into DATE with one.
+    for ok in [
+        json!({"field": "a", "from": "string", "format": "%Y-%m-%d %H:%M:%S%z", "to": "TIMESTAMP"}),
+        json!({"field": "a", "from": "string", "format": "%Y-%m-%d %H:%M:%S%z", "to": "DATE", "zone": "UTC"}),
+        json!({"field": "a", "from": "string", "format": "%Y-%m-%d", "to": "DATE"}),
+        json!({"field": "a", "from": "epoch_millis", "to": "STRING", "format": "%Y-%m-%dT%H:%M:%S.%3f%z"}),
+        json!({"field": "a", "from": "epoch_millis", "to": "STRING", "format": "%d/%m/%Y", "zone": "UTC"}),
+        json!({"field": "a", "from": "epoch_seconds", "to": "INT64", "unit": "epoch_millis"}),
+    ] {
+        transforms::check(&list(json!([{ "convert": ok }]))).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+}
+
+#[test]
+fn a_table_derived_under_a_conversion_has_its_column_type() {
+    let options = DeriveOptions {
+        transforms: conversions(),
+        ..DeriveOptions::default()
+    };
+    let table = table_schema_from_avro(&AvroSchema::parse(TIMES_AVRO).unwrap(), &options).unwrap();
+    let types: Vec<(&str, &str)> = (table.fields.iter())
+        .take(6)
+        .map(|c| (c.name.as_str(), c.field_type.as_str()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("ms", "TIMESTAMP"),
+            ("s", "DATE"),
+            ("txt", "DATETIME"),
+            ("z", "TIMESTAMP"),
+            ("us", "STRING"),
+            ("ns", "INTEGER"),
+        ]
+    );
+}
