@@ -13,7 +13,9 @@
 #            --faulty-seconds S (virtual time with faults per seed, default 120),
 #            --on-missing-checkpoint fail (the default policy, not earliest: docs/operations.md),
 #            --retention (Kafka deletes records 4 s after they were produced and the processes run
-#            recovery.on_out_of_range: earliest; exactly once and at least once seeds only)
+#            recovery.on_out_of_range: earliest; exactly once and at least once seeds only),
+#            --max-uncommitted-bytes B (writer.max_uncommitted_bytes of the processes, so that the
+#            protocol pauses partitions; exactly once seeds only)
 #   KBQ_SIM_TRACE=1 prints every step of the trace as it happens.
 #
 # Progress lines give the seeds run, the simulated hours and the failures; a failing seed prints
@@ -32,8 +34,9 @@ while [ $# -gt 0 ]; do
     --faulty-seconds) export KBQ_SIM_FAULTY_SECONDS="$2"; shift 2 ;;
     --on-missing-checkpoint) export KBQ_SIM_MISSING_CHECKPOINT="$2"; shift 2 ;;
     --retention) export KBQ_SIM_RETENTION=1; shift ;;
+    --max-uncommitted-bytes) export KBQ_SIM_MAX_UNCOMMITTED_BYTES="$2"; shift 2 ;;
     --release) profile=(--release); shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done

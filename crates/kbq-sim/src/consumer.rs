@@ -452,6 +452,7 @@ impl Sim {
                 c.paused.insert(tp.partition as usize);
             }
             ConsumerCommand::Pause { tp } => {
+                self.w().count("pauses");
                 let c = &mut self.procs[r].as_mut().expect("running").consumer;
                 c.paused.insert(tp.partition as usize);
             }

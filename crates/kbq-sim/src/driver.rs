@@ -34,6 +34,8 @@ pub(super) struct Sim {
     pub(super) missing_checkpoint: MissingCheckpointPolicy,
     /// `recovery.on_out_of_range: earliest` with Kafka's retention on ([`Params::retention`]).
     pub(super) retention: bool,
+    /// [`Params::max_uncommitted_bytes`].
+    pub(super) max_uncommitted_bytes: Option<u64>,
 }
 
 impl Sim {
@@ -89,6 +91,7 @@ impl Sim {
             processes: 0,
             missing_checkpoint: params.missing_checkpoint,
             retention: params.retention,
+            max_uncommitted_bytes: params.max_uncommitted_bytes,
         };
         for r in 0..REPLICAS {
             sim.start(r);

@@ -115,6 +115,11 @@ pub struct Params {
     /// lost and must be moved to the log start (docs/simulation.md, "Retention"). Exactly once
     /// and at least once only. Off, a seed draws and traces exactly what it did before.
     pub retention: bool,
+    /// `writer.max_uncommitted_bytes` of every process (exactly once): the protocol pauses a
+    /// partition whose acknowledged but uncommitted bytes reach it, and a landed commit resumes
+    /// it. `None` keeps the default (256 MiB), which no seed reaches, and a seed draws and traces
+    /// exactly what it did before.
+    pub max_uncommitted_bytes: Option<u64>,
 }
 
 impl Params {
@@ -125,6 +130,7 @@ impl Params {
             missing_checkpoint: MissingCheckpointPolicy::Resolve,
             mode: Mode::ExactlyOnce,
             retention: false,
+            max_uncommitted_bytes: None,
         }
     }
 

@@ -211,6 +211,9 @@ impl Sim {
         if self.retention {
             config.on_out_of_range = OutOfRangePolicy::Earliest;
         }
+        if let Some(cap) = self.max_uncommitted_bytes {
+            config.max_uncommitted_bytes = cap;
+        }
         if self.mode.at_least_once() {
             Machine::AtLeastOnce(AtLeastOnceLedger::new(config))
         } else {
