@@ -210,6 +210,7 @@ impl Compiler<'_> {
                 implicit_mask: 0,
                 required_mask: 0,
                 default_of: Box::default(),
+                keys: Box::default(),
             }
             .with_masks(),
             protos,

@@ -26,7 +26,7 @@ use crate::exec::put_i64;
 use crate::proto::{Tag, close_len, open_len};
 
 use super::exec::{NO_RUN, Seen, check_presence, fast, same, skip_unknown, write_field};
-use super::ops::{FieldKind, FieldOp, MessageOp, Special};
+use super::ops::{Act, FieldKind, FieldOp, MessageOp, Special};
 use super::reader::{Reader, WIRE_LEN, WIRE_VARINT};
 use super::special::seconds_nanos;
 
@@ -47,6 +47,217 @@ pub fn run_message(
     base: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), RecordError> {
+    if op.keys.is_empty() {
+        return run_general(op, buf, base, out);
+    }
+    if let Some(column) = &op.missing_required {
+        return Err(RecordError::MissingRequired {
+            column: column.clone(),
+        });
+    }
+    let at = op.tag.map(|t| open_len(out, t));
+    let mut bits = 0u64;
+    // Occurrences that are already the row's bytes, copied in one piece (as the reference does).
+    let mut run = NO_RUN;
+    let mut pos = 0;
+    while pos < buf.len() {
+        let key_pos = pos;
+        let Some((key, value_pos)) = key_at(buf, pos).filter(|(k, _)| *k < op.keys.len()) else {
+            pos = general_field(op, buf, base, key_pos, &mut run, &mut bits, out)?;
+            continue;
+        };
+        let k = op.keys[key];
+        let bit = 1u64 << k.field;
+        // A singular message seen before is the general path's error.
+        if k.act == Act::General || (!k.repeated && bits & bit != 0) {
+            pos = general_field(op, buf, base, key_pos, &mut run, &mut bits, out)?;
+            continue;
+        }
+        let next = match k.act {
+            Act::CopyStr => len_at(buf, value_pos).filter(|&(s, e)| crate::utf8::valid(&buf[s..e])),
+            Act::CopyBytes => len_at(buf, value_pos),
+            Act::CopyInt64 => canonical_varint(buf, value_pos, 10).map(|e| (e, e)),
+            Act::CopyInt32 => canonical_varint(buf, value_pos, 4).map(|e| (e, e)),
+            Act::CopyBool => match buf.get(value_pos) {
+                Some(&b) if b <= 1 => Some((value_pos + 1, value_pos + 1)),
+                _ => None,
+            },
+            Act::CopyDouble => {
+                (buf.len() - value_pos >= 8).then_some((value_pos + 8, value_pos + 8))
+            }
+            _ => None,
+        };
+        if let Some((_, end)) = next {
+            bits |= bit;
+            if run == NO_RUN {
+                run = key_pos;
+            }
+            pos = end;
+            continue;
+        }
+        let field = &op.fields[k.field as usize];
+        let done = match k.act {
+            Act::Enum => match buf.get(value_pos) {
+                Some(&n) if n < 0x80 => match field.enum_rows.get(n as usize) {
+                    Some(row) if !row.is_empty() => {
+                        flush(buf, &mut run, key_pos, out);
+                        out.extend_from_slice(row);
+                        Some(value_pos + 1)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            Act::Message => match (&field.kind, len_at(buf, value_pos)) {
+                (FieldKind::Message { op: inner, .. }, Some((s, e))) => {
+                    flush(buf, &mut run, key_pos, out);
+                    run_message(inner, &buf[s..e], base + s, out)?;
+                    Some(e)
+                }
+                _ => None,
+            },
+            Act::Timestamp | Act::Date | Act::Decimal => {
+                match (&field.kind, len_at(buf, value_pos)) {
+                    (FieldKind::Special { special, tag, .. }, Some((s, e))) => {
+                        flush(buf, &mut run, key_pos, out);
+                        let bytes = &buf[s..e];
+                        let ok = match special {
+                            Special::Timestamp => timestamp(*tag, bytes, out),
+                            Special::Date => date(*tag, bytes, out),
+                            Special::ConfluentDecimal(target) => decimal(*tag, *target, bytes, out),
+                            _ => false,
+                        };
+                        // Not taken: the run flushed stays, as the general path flushes it too.
+                        ok.then_some(e)
+                    }
+                    _ => None,
+                }
+            }
+            Act::SkipLen => len_at(buf, value_pos).map(|(_, e)| {
+                flush(buf, &mut run, key_pos, out);
+                e
+            }),
+            Act::SkipVarint => canonical_or_not_varint(buf, value_pos)
+                .inspect(|_| flush(buf, &mut run, key_pos, out)),
+            _ => None,
+        };
+        match done {
+            Some(end) => {
+                bits |= bit;
+                pos = end;
+            }
+            None => pos = general_field(op, buf, base, key_pos, &mut run, &mut bits, out)?,
+        }
+    }
+    flush(buf, &mut run, buf.len(), out);
+    presence(op, &Seen::Small(bits), out)?;
+    if let Some(at) = at {
+        close_len(out, at);
+    }
+    Ok(())
+}
+
+/// Copies the pending run of fields that are already the row's bytes, up to `to`.
+#[inline(always)]
+fn flush(buf: &[u8], run: &mut usize, to: usize, out: &mut Vec<u8>) {
+    if *run != NO_RUN {
+        out.extend_from_slice(&buf[*run..to]);
+        *run = NO_RUN;
+    }
+}
+
+/// A canonical key of one or two bytes at `pos < buf.len()`: its value and where its value
+/// starts; `None` for any other key, which the general path reads.
+#[inline(always)]
+fn key_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+    let b0 = buf[pos];
+    if b0 < 0x80 {
+        return Some((b0 as usize, pos + 1));
+    }
+    match buf.get(pos + 1) {
+        Some(&b1) if b1 != 0 && b1 < 0x80 => {
+            Some(((b1 as usize) << 7 | (b0 & 0x7f) as usize, pos + 2))
+        }
+        _ => None,
+    }
+}
+
+/// A length of one or two canonical bytes at `pos` and the bytes it covers: their start and
+/// end; `None` when the length is longer, not canonical, or runs past the buffer.
+#[inline(always)]
+fn len_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+    let (len, start) = match buf.get(pos) {
+        Some(&b0) if b0 < 0x80 => (b0 as usize, pos + 1),
+        Some(&b0) => match buf.get(pos + 1) {
+            Some(&b1) if b1 != 0 && b1 < 0x80 => {
+                ((b1 as usize) << 7 | (b0 & 0x7f) as usize, pos + 2)
+            }
+            _ => return None,
+        },
+        None => return None,
+    };
+    (buf.len() - start >= len).then_some((start, start + len))
+}
+
+/// The end of a canonical varint at `pos` of at most `max` bytes (ten: any `int64`; four:
+/// an `int32` that is not negative and so is the row's `int64` as it is); `None` otherwise.
+#[inline(always)]
+fn canonical_varint(buf: &[u8], pos: usize, max: usize) -> Option<usize> {
+    let n = varint_bytes(buf, pos)?;
+    // A varint of more than one byte ending in a zero byte is overlong.
+    (n <= max && (n == 1 || buf[pos + n - 1] != 0)).then_some(pos + n)
+}
+
+/// The end of any varint of at most eight bytes at `pos` (a skipped field's value).
+#[inline(always)]
+fn canonical_or_not_varint(buf: &[u8], pos: usize) -> Option<usize> {
+    varint_bytes(buf, pos).map(|n| pos + n)
+}
+
+/// The length of the varint at `pos` when it is one byte, or at most eight and eight bytes
+/// are there to load at once.
+#[inline(always)]
+fn varint_bytes(buf: &[u8], pos: usize) -> Option<usize> {
+    let b = buf.get(pos..)?;
+    match b {
+        [b0, ..] if *b0 < 0x80 => Some(1),
+        _ => {
+            let w = u64::from_le_bytes(*b.first_chunk::<8>()?);
+            let stops = !w & 0x8080_8080_8080_8080;
+            (stops != 0).then(|| (stops.trailing_zeros() as usize + 1) / 8)
+        }
+    }
+}
+
+/// One field occurrence at `key_pos` as the reference's walk takes it (with this executor's
+/// steps where they apply); returns where the next key starts.
+#[inline(never)]
+fn general_field(
+    op: &MessageOp,
+    buf: &[u8],
+    base: usize,
+    key_pos: usize,
+    run: &mut usize,
+    bits: &mut u64,
+    out: &mut Vec<u8>,
+) -> Result<usize, RecordError> {
+    let mut seen = Seen::Small(*bits);
+    let mut r = Reader::new(buf, base);
+    r.pos = key_pos;
+    let result = field_step(op, buf, &mut r, run, &mut seen, out);
+    if let Seen::Small(b) = seen {
+        *bits = b;
+    }
+    result.map(|()| r.pos)
+}
+
+/// A message through [`field_step`] alone: one with more than 64 fields or a sparse lookup.
+fn run_general(
+    op: &MessageOp,
+    buf: &[u8],
+    base: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
     if let Some(column) = &op.missing_required {
         return Err(RecordError::MissingRequired {
             column: column.clone(),
@@ -55,47 +266,9 @@ pub fn run_message(
     let at = op.tag.map(|t| open_len(out, t));
     let mut seen = Seen::new(op.tracked);
     let mut r = Reader::new(buf, base);
-    // Occurrences that are already the row's bytes, copied in one piece (as the reference does).
     let mut run = NO_RUN;
     while !r.done() {
-        let key_pos = r.pos;
-        let key_at = r.offset();
-        let key = r.varint()?;
-        let (number, wire) = (key >> 3, (key & 7) as u8);
-        let found = op.lookup.get(number).filter(|_| number != 0);
-        if let Some(i) = found {
-            let field = &op.fields[i];
-            if field.same_key as usize == r.pos - key_pos {
-                let value_pos = r.pos;
-                if same(field, wire, &mut r)? {
-                    seen.mark(i);
-                    if run == NO_RUN {
-                        run = key_pos;
-                    }
-                    continue;
-                }
-                r.pos = value_pos;
-            }
-        }
-        if run != NO_RUN {
-            out.extend_from_slice(&buf[run..key_pos]);
-            run = NO_RUN;
-        }
-        let Some(i) = found else {
-            skip_unknown(op, wire, number, key_at, &mut r)?;
-            continue;
-        };
-        let field = &op.fields[i];
-        let again = seen.mark(i);
-        if fast(field, wire, &mut r, out)? {
-            continue;
-        }
-        let value_pos = r.pos;
-        if step(field, again, wire, &mut r, out)? {
-            continue;
-        }
-        r.pos = value_pos;
-        write_field(field, again, wire, number, key_at, &mut r, out)?;
+        field_step(op, buf, &mut r, &mut run, &mut seen, out)?;
     }
     if run != NO_RUN {
         out.extend_from_slice(&buf[run..]);
@@ -105,6 +278,55 @@ pub fn run_message(
         close_len(out, at);
     }
     Ok(())
+}
+
+/// One field occurrence as the reference walks it, with this executor's [`step`]s.
+#[inline(always)]
+fn field_step(
+    op: &MessageOp,
+    buf: &[u8],
+    r: &mut Reader<'_>,
+    run: &mut usize,
+    seen: &mut Seen,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    let key_pos = r.pos;
+    let key_at = r.offset();
+    let key = r.varint()?;
+    let (number, wire) = (key >> 3, (key & 7) as u8);
+    let found = op.lookup.get(number).filter(|_| number != 0);
+    if let Some(i) = found {
+        let field = &op.fields[i];
+        if field.same_key as usize == r.pos - key_pos {
+            let value_pos = r.pos;
+            if same(field, wire, r)? {
+                seen.mark(i);
+                if *run == NO_RUN {
+                    *run = key_pos;
+                }
+                return Ok(());
+            }
+            r.pos = value_pos;
+        }
+    }
+    if *run != NO_RUN {
+        out.extend_from_slice(&buf[*run..key_pos]);
+        *run = NO_RUN;
+    }
+    let Some(i) = found else {
+        return skip_unknown(op, wire, number, key_at, r);
+    };
+    let field = &op.fields[i];
+    let again = seen.mark(i);
+    if fast(field, wire, r, out)? {
+        return Ok(());
+    }
+    let value_pos = r.pos;
+    if step(field, again, wire, r, out)? {
+        return Ok(());
+    }
+    r.pos = value_pos;
+    write_field(field, again, wire, number, key_at, r, out)
 }
 
 /// The steps this executor takes itself (the module's list); false, with the reader anywhere

@@ -32,6 +32,54 @@ pub struct MessageOp {
     pub implicit_mask: u64,
     pub required_mask: u64,
     pub default_of: Box<[Box<[u8]>]>,
+    /// For the flat executor, when `tracked` is at most 64 and the lookup is dense: the step of
+    /// a field occurrence by its key (`number << 3 | wire`, below [`KEYS`]); empty otherwise.
+    pub keys: Box<[Key]>,
+}
+
+/// Keys of one and two bytes: the flat executor's table by key covers these.
+pub const KEYS: usize = 1 << 14;
+
+/// What the flat executor does with a field occurrence whose key is this entry's, decided at
+/// compile time from the field's kind and the key's wire type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    pub act: Act,
+    /// The field's index in [`MessageOp::fields`] (below 64).
+    pub field: u8,
+    /// A repeated field (a singular message may occur only once).
+    pub repeated: bool,
+}
+
+impl Key {
+    pub const GENERAL: Key = Key {
+        act: Act::General,
+        field: 0,
+        repeated: false,
+    };
+}
+
+/// The steps of [`Key`]. The `Copy*` ones are [`Fast`] fields whose row tag is the key itself
+/// ([`FieldOp::same_key`]): checked and then copied with their neighbours as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// The general path (`exec.rs`'s steps): an unknown field, another wire type, a conversion.
+    General,
+    CopyStr,
+    CopyBytes,
+    CopyInt64,
+    CopyInt32,
+    CopyBool,
+    CopyDouble,
+    /// An enum number into a STRING column ([`FieldOp::enum_rows`]).
+    Enum,
+    Message,
+    Timestamp,
+    Date,
+    Decimal,
+    /// A declared field without a column, by its wire type.
+    SkipVarint,
+    SkipLen,
 }
 
 impl MessageOp {
@@ -47,8 +95,57 @@ impl MessageOp {
             for i in self.required.iter() {
                 self.required_mask |= 1 << i;
             }
+            if let Lookup::Dense(numbers) = &self.lookup {
+                let n = (numbers.len() * 8).min(KEYS);
+                let mut keys = vec![Key::GENERAL; n];
+                for (key, slot) in keys.iter_mut().enumerate().skip(8) {
+                    let (number, wire) = (key >> 3, (key & 7) as u8);
+                    if let Some(i) = self.lookup.get(number as u64) {
+                        *slot = Key::of(&self.fields[i], i as u8, wire);
+                    }
+                }
+                self.keys = keys.into_boxed_slice();
+            }
         }
         self
+    }
+}
+
+impl Key {
+    fn of(field: &FieldOp, i: u8, wire: u8) -> Key {
+        let copy = field.same_key != 0 && field.fast.tag().is_some_and(|(_, w)| w == wire);
+        let (act, repeated) = match (&field.kind, wire) {
+            _ if copy => match field.fast {
+                Fast::Str(_) => (Act::CopyStr, true),
+                Fast::Bytes(_) => (Act::CopyBytes, true),
+                Fast::Int64(_) => (Act::CopyInt64, true),
+                Fast::Int32(_) => (Act::CopyInt32, true),
+                Fast::Bool(_) => (Act::CopyBool, true),
+                Fast::Double(_) => (Act::CopyDouble, true),
+                Fast::None => (Act::General, false),
+            },
+            (FieldKind::Scalar { .. }, 0) if !field.enum_rows.is_empty() => (Act::Enum, true),
+            (FieldKind::Message { repeated, .. }, 2) => (Act::Message, *repeated),
+            (
+                FieldKind::Special {
+                    special, repeated, ..
+                },
+                2,
+            ) => match special {
+                Special::Timestamp => (Act::Timestamp, *repeated),
+                Special::Date => (Act::Date, *repeated),
+                Special::ConfluentDecimal(_) => (Act::Decimal, *repeated),
+                _ => (Act::General, false),
+            },
+            (FieldKind::Skip, 0) => (Act::SkipVarint, true),
+            (FieldKind::Skip, 2) => (Act::SkipLen, true),
+            _ => (Act::General, false),
+        };
+        Key {
+            act,
+            field: i,
+            repeated,
+        }
     }
 }
 
