@@ -159,10 +159,11 @@ impl Plan {
                 out.reserve(body.len() + body.len() / 4 + 64);
                 if reference {
                     protobuf::run_message_reference(root, body, 0, out)
+                        .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
                 } else {
                     protobuf::run_message(root, body, 0, out)
+                        .and_then(|()| flat::write_metadata(&self.metadata, meta, out))
                 }
-                .and_then(|()| exec::write_metadata(&self.metadata, meta, out))
             }
             Body::Json { root, validate } => {
                 out.reserve(body.len() + 64);

@@ -67,17 +67,28 @@ pub fn put_varint(out: &mut Vec<u8>, v: u64) {
     }
 }
 
+/// A varint below 2^56 as the low bytes of a little-endian word, and its length: the 7-bit
+/// groups spread over the word in three shifts, the continuation bits set on every byte but the
+/// last.
+#[inline(always)]
+pub fn varint_word(v: u64) -> (u64, usize) {
+    debug_assert!(v < 1 << 56);
+    let n = varint_len(v);
+    let x = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x0fff_c000_0fff_c000) << 2);
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x3f80_3f80_3f80_3f80) << 1);
+    (
+        x | (0x8080_8080_8080_8080 & ((1u64 << (8 * (n - 1))) - 1)),
+        n,
+    )
+}
+
 #[inline(never)]
 fn put_long_varint(out: &mut Vec<u8>, mut v: u64) {
     if v < 1 << 56 {
-        // Up to eight bytes at once: the 7-bit groups spread over a word in three shifts, the
-        // continuation bits set on every byte but the last, one fixed-size copy, then the
-        // bytes past the varint's end dropped again.
-        let n = varint_len(v);
-        let x = (v & 0x0fff_ffff) | ((v & 0x00ff_ffff_f000_0000) << 4);
-        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x0fff_c000_0fff_c000) << 2);
-        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x3f80_3f80_3f80_3f80) << 1);
-        let x = x | (0x8080_8080_8080_8080 & ((1u64 << (8 * (n - 1))) - 1));
+        // Up to eight bytes at once: one fixed-size copy, then the bytes past the varint's
+        // end dropped again.
+        let (x, n) = varint_word(v);
         out.extend_from_slice(&x.to_le_bytes());
         out.truncate(out.len() - (8 - n));
         return;

@@ -23,6 +23,17 @@ use raw::Key;
 
 pub(crate) use exec::run_row;
 
+/// The metadata and transforms' columns through the flat writer (`metadata.rs`), for the
+/// executors of the other formats: the tree executor's `write_metadata` with its rows and
+/// errors, each write checking its own room.
+pub(crate) fn write_metadata(
+    ops: &crate::ops::MetadataOps,
+    meta: Option<&crate::exec::KafkaMetadata<'_>>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    metadata::write(ops, meta, &mut raw::Output::checked(out))
+}
+
 /// Nested records and arrays a flat plan may hold open at once; a deeper plan keeps the tree
 /// executor (see [`FlatPlan::lower`]).
 const MAX_DEPTH: usize = 32;

@@ -1,10 +1,12 @@
-//! The Protobuf executor the product runs: the walk of [`super::exec`] (kept as the reference the
-//! differential tests compare this one with, `Plan::transcode_reference`) with the fields that
-//! cost the most there taken in one inline step each, decided once per plan:
+//! The Protobuf executor the product runs. Per message, a table by key (field number and wire
+//! type, `MessageOp::keys`) gives each occurrence's step, decided once per plan:
 //!
-//! * a nested message is walked by this executor, not the reference's;
+//! * a string, bytes, int64, non-negative int32, bool or double field whose row tag is its own
+//!   key is checked (canonical length or varint, UTF-8) and copied with its neighbours in one
+//!   piece;
+//! * a nested message is walked by this executor;
 //! * an enum number into a STRING column is one table load of the row's bytes (tag, length and
-//!   name), not a binary search and a field write;
+//!   name);
 //! * `google.protobuf.Timestamp`, `google.type.Date` and `confluent.type.Decimal` laid out as
 //!   writers lay them out (their fields in order, each at most once) are read in place; a
 //!   decimal of up to eight bytes is rescaled in `i128` and written as its fewest
@@ -12,10 +14,12 @@
 //! * the defaults of implicit-presence fields and the required fields are found from two bit
 //!   masks against the set of fields seen, not by a loop over every field.
 //!
-//! Everything else (and every value the steps above do not take: another layout, a value out
-//! of range, a wire type the field does not have) goes through the reference's own code on the
-//! same bytes, so that rows and errors are the reference's by construction
-//! (`tests/transcode/differential.rs` checks it).
+//! Every occurrence a step does not take (another layout, a value out of range, a longer or
+//! overlong key, length or varint, a wire type the field does not have, an unknown field) goes
+//! through the field-by-field walk of the reference ([`super::exec`], `Plan::transcode_reference`)
+//! on the same bytes, so that rows and errors are the reference's by construction
+//! (`tests/transcode/differential.rs` checks it). A message of more than 64 fields, or with
+//! field numbers too large for a dense table, is walked that way throughout.
 
 use crate::RecordError;
 use crate::convert::{
@@ -23,12 +27,13 @@ use crate::convert::{
     days_from_civil,
 };
 use crate::exec::put_i64;
-use crate::proto::{Tag, close_len, open_len};
+use std::ptr;
+
+use crate::proto::{Tag, close_len, open_len, varint_word};
 
 use super::exec::{NO_RUN, Seen, check_presence, fast, same, skip_unknown, write_field};
 use super::ops::{Act, FieldKind, FieldOp, MessageOp, Special};
 use super::reader::{Reader, WIRE_LEN, WIRE_VARINT};
-use super::special::seconds_nanos;
 
 /// 10^k for the rescaling of decimals, k ≤ 38.
 const POW10: [i128; 39] = {
@@ -152,7 +157,7 @@ pub fn run_message(
     flush(buf, &mut run, buf.len(), out);
     presence(op, &Seen::Small(bits), out)?;
     if let Some(at) = at {
-        close_len(out, at);
+        close(out, at);
     }
     Ok(())
 }
@@ -377,10 +382,15 @@ fn step(
 /// A `Timestamp` of `seconds` then `nanos` whose value is a TIMESTAMP.
 #[inline(always)]
 fn timestamp(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
-    let Some((seconds, nanos)) = seconds_nanos(bytes) else {
-        return false;
-    };
-    if !(0..1_000_000_000).contains(&nanos) {
+    // The layout `special::seconds_nanos` reads, with the varints read here.
+    let (mut seconds, mut nanos, mut pos) = (0, 0, 0);
+    if let Some((v, end)) = next_varint(bytes, pos, 1) {
+        (seconds, pos) = (v as i64, end);
+    }
+    if let Some((v, end)) = next_varint(bytes, pos, 2) {
+        (nanos, pos) = (v as i32 as i64, end);
+    }
+    if pos != bytes.len() || !(0..1_000_000_000).contains(&nanos) {
         return false;
     }
     match seconds
@@ -388,43 +398,49 @@ fn timestamp(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
         .and_then(|m| m.checked_add(nanos / 1000))
     {
         Some(m) if (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&m) => {
-            put_i64(out, tag, m);
+            put_tag_varint(out, tag, m as u64);
             true
         }
         _ => false,
     }
 }
 
-/// The next field of a small message laid out in order: the varint of field `number` when the
-/// next key is that field's as a varint, else `None` with the reader where it was; `Err` for a
-/// varint that does not read.
+/// The next field of a small message laid out in order: the varint of field `number` and its
+/// end when the key at `pos` is that field's as a varint; `None` for any other key and for a
+/// varint that does not read (ten bytes at most, the tenth 0 or 1), which the general path
+/// reads again with its errors.
 #[inline(always)]
-fn next_varint(r: &mut Reader<'_>, number: u8) -> Result<Option<u64>, ()> {
-    if r.buf.get(r.pos) != Some(&(number << 3)) {
-        return Ok(None);
+fn next_varint(bytes: &[u8], pos: usize, number: u8) -> Option<(u64, usize)> {
+    if bytes.get(pos) != Some(&(number << 3)) {
+        return None;
     }
-    r.pos += 1;
-    r.varint().map(Some).map_err(drop)
+    let mut v = 0u64;
+    for i in 0..10 {
+        let b = *bytes.get(pos + 1 + i)?;
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            return (i < 9 || b <= 1).then_some((v, pos + 2 + i));
+        }
+    }
+    None
 }
 
 /// A `google.type.Date` of `year`, `month`, `day` in order whose value is a DATE.
 #[inline(always)]
 fn date(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
-    let mut r = Reader::new(bytes, 0);
+    let mut pos = 0;
     let mut ymd = [0i64; 3];
     for (k, v) in ymd.iter_mut().enumerate() {
-        match next_varint(&mut r, k as u8 + 1) {
-            Ok(Some(x)) => *v = x as i32 as i64,
-            Ok(None) => {}
-            Err(()) => return false,
+        if let Some((x, end)) = next_varint(bytes, pos, k as u8 + 1) {
+            (*v, pos) = (x as i32 as i64, end);
         }
     }
-    if !r.done() {
+    if pos != bytes.len() {
         return false;
     }
     match days_from_civil(ymd[0], ymd[1], ymd[2]) {
         Ok(days) if (MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&(days as i32)) => {
-            put_i64(out, tag, days as i32 as i64);
+            put_tag_varint(out, tag, days as i32 as i64 as u64);
             true
         }
         _ => false,
@@ -435,25 +451,25 @@ fn date(tag: Tag, bytes: &[u8], out: &mut Vec<u8>) -> bool {
 /// in order, at a scale the column's can hold.
 #[inline(always)]
 fn decimal(tag: Tag, target: DecimalTarget, bytes: &[u8], out: &mut Vec<u8>) -> bool {
-    let mut r = Reader::new(bytes, 0);
     let mut value: &[u8] = &[];
-    if r.buf.first() == Some(&0x0a) {
-        match r.buf.get(1) {
-            Some(&n) if n <= 8 && r.buf.len() >= 2 + n as usize => {
-                value = &r.buf[2..2 + n as usize];
-                r.pos = 2 + n as usize;
+    let mut pos = 0;
+    if bytes.first() == Some(&0x0a) {
+        match bytes.get(1) {
+            Some(&n) if n <= 8 && bytes.len() >= 2 + n as usize => {
+                value = &bytes[2..2 + n as usize];
+                pos = 2 + n as usize;
             }
             _ => return false,
         }
     }
-    if next_varint(&mut r, 2).is_err() {
-        return false;
+    if let Some((_, end)) = next_varint(bytes, pos, 2) {
+        pos = end;
     }
-    let scale = match next_varint(&mut r, 3) {
-        Ok(s) => s.map_or(0, |s| s as i32 as i64),
-        Err(()) => return false,
-    };
-    if !r.done() || !(0..=target.scale() as i64).contains(&scale) {
+    let mut scale = 0;
+    if let Some((s, end)) = next_varint(bytes, pos, 3) {
+        (scale, pos) = (s as i32 as i64, end);
+    }
+    if pos != bytes.len() || !(0..=target.scale() as i64).contains(&scale) {
         return false;
     }
     // Big-endian two's complement; no bytes is zero, as the general path reads them.
@@ -469,10 +485,51 @@ fn decimal(tag: Tag, target: DecimalTarget, bytes: &[u8], out: &mut Vec<u8>) -> 
     // The fewest little-endian two's-complement bytes (one for 0 and -1). An `i64` times at
     // most 10^9 is inside NUMERIC's range, and any `i128` inside BIGNUMERIC's.
     let n = (128 - (v ^ (v >> 127)).leading_zeros() as usize + 1).div_ceil(8);
-    tag.put(out);
-    out.push(n as u8);
-    out.extend_from_slice(&v.to_le_bytes()[..n]);
+    out.reserve(8 + 1 + 16);
+    let t = tag.encoded_len() as usize;
+    // SAFETY: 25 bytes of spare capacity were reserved: the tag's eight-byte store (of which at
+    // most five count), the length byte after it and sixteen bytes of value after that; the
+    // length is set over the `t + 1 + n` bytes written.
+    unsafe {
+        let p = out.as_mut_ptr().add(out.len());
+        ptr::write_unaligned(p.cast::<u64>(), tag.word().to_le());
+        p.add(t).write(n as u8);
+        ptr::write_unaligned(p.add(t + 1).cast::<[u8; 16]>(), v.to_le_bytes());
+        out.set_len(out.len() + t + 1 + n);
+    }
     true
+}
+
+/// A tag and a varint (a timestamp's microseconds, a date's days) in two eight-byte stores
+/// instead of `put_i64`'s out-of-line varint write.
+#[inline(always)]
+fn put_tag_varint(out: &mut Vec<u8>, tag: Tag, v: u64) {
+    if v >= 1 << 56 {
+        return put_i64(out, tag, v as i64);
+    }
+    let (x, n) = varint_word(v);
+    let t = tag.encoded_len() as usize;
+    out.reserve(16);
+    // SAFETY: sixteen bytes of spare capacity were reserved: the tag's eight-byte store and the
+    // varint's after at most five; the length is set over the `t + n` bytes written.
+    unsafe {
+        let p = out.as_mut_ptr().add(out.len());
+        ptr::write_unaligned(p.cast::<u64>(), tag.word().to_le());
+        ptr::write_unaligned(p.add(t).cast::<u64>(), x.to_le());
+        out.set_len(out.len() + t + n);
+    }
+}
+
+/// Sets the length byte [`open_len`] reserved: in place for a body under 128 bytes, else
+/// `close_len` moves the body.
+#[inline(always)]
+fn close(out: &mut Vec<u8>, at: usize) {
+    let body = out.len() - at - 1;
+    if body < 0x80 {
+        out[at] = body as u8;
+    } else {
+        close_len(out, at);
+    }
 }
 
 /// The end of a message as the reference's `fill_and_check_presence` ends it: the defaults of
