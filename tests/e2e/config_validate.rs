@@ -1547,6 +1547,18 @@ fn a_bad_transform_is_refused_with_the_path_of_its_key() {
             "  metadata_columns: {offset: o}\n  transforms:\n    - set: {column: kafka_offset, from: offset}\n",
             "bigquery.transforms[0].from: the offset already goes to column o (metadata_columns.offset)",
         ),
+        (
+            "  transforms:\n    - flatten: {field: order.address, separator: _}\n",
+            "bigquery.transforms[0].field: flatten writes top-level columns: `order.address` is not a top-level record",
+        ),
+        (
+            "  transforms:\n    - flatten: {field: address, separator: \".\"}\n",
+            "bigquery.transforms[0].separator: \".\" cannot join column names: letters, digits and `_` only",
+        ),
+        (
+            "  transforms:\n    - flatten: {field: address, separator: _}\n    - mask: {field: address.street}\n",
+            "bigquery.transforms[1].field: field address.street and the field of transforms[0] are one inside the other",
+        ),
     ];
     for (lines, expected) in cases {
         assert_one_error(&in_bigquery(lines), HashMap::new(), expected);

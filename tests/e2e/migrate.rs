@@ -291,6 +291,13 @@ fn insert_field_becomes_metadata_columns_and_other_transforms_are_reported() {
         "{yaml}"
     );
     assert_label(&report, "transforms.flat.type", "not translatable", "");
+    // Connect's Flatten names no record; the line says what to write for each.
+    assert_label(
+        &report,
+        "transforms.flat.type",
+        "not translatable",
+        "add `- flatten: {field: RECORD, separator: \"_\"}` to bigquery.transforms",
+    );
 }
 
 #[test]

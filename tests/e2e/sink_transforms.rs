@@ -4,9 +4,10 @@
 //! middle, every other record is one row, exactly once, holding what the transforms say; the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
-//! schema, follow the transforms. A second route masks a field with a keyed hash, its key read
-//! from a file, casts two fields (one of whose values is no integer: a dead letter) and converts
-//! a count of seconds into text, through a SIGKILL too.
+//! schema, follow the transforms (a flattened record's fields as top-level columns). A second
+//! route masks a field with a keyed hash, its key read from a file, casts two fields (one of
+//! whose values is no integer: a dead letter) and converts a count of seconds into text, through
+//! a SIGKILL too.
 
 use crate::support;
 
@@ -193,18 +194,38 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
     assert_eq!(f.dead_letter_count(), 0);
 }
 
-/// The writer schemas of the created table's test: v2 adds a nullable field.
+/// The writer schemas of the created table's test: v2 adds a nullable field. `address` is
+/// flattened.
 const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"id","type":"long"},
   {"name":"customer","type":"string"},
+  {"name":"address","type":["null",{"type":"record","name":"Address","fields":[
+     {"name":"street","type":"string"},{"name":"zip","type":"long"}]}],"default":null},
   {"name":"note","type":["null","string"],"default":null},
   {"name":"secret","type":"string"}]}"#;
 const V2: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"id","type":"long"},
   {"name":"customer","type":"string"},
+  {"name":"address","type":["null",{"type":"record","name":"Address","fields":[
+     {"name":"street","type":"string"},{"name":"zip","type":"long"}]}],"default":null},
   {"name":"note","type":["null","string"],"default":null},
   {"name":"secret","type":"string"},
   {"name":"city","type":["null","string"],"default":null}]}"#;
+
+/// The address of user `id`: an even id has one, an odd id none (null).
+fn address(id: i64) -> apache_avro::types::Value {
+    use apache_avro::types::Value;
+    match id % 2 {
+        0 => Value::Union(
+            1,
+            Box::new(Value::Record(vec![
+                ("street".into(), Value::String(format!("street-{id}"))),
+                ("zip".into(), Value::Long(10_000 + id)),
+            ])),
+        ),
+        _ => Value::Union(0, Box::new(Value::Null)),
+    }
+}
 
 /// Produces users `ids` under writer schema `version` (1 or 2), round-robin over the
 /// partitions, each with a `trace` header; each position's id.
@@ -219,6 +240,7 @@ fn produce_users(f: &Fixture, version: u32, ids: std::ops::Range<i64>) -> BTreeM
         let mut fields = vec![
             ("id".to_string(), Value::Long(id)),
             ("customer".into(), Value::String(format!("customer-{id}"))),
+            ("address".into(), address(id)),
             (
                 "note".into(),
                 Value::Union(1, Box::new(Value::String("n".into()))),
@@ -249,7 +271,8 @@ fn produce_users(f: &Fixture, version: u32, ids: std::ops::Range<i64>) -> BTreeM
 /// `create_table` and `schema_update: add_columns` follow the transforms: the table the sink
 /// creates from the registry's v1 has the renamed column under its new name, no dropped column,
 /// the masked one NULLABLE and the set columns typed by their values; v2's new field is added
-/// as a column, and the renamed and dropped fields are not added back. Through a SIGKILL
+/// as a column, and the renamed and dropped fields are not added back; the flattened record's
+/// fields are top-level columns, NULL for a null record. Through a SIGKILL
 /// between the two, every record is one row, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
@@ -268,6 +291,7 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
             "      - mask: {field: secret}".into(),
             "      - set: {column: region, value: eu}".into(),
             "      - set: {column: trace, header: trace, encoding: string}".into(),
+            "      - flatten: {field: address, separator: _}".into(),
         ],
         ..Tweaks::default()
     };
@@ -301,6 +325,8 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
         ("kafka_partition", (FieldType::Int64, Mode::Required)),
         ("kafka_offset", (FieldType::Int64, Mode::Required)),
         ("city", (FieldType::String, Mode::Nullable)),
+        ("address_street", (FieldType::String, Mode::Nullable)),
+        ("address_zip", (FieldType::Int64, Mode::Nullable)),
     ]
     .into();
     assert_eq!(columns, want);
@@ -317,6 +343,17 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
         assert!(columns["secret"].is_null(), "secret of {id}");
         let city = (id >= 200).then(|| text(format!("city-{id}")));
         assert_eq!(columns["city"], city.unwrap_or_default(), "city of {id}");
+        // Flattened: an even id's address fills its columns, an odd id's null one leaves
+        // them NULL.
+        let (street, zip) = match id % 2 {
+            0 => (
+                text(format!("street-{id}")),
+                text((10_000 + id).to_string()),
+            ),
+            _ => (serde_json::Value::Null, serde_json::Value::Null),
+        };
+        assert_eq!(columns["address_street"], street, "address_street of {id}");
+        assert_eq!(columns["address_zip"], zip, "address_zip of {id}");
     }
     assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
     assert!(daemon.terminate().success());

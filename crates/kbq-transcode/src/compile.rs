@@ -93,9 +93,22 @@ pub(super) fn data_columns(
     table: &TableSchema,
     options: &PlanOptions,
 ) -> Result<Vec<TableFieldSchema>, PlanError> {
-    let m = &options.effective_metadata()?;
     let rules = FieldRules::new(&options.transforms);
-    let meta_names: Vec<String> = [
+    let meta_names = metadata_names(options)?;
+    Ok(table
+        .fields
+        .iter()
+        .filter(|f| {
+            !meta_names.contains(&f.name.to_ascii_lowercase()) && !rules.is_set_column(&f.name)
+        })
+        .cloned()
+        .collect())
+}
+
+/// The Kafka metadata columns' names (those `set … from:` adds included), lowercased.
+pub(super) fn metadata_names(options: &PlanOptions) -> Result<Vec<String>, PlanError> {
+    let m = &options.effective_metadata()?;
+    Ok([
         &m.topic,
         &m.partition,
         &m.offset,
@@ -106,15 +119,7 @@ pub(super) fn data_columns(
     .into_iter()
     .flatten()
     .map(|n| n.to_ascii_lowercase())
-    .collect();
-    Ok(table
-        .fields
-        .iter()
-        .filter(|f| {
-            !meta_names.contains(&f.name.to_ascii_lowercase()) && !rules.is_set_column(&f.name)
-        })
-        .cloned()
-        .collect())
+    .collect())
 }
 
 fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
@@ -175,6 +180,21 @@ impl Compiler<'_> {
                     ops.push(Op::Skip(self.skip(field.schema)?));
                     continue;
                 }
+                Target::Flatten(separator) => {
+                    let separator = separator.to_owned();
+                    let siblings: Vec<&str> = record.fields.iter().map(|f| &*f.name).collect();
+                    let op = self.flattened(
+                        &field.name,
+                        field.schema,
+                        &separator,
+                        &siblings,
+                        &by_name,
+                        &mut protos,
+                        &mut matched,
+                    )?;
+                    ops.push(op);
+                    continue;
+                }
             };
             let column = by_name.get(&lower).copied();
             let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
@@ -201,25 +221,8 @@ impl Compiler<'_> {
                 });
             }
             let path: Arc<str> = format!("{prefix}{}", column.name).into();
-            let number = protos.len() as i32 + 1;
-            let written = match self.rules.conversion(prefix, &field.name) {
-                Some(t) => self.converted(field.schema, t, column, &path, number)?,
-                None => self.value(field.schema, column, &path, number, false)?,
-            };
-            match written {
-                Some((op, ty)) => {
-                    let label = if column.mode() == Mode::Repeated {
-                        Label::Repeated
-                    } else {
-                        Label::Optional
-                    };
-                    protos.push(descriptor::field(&column.name, number, label, &ty));
-                    ops.push(op);
-                }
-                // A field that is always null needs no proto field, but its bytes (a union
-                // index) must still be read.
-                None => ops.push(self.always_null(field.schema, column, &path)?),
-            }
+            let conversion = self.rules.conversion(prefix, &field.name);
+            ops.push(self.field(field.schema, column, &path, conversion, &mut protos)?);
         }
         let missing_required = columns
             .iter()
@@ -231,6 +234,120 @@ impl Compiler<'_> {
             })
             .map(|c| Arc::from(format!("{prefix}{}", c.name)));
         Ok((ops.into_boxed_slice(), protos, missing_required))
+    }
+
+    /// The op of one field written to `column` (rewritten by `conversion` if a transform
+    /// does), its proto field appended to `protos`.
+    fn field(
+        &mut self,
+        id: NodeId,
+        column: &TableFieldSchema,
+        path: &Arc<str>,
+        conversion: Option<&Transform>,
+        protos: &mut Vec<FieldDescriptorProto>,
+    ) -> Result<Op, PlanError> {
+        let number = protos.len() as i32 + 1;
+        let written = match conversion {
+            Some(t) => self.converted(id, t, column, path, number)?,
+            None => self.value(id, column, path, number, false)?,
+        };
+        Ok(match written {
+            Some((op, ty)) => {
+                let label = if column.mode() == Mode::Repeated {
+                    Label::Repeated
+                } else {
+                    Label::Optional
+                };
+                protos.push(descriptor::field(&column.name, number, label, &ty));
+                op
+            }
+            // A field that is always null needs no proto field, but its bytes (a union index)
+            // must still be read.
+            None => self.always_null(id, column, path)?,
+        })
+    }
+
+    /// The top-level record `name` flattened (`transforms`, `flatten`): its fields written
+    /// inline into the row's columns `{name}{separator}{field}`, their proto fields appended to
+    /// the row's `protos` and their columns to `matched`. A null record writes none of them (a
+    /// REQUIRED one refuses the record).
+    #[allow(clippy::too_many_arguments)]
+    fn flattened(
+        &mut self,
+        name: &str,
+        id: NodeId,
+        separator: &str,
+        siblings: &[&str],
+        by_name: &HashMap<String, &TableFieldSchema>,
+        protos: &mut Vec<FieldDescriptorProto>,
+        matched: &mut Vec<String>,
+    ) -> Result<Op, PlanError> {
+        let schema = self.schema;
+        let (record_id, branches) = flat_record(schema, id, name)?;
+        let Kind::Record(record) = &schema.node(record_id).kind else {
+            unreachable!("flat_record finds a record");
+        };
+        if self.visiting.contains(&record_id) {
+            return Err(PlanError::Unsupported {
+                column: name.to_owned(),
+                reason: "recursive avro records cannot be written to BigQuery".into(),
+            });
+        }
+        self.visiting.push(record_id);
+        let reserved = metadata_names(self.options)?;
+        let mut fields = Vec::with_capacity(record.fields.len());
+        let mut required: Option<Arc<str>> = None;
+        for field in &record.fields {
+            let column =
+                (self.rules).flat_column(name, separator, &field.name, siblings, &reserved)?;
+            let lower = column.to_ascii_lowercase();
+            let Some(column) = (by_name.get(&lower).copied())
+                .filter(|c| !matches!(c.field_type, FieldType::Other(_)))
+            else {
+                if !by_name.contains_key(&lower)
+                    && self.options.unknown_fields == UnknownFields::Error
+                {
+                    return Err(PlanError::UnknownField {
+                        field: format!("{name}.{}", field.name),
+                    });
+                }
+                fields.push(Op::Skip(self.skip(field.schema)?));
+                continue;
+            };
+            if matched.contains(&lower) {
+                return Err(PlanError::Unsupported {
+                    column: column.name.clone(),
+                    reason: format!(
+                        "two fields fill this column (one of them {name}.{})",
+                        field.name
+                    ),
+                });
+            }
+            matched.push(lower);
+            if !descriptor::is_proto_identifier(&column.name) {
+                return Err(PlanError::BadColumnName {
+                    column: column.name.clone(),
+                });
+            }
+            let path: Arc<str> = column.name.as_str().into();
+            if required.is_none()
+                && column.mode() == Mode::Required
+                && column.default_value_expression.is_none()
+            {
+                required = Some(path.clone());
+            }
+            fields.push(self.field(field.schema, column, &path, None, protos)?);
+        }
+        self.visiting.pop();
+        let op = Op::Record(Box::new(RecordOp {
+            tag: None,
+            fields: fields.into_boxed_slice(),
+            missing_required: None,
+        }));
+        Ok(match branches {
+            Some(branches) => with_null(schema, branches, op, required),
+            None => op,
+        })
     }
 
     fn always_null(
@@ -830,6 +947,64 @@ pub(super) fn column_type(c: &TableFieldSchema) -> String {
     match c.mode() {
         Mode::Repeated => format!("REPEATED {}", c.field_type.as_str()),
         _ => c.field_type.as_str().to_owned(),
+    }
+}
+
+/// The union of a flattened record and null: the record's `op`, or for null no column at all
+/// (a REQUIRED one, `required`, refuses the record).
+fn with_null(schema: &AvroSchema, branches: &[NodeId], op: Op, required: Option<Arc<str>>) -> Op {
+    let mut op = Some(op);
+    let ops = (branches.iter())
+        .map(|b| match schema.node(*b).kind {
+            Kind::Null => Op::Null(match &required {
+                Some(column) => OnNull::RequiredError(column.clone()),
+                None => OnNull::Nothing,
+            }),
+            _ => op.take().expect("one record branch"),
+        })
+        .collect::<Vec<_>>();
+    Op::Union(ops.into_boxed_slice())
+}
+
+/// The record a flattened field `name` holds, and the union's branches when it is a union of
+/// the record and null.
+fn flat_record<'s>(
+    schema: &'s AvroSchema,
+    id: NodeId,
+    name: &str,
+) -> Result<(NodeId, Option<&'s [NodeId]>), PlanError> {
+    let not_record = |what: &str| PlanError::Transform {
+        transform: format!("flatten {name}"),
+        reason: format!(
+            "the field is {what}: only a record, or a union of a record and null, has fields to flatten (a record inside an array has no columns of its own)"
+        ),
+    };
+    match &schema.node(id).kind {
+        Kind::Record(_) => Ok((id, None)),
+        Kind::Union(b) => {
+            let records: Vec<NodeId> = (b.iter().copied())
+                .filter(|b| matches!(schema.node(*b).kind, Kind::Record(_)))
+                .collect();
+            let nulls = (b.iter())
+                .filter(|b| schema.node(**b).kind == Kind::Null)
+                .count();
+            if records.len() != 1 || records.len() + nulls != b.len() {
+                return Err(not_record("a union of other types"));
+            }
+            Ok((records[0], Some(b)))
+        }
+        other => Err(not_record(&format!(
+            "{} {}",
+            article(other),
+            kind_name(other)
+        ))),
+    }
+}
+
+fn article(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Array(_) | Kind::Enum { .. } | Kind::Int => "an",
+        _ => "a",
     }
 }
 

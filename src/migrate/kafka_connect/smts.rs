@@ -132,6 +132,8 @@ fn smt(
         cast_smt(s, t, cx.shaping_blocked, chain)
     } else if short == "TimestampConverter" {
         timestamp_converter_smt(s, t, cx.shaping_blocked, chain)
+    } else if short == "Flatten" {
+        flatten_smt(s, t)
     } else if short == "RecordIsTombstone" {
         Outcome::NotTranslatable(
             "a predicate's class used as a transform: Kafka Connect refuses it".into(),
@@ -171,18 +173,14 @@ fn router_outcome(t: &str, routing: &Routing) -> Outcome {
 
 /// A transform without a counterpart here.
 fn unsupported(short: &str) -> Outcome {
-    if matches!(
-        short,
-        "Flatten"
-            | "ExtractField"
-            | "ValueToKey"
-            | "HoistField"
-            | "TimestampRouter"
-            | "HeaderFrom"
-            | "InsertHeader"
-            | "DropHeaders"
-            | "SetSchemaMetadata"
-    ) {
+    if matches!(short, |"ExtractField"| "ValueToKey"
+        | "HoistField"
+        | "TimestampRouter"
+        | "HeaderFrom"
+        | "InsertHeader"
+        | "DropHeaders"
+        | "SetSchemaMetadata")
+    {
         Outcome::NotTranslatable(format!(
             "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, convert, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
         ))
@@ -195,6 +193,36 @@ fn unsupported(short: &str) -> Outcome {
             "{short}: no transform of the record here yet; fields are written as the record has them (names matched to columns, docs/mapping.md)"
         ))
     }
+}
+
+/// `Flatten$Value`: Connect flattens every struct of the value, recursively; `flatten` here names
+/// one top-level record and flattens it one level, and the connector config names no record.
+fn flatten_smt(s: &Source, t: &str) -> Outcome {
+    let delimiter = s
+        .get(&format!("transforms.{t}.delimiter"))
+        .filter(|d| !d.is_empty())
+        .unwrap_or(".");
+    let separator = if !delimiter.is_empty()
+        && delimiter
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        delimiter.to_string()
+    } else {
+        "_".to_string()
+    };
+    let joined = if separator == delimiter {
+        format!("delimiter {}", quote(delimiter))
+    } else {
+        format!(
+            "delimiter {} (a column name holds only letters, digits and `_`: use `_`)",
+            quote(delimiter)
+        )
+    };
+    Outcome::NotTranslatable(format!(
+        "Connect flattens every struct of the value, recursively, joining names with its {joined}; here `flatten` names one top-level record and flattens it one level (a record inside stays a RECORD column), and the connector config names no record: add `- flatten: {{field: RECORD, separator: {}}}` to bigquery.transforms for each top-level record of the writer schema (docs/mapping.md#transforms)",
+        quote(&separator)
+    ))
 }
 
 /// The transforms of the chain mapped so far, and the names they read or write.

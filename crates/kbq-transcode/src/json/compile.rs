@@ -16,7 +16,7 @@ use super::ops::{Conv, FieldOp, IntUnit, ObjectOp};
 use super::scan::plain_key;
 use super::schema::{JsonSchema, Kind, Node, Shape, ShapeError};
 use crate::budget::Budget;
-use crate::compile::{all_column_names, column_type, data_columns};
+use crate::compile::{all_column_names, column_type, data_columns, metadata_names};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
@@ -45,7 +45,7 @@ pub fn compile(
         Some(s) => Some(c.shape(s, s.root_node(), "")?),
         None => None,
     };
-    let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None)?;
+    let (root, mut protos) = c.object(&columns, shape.as_ref(), "", None, None)?;
     // Schemaless JSON has no fields to check the transforms against before a record comes.
     if schema.is_some() {
         c.rules.unapplied()?;
@@ -101,9 +101,13 @@ fn refuse_unknown_properties(
     removed: &[&str],
     prefix: &str,
     rules: &FieldRules<'_>,
+    flat: Option<(&str, usize)>,
 ) -> Result<(), PlanError> {
     let names: Vec<String> = (columns.iter())
-        .filter_map(|c| rules.source_key(prefix, &c.name))
+        .filter_map(|c| match flat {
+            Some((names, _)) => Some(&c.name[names.len()..]),
+            None => rules.source_key(prefix, &c.name),
+        })
         .chain(removed.iter().copied())
         .map(str::to_ascii_lowercase)
         .collect();
@@ -149,6 +153,7 @@ impl<'a> Compiler<'a> {
         shape: Option<&Shape<'a>>,
         prefix: &str,
         tag: Option<Tag>,
+        flat: Option<(&str, usize)>,
     ) -> Result<(ObjectOp, Vec<FieldDescriptorProto>), PlanError> {
         if let Some(k) = shape.and_then(|s| s.kind).filter(|k| *k != Kind::Object) {
             return Err(PlanError::JsonIncompatible {
@@ -170,19 +175,36 @@ impl<'a> Compiler<'a> {
                 self.rules.target(prefix, name)?;
             }
         }
-        let removed = self.rules.removed_keys(prefix, |key| {
+        let mut removed = self.rules.removed_keys(prefix, |key| {
             shape.is_none() || properties.contains_key(&key.to_ascii_lowercase())
         });
-        if self.options.unknown_fields == UnknownFields::Error {
-            refuse_unknown_properties(columns, &properties, &removed, prefix, &self.rules)?;
-        }
         let mut fields = Vec::new();
         let mut protos = Vec::new();
         let mut by_lower = HashMap::new();
+        // Columns a flattened object fills (`flatten`), lowercased: the row's loop leaves them.
+        let mut taken: Vec<String> = Vec::new();
+        if prefix.is_empty() {
+            let row = (&mut fields, &mut protos, &mut by_lower);
+            self.flatten_row(columns, &properties, row, &mut removed, &mut taken)?;
+        }
+        if self.options.unknown_fields == UnknownFields::Error {
+            refuse_unknown_properties(columns, &properties, &removed, prefix, &self.rules, flat)?;
+        }
         for column in columns {
-            let path: Arc<str> = format!("{prefix}{}", column.name).into();
-            let Some(key) = (self.rules.source_key(prefix, &column.name)).map(Box::<str>::from)
-            else {
+            if taken.contains(&column.name.to_ascii_lowercase()) {
+                continue;
+            }
+            let (path, key): (Arc<str>, _) = match flat {
+                Some((names, _)) => (
+                    column.name.as_str().into(),
+                    Some(Box::<str>::from(&column.name[names.len()..])),
+                ),
+                None => (
+                    format!("{prefix}{}", column.name).into(),
+                    (self.rules.source_key(prefix, &column.name)).map(Box::<str>::from),
+                ),
+            };
+            let Some(key) = key else {
                 if column.mode() == Mode::Required && column.default_value_expression.is_none() {
                     return Err(PlanError::Transform {
                         transform: format!("of field {path}"),
@@ -203,7 +225,7 @@ impl<'a> Compiler<'a> {
                 (Some(s), Some((_, node))) => Some(self.shape(s, *node, &path)?),
                 _ => None,
             };
-            let number = protos.len() as i32 + 1;
+            let number = (flat.map_or(0, |(_, base)| base) + protos.len()) as i32 + 1;
             let conversion = self.rules.conversion(prefix, &key);
             let (mut field, proto) = self.field(column, property, path, number, conversion)?;
             field.key = key;
@@ -241,6 +263,116 @@ impl<'a> Compiler<'a> {
             },
             protos,
         ))
+    }
+
+    /// Every `flatten` of the row: a field each (its key in `by_lower`, and in `removed` so that
+    /// `unknown_fields: error` knows it), the proto fields of its columns appended to the row's.
+    fn flatten_row(
+        &mut self,
+        columns: &[TableFieldSchema],
+        properties: &HashMap<String, (&'a str, Node<'a>)>,
+        (fields, protos, by_lower): (
+            &mut Vec<FieldOp>,
+            &mut Vec<FieldDescriptorProto>,
+            &mut HashMap<Box<str>, u16>,
+        ),
+        removed: &mut Vec<&'a str>,
+        taken: &mut Vec<String>,
+    ) -> Result<(), PlanError> {
+        let flattens: Vec<(&'a str, &'a str)> = self.rules.flattens().collect();
+        for (parent, separator) in flattens {
+            let base = protos.len();
+            let field =
+                self.flattened(columns, properties, parent, separator, base, protos, taken)?;
+            by_lower.insert(
+                parent.to_ascii_lowercase().into_boxed_str(),
+                fields.len() as u16,
+            );
+            fields.push(field);
+            removed.push(parent);
+        }
+        Ok(())
+    }
+
+    /// The object `parent` of the row flattened (`flatten`): a field of the row whose object
+    /// is written inline, into the row's columns `{parent}{separator}{key}` (numbered after the
+    /// row's `base` fields so far, their proto fields appended to `protos`, their names to
+    /// `taken`). With a schema, the columns of the object's properties; without one, every
+    /// column whose name begins with `{parent}{separator}`. A null or absent object leaves them
+    /// NULL (a REQUIRED one refuses the record).
+    #[allow(clippy::too_many_arguments)]
+    fn flattened(
+        &mut self,
+        columns: &[TableFieldSchema],
+        properties: &HashMap<String, (&'a str, Node<'a>)>,
+        parent: &str,
+        separator: &str,
+        base: usize,
+        protos: &mut Vec<FieldDescriptorProto>,
+        taken: &mut Vec<String>,
+    ) -> Result<FieldOp, PlanError> {
+        let names = format!("{parent}{separator}");
+        let lower_names = names.to_ascii_lowercase();
+        let reserved = metadata_names(self.options)?;
+        let shape = match (self.schema, properties.get(&parent.to_ascii_lowercase())) {
+            (Some(s), Some((_, node))) => Some(self.shape(s, *node, parent)?),
+            _ => None,
+        };
+        if let Some(k) = shape
+            .as_ref()
+            .and_then(|s| s.kind)
+            .filter(|k| *k != Kind::Object)
+        {
+            return Err(PlanError::Transform {
+                transform: format!("flatten {parent}"),
+                reason: format!(
+                    "the property is {}: only an object has fields to flatten (an object inside an array has no columns of its own)",
+                    k.name()
+                ),
+            });
+        }
+        let subset: Vec<TableFieldSchema> = match &shape {
+            Some(shape) => {
+                let siblings: Vec<&str> = properties.values().map(|(n, _)| *n).collect();
+                let mut subset = Vec::new();
+                for (child, _) in shape.properties.iter() {
+                    let column =
+                        (self.rules).flat_column(parent, separator, child, &siblings, &reserved)?;
+                    if let Some(c) = columns
+                        .iter()
+                        .find(|c| c.name.eq_ignore_ascii_case(&column))
+                    {
+                        subset.push(c.clone());
+                    }
+                }
+                subset
+            }
+            None if self.schema.is_some() => Vec::new(),
+            None => (columns.iter())
+                .filter(|c| c.name.to_ascii_lowercase().starts_with(&lower_names))
+                .cloned()
+                .collect(),
+        };
+        taken.extend(subset.iter().map(|c| c.name.to_ascii_lowercase()));
+        let (op, child_protos) = self.object(
+            &subset,
+            shape.as_ref(),
+            &format!("{parent}."),
+            None,
+            Some((&names, base)),
+        )?;
+        protos.extend(child_protos);
+        let required = subset
+            .iter()
+            .find(|c| c.mode() == Mode::Required && c.default_value_expression.is_none());
+        Ok(FieldOp {
+            key: parent.into(),
+            column: required.map_or(parent, |c| &c.name).into(),
+            tag: Tag::new(1, WIRE_LEN),
+            conv: Conv::Record(Box::new(op)),
+            repeated: false,
+            required: required.is_some(),
+        })
     }
 
     /// One column's field: how a property is written into it, and its field in the row's
@@ -404,7 +536,7 @@ impl<'a> Compiler<'a> {
                 let name = self.desc.reserve_name(path);
                 let tag = Tag::new(number as u32, WIRE_LEN);
                 let (op, protos) =
-                    self.object(&column.fields, shape, &format!("{path}."), Some(tag))?;
+                    self.object(&column.fields, shape, &format!("{path}."), Some(tag), None)?;
                 self.desc.add(descriptor::message(&name, protos));
                 Ok((
                     Conv::Record(Box::new(op)),

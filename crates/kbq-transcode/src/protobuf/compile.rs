@@ -13,7 +13,7 @@ use super::ops::{Conv, FieldKind, FieldOp, Lookup, MessageOp, NOT_DECLARED, Spec
 use super::reader::Val;
 use super::scalar::write_scalar;
 use crate::budget::Budget;
-use crate::compile::{all_column_names, column_type, data_columns};
+use crate::compile::{all_column_names, column_type, data_columns, metadata_names};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
@@ -38,7 +38,7 @@ pub fn compile(
         budget: Budget::plan(),
     };
     let columns = data_columns(table, options)?;
-    let (root, mut protos) = c.message(message, &columns, "", None, false)?;
+    let (root, mut protos) = c.message(message, &columns, "", None, false, None)?;
     c.rules.unapplied()?;
     // Under `unknown_fields: ignore` a message of another shape still compiles, to a plan that
     // drops every field: refused instead, so its records are dead-lettered with their data
@@ -109,6 +109,55 @@ fn oneof_groups(oneofs: HashMap<String, Vec<u16>>) -> Box<[Box<[u16]>]> {
         .collect()
 }
 
+/// A message flattened into the row (`flatten`): its fields fill the row's columns
+/// `{parent}{separator}{field}`, numbered after the row's fields so far (`base`); the columns
+/// they fill are added to `matched`.
+struct Flat<'s> {
+    parent: &'s str,
+    separator: &'s str,
+    siblings: &'s [&'s str],
+    reserved: &'s [String],
+    base: usize,
+    matched: &'s mut Vec<String>,
+}
+
+impl Flat<'_> {
+    /// The lowercased row column the flattened message's field `name` fills.
+    fn column(&self, rules: &FieldRules<'_>, name: &str) -> Result<String, PlanError> {
+        let column = rules.flat_column(
+            self.parent,
+            self.separator,
+            name,
+            self.siblings,
+            self.reserved,
+        )?;
+        Ok(column.to_ascii_lowercase())
+    }
+
+    /// Claims the row column `lower` for the field `name` (in the message's `matched` and the
+    /// row's); its path is the column's name.
+    fn claim(
+        &mut self,
+        matched: &mut Vec<String>,
+        lower: String,
+        column: &TableFieldSchema,
+        name: &str,
+    ) -> Result<Arc<str>, PlanError> {
+        if self.matched.contains(&lower) {
+            return Err(PlanError::Unsupported {
+                column: column.name.clone(),
+                reason: format!(
+                    "two fields fill this column (one of them {}.{name})",
+                    self.parent
+                ),
+            });
+        }
+        self.matched.push(lower.clone());
+        claim(matched, lower, column, "")?;
+        Ok(column.name.as_str().into())
+    }
+}
+
 struct Compiler<'a> {
     options: &'a PlanOptions,
     /// Which column each field fills, as the route's transforms say.
@@ -128,6 +177,7 @@ impl Compiler<'_> {
         prefix: &str,
         tag: Option<Tag>,
         map_entry: bool,
+        mut flat: Option<Flat<'_>>,
     ) -> Result<(MessageOp, Vec<FieldDescriptorProto>), PlanError> {
         self.budget.nodes(message.fields().len() + columns.len())?;
         let by_name: HashMap<String, &TableFieldSchema> = columns
@@ -147,8 +197,20 @@ impl Compiler<'_> {
             let index = fields.len() as u16;
             numbers.push((fd.number(), index));
             let (lower, dropped) = match self.rules.target(prefix, fd.name())? {
-                Target::Column(name) => (name.to_ascii_lowercase(), false),
+                Target::Column(name) => match &flat {
+                    Some(f) => (f.column(&self.rules, name)?, false),
+                    None => (name.to_ascii_lowercase(), false),
+                },
                 Target::Dropped => (String::new(), true),
+                Target::Flatten(separator) => {
+                    let separator = separator.to_owned();
+                    let (names, into) = (&field_names, (&mut protos, &mut matched));
+                    let (field, required_child) =
+                        self.flattened(&fd, &separator, names, columns, into)?;
+                    required.extend(required_child.then_some(index));
+                    fields.push(field);
+                    continue;
+                }
             };
             let column = by_name.get(&lower).copied().filter(|_| !dropped);
             let Some(column) = column.filter(|c| !matches!(c.field_type, FieldType::Other(_)))
@@ -157,9 +219,14 @@ impl Compiler<'_> {
                 fields.push(self.skipped(&fd, column.is_none() && !dropped, prefix)?);
                 continue;
             };
-            claim(&mut matched, lower, column, prefix)?;
-            let path: Arc<str> = format!("{prefix}{}", column.name).into();
-            let number = protos.len() as i32 + 1;
+            let path: Arc<str> = match &mut flat {
+                Some(f) => f.claim(&mut matched, lower, column, fd.name())?,
+                None => {
+                    claim(&mut matched, lower, column, prefix)?;
+                    format!("{prefix}{}", column.name).into()
+                }
+            };
+            let number = (flat.as_ref().map_or(0, |f| f.base) + protos.len()) as i32 + 1;
             let (kind, ty) = match self.rules.conversion(prefix, fd.name()) {
                 Some(t) => converted(&fd, t, column, number)?,
                 None => self.field(&fd, column, &path, number)?,
@@ -195,7 +262,11 @@ impl Compiler<'_> {
             }
             fields.push(FieldOp::new(kind, path, fd.number()));
         }
-        let missing_required = missing_required(columns, &matched, prefix);
+        let missing_required = match flat {
+            // The row's columns: checked with the row's.
+            Some(_) => None,
+            None => missing_required(columns, &matched, prefix),
+        };
         Ok((
             MessageOp {
                 tag,
@@ -215,6 +286,72 @@ impl Compiler<'_> {
             .with_masks(),
             protos,
         ))
+    }
+
+    /// The message field `fd` flattened into the row (`flatten`): a field whose message is
+    /// written inline (no message of its own), its fields appended to the row's; whether one
+    /// of the columns it fills is REQUIRED (then a record without the message is refused).
+    fn flattened(
+        &mut self,
+        fd: &FieldDescriptor,
+        separator: &str,
+        siblings: &[String],
+        columns: &[TableFieldSchema],
+        (row_protos, matched): (&mut Vec<FieldDescriptorProto>, &mut Vec<String>),
+    ) -> Result<(FieldOp, bool), PlanError> {
+        let number = row_protos.len() + 1;
+        let not_message = |what: &str| PlanError::Transform {
+            transform: format!("flatten {}", fd.name()),
+            reason: format!(
+                "the field is {what}: only a singular message has fields to flatten (a message inside a repeated field has no columns of its own)"
+            ),
+        };
+        let PKind::Message(m) = fd.kind() else {
+            return Err(not_message("a scalar"));
+        };
+        if fd.is_list() || fd.is_map() {
+            return Err(not_message("repeated"));
+        }
+        if m.full_name().starts_with("google.protobuf.") {
+            return Err(not_message("a well-known type, written as one value"));
+        }
+        let siblings: Vec<&str> = siblings.iter().map(String::as_str).collect();
+        let reserved = metadata_names(self.options)?;
+        let before = matched.len();
+        let (op, protos) = self.message(
+            &m,
+            columns,
+            &format!("{}.", fd.name()),
+            None,
+            false,
+            Some(Flat {
+                parent: fd.name(),
+                separator,
+                siblings: &siblings,
+                reserved: &reserved,
+                base: number - 1,
+                matched,
+            }),
+        )?;
+        let required = columns.iter().find(|c| {
+            matched[before..].contains(&c.name.to_ascii_lowercase())
+                && c.mode() == Mode::Required
+                && c.default_value_expression.is_none()
+        });
+        let path: Arc<str> = match required {
+            Some(c) => c.name.as_str().into(),
+            None => fd.name().into(),
+        };
+        let field = FieldOp::new(
+            FieldKind::Message {
+                op: Box::new(op),
+                repeated: false,
+            },
+            path,
+            fd.number(),
+        );
+        row_protos.extend(protos);
+        Ok((field, required.is_some()))
     }
 
     /// A field no column takes: refused under `unknown_fields: error` when no column has its
@@ -270,6 +407,7 @@ impl Compiler<'_> {
                     &format!("{path}."),
                     Some(tag),
                     m.is_map_entry(),
+                    None,
                 )?;
                 self.desc.add(descriptor::message(&name, protos));
                 return Ok((

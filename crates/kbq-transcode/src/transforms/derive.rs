@@ -4,10 +4,12 @@
 //! masked to NULL keeps its column, NULLABLE; a masked value's and a set column's type is the
 //! value's (text STRING, integer INT64, number FLOAT64, true/false BOOL; a header's by its
 //! encoding), NULLABLE; a column `set … from:` a Kafka coordinate is the matching metadata
-//! column's; a cast or converted field's column is of the type it writes, in the field's mode. A transform that meets no field, or a column that meets another, is refused here
+//! column's; a cast or converted field's column is of the type it writes, in the field's mode; a
+//! flattened record's fields become top-level columns in its place, NULLABLE when the record may
+//! be null. A transform that meets no field, or a column that meets another, is refused here
 //! with the field path, as the plan compiler would refuse it.
 
-use super::{CastType, HeaderEncoding, Literal, TimeTo, Transform};
+use super::{CastType, FlattenRecord, HeaderEncoding, Literal, TimeTo, Transform};
 use crate::compile::column_type;
 use crate::error::DeriveError;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema};
@@ -80,6 +82,7 @@ pub(crate) fn apply(
             Transform::Cast(c) => scalar(fields, &c.field, cast_type(c.to)).map_err(refuse)?,
             Transform::Convert(c) => scalar(fields, &c.field, time_type(c.to)).map_err(refuse)?,
             Transform::Filter(_) => {}
+            Transform::Flatten(f) => flatten(fields, f).map_err(refuse)?,
         }
     }
     Ok(())
@@ -99,6 +102,39 @@ fn scalar(fields: &mut Vec<TableFieldSchema>, field: &str, ty: FieldType) -> Res
     }
     // A fresh column: the precision or length of the field's own type does not apply.
     *col = TableFieldSchema::new(col.name.clone(), ty, col.mode());
+    Ok(())
+}
+
+/// Replaces the RECORD column of `f.field` with its fields, named `{field}{separator}{name}`,
+/// NULLABLE when the record may be null.
+fn flatten(fields: &mut Vec<TableFieldSchema>, f: &FlattenRecord) -> Result<(), String> {
+    let i = position(fields, &f.field).ok_or_else(|| missing(&f.field))?;
+    let parent = &fields[i];
+    if parent.field_type != FieldType::Record || parent.mode() == Mode::Repeated {
+        return Err(format!(
+            "it derives a {} column: only a record (not one inside an array) has fields to flatten",
+            column_type(parent)
+        ));
+    }
+    let nullable = parent.mode() != Mode::Required;
+    let mut children = Vec::with_capacity(parent.fields.len());
+    for child in &parent.fields {
+        let mut c = child.clone();
+        c.name = format!("{}{}{}", parent.name, f.separator, child.name);
+        if let Some(other) = (fields.iter().enumerate())
+            .find(|(j, o)| *j != i && o.name.eq_ignore_ascii_case(&c.name))
+        {
+            return Err(format!(
+                "its field {}.{} would fill column {}, which the field {} fills as well: drop or rename one",
+                parent.name, child.name, c.name, other.1.name
+            ));
+        }
+        if nullable && c.mode() == Mode::Required {
+            c.mode = Some(Mode::Nullable);
+        }
+        children.push(c);
+    }
+    fields.splice(i..=i, children);
     Ok(())
 }
 

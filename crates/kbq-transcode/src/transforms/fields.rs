@@ -17,6 +17,8 @@ pub(crate) enum Target<'s> {
     Column(&'s str),
     /// Nowhere: the field is read and skipped (dropped, or masked).
     Dropped,
+    /// Its fields, each into the top-level column `{field}{separator}{name}` (`flatten`).
+    Flatten(&'s str),
 }
 
 /// The field transforms of a list, by lowercased path, with whether a compiled field asked
@@ -80,6 +82,7 @@ impl<'a> FieldRules<'a> {
                 self.used[i].set(true);
                 match &self.list[i] {
                     Transform::Rename(r) => Target::Column(&r.to),
+                    Transform::Flatten(f) => Target::Flatten(&f.separator),
                     t if t.converts() => Target::Column(name),
                     _ => Target::Dropped,
                 }
@@ -180,9 +183,63 @@ impl<'a> FieldRules<'a> {
                 if exists(last(field)) {
                     self.used[i].set(true);
                 }
-                (!matches!(t, Transform::Rename(_)) && !t.converts()).then(|| last(field))
+                (!matches!(t, Transform::Rename(_) | Transform::Flatten(_)) && !t.converts())
+                    .then(|| last(field))
             })
             .collect()
+    }
+
+    /// The top-level column the field `child` of the flattened record `parent` fills, refused
+    /// when a column of that name takes something else: another field of the row (`siblings`:
+    /// the row's field names as the writer schema spells them, after their own transforms), a
+    /// column a transform sets, or a Kafka metadata column (`reserved`, lowercased).
+    pub(crate) fn flat_column(
+        &self,
+        parent: &str,
+        separator: &str,
+        child: &str,
+        siblings: &[&str],
+        reserved: &[String],
+    ) -> Result<String, PlanError> {
+        let column = format!("{parent}{separator}{child}");
+        let refuse = |what: String| {
+            let i = self
+                .rule("", parent)
+                .expect("a flattened field has its rule");
+            Err(PlanError::Transform {
+                transform: self.list[i].describe(),
+                reason: format!("its field {parent}.{child} would fill column {column}, {what}"),
+            })
+        };
+        for s in siblings.iter().filter(|s| !s.eq_ignore_ascii_case(parent)) {
+            let fills = match self.rule("", s).map(|i| &self.list[i]) {
+                Some(Transform::Rename(r)) => Some(r.to.as_str()),
+                Some(t) if t.converts() => Some(*s),
+                Some(_) => None,
+                None => Some(*s),
+            };
+            if fills.is_some_and(|f| f.eq_ignore_ascii_case(&column)) {
+                return refuse(format!(
+                    "which the field {s} fills as well: drop or rename one"
+                ));
+            }
+        }
+        let lower = column.to_ascii_lowercase();
+        if let Some((_, j)) = self.set_columns.iter().find(|(c, _)| *c == lower) {
+            return refuse(format!("which transforms[{j}] sets as well"));
+        }
+        if reserved.contains(&lower) {
+            return refuse("which is a Kafka metadata column".into());
+        }
+        Ok(column)
+    }
+
+    /// The `flatten` transforms: each record's name and separator.
+    pub(crate) fn flattens(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        self.list.iter().filter_map(|t| match t {
+            Transform::Flatten(f) => Some((f.field.as_str(), f.separator.as_str())),
+            _ => None,
+        })
     }
 
     /// The first field transform no compiled field asked for: it would not apply, so the plan

@@ -47,6 +47,20 @@ pub enum Transform {
     /// A time in the field's value (an epoch count or text) written as another kind of time
     /// (`timestamps.rs`).
     Convert(ConvertField),
+    /// A top-level record's fields fill top-level columns `parent{separator}child` (Kafka
+    /// Connect's `Flatten`, one level).
+    Flatten(FlattenRecord),
+}
+
+/// `flatten`: the top-level record `field` is written as its fields, each into the top-level
+/// column `{field}{separator}{name}`; a null record leaves them all NULL. One level: a record
+/// inside it stays a RECORD column (`address_geo`). Both keys are required: which record (a
+/// schemaless JSON value has no schema to say which keys hold records) and how the names join.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlattenRecord {
+    pub field: String,
+    pub separator: String,
 }
 
 /// `convert`: a time, read as `from` says (a count since the epoch, or text in `format`), written
@@ -416,6 +430,7 @@ impl Transform {
             Transform::Mask(m) => Some(&m.field),
             Transform::Cast(c) => Some(&c.field),
             Transform::Convert(c) => Some(&c.field),
+            Transform::Flatten(f) => Some(&f.field),
             Transform::Set(_) | Transform::Filter(_) => None,
         }
     }
@@ -438,6 +453,7 @@ impl Transform {
                     c.to.name()
                 )
             }
+            Transform::Flatten(f) => format!("flatten {}", f.field),
         }
     }
 
@@ -521,6 +537,11 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                         r.to
                     ),
                 );
+            }
+            Transform::Flatten(f) => {
+                if let Err((key, message)) = check_flatten(f) {
+                    return err(i, key, message);
+                }
             }
             Transform::Mask(m) if m.value.is_some() && m.field.contains('.') => {
                 return err(
@@ -628,6 +649,30 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                 format!("transforms[{j}] sets column {} too", m.field),
             );
         }
+    }
+    Ok(())
+}
+
+/// A `flatten`: a top-level name, and a separator that joins column names into a column name.
+fn check_flatten(f: &FlattenRecord) -> Result<(), (&'static str, String)> {
+    if f.field.contains('.') {
+        return Err((
+            "field",
+            format!(
+                "flatten writes top-level columns: `{}` is not a top-level record",
+                f.field
+            ),
+        ));
+    }
+    let joins = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    if f.separator.is_empty() || !f.separator.bytes().all(joins) {
+        return Err((
+            "separator",
+            format!(
+                "{:?} cannot join column names: letters, digits and `_` only (a column name holds no other)",
+                f.separator
+            ),
+        ));
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod connect_avro;
 mod connect_types;
 mod conversions;
 mod differential;
+mod flatten;
 mod fuzz;
 mod golden;
 mod json;
