@@ -3,11 +3,11 @@
 //! column from a header and filters the records of a test environment. Through a SIGKILL in the
 //! middle, every other record is one row, exactly once, holding what the transforms say; the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
-//! rows nor dead letters. A table the sink creates, and the columns it adds for a new writer
-//! schema, follow the transforms (a flattened record's fields as top-level columns). A second
-//! route masks a field with a keyed hash, its key read from a file, casts two fields (one of
-//! whose values is no integer: a dead letter) and converts a count of seconds into text, through
-//! a SIGKILL too.
+//! rows nor dead letters. A table the sink creates, and the columns it adds or relaxes for a new
+//! writer schema, follow the transforms (a flattened record's fields as top-level columns). A
+//! second route masks a field with a keyed hash, its key read from a file, casts two fields (one
+//! of whose values is no integer: a dead letter) and converts a count of seconds into text,
+//! through a SIGKILL too.
 
 use crate::support;
 
@@ -194,8 +194,8 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
     assert_eq!(f.dead_letter_count(), 0);
 }
 
-/// The writer schemas of the created table's test: v2 adds a nullable field. `address` is
-/// flattened.
+/// The writer schemas of the created table's test: v2 adds a nullable field and makes
+/// `customer` (renamed to `buyer`) optional. `address` is flattened.
 const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"id","type":"long"},
   {"name":"customer","type":"string"},
@@ -205,12 +205,23 @@ const V1: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"secret","type":"string"}]}"#;
 const V2: &str = r#"{"type":"record","name":"User","namespace":"test","fields":[
   {"name":"id","type":"long"},
-  {"name":"customer","type":"string"},
+  {"name":"customer","type":["null","string"],"default":null},
   {"name":"address","type":["null",{"type":"record","name":"Address","fields":[
      {"name":"street","type":"string"},{"name":"zip","type":"long"}]}],"default":null},
   {"name":"note","type":["null","string"],"default":null},
   {"name":"secret","type":"string"},
   {"name":"city","type":["null","string"],"default":null}]}"#;
+
+/// The customer of user `id`: under v2 a union, null for every third id.
+fn customer(version: u32, id: i64) -> apache_avro::types::Value {
+    use apache_avro::types::Value;
+    let name = Value::String(format!("customer-{id}"));
+    match (version, id % 3) {
+        (1, _) => name,
+        (_, 0) => Value::Union(0, Box::new(Value::Null)),
+        _ => Value::Union(1, Box::new(name)),
+    }
+}
 
 /// The address of user `id`: an even id has one, an odd id none (null).
 fn address(id: i64) -> apache_avro::types::Value {
@@ -239,7 +250,7 @@ fn produce_users(f: &Fixture, version: u32, ids: std::ops::Range<i64>) -> BTreeM
         let partition = (id % PARTITIONS as i64) as i32;
         let mut fields = vec![
             ("id".to_string(), Value::Long(id)),
-            ("customer".into(), Value::String(format!("customer-{id}"))),
+            ("customer".into(), customer(version, id)),
             ("address".into(), address(id)),
             (
                 "note".into(),
@@ -268,12 +279,13 @@ fn produce_users(f: &Fixture, version: u32, ids: std::ops::Range<i64>) -> BTreeM
     by_position
 }
 
-/// `create_table` and `schema_update: add_columns` follow the transforms: the table the sink
+/// `create_table` and `schema_update: relax_columns` follow the transforms: the table the sink
 /// creates from the registry's v1 has the renamed column under its new name, no dropped column,
 /// the masked one NULLABLE and the set columns typed by their values; v2's new field is added
-/// as a column, and the renamed and dropped fields are not added back; the flattened record's
-/// fields are top-level columns, NULL for a null record. Through a SIGKILL
-/// between the two, every record is one row, exactly once.
+/// as a column, the renamed and dropped fields are not added back, and v2's optional `customer`
+/// relaxes its column under the new name, `buyer`; the flattened record's fields are top-level
+/// columns, NULL for a null record. Through a SIGKILL between the two, every record is one row,
+/// exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     let f = Fixture::new(PARTITIONS).await;
@@ -283,6 +295,7 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     let tweaks = Tweaks {
         registry_url: Some(format!("http://{registry_addr}")),
         registry_tables: true,
+        schema_update: Some("relax_columns"),
         routes: vec![
             format!("  - topics: [\"{}\"]", f.topic),
             "    transforms:".into(),
@@ -317,7 +330,8 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
         .collect();
     let want: BTreeMap<&str, (FieldType, Mode)> = [
         ("id", (FieldType::Int64, Mode::Required)),
-        ("buyer", (FieldType::String, Mode::Required)),
+        // Relaxed by v2 under its new name.
+        ("buyer", (FieldType::String, Mode::Nullable)),
         ("secret", (FieldType::String, Mode::Nullable)),
         ("region", (FieldType::String, Mode::Nullable)),
         ("trace", (FieldType::String, Mode::Nullable)),
@@ -337,7 +351,8 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
         let id = ids[position];
         let text = |s: String| serde_json::Value::String(s);
         assert_eq!(columns["id"], text(id.to_string()), "{position:?}");
-        assert_eq!(columns["buyer"], text(format!("customer-{id}")));
+        let buyer = (id < 200 || id % 3 != 0).then(|| text(format!("customer-{id}")));
+        assert_eq!(columns["buyer"], buyer.unwrap_or_default(), "buyer of {id}");
         assert_eq!(columns["region"], text("eu".into()));
         assert_eq!(columns["trace"], text(format!("t-{id}")));
         assert!(columns["secret"].is_null(), "secret of {id}");

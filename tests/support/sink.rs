@@ -265,7 +265,8 @@ pub struct Tweaks {
     pub json_validate: bool,
     /// Schemaless JSON (`json: {}`) instead of the fixture's Avro, without a registry.
     pub schemaless_json: bool,
-    /// With a registry: `create_table: {}` and `schema_update: add_columns`.
+    /// With a registry: `create_table: {}` and `schema_update: add_columns` (or the level
+    /// `schema_update` names).
     pub registry_tables: bool,
     /// `bigquery.create_table: {}` (`Some(true)`) or none (`Some(false)`) instead of what the
     /// input implies (created from the fixed `.avsc`, not with a registry).
@@ -498,8 +499,9 @@ impl Fixture {
                 String::new()
             }
         } else if tweaks.registry_tables {
-            assert!(tweaks.schema_update.is_none(), "registry_tables sets it");
-            "  create_table: {}\n  schema_update: add_columns\n".to_string()
+            // `schema_update` set beside it names a level other than `add_columns`.
+            let update = tweaks.schema_update.unwrap_or("add_columns");
+            format!("  create_table: {{}}\n  schema_update: {update}\n")
         } else if let Some(update) = tweaks.schema_update {
             format!("  schema_update: {update}\n")
         } else if tweaks.registry_url.is_some() || tweaks.schemaless_json {
