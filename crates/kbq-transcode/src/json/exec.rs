@@ -285,7 +285,10 @@ fn value(
             put_len_delimited(out, tag, &s);
         }
         (Conv::Int, Token::Number) => {
-            let v = integer(sc.number()?, column)?;
+            let v = match sc.small_int() {
+                Some(v) => v,
+                None => integer(sc.number()?, column)?,
+            };
             put_i64(out, tag, v);
         }
         (Conv::Int, Token::String) => {

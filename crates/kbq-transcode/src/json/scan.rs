@@ -183,6 +183,37 @@ impl<'a> Scanner<'a> {
         })
     }
 
+    /// After `peek` said `Number`: the value of an integer of at most 18 digits, read inline;
+    /// `None` (nothing consumed) for any other number and for text that is not a number, which
+    /// [`Scanner::number`] then reads, with its errors.
+    #[inline(always)]
+    pub fn small_int(&mut self) -> Option<i64> {
+        let b = self.b;
+        let negative = b.get(self.pos) == Some(&b'-');
+        let start = self.pos + negative as usize;
+        let mut i = start;
+        let mut v = 0i64;
+        while let Some(&d) = b.get(i) {
+            let x = d.wrapping_sub(b'0');
+            if x > 9 {
+                break;
+            }
+            if i - start == 18 {
+                return None;
+            }
+            v = v * 10 + x as i64;
+            i += 1;
+        }
+        if i == start || (i - start > 1 && b[start] == b'0') {
+            return None;
+        }
+        if matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.pos = i;
+        Some(if negative { -v } else { v })
+    }
+
     /// After `peek` said `String`: the unescaped content, valid UTF-8.
     #[inline(always)]
     pub fn string(&mut self) -> Result<Cow<'a, [u8]>, RecordError> {
@@ -967,6 +998,53 @@ mod tests {
                 let reference = w.iter().position(|c| !c.is_ascii_digit()).unwrap_or(12);
                 assert_eq!(digit_run(&w, 0), reference, "{w:?}");
                 assert_eq!(digit_run(&w[..at], 0), at, "{w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_int_is_what_number_reads_or_nothing() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(31);
+        let alphabet = b"0123456789-.eE+ ,]x";
+        let mut inputs: Vec<Vec<u8>> = [
+            "0",
+            "-0",
+            "00",
+            "-",
+            "7",
+            "-7,",
+            "123456789012345678",
+            "1234567890123456789",
+            "-999999999999999999]",
+            "1.5",
+            "1e3",
+            "01",
+            "-01",
+            "9223372036854775807",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        for _ in 0..20_000 {
+            let n = rng.random_range(1..24);
+            inputs.push(
+                (0..n)
+                    .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                    .collect(),
+            );
+        }
+        for input in inputs {
+            let mut fast = Scanner::new(&input);
+            let mut full = Scanner::new(&input);
+            match fast.small_int() {
+                Some(v) => {
+                    let n = full.number().unwrap();
+                    assert_eq!((n.integer, n.value), (true, Some(v)), "{input:?}");
+                    assert_eq!(fast.pos, full.pos, "{input:?}");
+                }
+                None => assert_eq!(fast.pos, 0, "{input:?}"),
             }
         }
     }
