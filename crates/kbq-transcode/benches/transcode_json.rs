@@ -7,6 +7,10 @@
 //! records/s, MB/s of input and ns per input byte for each path, and the ratio.
 
 mod common;
+#[path = "common/orders.rs"]
+mod orders;
+#[path = "common/orders_json.rs"]
+mod orders_json;
 
 use std::hint::black_box;
 
@@ -65,12 +69,19 @@ struct Setup {
     plan: Plan,
     row: MessageDescriptor,
     inputs: Vec<Vec<u8>>,
+    /// The end-to-end benchmark's orders in JSON (the records BENCHMARKS.md counts).
+    orders: orders_json::JsonOrders,
 }
 
 fn setup() -> Setup {
     let (plan, inputs) = common::json_setup();
     let row = common::row_message(&plan);
-    Setup { plan, row, inputs }
+    Setup {
+        plan,
+        row,
+        inputs,
+        orders: orders_json::JsonOrders::new(),
+    }
 }
 
 /// Both paths must produce the same rows, or the comparison means nothing.
@@ -96,6 +107,14 @@ fn bench(c: &mut Criterion, s: &Setup) {
         },
     );
     group.finish();
+    let mut group = common::group(c, "json_bench_orders", &s.orders.json);
+    let mut k = 0u64;
+    common::bench_each(&mut group, "plan", &s.orders.json, |input, out| {
+        let meta = orders::meta(k);
+        black_box(s.orders.plan.transcode(input, Some(&meta), out).unwrap());
+        k += 1;
+    });
+    group.finish();
 }
 
 fn summary(s: &Setup) {
@@ -113,6 +132,23 @@ fn summary(s: &Setup) {
     common::print_ratio(
         "json plan",
         format_args!("{:.1}x the naive json path", rates[0] / rates[1]),
+    );
+    let mut k = 0u64;
+    common::summarize(
+        &format!(
+            "the end-to-end benchmark's orders, {:.0} bytes of json on average, 3 metadata columns",
+            common::mean_len(&s.orders.json)
+        ),
+        vec![common::path(
+            "bench orders",
+            &s.orders.json,
+            |input, out| {
+                let meta = orders::meta(k);
+                black_box(s.orders.plan.transcode(input, Some(&meta), out).unwrap());
+                k += 1;
+            },
+        )],
+        s.orders.json.len(),
     );
 }
 

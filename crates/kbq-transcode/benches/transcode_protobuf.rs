@@ -7,6 +7,8 @@
 //! records/s, MB/s of input and ns per input byte for each path, and the ratios.
 
 mod common;
+#[path = "common/orders.rs"]
+mod orders;
 
 use std::hint::black_box;
 
@@ -76,6 +78,8 @@ struct Setup {
     proto: Vec<Vec<u8>>,
     avro: Vec<Vec<u8>>,
     naive: Naive,
+    /// The end-to-end benchmark's orders in Protobuf (the records BENCHMARKS.md counts).
+    orders: orders::ProtoOrders,
 }
 
 fn setup() -> Setup {
@@ -91,6 +95,7 @@ fn setup() -> Setup {
         proto,
         avro,
         naive,
+        orders: orders::ProtoOrders::new(),
     }
 }
 
@@ -119,6 +124,13 @@ fn bench(c: &mut Criterion, s: &Setup) {
     common::bench_plan(&mut group, "plan", &s.proto_plan, &s.proto);
     common::bench_each(&mut group, "naive_dynamicmessage", &s.proto, |input, _| {
         black_box(s.naive.transcode(input));
+    });
+    group.finish();
+    let mut group = common::group(c, "protobuf_bench_orders", &s.orders.proto);
+    let mut k = 0u64;
+    common::bench_each(&mut group, "plan", &s.orders.proto, |input, out| {
+        black_box(s.orders.transcode(input, k, out));
+        k += 1;
     });
     group.finish();
 }
@@ -151,6 +163,22 @@ fn summary(s: &Setup) {
     common::print_ratio(
         "protobuf plan",
         format_args!("{:.1}x the naive protobuf path", proto / naive),
+    );
+    let mut k = 0u64;
+    common::summarize(
+        &format!(
+            "the end-to-end benchmark's orders, {:.0} bytes of protobuf on average, 3 metadata columns",
+            common::mean_len(&s.orders.proto)
+        ),
+        vec![common::path(
+            "bench orders",
+            &s.orders.proto,
+            |input, out| {
+                black_box(s.orders.transcode(input, k, out));
+                k += 1;
+            },
+        )],
+        s.orders.proto.len(),
     );
 }
 
