@@ -15,11 +15,12 @@
 //!   masks against the set of fields seen, not by a loop over every field.
 //!
 //! Every occurrence a step does not take (another layout, a value out of range, a longer or
-//! overlong key, length or varint, a wire type the field does not have, an unknown field) goes
-//! through the field-by-field walk of the reference ([`super::exec`], `Plan::transcode_reference`)
-//! on the same bytes, so that rows and errors are the reference's by construction
-//! (`tests/transcode/differential.rs` checks it). A message of more than 64 fields, or with
-//! field numbers too large for a dense table, is walked that way throughout.
+//! overlong key, length or varint, a wire type the field does not have, an unknown field) takes
+//! the steps the reference walk (`exec.rs`, `Plan::transcode_reference`) takes for it, from
+//! `field.rs` which both share, on the same bytes, so that rows and errors are the reference's
+//! by construction (`tests/transcode/differential.rs` checks it). A message of more than 64
+//! fields, or with field numbers too large for a dense table, is walked that way throughout;
+//! nothing here calls the reference walk.
 
 use crate::RecordError;
 use crate::convert::{
@@ -31,7 +32,7 @@ use std::ptr;
 
 use crate::proto::{Tag, close_len, open_len, varint_word};
 
-use super::exec::{NO_RUN, Seen, check_presence, fast, same, skip_unknown, write_field};
+use super::field::{NO_RUN, Seen, check_presence, fast, same, skip_unknown, write_field};
 use super::ops::{Act, FieldKind, FieldOp, MessageOp, Special};
 use super::reader::{Reader, WIRE_LEN, WIRE_VARINT};
 
@@ -331,7 +332,7 @@ fn field_step(
         return Ok(());
     }
     r.pos = value_pos;
-    write_field(field, again, wire, number, key_at, r, out)
+    write_field(run_message, field, again, key, key_at, r, out)
 }
 
 /// The steps this executor takes itself (the module's list); false, with the reader anywhere

@@ -6,6 +6,7 @@
 mod compile;
 mod derive;
 mod exec;
+mod field;
 mod flat;
 mod framing;
 mod ops;
