@@ -182,11 +182,11 @@ fn unsupported(short: &str) -> Outcome {
         | "SetSchemaMetadata")
     {
         Outcome::NotTranslatable(format!(
-            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, convert, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
+            "{short}: no such transform here yet (docs/mapping.md#transforms has drop, rename, mask, cast, convert, flatten, set, filter); fields are written as the record has them (names matched to columns, docs/mapping.md)"
         ))
     } else if short.contains("Mask") || short.contains("Hash") || short.contains("HMAC") {
         Outcome::NotTranslatable(format!(
-            "{short}: a keyed-hash (HMAC) mask is not implemented yet; mask here writes NULL or a fixed value"
+            "{short}: a masking or hashing transform of another project: its algorithm and key are not in the connector config, so it cannot be translated exactly; `mask` here writes NULL, a fixed value, or an HMAC-SHA256 of the value with a key from a file or an environment variable (docs/mapping.md#transforms): choose one and give its key"
         ))
     } else {
         Outcome::NotTranslatable(format!(
