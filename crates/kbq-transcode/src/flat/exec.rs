@@ -34,9 +34,9 @@ pub(crate) fn run_row(
     if let Some(bound) = bound {
         // SAFETY: the spare capacity holds the plan's bound on what this record writes
         // (`Room`, computed from the ops when the plan was lowered) and the stores' slack.
-        run(plan, &mut r, &mut unsafe { Output::reserved(out, bound) })?;
+        run::<false>(plan, &mut r, &mut unsafe { Output::reserved(out, bound) })?;
     } else {
-        run(plan, &mut r, &mut Output::checked(out))?;
+        run_checked(plan, &mut r, &mut Output::checked(out))?;
     }
     if r.remaining() != 0 {
         return Err(RecordError::TrailingBytes {
@@ -58,8 +58,21 @@ const POW10: [i128; 39] = {
     p
 };
 
+/// The loop with a capacity check per write, out of line: a record whose bound the buffer's
+/// room does not hold (or a plan without a bound) is rare, and keeping the loop of the common
+/// case alone in `run_row` leaves it the registers.
+#[inline(never)]
+fn run_checked(
+    plan: &FlatPlan,
+    r: &mut Input<'_>,
+    w: &mut Output<'_, true>,
+) -> Result<(), RecordError> {
+    run(plan, r, w)
+}
+
 /// The one loop: `pc` walks the ops, jumps set it; the array counts and the open messages'
 /// length positions live in two fixed stacks ([`MAX_DEPTH`] bounds them at lowering).
+#[inline(never)]
 fn run<const CHECKED: bool>(
     plan: &FlatPlan,
     r: &mut Input<'_>,
@@ -80,12 +93,10 @@ fn run<const CHECKED: bool>(
         match *unsafe { ops.get_unchecked(pc) } {
             FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
             FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
-            FlatOp::Str(tag) => {
-                let s = r.bytes()?;
-                if !w.tag_str(tag, s) {
-                    return Err(RecordError::InvalidUtf8 {
-                        offset: r.position() - s.len(),
-                    });
+            FlatOp::Str(key) => string(r, w, key)?,
+            FlatOp::NullOrStr(key, second) => {
+                if (r.small_index(2, AvroReader::branch)? == 1) == second {
+                    string(r, w, key)?;
                 }
             }
             FlatOp::Bytes(tag) => w.tag_bytes(tag, r.bytes()?),
@@ -184,6 +195,22 @@ fn run<const CHECKED: bool>(
                 counts[arrays].write(n);
                 arrays += 1;
             }
+            FlatOp::CloseNext { min_item, body } => {
+                open -= 1;
+                // SAFETY: as for `Close`.
+                w.close(unsafe { opens[open].assume_init() });
+                // SAFETY: as for `ArrayNext`.
+                let left = unsafe { counts[arrays - 1].assume_init_mut() };
+                *left -= 1;
+                if *left == 0 {
+                    *left = r.block(min_item)?;
+                }
+                if *left != 0 {
+                    pc = body as usize;
+                    continue;
+                }
+                arrays -= 1;
+            }
             FlatOp::ArrayNext { min_item, body } => {
                 // SAFETY: this array's `ArrayBegin` wrote the slot before its first item.
                 let left = unsafe { counts[arrays - 1].assume_init_mut() };
@@ -202,6 +229,22 @@ fn run<const CHECKED: bool>(
         }
         pc += 1;
     }
+}
+
+/// A string field, checked for UTF-8 as it is copied.
+#[inline(always)]
+fn string<const CHECKED: bool>(
+    r: &mut Input<'_>,
+    w: &mut Output<'_, CHECKED>,
+    key: Key,
+) -> Result<(), RecordError> {
+    let s = r.bytes()?;
+    if !w.tag_str(key, s) {
+        return Err(RecordError::InvalidUtf8 {
+            offset: r.position() - s.len(),
+        });
+    }
+    Ok(())
 }
 
 /// A big-endian two's-complement number of at most eight bytes.

@@ -88,6 +88,9 @@ enum FlatOp {
     Int(Key),
     /// A string, checked for UTF-8 (`Str`, `StrAsBytes` and `BytesAsStr` all are).
     Str(Key),
+    /// A union of null and a string (one op for the branch op, its table and the string op):
+    /// branch `1` is the string when the flag is set, else branch `0` is.
+    NullOrStr(Key, bool),
     Bytes(Key),
     Double(Key),
     Float(Key),
@@ -134,6 +137,11 @@ enum FlatOp {
         min_item: u32,
         body: u32,
     },
+    /// `Close` and `ArrayNext` in one op, for an item that is one message.
+    CloseNext {
+        min_item: u32,
+        body: u32,
+    },
     /// [`FlatPlan::errors`]`[i]`.
     Fail(u32),
     End,
@@ -159,7 +167,7 @@ impl FlatPlan {
         let len = l.ops.len() as u32;
         let jumps_land = l.ops.iter().all(|op| match *op {
             FlatOp::Jump(to) | FlatOp::ArrayBegin { end: to, .. } => to < len,
-            FlatOp::ArrayNext { body, .. } => body < len,
+            FlatOp::ArrayNext { body, .. } | FlatOp::CloseNext { body, .. } => body < len,
             FlatOp::Branch { n, table } => (table as usize)
                 .checked_add(n as usize)
                 .is_some_and(|e| e <= l.targets.len()),
@@ -345,10 +353,38 @@ impl Lowering {
                 None => self.bounded = false,
             }
         }
-        self.ops.push(FlatOp::ArrayNext { min_item, body });
+        if self.one_message(body as usize) {
+            // The item's last op closes the message its first op opens: one op for both.
+            *self.ops.last_mut().expect("the item's close") = FlatOp::CloseNext { min_item, body };
+        } else {
+            self.ops.push(FlatOp::ArrayNext { min_item, body });
+        }
         let end = self.pc()?;
         self.ops[begin] = FlatOp::ArrayBegin { min_item, end };
         Some(())
+    }
+
+    /// Whether the ops from `body` to the last are one message: an `Open` whose `Close` is the
+    /// last op (a union's branches inside it hold whole pairs, so counting finds the pairs).
+    fn one_message(&self, body: usize) -> bool {
+        let item = &self.ops[body..];
+        if !matches!(item.first(), Some(FlatOp::Open(_))) {
+            return false;
+        }
+        let mut depth = 0usize;
+        for (i, op) in item.iter().enumerate() {
+            match op {
+                FlatOp::Open(_) => depth += 1,
+                FlatOp::Close => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return i + 1 == item.len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// A skipped value: the ops of its kind that write nothing; a skipped union a branch op, a
@@ -392,7 +428,24 @@ impl Lowering {
     /// A branch op and its table, then each branch's ops followed by a jump to the end; a
     /// branch without ops (a null that writes nothing) jumps straight to the end.
     fn union(&mut self, branches: &[Op], depth: usize) -> Option<()> {
-        self.branches(branches.len(), |l, i| l.op(&branches[i], depth))
+        let at = self.ops.len();
+        let table = self.targets.len();
+        self.branches(branches.len(), |l, i| l.op(&branches[i], depth))?;
+        // A null and a string: the branch op, the string op and no jump (`branches` jumps over
+        // the string when it comes first, and a null's branch jumps to the end).
+        if let [FlatOp::Branch { n: 2, .. }, ops @ ..] = &self.ops[at..] {
+            let string = match ops {
+                [FlatOp::Str(key)] => Some((*key, self.targets[table] != at as u32 + 1)),
+                [FlatOp::Str(key), FlatOp::Jump(_)] => Some((*key, false)),
+                _ => None,
+            };
+            if let Some((key, second)) = string {
+                self.ops.truncate(at);
+                self.targets.truncate(table);
+                self.ops.push(FlatOp::NullOrStr(key, second));
+            }
+        }
+        Some(())
     }
 
     /// A union of `n` branches whose ops `branch` lowers.
@@ -486,5 +539,67 @@ impl Lowering {
         self.charge(excess);
         self.ops.push(flat);
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AvroSchema, DeriveOptions, Plan, PlanOptions, table_schema_from_avro};
+
+    fn flat(schema: &str) -> FlatPlan {
+        let schema = AvroSchema::parse(schema).unwrap();
+        let table = table_schema_from_avro(&schema, &DeriveOptions::default()).unwrap();
+        let plan = Plan::compile(&schema, &table, &PlanOptions::default()).unwrap();
+        match plan.body {
+            crate::Body::Avro { flat: Some(f), .. } => f,
+            _ => panic!("no flat plan"),
+        }
+    }
+
+    #[test]
+    fn a_nullable_string_and_an_item_message_are_one_op_each() {
+        let f = flat(
+            r#"{"type":"record","name":"f","fields":[
+              {"name":"a","type":["null","string"]},
+              {"name":"b","type":["string","null"]},
+              {"name":"c","type":["null","long"]},
+              {"name":"items","type":{"type":"array","items":{"type":"record","name":"i",
+                "fields":[{"name":"s","type":"string"}]}}},
+              {"name":"tags","type":{"type":"array","items":"string"}}]}"#,
+        );
+        let kinds: Vec<String> = f
+            .ops
+            .iter()
+            .map(|op| {
+                format!("{op:?}")
+                    .split(['(', ' '])
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "NullOrStr",
+                "NullOrStr",
+                "Branch",
+                "Long",
+                "ArrayBegin",
+                "Open",
+                "Str",
+                "CloseNext",
+                "ArrayBegin",
+                "Str",
+                "ArrayNext",
+                "End"
+            ],
+        );
+        assert!(matches!(f.ops[0], FlatOp::NullOrStr(_, true)));
+        assert!(matches!(f.ops[1], FlatOp::NullOrStr(_, false)));
+        assert!(matches!(f.ops[7], FlatOp::CloseNext { body: 5, .. }));
+        // The fused unions leave no branch table behind: the long's is the only one.
+        assert_eq!(f.targets.len(), 2);
     }
 }

@@ -6,7 +6,7 @@
 //! and so is every input of both fuzzers (`support/case.rs`). Fixed seeds; about two seconds in
 //! a debug build.
 
-use kbq_transcode::{AvroSchema, Plan, PlanOptions};
+use kbq_transcode::{AvroSchema, DeriveOptions, Plan, PlanOptions, table_schema_from_avro};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -563,4 +563,93 @@ fn protobuf_timestamps_dates_decimals_and_enums_give_the_same_rows_and_errors() 
         }
     }
     assert!(accepted > 3_000 && refused > 3_000, "{accepted} {refused}");
+}
+
+/// The ops the flat plan fuses (`src/flat/mod.rs`): a union of null and a string in either
+/// order (one op), and an array or map item that is one message (its close and the array's next
+/// in one op), nested, beside a union of null and a long that stays a branch op; generated records and
+/// their mutations give the tree executor's rows and errors.
+#[test]
+fn fused_unions_and_item_messages_give_the_same_rows_and_errors() {
+    let schema = r#"{"type":"record","name":"f","fields":[
+      {"name":"a","type":["null","string"]},
+      {"name":"b","type":["string","null"]},
+      {"name":"c","type":["null","long"]},
+      {"name":"items","type":{"type":"array","items":{"type":"record","name":"i","fields":[
+        {"name":"s","type":["string","null"]},
+        {"name":"n","type":"long"},
+        {"name":"inner","type":{"type":"array","items":{"type":"record","name":"t",
+          "fields":[{"name":"t","type":"string"}]}}}]}}},
+      {"name":"m","type":{"type":"map","values":{"type":"record","name":"v",
+        "fields":[{"name":"x","type":["null","string"]}]}}}]}"#;
+    let schema = AvroSchema::parse(schema).unwrap();
+    let table = table_schema_from_avro(&schema, &DeriveOptions::default()).unwrap();
+    let plan = Plan::compile(&schema, &table, &PlanOptions::default()).unwrap();
+    let mut rng = StdRng::seed_from_u64(34);
+    fn string(rng: &mut StdRng, avro: &mut Vec<u8>) {
+        let n = rng.random_range(0..64u8);
+        avro.push(n << 1);
+        avro.extend((0..n).map(|i| b'a' + i % 26));
+    }
+    fn nullable(rng: &mut StdRng, avro: &mut Vec<u8>, string_branch: u8) {
+        if rng.random() {
+            avro.push(string_branch << 1);
+            string(rng, avro);
+        } else {
+            avro.push((1 - string_branch) << 1);
+        }
+    }
+    let mut out = Vec::with_capacity(1 << 16);
+    let (mut accepted, mut refused) = (0, 0);
+    for k in 0..6_000 {
+        let mut avro = Vec::new();
+        nullable(&mut rng, &mut avro, 1);
+        nullable(&mut rng, &mut avro, 0);
+        if rng.random() {
+            avro.push(0);
+        } else {
+            avro.extend([2, 0x7f]);
+        }
+        // Arrays in one or two blocks.
+        let items = rng.random_range(0..5u8);
+        if items > 0 {
+            avro.push(items << 1);
+            for _ in 0..items {
+                nullable(&mut rng, &mut avro, 0);
+                avro.push(rng.random_range(0..0x80u8));
+                let inner = rng.random_range(0..3u8);
+                if inner > 0 {
+                    avro.push(inner << 1);
+                    for _ in 0..inner {
+                        string(&mut rng, &mut avro);
+                    }
+                }
+                avro.push(0);
+            }
+        }
+        avro.push(0);
+        let entries = rng.random_range(0..4u8);
+        if entries > 0 {
+            avro.push(entries << 1);
+            for _ in 0..entries {
+                string(&mut rng, &mut avro);
+                nullable(&mut rng, &mut avro, 1);
+            }
+        }
+        avro.push(0);
+        if k % 2 == 1 {
+            mutate(&mut rng, &mut avro);
+        }
+        if k % 64 == 0 {
+            out = Vec::with_capacity(rng.random_range(0..4_000));
+        }
+        match plan.transcode_both(&avro, None, &mut out) {
+            Ok(_) => accepted += 1,
+            Err(e) => {
+                assert!(k % 2 == 1, "a generated record is refused: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(accepted > 3_000 && refused > 1_000, "{accepted} {refused}");
 }
