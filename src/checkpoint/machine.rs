@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use kbq_core::ledger::AtLeastOnceLedger;
-use kbq_core::protocol::{Action, CheckpointProtocol, Event, TopicPartition};
+use kbq_core::protocol::{Action, CheckpointProtocol, Event, MarkerRequests, TopicPartition};
 
 pub enum Machine {
     ExactlyOnce(CheckpointProtocol),
@@ -39,6 +39,15 @@ impl Machine {
         match self {
             Machine::ExactlyOnce(p) => p.cycle_in_flight(),
             Machine::AtLeastOnce(l) => l.cycle_in_flight(),
+        }
+    }
+
+    /// How many table markers the machine asked for so far: noted when an assignment's
+    /// committed offset is received, so that the recovery knows which markers landed after it.
+    pub fn marker_requests(&self) -> MarkerRequests {
+        match self {
+            Machine::ExactlyOnce(p) => p.marker_requests(),
+            Machine::AtLeastOnce(l) => l.marker_requests(),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::writer::partition_writer::WriterEvent;
 
 use super::io::send_later;
 use super::{Coordinator, Exit};
-use kbq_core::protocol::{Assignment, Event, TopicPartition};
+use kbq_core::protocol::{Assignment, Event, MarkerRequests, TopicPartition};
 
 impl Coordinator {
     /// One event of the consumer thread; `Break` once the thread ended.
@@ -29,14 +29,18 @@ impl Coordinator {
             }
             ConsumerEvent::Assigned(partitions) => {
                 self.count_rebalance("assign");
+                // Every offset of the batch was read before now: a marker the machine asks for
+                // from now on (a sibling's first start) landed after those reads.
+                let read_at = self.machine.marker_requests();
                 for (tp, result) in partitions {
                     self.metrics.partitions_assigned.inc();
-                    self.assignment_read(tp, result);
+                    self.assignment_read(tp, result, read_at);
                 }
             }
             ConsumerEvent::AssignmentRead { tp, result } => {
                 if self.unknown.remove(&tp) {
-                    self.assignment_read(tp, result);
+                    let read_at = self.machine.marker_requests();
+                    self.assignment_read(tp, result, read_at);
                 }
             }
             ConsumerEvent::SeekFailed { tp, reason } => {
@@ -96,9 +100,14 @@ impl Coordinator {
             .inc();
     }
 
-    fn assignment_read(&mut self, tp: TopicPartition, result: Result<Assignment, String>) {
+    fn assignment_read(
+        &mut self,
+        tp: TopicPartition,
+        result: Result<Assignment, String>,
+        read_at: MarkerRequests,
+    ) {
         match result {
-            Ok(assignment) => self.assigned(tp, assignment),
+            Ok(assignment) => self.assigned(tp, assignment, read_at),
             Err(reason) => self.assignment_unknown(tp, reason),
         }
     }
@@ -128,13 +137,15 @@ impl Coordinator {
                 tp,
                 table: route.routed_table(),
                 assignment,
+                read_at: self.machine.marker_requests(),
             });
         }
     }
 
     /// An assigned partition whose committed offset and watermarks are known: its recovery
-    /// starts once its topic is routed.
-    fn assigned(&mut self, tp: TopicPartition, assignment: Assignment) {
+    /// starts once its topic is routed. `read_at`: the machine's marker requests when the
+    /// offset was received (it was read before).
+    fn assigned(&mut self, tp: TopicPartition, assignment: Assignment, read_at: MarkerRequests) {
         tracing::info!(partition = %tp, committed = ?assignment.committed.as_ref().map(|c| c.offset.0), low = assignment.low.0, high = assignment.high.0, "partition assigned");
         let base = assignment
             .committed
@@ -147,10 +158,14 @@ impl Coordinator {
                 tp,
                 table: route.routed_table(),
                 assignment,
+                read_at,
             }),
             // A topic seen for the first time (a pattern subscription): its table is read or
             // created before its recovery starts.
-            None => self.resolving.start(&self.settings.router, tp, assignment),
+            None => {
+                let router = &self.settings.router;
+                self.resolving.start(router, tp, assignment, read_at)
+            }
         }
     }
 
@@ -173,6 +188,7 @@ impl Coordinator {
         &mut self,
         tp: TopicPartition,
         assignment: Assignment,
+        read_at: MarkerRequests,
         route: Result<Arc<Route>, String>,
     ) {
         match route {
@@ -180,6 +196,7 @@ impl Coordinator {
                 tp,
                 table: route.routed_table(),
                 assignment,
+                read_at,
             }),
             Err(reason) => {
                 tracing::error!(partition = %tp, reason = %reason, "cannot route the partition's topic: partition stopped");

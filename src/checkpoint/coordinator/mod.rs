@@ -47,7 +47,7 @@ use super::stall::StallWatch;
 use crate::deadline::sleep_until;
 use kbq_core::metadata::TableFingerprint;
 use kbq_core::offsets::{Incarnation, NextOffset};
-use kbq_core::protocol::{Assignment, Event, TopicPartition};
+use kbq_core::protocol::{Assignment, Event, MarkerRequests, TopicPartition};
 use resolving::Resolving;
 
 #[derive(Clone)]
@@ -131,6 +131,8 @@ pub enum Input {
     RouteResolved {
         tp: TopicPartition,
         assignment: Assignment,
+        /// The machine's marker requests when the assignment was received.
+        read_at: MarkerRequests,
         route: Result<Arc<Route>, String>,
     },
     /// The checkpoint ticker.
@@ -220,8 +222,8 @@ impl Coordinator {
                     }
                 },
                 Some(event) = self.writer_rx.recv() => Input::Writer(event),
-                Some((tp, assignment, route)) = self.resolving.next(), if !self.resolving.is_idle() => {
-                    Input::RouteResolved { tp, assignment, route }
+                Some((tp, assignment, read_at, route)) = self.resolving.next(), if !self.resolving.is_idle() => {
+                    Input::RouteResolved { tp, assignment, read_at, route }
                 }
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => match done {
                     Ok(event) => Input::Machine(event),
@@ -263,8 +265,9 @@ impl Coordinator {
             Input::RouteResolved {
                 tp,
                 assignment,
+                read_at,
                 route,
-            } => self.route_resolved(tp, assignment, route),
+            } => self.route_resolved(tp, assignment, read_at, route),
             Input::Tick => self.tick(),
             Input::Shutdown => {
                 tracing::info!("shutdown requested: final checkpoint");

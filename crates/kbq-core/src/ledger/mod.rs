@@ -32,7 +32,7 @@ use crate::model::{
 };
 use crate::offsets::{Incarnation, NextOffset, StreamId};
 use crate::protocol::{
-    Action, CheckpointProtocol, Event, FailReason, FirstPositions, Markers,
+    Action, CheckpointProtocol, Event, FailReason, FirstPositions, MarkerRequests, Markers,
     MissingCheckpointPolicy, OutOfRangePolicy, Outcome, ProtocolConfig,
 };
 
@@ -162,6 +162,11 @@ impl AtLeastOnceLedger {
         }
     }
 
+    /// How many table markers this ledger asked for so far (see [`Event::Assigned`]).
+    pub fn marker_requests(&self) -> MarkerRequests {
+        self.marked.requests()
+    }
+
     /// A cycle's commit is in flight.
     pub fn cycle_in_flight(&self) -> bool {
         self.cycle.is_some()
@@ -203,7 +208,8 @@ impl AtLeastOnceLedger {
                 tp,
                 table,
                 assignment,
-            } => self.on_assigned(tp, table, assignment, &mut out),
+                read_at,
+            } => self.on_assigned(tp, table, assignment, read_at, &mut out),
             Event::RecoveryFlushResult { ref tp, .. }
             | Event::CheckpointReread { ref tp, .. }
             | Event::ResolveResult { ref tp, .. } => {
@@ -307,6 +313,7 @@ impl AtLeastOnceLedger {
         tp: TopicPartition,
         table: RoutedTable,
         assignment: Assignment,
+        read_at: MarkerRequests,
         out: &mut Vec<Action>,
     ) {
         if self.shutting_down {
@@ -318,9 +325,15 @@ impl AtLeastOnceLedger {
         // The recovery tells a first start from a missing checkpoint by the marker: it must
         // know one this process wrote since the route was read, as the exactly-once protocol
         // does, or a partition without an offset under a table this group marked (a sibling
-        // that died before its first commit) would pass for a first start (invariant 7).
+        // that died before its first commit) would pass for a first start (invariant 7). What
+        // counts is the marker when the offset was read: one this process asked for later
+        // landed after the read. A committed offset says the marker was there before it.
+        let read = match assignment.committed {
+            None => read_at,
+            Some(_) => MarkerRequests::ALL,
+        };
         let table = RoutedTable {
-            marked: self.marked.contains(&table.table),
+            marked: self.marked.marked_at(&table.table, read),
             ..table
         };
         self.first_positions.remove(&tp);
@@ -329,6 +342,7 @@ impl AtLeastOnceLedger {
             tp: tp.clone(),
             table,
             assignment: assignment.clone(),
+            read_at: MarkerRequests::ALL,
         });
         let partition = Partition {
             phase: Phase::Recovering {

@@ -37,6 +37,7 @@ fn assigned(committed: Option<(i64, String)>, marked: bool, low: i64, high: i64)
             high: NextOffset(high),
             origin: PartitionOrigin::Existing,
         },
+        read_at: MarkerRequests::ALL,
     }
 }
 
@@ -177,6 +178,7 @@ fn a_first_start_on_a_marked_table_commits_its_position_at_once_not_a_cycle_late
             high: NextOffset(10),
             origin: PartitionOrigin::AddedAtRuntime,
         },
+        read_at: MarkerRequests::ALL,
     });
     assert_eq!(started(&out).map(|s| s.1), Some(2));
     let (c, entries) = commit(&out).expect("committed at once");
@@ -214,6 +216,7 @@ fn a_first_position_waits_for_the_cycle_in_flight() {
             high: NextOffset(4),
             origin: PartitionOrigin::AddedAtRuntime,
         },
+        read_at: MarkerRequests::ALL,
     });
     assert!(started(&out).is_some());
     assert!(commit(&out).is_none(), "one commit in flight at a time");
@@ -255,6 +258,7 @@ fn a_partition_without_an_offset_under_a_marker_this_process_wrote_is_a_missing_
             high: NextOffset(10),
             origin: PartitionOrigin::Existing,
         },
+        read_at: MarkerRequests::ALL,
     });
     assert!(started(&out).is_none(), "never a first start: {out:?}");
     assert!(has(
@@ -263,6 +267,51 @@ fn a_partition_without_an_offset_under_a_marker_this_process_wrote_is_a_missing_
             tp: tp1,
             reason: FailReason::CheckpointMissing
         }
+    ));
+}
+
+#[test]
+fn a_partition_read_before_the_marker_this_process_wrote_is_a_first_start() {
+    // Both offsets were received before the marker was asked for; the second partition's
+    // route resolved after the first partition's start wrote the marker.
+    let mut l = ledger();
+    let read_at = l.marker_requests();
+    let Event::Assigned { tp, assignment, .. } = assigned(None, false, 0, 10) else {
+        unreachable!()
+    };
+    let unmarked = RoutedTable {
+        table: table(),
+        marked: false,
+    };
+    l.handle(Event::Assigned {
+        tp,
+        table: unmarked,
+        assignment: assignment.clone(),
+        read_at,
+    });
+    l.handle(Event::LabelResult {
+        table: table(),
+        outcome: Ok(()),
+    });
+    let tp1 = TopicPartition::new("t", 1);
+    let out = l.handle(Event::Assigned {
+        tp: tp1.clone(),
+        table: unmarked,
+        assignment,
+        read_at,
+    });
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::FailPartition { .. })),
+        "{out:?}"
+    );
+    assert!(has(
+        &out,
+        &Action::Count(Outcome::Started {
+            tp: tp1,
+            case: crate::protocol::StartCase::FirstStart,
+            at: NextOffset(0)
+        })
     ));
 }
 

@@ -17,6 +17,22 @@ pub struct Markers {
     marked: BTreeSet<TableFingerprint>,
     /// Tables whose marker is being written: how many attempts failed so far.
     writing: BTreeMap<TableFingerprint, u32>,
+    /// How many markers were asked for so far.
+    requests: MarkerRequests,
+    /// Tables whose marker this machine asked for without having read it on the table: the
+    /// number of requests made before it. The marker cannot have landed before its request.
+    asked: BTreeMap<TableFingerprint, MarkerRequests>,
+}
+
+/// How many table markers a machine had asked for at some point: the shell notes it when it
+/// receives a partition's committed offset, so that a marker asked for from then on is known to
+/// have landed after that read (docs/architecture.md, "Start cases").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MarkerRequests(pub u64);
+
+impl MarkerRequests {
+    /// No ordering known: every marker this machine wrote may have landed before the read.
+    pub const ALL: MarkerRequests = MarkerRequests(u64::MAX);
 }
 
 impl Markers {
@@ -25,9 +41,23 @@ impl Markers {
         self.marked.contains(table)
     }
 
+    /// Whether `table` carried the marker when a partition's committed offset was read, as far
+    /// as this machine knows: a marker it asked for at or after `read` landed after the read, so
+    /// the absence of an offset read then is a first start (commits wait for the marker, and
+    /// markers are never removed). A marker read on the table counts for every read.
+    pub fn marked_at(&self, table: &TableFingerprint, read: MarkerRequests) -> bool {
+        self.marked.contains(table) && self.asked.get(table).is_none_or(|asked| *asked < read)
+    }
+
+    /// How many markers were asked for so far.
+    pub fn requests(&self) -> MarkerRequests {
+        self.requests
+    }
+
     /// `table` carries the marker already (the assignment read its label).
     pub fn insert(&mut self, table: TableFingerprint) {
         self.marked.insert(table);
+        self.asked.remove(&table);
     }
 
     /// Asks for the marker on `table` unless it is there or being written; true if it is there.
@@ -37,6 +67,8 @@ impl Markers {
         }
         if let std::collections::btree_map::Entry::Vacant(writing) = self.writing.entry(table) {
             writing.insert(0);
+            self.asked.entry(table).or_insert(self.requests);
+            self.requests.0 += 1;
             out.push(Action::LabelTable { table, attempt: 0 });
         }
         false

@@ -39,6 +39,7 @@ mod tests;
 mod types;
 
 pub(crate) use first_positions::FirstPositions;
+pub use marker::MarkerRequests;
 pub(crate) use marker::Markers;
 pub use types::*;
 // The shared vocabulary, re-exported because events and actions carry it.
@@ -225,6 +226,11 @@ impl CheckpointProtocol {
             .is_some_and(|p| p.phase == Phase::Running)
     }
 
+    /// How many table markers this machine asked for so far (see [`Event::Assigned`]).
+    pub fn marker_requests(&self) -> MarkerRequests {
+        self.marked.requests()
+    }
+
     /// Whether `tp` stopped as a zombie and waits for the group to confirm what we own.
     pub fn is_zombie(&self, tp: &TopicPartition) -> bool {
         self.partitions
@@ -255,7 +261,8 @@ impl CheckpointProtocol {
                 tp,
                 table,
                 assignment,
-            } => self.on_assigned(tp, table, assignment, &mut out),
+                read_at,
+            } => self.on_assigned(tp, table, assignment, read_at, &mut out),
             Event::RecoveryFlushResult {
                 tp,
                 stream,

@@ -14,6 +14,7 @@ impl CheckpointProtocol {
         tp: TopicPartition,
         table: RoutedTable,
         a: Assignment,
+        read_at: MarkerRequests,
         out: &mut Vec<Action>,
     ) {
         if self.shutting_down {
@@ -42,7 +43,7 @@ impl CheckpointProtocol {
             table: table.table,
         };
         let Some(read) = &a.committed else {
-            return self.start_without_checkpoint(tp, state, &a, out);
+            return self.start_without_checkpoint(tp, state, &a, read_at, out);
         };
         if read.offset > a.high {
             // Kafka lost records we committed past (truncation, unclean election): no right answer.
@@ -88,12 +89,15 @@ impl CheckpointProtocol {
 
     /// No committed offset. On a first start nothing of ours is visible (nothing is flushed
     /// before it is committed); if the group committed before (the marker on the partition's
-    /// table), Kafka expired its offsets and the policy decides, counted. Never a silent reset.
+    /// table when the offset was read), Kafka expired its offsets and the policy decides,
+    /// counted. Never a silent reset. A marker that landed after the read (a sibling's first
+    /// start asked for it while this partition's route was resolved) says nothing of it.
     fn start_without_checkpoint(
         &mut self,
         tp: TopicPartition,
         mut state: PartitionState,
         a: &Assignment,
+        read_at: MarkerRequests,
         out: &mut Vec<Action>,
     ) {
         let (case, from) = match a.origin {
@@ -101,7 +105,7 @@ impl CheckpointProtocol {
                 StartCase::NewPartition,
                 Some(Self::position(self.config.new_partition, a)),
             ),
-            PartitionOrigin::Existing if !self.marked.contains(&state.table) => (
+            PartitionOrigin::Existing if !self.marked.marked_at(&state.table, read_at) => (
                 StartCase::FirstStart,
                 Some(Self::position(self.config.initial_position, a)),
             ),
@@ -356,7 +360,7 @@ impl CheckpointProtocol {
                 marked: self.marked.contains(&state.table),
             };
             self.partitions.insert(tp.clone(), state);
-            self.on_assigned(tp, table, a, out);
+            self.on_assigned(tp, table, a, MarkerRequests::ALL, out);
         }
     }
 

@@ -52,6 +52,7 @@ fn assigned(committed: Option<(i64, Vec<u8>)>, low: i64, high: i64) -> Event {
             high: NextOffset(high),
             origin: PartitionOrigin::Existing,
         },
+        read_at: MarkerRequests::ALL,
     }
 }
 
@@ -166,6 +167,7 @@ fn a_first_start_uses_the_initial_position_and_a_lost_checkpoint_fails_closed() 
         tp,
         table: unmarked,
         assignment,
+        read_at: MarkerRequests::ALL,
     });
     assert_eq!(started_at(&a).unwrap().1, 5);
     assert!(a.contains(&Action::Count(Outcome::Started {
@@ -180,6 +182,62 @@ fn a_first_start_uses_the_initial_position_and_a_lost_checkpoint_fails_closed() 
     assert!(started_at(&a).is_none());
 }
 
+/// Two partitions of an unmarked table read without an offset at once; one starts, its marker
+/// lands, then the other's route resolves. Its offset was read before the marker existed, so it
+/// is a first start too, not a missing checkpoint.
+fn siblings_read_before_the_marker(read_at_sibling: MarkerRequests) -> Vec<Action> {
+    let mut p = protocol();
+    let unmarked = RoutedTable {
+        table: table(),
+        marked: false,
+    };
+    let none = Assignment {
+        committed: None,
+        low: NextOffset(0),
+        high: NextOffset(9),
+        origin: PartitionOrigin::Existing,
+    };
+    // Both offsets were received before any marker was asked for.
+    let read_at = p.marker_requests();
+    let a = p.handle(Event::Assigned {
+        tp: TopicPartition::new("later", 1),
+        table: unmarked,
+        assignment: none.clone(),
+        read_at,
+    });
+    assert!(a.contains(&Action::LabelTable {
+        table: table(),
+        attempt: 0
+    }));
+    p.handle(Event::LabelResult {
+        table: table(),
+        outcome: Ok(()),
+    });
+    p.handle(Event::Assigned {
+        tp: TopicPartition::new("later", 0),
+        table: unmarked,
+        assignment: none,
+        read_at: read_at_sibling,
+    })
+}
+
+#[test]
+fn a_partition_read_before_a_sibling_marked_the_table_is_a_first_start() {
+    let a = siblings_read_before_the_marker(MarkerRequests(0));
+    assert!(failed(&a).is_none(), "{a:?}");
+    assert!(a.contains(&Action::Count(Outcome::Started {
+        tp: TopicPartition::new("later", 0),
+        case: StartCase::FirstStart,
+        at: NextOffset(0)
+    })));
+    // Read after the marker was asked for (it may have landed before the read): the
+    // partition's absence of an offset is a missing checkpoint, as before.
+    let a = siblings_read_before_the_marker(MarkerRequests(1));
+    assert_eq!(failed(&a), Some(&FailReason::CheckpointMissing));
+    let a = siblings_read_before_the_marker(MarkerRequests::ALL);
+    assert_eq!(failed(&a), Some(&FailReason::CheckpointMissing));
+}
+
 #[test]
 fn a_partition_added_at_runtime_starts_at_the_earliest_offset() {
     let a = protocol().handle(Event::Assigned {
@@ -191,6 +249,7 @@ fn a_partition_added_at_runtime_starts_at_the_earliest_offset() {
             high: NextOffset(7),
             origin: PartitionOrigin::AddedAtRuntime,
         },
+        read_at: MarkerRequests::ALL,
     });
     assert_eq!(started_at(&a).unwrap().1, 0);
 }
@@ -759,6 +818,7 @@ fn unmarked_assignment(committed: Option<(i64, Vec<u8>)>) -> Event {
             marked: false,
         },
         assignment,
+        read_at: MarkerRequests::ALL,
     }
 }
 
@@ -860,6 +920,7 @@ fn assigned_without_offset(tp: TopicPartition, marked: bool, origin: PartitionOr
             high: NextOffset(9),
             origin,
         },
+        read_at: MarkerRequests::ALL,
     }
 }
 
@@ -1278,6 +1339,7 @@ fn each_partition_checkpoints_against_the_table_of_its_route() {
                 high: NextOffset(5),
                 origin: PartitionOrigin::Existing,
             },
+            read_at: MarkerRequests::ALL,
         });
         // A first start asks for its table's marker at once.
         labelled.extend(a.iter().filter_map(|x| match x {
@@ -1356,6 +1418,7 @@ fn each_partition_checkpoints_against_the_table_of_its_route() {
             high: NextOffset(5),
             origin: PartitionOrigin::Existing,
         },
+        read_at: MarkerRequests::ALL,
     });
     assert_eq!(
         failed(&a),

@@ -1,6 +1,7 @@
 //! The protocol's policies and configuration, and its language: the events it is fed, the
 //! actions it emits, the outcomes it counts and the reasons it fails a partition for.
 
+use super::MarkerRequests;
 use crate::metadata::{MetadataError, MetadataVersion, TableFingerprint};
 use crate::model::{
     Assignment, CommitEntry, CommitError, CommitId, CommitOutcome, RoutedTable, TopicPartition,
@@ -148,6 +149,10 @@ pub enum Event {
         tp: TopicPartition,
         table: RoutedTable,
         assignment: Assignment,
+        /// The machine's [`MarkerRequests`] when the shell received the committed offset (it
+        /// was read before): a marker asked for from then on tells nothing of that read.
+        /// [`MarkerRequests::ALL`] when unknown.
+        read_at: MarkerRequests,
     },
     /// The answer to a recovery [`Action::FlushRows`]. It names what was flushed: an answer to
     /// the re-flush of an earlier assignment must not pass for the current one.

@@ -43,8 +43,8 @@ use kbq_core::ledger::AtLeastOnceLedger;
 use kbq_core::metadata::{CommitMetadata, TableFingerprint};
 use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, StreamId};
 use kbq_core::protocol::{
-    Action, CommitEntry, CommitError, CommitId, CommitOutcome, Event, MissingCheckpointPolicy,
-    ProtocolConfig, RoutedTable, TopicPartition,
+    Action, CommitEntry, CommitError, CommitId, CommitOutcome, Event, MarkerRequests,
+    MissingCheckpointPolicy, ProtocolConfig, RoutedTable, TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -234,6 +234,7 @@ impl World {
                         marked: self.bq.is_marked(&table()),
                     },
                     assignment: self.kafka.assignment(p),
+                    read_at: MarkerRequests::ALL,
                 };
                 self.send(r, event);
             }

@@ -12,7 +12,7 @@ use kbq_core::metadata::{CommitMetadata, TableFingerprint};
 use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, RowCount, RowOffset, StreamId};
 use kbq_core::protocol::{
     CheckpointProtocol, CommitEntry, CommitError, CommitId, CommitOutcome, Event, FlushOutcome,
-    FlushPurpose, RoutedTable, TopicPartition,
+    FlushPurpose, MarkerRequests, RoutedTable, TopicPartition,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -603,6 +603,7 @@ impl World {
                     marked: self.bq.is_marked(&table(p)),
                 },
                 assignment,
+                read_at: MarkerRequests::ALL,
             },
         );
     }
