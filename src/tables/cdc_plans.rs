@@ -17,7 +17,7 @@ use kbq_core::bad_record::BadRecord;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 use kbq_transcode::change::{
     CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE, ChangeColumns, ChangeShape, ConnectEnvelope, JsonShape,
-    NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields,
+    NotAChange, ProtoShape, connect_schema, key_row_schema, with_change_fields, with_unset_fields,
 };
 use kbq_transcode::json::connect_schema as connect;
 use kbq_transcode::protobuf::{MessagePath, split_message_indexes};
@@ -203,13 +203,25 @@ impl ChangePlans {
                 let found = self.key_blocks.get_or_compile(block, |block| {
                     let writer = connect_writer(block, "the kafka key: ")
                         .map_err(|b| bad("cdc_no_key", b.reason))?;
-                    key_compile(Some(&writer), &relaxed, &self.options, ConnectEnvelope::On)
+                    key_compile(
+                        Some(&writer),
+                        &self.tables,
+                        &relaxed,
+                        &self.options,
+                        ConnectEnvelope::On,
+                    )
                 });
                 return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
             }
             ChangeSchemas::Fixed(_) if self.schemaless => {
                 let found = self.key_cached((0, MessagePath::FIRST), || {
-                    key_compile(None, &relaxed, &self.options, self.rules.json_envelope)
+                    key_compile(
+                        None,
+                        &self.tables,
+                        &relaxed,
+                        &self.options,
+                        self.rules.json_envelope,
+                    )
                 });
                 return found.map(|p| (p, 0)).map_err(PlanLookupError::BadRecord);
             }
@@ -229,8 +241,15 @@ impl ChangePlans {
             return found.map(|p| (p, at)).map_err(PlanLookupError::BadRecord);
         }
         let (id, writer) = writer.expect("not cached");
-        let found = writer
-            .and_then(|w| key_compile(Some(&w), &relaxed, &self.options, ConnectEnvelope::Off));
+        let found = writer.and_then(|w| {
+            key_compile(
+                Some(&w),
+                &self.tables,
+                &relaxed,
+                &self.options,
+                ConnectEnvelope::Off,
+            )
+        });
         cache(&self.keys, id, found).map(|p| (p, at))
     }
 
@@ -412,9 +431,11 @@ fn compile(
     })
 }
 
-/// A key schema's plan of key-only rows against the relaxed table (`None`: schemaless JSON).
+/// A key schema's plan of key-only rows against the relaxed table (`None`: schemaless JSON),
+/// its writer schema declaring the REQUIRED columns of `tables` too.
 fn key_compile(
     writer: Option<&WriterSchema>,
+    tables: &Tables,
     relaxed: &Tables,
     options: &PlanOptions,
     envelope: ConnectEnvelope,
@@ -438,11 +459,39 @@ fn key_compile(
             format!("the kafka key's schema does not fit the table: {e}"),
         )
     })?;
+    let plan = with_required_columns(plan, tables, relaxed, options);
     Ok(Arc::new(KeyPlan {
         plan: Arc::new(plan),
         columns,
         envelope,
     }))
+}
+
+/// `plan` (a key-only row's) with a never-written field for each REQUIRED column without a default
+/// that it lacks, typed as the table's schemaless JSON plan types it: a writer schema must declare
+/// every such column, or BigQuery refuses the whole AppendRows call, so a tombstone that opens a
+/// connection (the first record after a restart) would stop the partition. Unchanged when the
+/// table has none, or when that plan does not compile (BigQuery's refusal then names them).
+fn with_required_columns(
+    plan: Plan,
+    tables: &Tables,
+    relaxed: &Tables,
+    options: &PlanOptions,
+) -> Plan {
+    let required: Vec<&str> = tables
+        .plain
+        .fields
+        .iter()
+        .filter(|c| c.mode() == Mode::Required && c.default_value_expression.is_none())
+        .map(|c| c.name.as_str())
+        .collect();
+    if required.is_empty() {
+        return plan;
+    }
+    match Plan::compile_json(None, false, &relaxed.plain, options) {
+        Ok(table) => with_unset_fields(plan, table.descriptor(), &required),
+        Err(_) => plan,
+    }
 }
 
 impl PlanSource for ChangePlans {

@@ -595,3 +595,35 @@ async fn a_change_whose_row_cannot_be_written_is_not_counted_as_a_change() {
     );
     assert!(daemon.terminate().success());
 }
+
+/// A partition whose first record is a tombstone: the connection opens with the key-only DELETE
+/// row's writer schema, which must still declare the table's REQUIRED columns (`name` and
+/// `version`, from the Avro row's non-null fields), or the call is refused as a whole
+/// (`INVALID_ARGUMENT`, no field for the REQUIRED columns) and the partition stops. A restart
+/// at the offset of a tombstone meets the same case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_first_on_a_partition_opens_the_connection_with_the_required_columns() {
+    let (f, registry) = setup(1).await;
+    let config = config(&f, &registry, &unique_name("cdc-tombstone-first"));
+    let producer = producer(&f.bootstrap);
+    let mut source = Source::new(1);
+    source.push(7, None);
+    for id in 0..5 {
+        source.upsert(id, "c");
+    }
+    source.delete(2);
+    source.produce(&producer, &f.topic);
+    let daemon = start(&config, "tombstone-first");
+    let started = Instant::now();
+    while table_state(&f) != source.state && started.elapsed() < Duration::from_secs(30) {
+        let lines = daemon.lines().join("\n");
+        assert!(!lines.contains("writer failed"), "{lines}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(table_state(&f), source.state);
+    assert_eq!(
+        daemon.metric_with("kbq_cdc_changes_total", &["change=\"delete\""]),
+        3.0,
+        "the tombstone of 7, and the delete of 2 and its tombstone"
+    );
+}

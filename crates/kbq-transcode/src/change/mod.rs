@@ -265,6 +265,74 @@ pub fn with_change_fields(mut plan: Plan) -> (Plan, ChangeColumns) {
     )
 }
 
+/// `plan` with more root fields it never writes: each of `columns` that its descriptor lacks
+/// (by name, any case) gets the same-named field of `from` (a plan of the whole table), renumbered
+/// after the plan's own, with the nested message types it uses. A key-only DELETE row's writer
+/// schema then declares every REQUIRED column, as BigQuery requires of any writer schema (only
+/// nullable columns may be omitted), while the row leaves them unset, as a DELETE may
+/// (docs/cdc.md). A column whose message type name is already taken in `plan` is left out.
+pub fn with_unset_fields(
+    mut plan: Plan,
+    from: &prost_types::DescriptorProto,
+    columns: &[&str],
+) -> Plan {
+    let descriptor = &mut plan.descriptor;
+    let mut next = descriptor
+        .field
+        .iter()
+        .map(|f| f.number())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    for column in columns {
+        if descriptor
+            .field
+            .iter()
+            .any(|f| f.name().eq_ignore_ascii_case(column))
+        {
+            continue;
+        }
+        let Some(field) = from
+            .field
+            .iter()
+            .find(|f| f.name().eq_ignore_ascii_case(column))
+        else {
+            continue;
+        };
+        let mut nested = Vec::new();
+        if let Some(name) = field.type_name.as_deref() {
+            let mut pending = vec![name.to_owned()];
+            while let Some(name) = pending.pop() {
+                let Some(message) = from.nested_type.iter().find(|m| m.name() == name) else {
+                    continue;
+                };
+                if nested
+                    .iter()
+                    .any(|m: &prost_types::DescriptorProto| m.name() == name)
+                {
+                    continue;
+                }
+                pending.extend(message.field.iter().filter_map(|f| f.type_name.clone()));
+                nested.push(message.clone());
+            }
+            let taken = nested
+                .iter()
+                .any(|m| descriptor.nested_type.iter().any(|d| d.name() == m.name()));
+            if taken {
+                continue;
+            }
+        }
+        descriptor.field.push(FieldDescriptorProto {
+            number: Some(next),
+            label: Some(Label::Optional as i32),
+            ..field.clone()
+        });
+        descriptor.nested_type.extend(nested);
+        next += 1;
+    }
+    plan
+}
+
 /// `_CHANGE_SEQUENCE_NUMBER`: three hex sections, always, so that values compare section by
 /// section: the configured epoch, the source position (0 without one), the Kafka offset.
 pub fn sequence_number(epoch: u64, source: u64, offset: i64) -> String {
