@@ -627,3 +627,87 @@ async fn a_tombstone_first_on_a_partition_opens_the_connection_with_the_required
         "the tombstone of 7, and the delete of 2 and its tombstone"
     );
 }
+
+/// The same when a REQUIRED column is a RECORD (the row's non-null `address`): the key-only
+/// row's writer schema declares it with its nested message type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_first_declares_a_required_record_column_with_its_type() {
+    let envelope = ENVELOPE.replace(
+        r#"{"name":"version","type":"long"}]}"#,
+        r#"{"name":"version","type":"long"},
+    {"name":"address","type":{"type":"record","name":"Address","fields":[
+      {"name":"city","type":"string"}]}}]}"#,
+    );
+    assert_ne!(envelope, ENVELOPE);
+    let f = Fixture::with(SinkOptions::partitions(1)).await;
+    let (addr, registry) = Registry::serve(
+        HashMap::from([(VALUE_ID, envelope.clone()), (KEY_ID, KEY.to_string())]),
+        None,
+    )
+    .await;
+    registry.subject(&format!("{}-value", f.topic), VALUE_ID);
+    std::mem::forget(registry);
+    let config = config(
+        &f,
+        &format!("http://{addr}"),
+        &unique_name("cdc-tombstone-record"),
+    );
+    let schema = Schema::parse_str(&envelope).unwrap();
+    let source = Source::new(1);
+    let row = Value::Record(vec![
+        ("id".into(), Value::Long(1)),
+        ("name".into(), Value::String("customer-1-v1".into())),
+        ("version".into(), Value::Long(1)),
+        (
+            "address".into(),
+            Value::Record(vec![("city".into(), Value::String("x".into()))]),
+        ),
+    ]);
+    let event = Value::Record(vec![
+        ("before".into(), Value::Union(0, Box::new(Value::Null))),
+        ("after".into(), Value::Union(1, Box::new(row))),
+        (
+            "source".into(),
+            Value::Record(vec![
+                ("connector".into(), Value::String("postgresql".into())),
+                ("lsn".into(), Value::Union(0, Box::new(Value::Null))),
+            ]),
+        ),
+        ("op".into(), Value::String("c".into())),
+        ("ts_ms".into(), Value::Union(0, Box::new(Value::Null))),
+    ]);
+    let changes = [
+        Change {
+            partition: 0,
+            key: Some(source.key_of(9)),
+            value: None,
+        },
+        Change {
+            partition: 0,
+            key: Some(source.key_of(1)),
+            value: Some(confluent(VALUE_ID, &datum(&schema, event))),
+        },
+    ];
+    support::cdc::produce(&producer(&f.bootstrap), &f.topic, &changes);
+    let daemon = start(&config, "tombstone-record");
+    let want: State = [(1, ("customer-1-v1".to_string(), 1))]
+        .into_iter()
+        .collect();
+    let started = Instant::now();
+    while table_state(&f) != want && started.elapsed() < Duration::from_secs(30) {
+        let lines = daemon.lines().join("\n");
+        assert!(!lines.contains("writer failed"), "{lines}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(table_state(&f), want);
+    let table = f.emulator.store.get_table(&f.table_ref()).expect("created");
+    let address = table.schema.fields.iter().find(|c| c.name == "address");
+    assert_eq!(
+        address.map(|c| (c.field_type.clone(), c.mode())),
+        Some((
+            kbq_core::table_schema::FieldType::Record,
+            kbq_core::table_schema::Mode::Required
+        )),
+        "{table:?}"
+    );
+}
