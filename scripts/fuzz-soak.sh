@@ -7,13 +7,14 @@
 #
 #   scripts/fuzz-soak.sh --minutes M      M minutes of the stable mutation fuzzer's fresh seeds,
 #                                         M minutes of the property tests, each run with a fresh
-#                                         seed, then M minutes of libFuzzer with a random seed
-#                                         (when a nightly toolchain is installed)
+#                                         seed, then M minutes of libFuzzer on each of its three
+#                                         targets (Avro, Protobuf, JSON) with a random seed (when
+#                                         a nightly toolchain is installed)
 #
 # A failing mutation-fuzzer seed is printed with `FUZZ_SEED=<seed>`, which replays it:
 #   FUZZ_SEED=<seed> cargo test -p kbq-transcode --test transcode fuzz::
-# libFuzzer writes a crashing input to fuzz/artifacts/transcode/ (replay: cargo +nightly fuzz run
-# transcode <file>). Every failure found becomes a committed seed or a committed test case.
+# libFuzzer writes a crashing input to fuzz/artifacts/<target>/ (replay: cargo +nightly fuzz run
+# <target> <file>). Every failure found becomes a committed seed or a committed test case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,10 @@ if ! cargo +nightly --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/nu
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kbq/target}-fuzz"
 cd fuzz
-# -seed=0: libFuzzer draws its seed from the clock and prints it (INFO: Seed: N).
-cargo +nightly fuzz run transcode -- -seed=0 -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 |
-    grep -E 'INFO: Seed|Done|crash|ERROR' | tail -n 5
+# -seed=0: libFuzzer draws its seed from the clock and prints it (INFO: Seed: N). The targets are
+# the ones scripts/test.d/fuzz.sh runs on a fixed seed.
+for target in transcode transcode_protobuf transcode_json; do
+    echo "fuzz-soak: libFuzzer $target, $minutes minutes"
+    cargo +nightly fuzz run "$target" -- -seed=0 -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 |
+        grep -E 'INFO: Seed|Done|crash|ERROR' | tail -n 5
+done
