@@ -441,11 +441,45 @@ impl SchemaRegistry {
     }
 
     async fn latest_response(&self, subject: &str) -> Result<LatestResponse, SubjectError> {
+        self.subject_response(subject, "/versions/latest").await
+    }
+
+    /// The version numbers of `subject` (`GET /subjects/{subject}/versions`), retried like
+    /// [`SchemaRegistry::latest`]. Not cached: asked once per writer schema whose plan needs it.
+    pub async fn versions(&self, subject: &str) -> Result<Vec<u32>, SubjectError> {
+        self.subject_response(subject, "/versions").await
+    }
+
+    /// The id and type of version `version` of `subject`, retried like
+    /// [`SchemaRegistry::latest`].
+    pub async fn version_id(
+        &self,
+        subject: &str,
+        version: u32,
+    ) -> Result<(u32, SchemaKind), SubjectError> {
+        let answer: LatestResponse = self
+            .subject_response(subject, &format!("/versions/{version}"))
+            .await?;
+        let kind = SchemaKind::of(answer.schema.schema_type.as_deref()).map_err(|reason| {
+            SubjectError::Unusable {
+                subject: subject.to_string(),
+                reason,
+            }
+        })?;
+        Ok((answer.id, kind))
+    }
+
+    /// `GET /subjects/{subject}{path}`, retried with backoff.
+    async fn subject_response<T: serde::de::DeserializeOwned>(
+        &self,
+        subject: &str,
+        path: &str,
+    ) -> Result<T, SubjectError> {
         let mut backoff = self.backoff();
         let mut attempts = 0usize;
         loop {
             attempts += 1;
-            match self.attempt_latest(subject).await {
+            match self.attempt_subject(subject, path).await {
                 Ok(s) => return Ok(s),
                 Err(Err(e)) => return Err(e),
                 Err(Ok(())) if attempts < self.config.max_attempts => {
@@ -466,10 +500,11 @@ impl SchemaRegistry {
     }
 
     /// One attempt; `Err(Ok(()))` is a retryable failure (logged), `Err(Err(e))` a final one.
-    async fn attempt_latest(
+    async fn attempt_subject<T: serde::de::DeserializeOwned>(
         &self,
         subject: &str,
-    ) -> Result<LatestResponse, Result<(), SubjectError>> {
+        path: &str,
+    ) -> Result<T, Result<(), SubjectError>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let retry = |reason: String| {
             tracing::debug!(subject, %reason, "schema registry subject attempt failed");
@@ -477,7 +512,7 @@ impl SchemaRegistry {
         };
         let final_err = |e: SubjectError| Err(Err(e));
         let req = self.get(format!(
-            "{}/subjects/{}/versions/latest",
+            "{}/subjects/{}{path}",
             self.base,
             encode_path_segment(subject)
         ));
@@ -511,7 +546,7 @@ impl SchemaRegistry {
         // is garbled, not an answer about the subject.
         match serde_json::from_slice(&body) {
             Ok(latest) => Ok(latest),
-            Err(e) => retry(format!("the answer is not a schema version: {e}")),
+            Err(e) => retry(format!("the answer is not what {path} holds: {e}")),
         }
     }
 

@@ -36,7 +36,7 @@ use crate::config::SchemaUpdate;
 use crate::writer::plan_source::PlanLookupError;
 use kbq_core::bad_record::BadRecord;
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
-use kbq_transcode::DeriveOptions;
+use kbq_transcode::{DeriveOptions, PlanOptions};
 
 use super::plans::{RegistryPlans, WriterSchema, incompatible};
 
@@ -149,6 +149,7 @@ impl RegistryPlans {
     pub(super) async fn evolve(
         &self,
         evolution: &SchemaEvolution,
+        options: &PlanOptions,
         topic: &str,
         id: u32,
         writer: &WriterSchema,
@@ -196,7 +197,7 @@ impl RegistryPlans {
         };
         // A type change elsewhere in the schema would make the records unusable anyway: check
         // before changing the table for them.
-        if let Err(e) = writer.compile(&target, &self.options, self.input.json_validate) {
+        if let Err(e) = writer.compile(&target, options, self.input.json_validate) {
             return Ok(Err(incompatible(format!(
                 "{what} does not fit table {}: {e}",
                 self.table_name

@@ -4,6 +4,7 @@
 //! add columns. The writer only sees the [`PlanSource`](crate::writer::partition_writer::PlanSource)
 //! port this module implements.
 
+mod absent_fields;
 pub mod cdc;
 pub mod cdc_plans;
 mod connect_schemas;

@@ -24,6 +24,7 @@ use kbq_transcode::json::{JsonSchema, table_schema_from_json};
 use kbq_transcode::protobuf::{
     MessageIndexEncoding, MessagePath, split_message_indexes, table_schema_from_protobuf,
 };
+use kbq_transcode::transforms;
 use kbq_transcode::{
     AvroSchema, DeriveError, DeriveOptions, Plan, PlanOptions, RecordError, split_confluent,
     table_schema_from_avro,
@@ -34,13 +35,17 @@ use crate::writer::plan_source::{PlanLookup, PlanLookupError, PlanSource};
 use super::evolution::{SchemaEvolution, TableState};
 
 /// What a registry route reads: the schema type it expects (`None`: each id's registered
-/// `schemaType` decides), how Protobuf records frame their message path, and whether JSON
-/// records are checked against their schema first.
-#[derive(Debug, Clone, Copy)]
+/// `schemaType` decides), how Protobuf records frame their message path, whether JSON
+/// records are checked against their schema first, and the subject of a topic's schemas.
+#[derive(Debug, Clone)]
 pub struct RegistryInput {
     pub kind: Option<SchemaKind>,
     pub message_indexes: MessageIndexEncoding,
     pub json_validate: bool,
+    /// The subject of a topic's writer schemas (`schema_registry.table_subject`, `{topic}`
+    /// replaced), whose versions say whether a field a writer lacks is one a transform may
+    /// name (`absent_fields.rs`).
+    pub subject: Arc<str>,
 }
 
 /// The writer schema one plan is compiled from: an Avro record, one message of a registered
@@ -120,14 +125,14 @@ struct Compiled {
 /// Confluent-framed records (Avro, Protobuf, JSON Schema): the writer schema comes from the
 /// Schema Registry by id.
 pub struct RegistryPlans {
-    registry: Arc<SchemaRegistry>,
+    pub(super) registry: Arc<SchemaRegistry>,
     pub(super) input: RegistryInput,
     pub(super) table: Arc<TableState>,
     pub(super) options: PlanOptions,
     pub(super) metrics: Arc<Metrics>,
     /// The `hit` result's counter, taken once: a lookup per record would hash its label.
     hits: Counter,
-    evolution: Option<SchemaEvolution>,
+    pub(super) evolution: Option<SchemaEvolution>,
     /// The table as dead-letter reasons name it (`project.dataset.table`): one table id may be
     /// in several datasets.
     pub(super) table_name: String,
@@ -233,22 +238,45 @@ impl RegistryPlans {
     }
 
     /// Compiles the plan of a writer schema, adding its new columns to the table first when
-    /// configured. `Err` means "unavailable, try again" (nothing is cached).
+    /// configured. A transform of a field the writer lacks and another version of its subject
+    /// has applies as to an absent field (`absent_fields.rs`). `Err` means "unavailable, try
+    /// again" (nothing is cached).
     async fn compile(
         &self,
         topic: &str,
         id: u32,
         writer: &WriterSchema,
     ) -> Result<(Result<Arc<Plan>, BadRecord>, u64), PlanLookupError> {
-        if let Some(evolution) = self.evolution.as_ref().filter(|e| e.update.adds_columns()) {
+        let absent = self.absent_fields(topic, writer).await?;
+        let own = absent.as_ref().map(|a| {
+            let mut options = self.options.clone();
+            options.transforms = transforms::without_absent(&options.transforms, &a.fields);
+            let evolution = self.evolution.clone().map(|mut e| {
+                e.derive.transforms = transforms::without_absent(&e.derive.transforms, &a.fields);
+                e
+            });
+            (options, evolution)
+        });
+        let (options, evolution) = match &own {
+            Some((o, e)) => (o, e.as_ref()),
+            None => (&self.options, self.evolution.as_ref()),
+        };
+        if let Some(evolution) = evolution.filter(|e| e.update.adds_columns()) {
             let (table, version) = self.table.current();
-            if let Err(bad) = self.evolve(evolution, topic, id, writer, &table).await? {
+            if let Err(bad) = (self.evolve(evolution, options, topic, id, writer, &table)).await? {
                 return Ok((Err(bad), version));
             }
         }
         let (table, version) = self.table.current();
+        if let Some(a) = &absent
+            && let Err(e) =
+                transforms::check_absent(&self.options.transforms, &a.fields, &table, &a.derived)
+        {
+            let bad = plan_refused(&writer.describe(id), &self.table_name, &e);
+            return Ok((Err(bad), version));
+        }
         let plan = writer
-            .compile(&table, &self.options, self.input.json_validate)
+            .compile(&table, options, self.input.json_validate)
             .map(Arc::new)
             .map_err(|e| plan_refused(&writer.describe(id), &self.table_name, &e));
         Ok((plan, version))

@@ -1,6 +1,8 @@
 //! The route settings of the config as the plans and the table derivation take them: the
 //! config deserializes the transcoder's own types, so only the registry's input is assembled here.
 
+use std::sync::Arc;
+
 use super::plans::RegistryInput;
 use crate::config::{self, Config, defaults};
 use crate::registry::SchemaKind;
@@ -35,5 +37,8 @@ pub(super) fn registry_input(
             sr.protobuf_message_indexes
         }),
         json_validate: sr.is_some_and(|sr| sr.json_validate),
+        subject: Arc::from(sr.map_or(defaults::SCHEMA_REGISTRY_TABLE_SUBJECT, |sr| {
+            sr.table_subject.as_str()
+        })),
     }
 }

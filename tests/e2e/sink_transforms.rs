@@ -7,7 +7,8 @@
 //! writer schema, follow the transforms (a flattened record's fields as top-level columns). A
 //! second route masks a field with a keyed hash, its key read from a file, casts two fields (one
 //! of whose values is no integer: a dead letter) and converts a count of seconds into text,
-//! through a SIGKILL too.
+//! through a SIGKILL too. A transform of a field only v2 has leaves v1's records' column NULL,
+//! through a SIGKILL between v1's records and v2's.
 
 use crate::support;
 
@@ -373,6 +374,59 @@ async fn a_created_and_evolved_table_follows_the_transforms_exactly_once() {
     assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
     assert!(daemon.terminate().success());
     assert_eq!(f.dead_letter_count(), 0);
+}
+
+/// A transform of a field only a later writer schema has (docs/mapping.md, "Transforms"): the
+/// subject holds v1 and v2, v2 adds `city`, and the route renames `city` to `town`. v1's records are read first, through a plan that writes `town` NULL (v1 lacks
+/// the field, v2 has it), then a SIGKILL, then v2's records fill `town`: every record one row,
+/// exactly once, and no dead letter (before, v1's plan was refused and its records were dead
+/// letters).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_of_a_field_a_later_version_adds_leaves_the_earlier_records_null_exactly_once()
+{
+    let f = Fixture::new(PARTITIONS).await;
+    let (registry_addr, registry) =
+        Registry::serve([(1, V1.to_string()), (2, V2.to_string())].into(), None).await;
+    let subject = format!("{}-value", f.topic);
+    registry.subject(&subject, 1);
+    registry.subject(&subject, 2);
+    let column = |name: &str| TableFieldSchema::new(name, FieldType::String, Mode::Nullable);
+    f.create_table_with_metadata(vec![
+        TableFieldSchema::new("id", FieldType::Int64, Mode::Required),
+        column("customer"),
+        column("town"),
+    ]);
+    let tweaks = Tweaks {
+        registry_url: Some(format!("http://{registry_addr}")),
+        create_table: Some(false),
+        routes: vec![
+            format!("  - topics: [\"{}\"]", f.topic),
+            "    transforms:".into(),
+            "      - rename: {field: city, to: town}".into(),
+        ],
+        ..Tweaks::default()
+    };
+    let config = f.config_with(&unique_name("transforms-later"), &tweaks);
+    let mut ids = produce_users(&f, 1, 0..100);
+    let mut daemon = Daemon::start(&config);
+    let seen = f.wait_visible(1, Duration::from_secs(60));
+    assert!(!seen.is_empty(), "rows before the crash");
+    daemon.kill();
+    ids.extend(produce_users(&f, 2, 100..160));
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once(Duration::from_secs(120));
+    let rows = rows(&f);
+    assert_eq!(rows.len(), ids.len());
+    for (position, columns) in &rows {
+        let id = ids[position];
+        let town = (id >= 100).then(|| serde_json::Value::String(format!("city-{id}")));
+        assert_eq!(columns["town"], town.unwrap_or_default(), "town of {id}");
+    }
+    assert_eq!(daemon.metric("kbq_dead_letter_records_total"), 0.0);
+    assert!(daemon.terminate().success());
+    assert_eq!(f.dead_letter_count(), 0);
+    // v1's plan (in each process that compiled it) read v2 to find `city`.
+    assert!(registry.version_requests(&subject, "2") >= 1);
 }
 
 /// A keyed hash, two casts and a time conversion: the decimal `amount` into a STRING column as

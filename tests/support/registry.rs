@@ -1,5 +1,6 @@
-//! The tests' Confluent Schema Registry, served over HTTP on loopback: `GET /schemas/ids/{id}`
-//! and `GET /subjects/{subject}/versions/{version}` (a number or `latest`), optionally behind an
+//! The tests' Confluent Schema Registry, served over HTTP on loopback: `GET /schemas/ids/{id}`,
+//! `GET /subjects/{subject}/versions` (the version numbers) and
+//! `GET /subjects/{subject}/versions/{version}` (a number or `latest`), optionally behind an
 //! expected `Authorization` header, counting the requests it answers, in all and per path.
 //!
 //! It holds what a registry holds, in the shape `tests/python/*_vectors.py` dump their `mock://`
@@ -123,6 +124,7 @@ impl Registry {
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/schemas/ids/{id}", get(schema_by_id))
+            .route("/subjects/{subject}/versions", get(subject_versions))
             .route(
                 "/subjects/{subject}/versions/{version}",
                 get(subject_version),
@@ -297,6 +299,27 @@ fn scripted_answer(answer: Answer) -> Response {
         }
         Answer::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
     }
+}
+
+async fn subject_versions(
+    State(reg): State<Arc<Registry>>,
+    Path(subject): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = reg.refuse(format!("/subjects/{subject}/versions"), &headers) {
+        return refused;
+    }
+    let data = reg.data.lock().unwrap();
+    let Some(versions) = data["subjects"][&subject].as_object() else {
+        return (
+            StatusCode::NOT_FOUND,
+            r#"{"error_code":40401,"message":"Subject not found"}"#,
+        )
+            .into_response();
+    };
+    let mut numbers: Vec<u32> = versions.keys().filter_map(|v| v.parse().ok()).collect();
+    numbers.sort_unstable();
+    axum::Json(numbers).into_response()
 }
 
 async fn subject_version(

@@ -6,6 +6,7 @@
 //! types are what the YAML says (the config deserializes them directly); [`check`] is the part
 //! of `validate` that needs no schema.
 
+mod absent;
 mod cast;
 mod columns;
 mod derive;
@@ -17,6 +18,7 @@ mod values;
 
 use serde::Deserialize;
 
+pub use absent::{absent_fields, check_absent, has_field, without_absent};
 pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
 pub(crate) use derive::apply as apply_to_derived;
 pub(crate) use fields::{FieldRules, Target};

@@ -4,6 +4,7 @@
 //! bounded fuzzers. `compile_budget.rs` stays a binary of its own: it counts every allocation
 //! through its global allocator, which other tests running beside it would inflate.
 
+mod absent_fields;
 mod connect_avro;
 mod connect_types;
 mod conversions;
