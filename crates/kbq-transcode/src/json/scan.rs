@@ -256,10 +256,19 @@ impl<'a> Scanner<'a> {
                 }
                 Some(b'\\') => return self.escaped(start, i).map(Cow::Owned),
                 Some(0..=0x1f) => return Err(malformed(i, "no control character in a string")),
-                Some(0x80..) => {
-                    wide = true;
-                    i += 1;
-                }
+                Some(0x80..) if !wide => match utf8_char(b, i) {
+                    // A valid sequence before any invalid one: the string stays exactly as
+                    // valid as the rest of it, so the scan goes on stopping at wide bytes.
+                    Some(n) => i += n,
+                    // The first sequence that is not valid UTF-8 (or one cut by the end of the
+                    // data): the string is checked whole at its end, as before, so an earlier
+                    // error of another kind (a control character, the end of the data) is still
+                    // the one reported.
+                    None => {
+                        wide = true;
+                        i += 1;
+                    }
+                },
                 Some(_) => i += 1,
                 None => return Err(malformed(i, "the end of a string")),
             }
@@ -689,6 +698,28 @@ fn ascii_run(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The length of the UTF-8 sequence of a scalar value that begins at `b[i]` (a byte above
+/// 0x7f), or `None` when the bytes there are not one: the well-formed sequences of RFC 3629
+/// (no overlong form, no surrogate, nothing above U+10FFFF), exactly what `str::from_utf8`
+/// accepts. Checking each sequence where the scan finds it spares a string of mostly ASCII the
+/// second pass of `from_utf8` over all of it.
+#[inline(always)]
+fn utf8_char(b: &[u8], i: usize) -> Option<usize> {
+    let cont = |k: usize| matches!(b.get(i + k), Some(0x80..=0xbf));
+    let second = |lo: u8, hi: u8| matches!(b.get(i + 1), Some(&c) if (lo..=hi).contains(&c));
+    let n = match b[i] {
+        0xc2..=0xdf => return cont(1).then_some(2),
+        0xe0 => second(0xa0, 0xbf) && cont(2),
+        0xe1..=0xec | 0xee..=0xef => cont(1) && cont(2),
+        0xed => second(0x80, 0x9f) && cont(2),
+        0xf0 => return (second(0x90, 0xbf) && cont(2) && cont(3)).then_some(4),
+        0xf1..=0xf3 => return (cont(1) && cont(2) && cont(3)).then_some(4),
+        0xf4 => return (second(0x80, 0x8f) && cont(2) && cont(3)).then_some(4),
+        _ => false,
+    };
+    n.then_some(3)
+}
+
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
@@ -841,6 +872,38 @@ mod tests {
             let mut sc = Scanner::new(&bad);
             sc.peek().unwrap();
             assert_eq!(sc.string().unwrap_err(), malformed(3 + pad, "utf-8 text"));
+        }
+    }
+
+    #[test]
+    fn each_wide_sequence_is_checked_as_from_utf8_checks_the_string() {
+        // Every lead byte with every second byte, then the continuation bytes at the edges of
+        // the ranges RFC 3629 allows and others: the string is accepted exactly when
+        // `from_utf8` accepts its content, and refused at the offset `from_utf8` names.
+        let after = [0x80u8, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0x41, 0xe9];
+        for lead in 0x80..=0xffu8 {
+            for second in 0x20..=0xffu8 {
+                if second == b'"' || second == b'\\' {
+                    continue;
+                }
+                for &third in &after {
+                    for &fourth in &after {
+                        let content = [b'a', lead, second, third, fourth, b'z'];
+                        let doc = [&b"\""[..], &content, b"\""].concat();
+                        let mut sc = Scanner::new(&doc);
+                        sc.peek().unwrap();
+                        let got = sc.string().map(|s| s.into_owned());
+                        match std::str::from_utf8(&content) {
+                            Ok(_) => assert_eq!(got.unwrap(), content, "{content:x?}"),
+                            Err(e) => assert_eq!(
+                                got.unwrap_err(),
+                                malformed(1 + e.valid_up_to(), "utf-8 text"),
+                                "{content:x?}"
+                            ),
+                        }
+                    }
+                }
+            }
         }
     }
 
