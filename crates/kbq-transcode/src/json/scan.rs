@@ -87,9 +87,26 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The kind of the next value, without consuming it.
+    /// The kind of the next value, without consuming it. Whitespace before it is one more arm
+    /// of the `match` on its first byte, not a loop run before every value.
     #[inline]
     pub fn peek(&mut self) -> Result<Token, RecordError> {
+        Ok(match self.b.get(self.pos) {
+            Some(b'n') => Token::Null,
+            Some(b't') => Token::True,
+            Some(b'f') => Token::False,
+            Some(b'"') => Token::String,
+            Some(b'{') => Token::Object,
+            Some(b'[') => Token::Array,
+            Some(b'-' | b'0'..=b'9') => Token::Number,
+            _ => return self.peek_after_ws(),
+        })
+    }
+
+    /// [`Scanner::peek`] after whitespace, and its errors.
+    #[cold]
+    #[inline(never)]
+    fn peek_after_ws(&mut self) -> Result<Token, RecordError> {
         self.ws();
         Ok(match self.b.get(self.pos) {
             Some(b'n') => Token::Null,
@@ -417,6 +434,33 @@ impl<'a> Scanner<'a> {
         first: bool,
         expected: Option<&[u8]>,
     ) -> Result<Key<'a>, RecordError> {
+        // Without whitespace (what most serializers write): `,"` or, first, `"`; or `}`.
+        // Anything else takes the general path from the same position.
+        let b = self.b;
+        let at = match b.get(self.pos) {
+            Some(b',') if !first => self.pos + 2,
+            Some(b'"') if first => self.pos + 1,
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(Key::End);
+            }
+            _ => return self.next_key_general(first, expected),
+        };
+        if b.get(at - 1) != Some(&b'"') {
+            return self.next_key_general(first, expected);
+        }
+        self.pos = at - 1;
+        self.key_at(at, expected)
+    }
+
+    /// [`Scanner::next_key_or`] with whitespace anywhere, and its errors.
+    #[cold]
+    #[inline(never)]
+    fn next_key_general(
+        &mut self,
+        first: bool,
+        expected: Option<&[u8]>,
+    ) -> Result<Key<'a>, RecordError> {
         self.ws();
         match self.b.get(self.pos) {
             Some(b'}') => {
@@ -433,7 +477,13 @@ impl<'a> Scanner<'a> {
         if self.b.get(self.pos) != Some(&b'"') {
             return Err(malformed(self.pos, "a key"));
         }
-        let at = self.pos + 1;
+        self.key_at(self.pos + 1, expected)
+    }
+
+    /// The rest of [`Scanner::next_key_or`] from the key's opening quote (`at` is one past it)
+    /// up to its value.
+    #[inline(always)]
+    fn key_at(&mut self, at: usize, expected: Option<&[u8]>) -> Result<Key<'a>, RecordError> {
         let key = match expected {
             Some(e)
                 if self.b.get(at + e.len()) == Some(&b'"')
@@ -457,6 +507,24 @@ impl<'a> Scanner<'a> {
     /// Whether an array has another element; consumes the `,` or `]`.
     #[inline]
     pub fn next_element(&mut self, first: bool) -> Result<bool, RecordError> {
+        match self.b.get(self.pos) {
+            Some(b']') => {
+                self.pos += 1;
+                Ok(false)
+            }
+            Some(b',') if !first => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(&c) if first && !matches!(c, b' ' | b'\n' | b'\r' | b'\t') => Ok(true),
+            _ => self.next_element_general(first),
+        }
+    }
+
+    /// [`Scanner::next_element`] after whitespace, and its errors.
+    #[cold]
+    #[inline(never)]
+    fn next_element_general(&mut self, first: bool) -> Result<bool, RecordError> {
         self.ws();
         match self.b.get(self.pos) {
             Some(b']') => {
@@ -537,6 +605,45 @@ impl<'a> Scanner<'a> {
     /// checked and stepped over, up to its value).
     #[inline(always)]
     fn next_member(&mut self, first: bool) -> Result<bool, RecordError> {
+        // Without whitespace, as in `next_key_or`; anything else takes the general path.
+        let b = self.b;
+        let at = match b.get(self.pos) {
+            Some(b',') if !first => self.pos + 1,
+            Some(b'"') if first => self.pos,
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(false);
+            }
+            _ => return self.next_member_general(first),
+        };
+        if b.get(at) != Some(&b'"') {
+            return self.next_member_general(first);
+        }
+        self.pos = at;
+        self.skip_string()?;
+        if b.get(self.pos) == Some(&b':') {
+            self.pos += 1;
+            return Ok(true);
+        }
+        self.colon()
+    }
+
+    /// The `:` after a key, past whitespace.
+    #[cold]
+    #[inline(never)]
+    fn colon(&mut self) -> Result<bool, RecordError> {
+        self.ws();
+        if self.b.get(self.pos) != Some(&b':') {
+            return Err(malformed(self.pos, "`:`"));
+        }
+        self.pos += 1;
+        Ok(true)
+    }
+
+    /// [`Scanner::next_member`] with whitespace anywhere, and its errors.
+    #[cold]
+    #[inline(never)]
+    fn next_member_general(&mut self, first: bool) -> Result<bool, RecordError> {
         self.ws();
         match self.b.get(self.pos) {
             Some(b'}') => {
