@@ -135,9 +135,17 @@ fn run<const CHECKED: bool>(
                 column,
             } => {
                 let b = r.bytes()?;
-                match small_decimal(b).and_then(|v| v.checked_mul(POW10[pow as usize])) {
-                    Some(v) => w.tag_i128(tag, v),
-                    None => wide_decimal(plan, w, tag, b, scale, pow, big, column)?,
+                let n = b.len();
+                // One to eight bytes, as one word (the eight bytes that end where the value
+                // ends), times at most 10^18: an `i64` times an `i64`, which `i128` always
+                // holds, and NUMERIC's range too (below 2^63 · 10^9 at its scale).
+                match r.word_before() {
+                    Some(word) if n.wrapping_sub(1) < 8 && pow <= MAX_POW_I64 => {
+                        let shift = 64 - 8 * n as u32;
+                        let v = ((word << shift) as i64) >> shift;
+                        w.tag_i128(tag, v as i128 * POW10[pow as usize] as i64 as i128);
+                    }
+                    _ => other_decimal(plan, w, tag, b, scale, pow, big, column)?,
                 }
             }
             FlatOp::Scalar(i) => {
@@ -248,7 +256,6 @@ fn string<const CHECKED: bool>(
 }
 
 /// A big-endian two's-complement number of at most eight bytes.
-#[inline(always)]
 fn small_decimal(b: &[u8]) -> Option<i128> {
     let n = b.len();
     if n > 8 {
@@ -263,7 +270,34 @@ fn small_decimal(b: &[u8]) -> Option<i128> {
     Some((v.checked_shl(shift).map_or(0, |v| v as i64 >> shift)) as i128)
 }
 
-/// Every decimal the fast path does not take, as the tree executor converts it.
+/// The largest power of ten an `i64` holds.
+const MAX_POW_I64: u8 = 18;
+
+/// A decimal the one-word path does not take: empty, longer than eight bytes, within the
+/// record's first eight bytes, or rescaled by more than 10^18.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn other_decimal<const CHECKED: bool>(
+    plan: &FlatPlan,
+    w: &mut Output<'_, CHECKED>,
+    key: Key,
+    bytes: &[u8],
+    scale: u8,
+    pow: u8,
+    big: bool,
+    column: u32,
+) -> Result<(), RecordError> {
+    match small_decimal(bytes).and_then(|v| v.checked_mul(POW10[pow as usize])) {
+        Some(v) => {
+            w.tag_i128(key, v);
+            Ok(())
+        }
+        None => wide_decimal(plan, w, key, bytes, scale, pow, big, column),
+    }
+}
+
+/// Every decimal the fast paths do not take, as the tree executor converts it.
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]

@@ -143,6 +143,14 @@ impl<'a> Input<'a> {
         self.reference(|r| r.bytes())
     }
 
+    /// The eight bytes that end at the position, big-endian, if the record has that many
+    /// before it.
+    #[inline(always)]
+    pub(super) fn word_before(&self) -> Option<u64> {
+        let b = self.buf.get(..self.pos)?.last_chunk::<8>()?;
+        Some(u64::from_be_bytes(*b))
+    }
+
     /// The position a string's bytes started at, for its UTF-8 error.
     #[inline(always)]
     pub(super) fn position(&self) -> usize {
