@@ -82,7 +82,10 @@ fn run<const CHECKED: bool>(
     let mut pc = 0usize;
     // Not zeroed (that cost about forty instructions a record): a slot is written by the op
     // that opens its array or message before the op that closes it reads it.
-    let mut counts = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH];
+    // Neither is bounds-checked: `FlatPlan::lower` checked that no op nests deeper than
+    // [`MAX_DEPTH`]. `counts[arrays]` is the innermost array's (slot 0 is never used, so the
+    // ops that read it need no `- 1`); `opens[..open]` the open messages'.
+    let mut counts = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH + 1];
     let mut arrays = 0usize;
     let mut opens = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH];
     let mut open = 0usize;
@@ -176,14 +179,16 @@ fn run<const CHECKED: bool>(
                 r.small_index(n, AvroReader::enum_index)?;
             }
             FlatOp::Open(tag) => {
-                opens[open].write(w.open(tag));
+                // SAFETY: fewer than `MAX_DEPTH` messages are open before an `Open` (checked
+                // at lowering), so `open` is an index of `opens`.
+                unsafe { opens.get_unchecked_mut(open) }.write(w.open(tag));
                 open += 1;
             }
             FlatOp::Close => {
                 open -= 1;
                 // SAFETY: the `Open` op of this message wrote the slot (the lowering pairs
                 // them, and a union's branch or an array's item holds whole pairs).
-                w.close(unsafe { opens[open].assume_init() });
+                w.close(unsafe { opens.get_unchecked(open).assume_init() });
             }
             FlatOp::Branch { n, table } => {
                 let i = r.small_index(n, AvroReader::branch)?;
@@ -200,15 +205,17 @@ fn run<const CHECKED: bool>(
                     pc = end as usize;
                     continue;
                 }
-                counts[arrays].write(n);
                 arrays += 1;
+                // SAFETY: fewer than `MAX_DEPTH` arrays are open before an `ArrayBegin`
+                // (checked at lowering), so `arrays` is at most `MAX_DEPTH` now.
+                unsafe { counts.get_unchecked_mut(arrays) }.write(n);
             }
             FlatOp::CloseNext { min_item, body } => {
                 open -= 1;
                 // SAFETY: as for `Close`.
-                w.close(unsafe { opens[open].assume_init() });
+                w.close(unsafe { opens.get_unchecked(open).assume_init() });
                 // SAFETY: as for `ArrayNext`.
-                let left = unsafe { counts[arrays - 1].assume_init_mut() };
+                let left = unsafe { counts.get_unchecked_mut(arrays).assume_init_mut() };
                 *left -= 1;
                 if *left == 0 {
                     *left = r.block(min_item)?;
@@ -220,8 +227,9 @@ fn run<const CHECKED: bool>(
                 arrays -= 1;
             }
             FlatOp::ArrayNext { min_item, body } => {
-                // SAFETY: this array's `ArrayBegin` wrote the slot before its first item.
-                let left = unsafe { counts[arrays - 1].assume_init_mut() };
+                // SAFETY: this array's `ArrayBegin` wrote the slot before its first item, and
+                // its index is at most `MAX_DEPTH`.
+                let left = unsafe { counts.get_unchecked_mut(arrays).assume_init_mut() };
                 *left -= 1;
                 if *left == 0 {
                     *left = r.block(min_item)?;

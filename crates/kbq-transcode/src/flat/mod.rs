@@ -177,6 +177,11 @@ impl FlatPlan {
             jumps_land && l.targets.iter().all(|t| *t < len),
             "a flat plan jumps outside its ops"
         );
+        // Nor are its stacks of open messages and arrays: none nests deeper than they hold.
+        assert!(
+            nesting(&l.ops).is_some_and(|deepest| deepest <= MAX_DEPTH),
+            "a flat plan nests deeper than the executor's stacks"
+        );
         let room = l.bounded.then_some(Room {
             per_byte: l.per_byte,
             constant: l.excess[0],
@@ -192,6 +197,28 @@ impl FlatPlan {
             room,
         })
     }
+}
+
+/// The most messages or arrays open at once in `ops`, or `None` when an op closes one that
+/// is not open. The ops of a union's branches and of an array's item are whole pairs, so one
+/// pass in order counts what any run holds open.
+fn nesting(ops: &[FlatOp]) -> Option<usize> {
+    let (mut opens, mut arrays, mut deepest) = (0usize, 0usize, 0usize);
+    for op in ops {
+        match op {
+            FlatOp::Open(_) => opens += 1,
+            FlatOp::Close => opens = opens.checked_sub(1)?,
+            FlatOp::ArrayBegin { .. } => arrays += 1,
+            FlatOp::ArrayNext { .. } => arrays = arrays.checked_sub(1)?,
+            FlatOp::CloseNext { .. } => {
+                opens = opens.checked_sub(1)?;
+                arrays = arrays.checked_sub(1)?;
+            }
+            _ => {}
+        }
+        deepest = deepest.max(opens).max(arrays);
+    }
+    Some(deepest)
 }
 
 #[derive(Default)]
@@ -555,6 +582,50 @@ mod tests {
             crate::Body::Avro { flat: Some(f), .. } => f,
             _ => panic!("no flat plan"),
         }
+    }
+
+    /// Records, maps and arrays nested up to and past the limits, written into columns (the
+    /// table's fifteen levels end first) and skipped (no table limit: the flat plan's ends):
+    /// every plan that lowers fits the executor's stacks (`lower` asserts it), the deeper ones
+    /// keep the tree executor.
+    #[test]
+    fn plans_nested_to_the_limit_fit_the_stacks() {
+        let skipped: kbq_core::table_schema::TableSchema =
+            serde_json::from_str(r#"{"fields":[{"name":"x","type":"INT64"}]}"#).unwrap();
+        let (mut written, mut lowered) = (0, 0);
+        for k in 1..=40 {
+            let mut ty = r#""long""#.to_string();
+            for i in 0..k {
+                ty = match i % 3 {
+                    0 => format!(r#"{{"type":"map","values":{ty}}}"#),
+                    1 => format!(
+                        r#"{{"type":"record","name":"r{i}","fields":[{{"name":"f","type":{ty}}}]}}"#
+                    ),
+                    _ => format!(r#"{{"type":"array","items":{ty}}}"#),
+                };
+            }
+            let schema = format!(
+                r#"{{"type":"record","name":"top","fields":[{{"name":"x","type":"long"}},{{"name":"f","type":{ty}}}]}}"#
+            );
+            let schema = AvroSchema::parse(&schema).unwrap();
+            let derived = table_schema_from_avro(&schema, &DeriveOptions::default());
+            if derived.is_ok() {
+                written = k;
+            }
+            for table in derived.iter().chain([&skipped]) {
+                let plan = Plan::compile(&schema, table, &PlanOptions::default()).unwrap();
+                let crate::Body::Avro { flat, .. } = plan.body else {
+                    panic!("not an Avro plan")
+                };
+                if let Some(f) = flat {
+                    assert!(nesting(&f.ops).unwrap() <= MAX_DEPTH, "{k}");
+                    lowered = lowered.max(k);
+                }
+            }
+        }
+        // Both limits were reached: the table's, and the flat plan's for skipped values.
+        assert!((10..40).contains(&written), "{written}");
+        assert!((written..40).contains(&lowered), "{lowered}");
     }
 
     #[test]
