@@ -16,7 +16,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use super::keys::same;
 use super::named_exec;
 use super::ops::{Conv, FieldOp, IntUnit, Named, ObjectOp};
-use super::scan::{Key, MAX_DEPTH, Number, Scanner, Token, malformed};
+use super::scan::{Key, MAX_DEPTH, Number, Scanner, SmallNumber, Token, malformed};
 use super::text;
 use crate::RecordError;
 use crate::convert::{Wide, date_days, datetime_packed, time_packed, timestamp_micros};
@@ -299,8 +299,16 @@ fn value(
             put_i64(out, tag, v);
         }
         (Conv::Float, Token::Number) => {
-            let n = sc.number()?;
-            put_f64(out, tag, n.text().parse().expect("json number grammar"));
+            let at = sc.pos;
+            let v = match sc.small_number().and_then(small_float) {
+                Some(v) => v,
+                None => {
+                    sc.pos = at;
+                    let n = sc.number()?;
+                    n.text().parse().expect("json number grammar")
+                }
+            };
+            put_f64(out, tag, v);
         }
         (Conv::Float, Token::String) => {
             let s = sc.text()?;
@@ -326,6 +334,12 @@ fn value(
             put_decimal(out, tag, w, *scale, *target, column)?;
         }
         (Conv::ConnectDecimal { target, .. } | Conv::Decimal(target), Token::Number) => {
+            let at = sc.pos;
+            if let Some(v) = sc.small_number().and_then(|n| rescaled(n, target.scale())) {
+                put_small_decimal(out, tag, v);
+                return Ok(());
+            }
+            sc.pos = at;
             let n = sc.number()?;
             match small_decimal(n.bytes, target.scale()) {
                 Some(v) => put_small_decimal(out, tag, v),
@@ -478,6 +492,35 @@ fn small_decimal(text: &[u8], to_scale: u32) -> Option<i128> {
     Some(if negative { -v } else { v })
 }
 
+/// A number read inline at the column's scale: what [`small_decimal`] makes of its text.
+#[inline(always)]
+fn rescaled(n: SmallNumber, to_scale: u32) -> Option<i128> {
+    if n.scale > to_scale {
+        return None;
+    }
+    (n.digits as i128).checked_mul(POW10[(to_scale - n.scale) as usize])
+}
+
+/// 10^0 to 10^22, each exactly an `f64`.
+const POW10_F64: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The `f64` nearest a number read inline, as `str::parse` gives it, when its digits are an
+/// integer below 2^53: that integer and 10^scale (scale at most 18) are exact `f64`s, so their
+/// one IEEE division is correctly rounded, the nearest `f64` to the number (Clinger's fast
+/// path). `None` for larger digits, which `parse` reads.
+#[inline(always)]
+fn small_float(n: SmallNumber) -> Option<f64> {
+    if n.digits.unsigned_abs() >= 1 << 53 {
+        return None;
+    }
+    let v = n.digits.unsigned_abs() as f64 / POW10_F64[n.scale as usize];
+    // The sign apart, so that `-0` and `-0.0` are negative zero, as `parse` reads them.
+    Some(if n.negative { -v } else { v })
+}
+
 /// A NUMERIC or BIGNUMERIC value: the fewest little-endian two's-complement bytes, as
 /// `Wide::write_le` writes them.
 #[inline]
@@ -487,4 +530,60 @@ fn put_small_decimal(out: &mut Vec<u8>, tag: Tag, v: i128) {
     tag.put(out);
     out.push(n as u8);
     out.extend_from_slice(&v.to_le_bytes()[..n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Numbers of every length up to past what the inline paths take, every scale, both signs.
+    fn numbers() -> Vec<String> {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(33);
+        let mut out: Vec<String> = ["0", "-0", "0.0", "-0.0", "9007199254740993", "0.1", "0.3"]
+            .map(String::from)
+            .to_vec();
+        for _ in 0..50_000 {
+            let whole = rng.random_range(1..12);
+            let fraction = rng.random_range(0..12);
+            let digit = |rng: &mut StdRng| char::from(b'0' + rng.random_range(0..10u8));
+            let mut s = String::new();
+            if rng.random_bool(0.5) {
+                s.push('-');
+            }
+            s.push(char::from(b'1' + rng.random_range(0..9u8)));
+            (1..whole).for_each(|_| s.push(digit(&mut rng)));
+            if fraction > 0 {
+                s.push('.');
+                (0..fraction).for_each(|_| s.push(digit(&mut rng)));
+            }
+            out.push(s);
+        }
+        out
+    }
+
+    #[test]
+    fn an_inline_float_is_what_parse_reads() {
+        for text in numbers() {
+            let mut sc = Scanner::new(text.as_bytes());
+            let Some(v) = sc.small_number().and_then(small_float) else {
+                continue;
+            };
+            let parsed: f64 = text.parse().unwrap();
+            assert_eq!(v.to_bits(), parsed.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_inline_decimal_is_what_small_decimal_reads() {
+        for text in numbers() {
+            for to_scale in [0, 2, 9, 20, 38] {
+                let mut sc = Scanner::new(text.as_bytes());
+                let inline = sc.small_number().and_then(|n| rescaled(n, to_scale));
+                let from_text = small_decimal(text.as_bytes(), to_scale);
+                assert_eq!(inline, from_text, "{text} at scale {to_scale}");
+            }
+        }
+    }
 }

@@ -48,6 +48,17 @@ pub struct Number<'a> {
     pub value: Option<i64>,
 }
 
+/// A number as [`Scanner::small_number`] read it: `digits` × 10^-`scale`, the digits at most 18.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallNumber {
+    /// The number's digits as an integer, with its sign (`-0.5`: `-5`).
+    pub digits: i64,
+    /// How many of the digits follow the decimal point.
+    pub scale: u32,
+    /// Written with a `-` (also `-0`).
+    pub negative: bool,
+}
+
 /// A key as [`Scanner::next_key_or`] found it.
 pub enum Key<'a> {
     /// The object ends.
@@ -229,6 +240,58 @@ impl<'a> Scanner<'a> {
         }
         self.pos = i;
         Some(if negative { -v } else { v })
+    }
+
+    /// After `peek` said `Number`: a number of at most 18 digits without an exponent, read
+    /// inline as its digits and how many of them follow the point (`-12.50`: `-1250`, 2);
+    /// `None` (nothing consumed) for any other number and for text that is not a number, which
+    /// [`Scanner::number`] then reads, with its errors.
+    #[inline(always)]
+    pub fn small_number(&mut self) -> Option<SmallNumber> {
+        let b = self.b;
+        let negative = b.get(self.pos) == Some(&b'-');
+        let start = self.pos + negative as usize;
+        let mut i = start;
+        let mut v = 0i64;
+        while let Some(&d) = b.get(i) {
+            let x = d.wrapping_sub(b'0');
+            if x > 9 {
+                break;
+            }
+            v = v.wrapping_mul(10).wrapping_add(x as i64);
+            i += 1;
+        }
+        let whole = i - start;
+        if whole == 0 || (whole > 1 && b[start] == b'0') {
+            return None;
+        }
+        let mut fraction = 0;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            let from = i;
+            while let Some(&d) = b.get(i) {
+                let x = d.wrapping_sub(b'0');
+                if x > 9 {
+                    break;
+                }
+                v = v.wrapping_mul(10).wrapping_add(x as i64);
+                i += 1;
+            }
+            fraction = i - from;
+            if fraction == 0 {
+                return None;
+            }
+        }
+        // Beyond 18 digits `v` may have wrapped: those take `number`'s path.
+        if whole + fraction > 18 || matches!(b.get(i), Some(b'e' | b'E')) {
+            return None;
+        }
+        self.pos = i;
+        Some(SmallNumber {
+            digits: if negative { -v } else { v },
+            scale: fraction as u32,
+            negative,
+        })
     }
 
     /// After `peek` said `String`: the unescaped content, valid UTF-8.
@@ -1168,6 +1231,78 @@ mod tests {
                 let reference = w.iter().position(|c| !c.is_ascii_digit()).unwrap_or(12);
                 assert_eq!(digit_run(&w, 0), reference, "{w:?}");
                 assert_eq!(digit_run(&w[..at], 0), at, "{w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_number_is_what_number_reads_or_nothing() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(32);
+        let alphabet = b"0123456789-.eE+ ,]x";
+        let mut inputs: Vec<Vec<u8>> = [
+            "0",
+            "-0",
+            "-0.0",
+            "0.",
+            "00",
+            "-",
+            "7",
+            "-7.25,",
+            "1.",
+            ".5",
+            "1.5e3",
+            "1.5E",
+            "01.5",
+            "-0.000000000000000001",
+            "123456789.123456789",
+            "12345678.123456789",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        for _ in 0..20_000 {
+            let n = rng.random_range(1..24);
+            inputs.push(
+                (0..n)
+                    .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                    .collect(),
+            );
+        }
+        for input in inputs {
+            let mut fast = Scanner::new(&input);
+            let mut full = Scanner::new(&input);
+            match fast.small_number() {
+                Some(n) => {
+                    let text = full.number().unwrap().text();
+                    assert_eq!(fast.pos, full.pos, "{input:?}");
+                    let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+                    let scale = text.split_once('.').map_or(0, |(_, f)| f.len());
+                    let sign = if text.starts_with('-') { -1 } else { 1 };
+                    let expected = SmallNumber {
+                        digits: sign * digits.parse::<i64>().unwrap(),
+                        scale: scale as u32,
+                        negative: sign < 0,
+                    };
+                    assert!(
+                        !text.contains(['e', 'E']) && digits.len() <= 18,
+                        "{input:?}"
+                    );
+                    assert_eq!(n, expected, "{input:?}");
+                }
+                None => {
+                    assert_eq!(fast.pos, 0, "{input:?}");
+                    if let Ok(n) = full.number() {
+                        let digits = n.bytes.iter().filter(|c| c.is_ascii_digit()).count();
+                        assert!(!n.integer || digits > 18, "{input:?}: {}", n.text());
+                        assert!(
+                            n.text().contains(['e', 'E']) || digits > 18,
+                            "{input:?}: {}",
+                            n.text()
+                        );
+                    }
+                }
             }
         }
     }
