@@ -3,8 +3,10 @@
 //! route that masks `note`. v1's plan applies the transform as to an absent field
 //! (`kbq_transcode::transforms::without_absent`); a field no version of the subject has is a
 //! misspelt one, and its transform still refuses the plan. The subject is the one
-//! `create_table` reads (`schema_registry.table_subject`, `{topic}-value` by default); every
-//! version is read once per writer schema that lacks a field, and the schemas by id are
+//! `create_table` reads (`schema_registry.table_subject`, `{topic}-value` by default), and
+//! those of the other topics a route writes into one fixed table (the union of several topics:
+//! one route, one list of transforms, each topic's fields absent from the others' schemas);
+//! every version is read once per writer schema that lacks a field, and the schemas by id are
 //! cached as any writer schema.
 
 use kbq_core::table_schema::TableSchema;
@@ -24,7 +26,8 @@ pub(super) struct Absent {
 }
 
 impl RegistryPlans {
-    /// The transform fields `writer` lacks that some version of `topic`'s subject has; `None`
+    /// The transform fields `writer` lacks that some version of `topic`'s subject has, or of
+    /// the subject of another topic written into the same fixed table; `None`
     /// when it lacks none, or only fields no version has (the plan compiler refuses those,
     /// naming the transform). `Err` when the registry does not answer: try again.
     pub(super) async fn absent_fields(
@@ -52,21 +55,45 @@ impl RegistryPlans {
         if fields.is_empty() {
             return Ok(None);
         }
-        let subject = self.input.subject.replace("{topic}", topic);
+        let mut subjects = vec![self.input.subject.replace("{topic}", topic)];
+        for other in self.input.table_topics.iter() {
+            let subject = self.input.subject.replace("{topic}", other);
+            if !subjects.contains(&subject) {
+                subjects.push(subject);
+            }
+        }
+        let mut found = vec![false; fields.len()];
+        for subject in &subjects {
+            self.search(subject, writer, &derive, &fields, &mut found)
+                .await?;
+        }
+        let mut keep = found.into_iter();
+        fields.retain(|_| keep.next().unwrap_or(false));
+        Ok((!fields.is_empty()).then_some(Absent { fields, derived }))
+    }
+
+    /// Marks in `found` each of `fields` that a version of `subject` has; a subject the
+    /// registry does not hold has none.
+    async fn search(
+        &self,
+        subject: &str,
+        writer: &WriterSchema,
+        derive: &DeriveOptions,
+        fields: &[String],
+        found: &mut [bool],
+    ) -> Result<(), PlanLookupError> {
         let unavailable = |e: &dyn std::fmt::Display| {
             PlanLookupError::Unavailable(format!(
                 "the versions of subject {subject}, for fields {fields:?} the writer schema lacks: {e}"
             ))
         };
-        let versions = match self.registry.versions(&subject).await {
+        let versions = match self.registry.versions(subject).await {
             Ok(v) => v,
             Err(e @ SubjectError::Unavailable { .. }) => return Err(unavailable(&e)),
-            // No subject: no version has the fields.
-            Err(_) => return Ok(None),
+            Err(_) => return Ok(()),
         };
-        let mut found = vec![false; fields.len()];
         for version in versions {
-            let (id, kind) = match self.registry.version_id(&subject, version).await {
+            let (id, kind) = match self.registry.version_id(subject, version).await {
                 Ok(v) => v,
                 Err(e @ SubjectError::Unavailable { .. }) => return Err(unavailable(&e)),
                 Err(_) => continue,
@@ -76,28 +103,32 @@ impl RegistryPlans {
                 Err(e) if e.is_retryable() => return Err(unavailable(&e)),
                 Err(_) => continue,
             };
-            let other = match (&schema, writer) {
-                // The same message in that version's file.
+            // Protobuf: the writer's message in that version's file, else (another topic's
+            // subject) each of its top-level messages.
+            let others: Vec<WriterSchema> = match (&schema, writer) {
                 (AnySchema::Protobuf(r), WriterSchema::Protobuf(m)) => {
-                    match r.schema.pool().get_message_by_name(m.full_name()) {
-                        Some(m) => WriterSchema::Protobuf(m),
-                        None => continue,
+                    let pool = r.schema.pool();
+                    match pool.get_message_by_name(m.full_name()) {
+                        Some(m) => vec![WriterSchema::Protobuf(m)],
+                        None => (r.schema.message_names().iter())
+                            .filter_map(|n| pool.get_message_by_name(n))
+                            .map(WriterSchema::Protobuf)
+                            .collect(),
                     }
                 }
-                _ => match writer_schema(&schema, id, &MessagePath::FIRST) {
-                    Ok(w) => w,
-                    Err(_) => continue,
-                },
+                _ => writer_schema(&schema, id, &MessagePath::FIRST)
+                    .into_iter()
+                    .collect(),
             };
-            let Ok(table) = other.derive(&derive) else {
-                continue;
-            };
-            for (f, found) in fields.iter().zip(found.iter_mut()) {
-                *found |= transforms::has_field(&table, f);
+            for other in others {
+                let Ok(table) = other.derive(derive) else {
+                    continue;
+                };
+                for (f, found) in fields.iter().zip(found.iter_mut()) {
+                    *found |= transforms::has_field(&table, f);
+                }
             }
         }
-        let mut keep = found.into_iter();
-        fields.retain(|_| keep.next().unwrap_or(false));
-        Ok((!fields.is_empty()).then_some(Absent { fields, derived }))
+        Ok(())
     }
 }

@@ -46,6 +46,10 @@ pub struct RegistryInput {
     /// replaced), whose versions say whether a field a writer lacks is one a transform may
     /// name (`absent_fields.rs`).
     pub subject: Arc<str>,
+    /// The topics written into the same fixed table (the route's `topics`, or the
+    /// subscription's for the top-level settings): their subjects' versions count as well,
+    /// since the table is the union of their fields.
+    pub table_topics: Arc<[String]>,
 }
 
 /// The writer schema one plan is compiled from: an Avro record, one message of a registered

@@ -30,7 +30,7 @@ use kbq_transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
 
 use super::cdc;
 use super::ensure::ensure_table;
-use super::settings::{plan_options, registry_input};
+use super::settings::{plan_options, registry_input, table_topics};
 
 /// Where the `resolve` recovery finds a partition's rows: the table's metadata columns.
 #[derive(Debug, Clone)]
@@ -351,9 +351,11 @@ impl Router {
                     visible_timeout: defaults::SCHEMA_UPDATE_VISIBLE_TIMEOUT,
                     poll_interval: defaults::SCHEMA_UPDATE_POLL_INTERVAL,
                 });
+                let mut input = registry_input(&self.config, settings.format);
+                input.table_topics = table_topics(&self.config, settings);
                 Arc::new(RegistryPlans::new(
                     registry,
-                    registry_input(&self.config, settings.format),
+                    input,
                     table_schema.clone(),
                     plan_options,
                     self.metrics.clone(),

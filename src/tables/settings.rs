@@ -40,5 +40,20 @@ pub(super) fn registry_input(
         subject: Arc::from(sr.map_or(defaults::SCHEMA_REGISTRY_TABLE_SUBJECT, |sr| {
             sr.table_subject.as_str()
         })),
+        table_topics: Arc::from(Vec::new()),
     }
+}
+
+/// The topics a route writes into one fixed table (its template without `{topic}`): the
+/// route's `topics`, or the subscription's for the top-level settings; none for a template,
+/// which gives each topic its own table. A pattern's topics are known only as they come.
+pub(super) fn table_topics(config: &Config, route: &config::TopicRoute<'_>) -> Arc<[String]> {
+    if route.table_template.contains('{') {
+        return Arc::from(Vec::new());
+    }
+    let topics = match route.route {
+        Some(i) => &config.routes[i].topics,
+        None => &config.kafka.topics,
+    };
+    Arc::from(topics.clone())
 }

@@ -8,7 +8,8 @@
 //! second route masks a field with a keyed hash, its key read from a file, casts two fields (one
 //! of whose values is no integer: a dead letter) and converts a count of seconds into text,
 //! through a SIGKILL too. A transform of a field only v2 has leaves v1's records' column NULL,
-//! through a SIGKILL between v1's records and v2's.
+//! through a SIGKILL between v1's records and v2's. Two topics with their own transforms write
+//! the union of the transformed fields into one table, a conflict refused naming both sources.
 
 use crate::support;
 
@@ -427,6 +428,178 @@ async fn a_transform_of_a_field_a_later_version_adds_leaves_the_earlier_records_
     assert_eq!(f.dead_letter_count(), 0);
     // v1's plan (in each process that compiled it) read v2 to find `city`.
     assert!(registry.version_requests(&subject, "2") >= 1);
+}
+
+/// Two topics into one table under `schema_update: union`, one route and its transforms
+/// (docs/configuration.md, "Schema changes"; docs/mapping.md, "Transforms"): what enters the
+/// union is each transform's output, not the writer's field. The orders' `amount` is text and
+/// the refunds' a long, both cast to INT64: one INT64 column, no conflict. The orders' `note`
+/// is renamed `remark`, the refunds' `label` `tag`: each topic's schema lacks the other's field,
+/// which the other topic's subject has, so its plan writes that column NULL. A later refunds
+/// schema with a `remark` of its own, a long, conflicts with the STRING the orders' renamed
+/// `note` put there: its record is a dead letter naming both sources. Through a SIGKILL, every
+/// other record is one row, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_exactly_once() {
+    use apache_avro::types::Value as Avro;
+    const ORDERS: &str = r#"{"type":"record","name":"Order","fields":[
+      {"name":"id","type":"long"},{"name":"amount","type":"string"},{"name":"note","type":"string"}]}"#;
+    const REFUNDS: &str = r#"{"type":"record","name":"Refund","fields":[
+      {"name":"id","type":"long"},{"name":"amount","type":"long"},{"name":"label","type":"string"}]}"#;
+    const RETYPED: &str = r#"{"type":"record","name":"Refund","fields":[
+      {"name":"id","type":"long"},{"name":"amount","type":"long"},{"name":"label","type":"string"},
+      {"name":"remark","type":"long"}]}"#;
+    let f = Fixture::new(PARTITIONS).await;
+    let orders_topic = f.topic.clone();
+    let refunds_topic = unique_name("refunds");
+    let refunds = f.add_topic(
+        &refunds_topic,
+        PARTITIONS,
+        &f.table,
+        support::sink::KAFKA_COLUMNS,
+    );
+    let (registry_addr, registry) = Registry::serve(
+        [
+            (21, ORDERS.to_string()),
+            (22, REFUNDS.to_string()),
+            (23, RETYPED.to_string()),
+        ]
+        .into(),
+        None,
+    )
+    .await;
+    registry.subject(&format!("{orders_topic}-value"), 21);
+    registry.subject(&format!("{refunds_topic}-value"), 22);
+    registry.subject(&format!("{refunds_topic}-value"), 23);
+    f.create_table_with_metadata(vec![TableFieldSchema::new(
+        "id",
+        FieldType::Int64,
+        Mode::Required,
+    )]);
+    #[allow(deprecated)] // as `support::sink::encode`
+    let encode = |schema_id: u32, id: i64| -> Vec<u8> {
+        let (text, fields) = match schema_id {
+            21 => (
+                ORDERS,
+                vec![
+                    ("amount".to_string(), Avro::String((id * 10).to_string())),
+                    ("note".into(), Avro::String(format!("note-{id}"))),
+                ],
+            ),
+            22 => (
+                REFUNDS,
+                vec![
+                    ("amount".to_string(), Avro::Long(-id)),
+                    ("label".into(), Avro::String(format!("label-{id}"))),
+                ],
+            ),
+            _ => (
+                RETYPED,
+                vec![
+                    ("amount".to_string(), Avro::Long(-id)),
+                    ("label".into(), Avro::String("retyped".into())),
+                    ("remark".into(), Avro::Long(7)),
+                ],
+            ),
+        };
+        let schema = apache_avro::Schema::parse_str(text).unwrap();
+        let mut record = vec![("id".to_string(), Avro::Long(id))];
+        record.extend(fields);
+        let body = apache_avro::to_avro_datum(&schema, Avro::Record(record)).unwrap();
+        kbq_transcode::frame_confluent(schema_id, &body)
+    };
+    // Orders' ids are below 1,000, refunds' from 1,000: a row's id says its record.
+    let produce = |source: &support::sink::Source, schema_id: u32, ids: std::ops::Range<i64>| {
+        for partition in 0..PARTITIONS {
+            let payloads: Vec<Vec<u8>> = (ids.clone())
+                .filter(|id| id % PARTITIONS as i64 == partition as i64)
+                .map(|id| encode(schema_id, id))
+                .collect();
+            let offsets = source.produce_raw(partition, &payloads);
+            if schema_id != 23 {
+                source.expect(offsets.iter().map(|o| (partition as i64, *o)));
+            }
+        }
+    };
+    let config = f.config_with(
+        &unique_name("transforms-union"),
+        &Tweaks {
+            registry_url: Some(format!("http://{registry_addr}")),
+            create_table: Some(false),
+            topics: vec![orders_topic.clone(), refunds_topic.clone()],
+            routes: vec![
+                format!("  - topics: [\"{orders_topic}\", \"{refunds_topic}\"]"),
+                format!("    table: \"{}\"", f.table),
+                "    schema_update: union".into(),
+                "    transforms:".into(),
+                "      - cast: {field: amount, to: INT64}".into(),
+                "      - rename: {field: note, to: remark}".into(),
+                "      - rename: {field: label, to: tag}".into(),
+            ],
+            ..Tweaks::default()
+        },
+    );
+    produce(&f.source, 21, 0..100);
+    let mut daemon = Daemon::start(&config);
+    // The orders' columns are in the table (the cast's INT64 amount) before any refund.
+    assert!(!f.wait_visible(1, Duration::from_secs(60)).is_empty());
+    produce(&refunds, 23, 1_000..1_001);
+    let dead = f.dead_letters(1);
+    produce(&refunds, 22, 1_001..1_200);
+    produce(&f.source, 21, 100..200);
+    daemon.kill();
+    produce(&refunds, 22, 1_200..1_250);
+    let mut daemon = Daemon::start(&config);
+    f.wait_exactly_once_in(&[&f.table], Duration::from_secs(120));
+
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (_, _, class, reason) = &dead[0];
+    assert_eq!(class, "incompatible_schema", "{reason}");
+    assert!(
+        reason.contains(&format!(
+            "type conflict on field remark: INTEGER in writer schema 23 of topic {refunds_topic}, but STRING in writer schema 21 of topic {orders_topic}"
+        )),
+        "{reason}"
+    );
+    let table = f.emulator.store.get_table(&f.table_ref()).unwrap();
+    let columns: BTreeMap<&str, (FieldType, Mode)> = (table.schema.fields.iter())
+        .map(|c| (c.name.as_str(), (c.field_type.clone(), c.mode())))
+        .collect();
+    let nullable = |t| (t, Mode::Nullable);
+    let want: BTreeMap<&str, (FieldType, Mode)> = [
+        ("id", (FieldType::Int64, Mode::Required)),
+        ("amount", nullable(FieldType::Int64)),
+        ("remark", nullable(FieldType::String)),
+        ("tag", nullable(FieldType::String)),
+        ("kafka_topic", (FieldType::String, Mode::Required)),
+        ("kafka_partition", (FieldType::Int64, Mode::Required)),
+        ("kafka_offset", (FieldType::Int64, Mode::Required)),
+    ]
+    .into();
+    assert_eq!(columns, want);
+    let page = (f.emulator.store)
+        .read_visible_rows(&f.table_ref(), 0, usize::MAX)
+        .expect("rows");
+    let mut ids = std::collections::BTreeSet::new();
+    for row in &page.rows {
+        let r = row.codec.render(&row.data, &table.schema);
+        let cell = |name: &str| {
+            let i = (table.schema.fields.iter()).position(|c| c.name == name);
+            r["f"][i.unwrap()]["v"].clone()
+        };
+        let text = |s: String| serde_json::Value::String(s);
+        let id: i64 = cell("id").as_str().unwrap().parse().unwrap();
+        assert!(ids.insert(id), "id {id} twice");
+        let (amount, remark, tag) = match id {
+            ..1_000 => (id * 10, Some(format!("note-{id}")), None),
+            _ => (-id, None, Some(format!("label-{id}"))),
+        };
+        assert_eq!(cell("amount"), text(amount.to_string()), "amount of {id}");
+        assert_eq!(cell("remark"), remark.map(text).unwrap_or_default(), "{id}");
+        assert_eq!(cell("tag"), tag.map(text).unwrap_or_default(), "{id}");
+    }
+    assert_eq!(ids.len(), 200 + 249);
+    assert!(daemon.terminate().success());
 }
 
 /// A keyed hash, two casts and a time conversion: the decimal `amount` into a STRING column as
