@@ -70,7 +70,7 @@ fn run_checked(
     run(plan, r, w)
 }
 
-/// The one loop: `pc` walks the ops, jumps set it; the array counts and the open messages'
+/// The one loop: `op` walks the ops, jumps set it; the array counts and the open messages'
 /// length positions live in two fixed stacks ([`MAX_DEPTH`] bounds them at lowering).
 #[inline(never)]
 fn run<const CHECKED: bool>(
@@ -79,7 +79,11 @@ fn run<const CHECKED: bool>(
     w: &mut Output<'_, CHECKED>,
 ) -> Result<(), RecordError> {
     let ops = &plan.ops[..];
-    let mut pc = 0usize;
+    // The op as a pointer, not an index: the fetch needs no shift and add.
+    let mut op = ops.as_ptr();
+    // SAFETY: every call passes a jump target of an op or of the branch table, each of
+    // which `FlatPlan::lower` checked to be an index of `ops`.
+    let at = |i: u32| unsafe { ops.as_ptr().add(i as usize) };
     // Not zeroed (that cost about forty instructions a record): a slot is written by the op
     // that opens its array or message before the op that closes it reads it.
     // Neither is bounds-checked: `FlatPlan::lower` checked that no op nests deeper than
@@ -90,10 +94,10 @@ fn run<const CHECKED: bool>(
     let mut opens = [const { MaybeUninit::<usize>::uninit() }; MAX_DEPTH];
     let mut open = 0usize;
     loop {
-        debug_assert!(pc < ops.len());
-        // SAFETY: `pc` is an index of `ops`: it starts at 0, steps by one past any op but the
-        // last (`End`, which returns), and jumps only to targets `FlatPlan::lower` checked.
-        match *unsafe { ops.get_unchecked(pc) } {
+        debug_assert!(ops.as_ptr_range().contains(&op));
+        // SAFETY: `op` points at an op of `ops`: it starts at the first, steps by one past
+        // any op but the last (`End`, which returns), and jumps only to targets `at` makes.
+        match unsafe { *op } {
             FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
             FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
             FlatOp::Str(key) => string(r, w, key)?,
@@ -192,17 +196,17 @@ fn run<const CHECKED: bool>(
             }
             FlatOp::Branch { n, table } => {
                 let i = r.small_index(n, AvroReader::branch)?;
-                pc = plan.targets[table as usize + i] as usize;
+                op = at(plan.targets[table as usize + i]);
                 continue;
             }
             FlatOp::Jump(to) => {
-                pc = to as usize;
+                op = at(to);
                 continue;
             }
             FlatOp::ArrayBegin { min_item, end } => {
                 let n = r.block(min_item)?;
                 if n == 0 {
-                    pc = end as usize;
+                    op = at(end);
                     continue;
                 }
                 arrays += 1;
@@ -221,7 +225,7 @@ fn run<const CHECKED: bool>(
                     *left = r.block(min_item)?;
                 }
                 if *left != 0 {
-                    pc = body as usize;
+                    op = at(body);
                     continue;
                 }
                 arrays -= 1;
@@ -235,7 +239,7 @@ fn run<const CHECKED: bool>(
                     *left = r.block(min_item)?;
                 }
                 if *left != 0 {
-                    pc = body as usize;
+                    op = at(body);
                     continue;
                 }
                 arrays -= 1;
@@ -243,7 +247,8 @@ fn run<const CHECKED: bool>(
             FlatOp::Fail(i) => return Err(plan.errors[i as usize].clone()),
             FlatOp::End => return Ok(()),
         }
-        pc += 1;
+        // SAFETY: the op was not the last (see the fetch above).
+        op = unsafe { op.add(1) };
     }
 }
 

@@ -147,7 +147,7 @@ enum FlatOp {
     End,
 }
 
-// The loop fetches an op by shifting its index: keep the ops at sixteen bytes.
+// A jump finds its op by shifting the index: keep the ops at sixteen bytes.
 const _: () = assert!(std::mem::size_of::<FlatOp>() == 16);
 
 impl FlatPlan {
