@@ -72,7 +72,11 @@ fn run_checked(
 
 /// The one loop: `op` walks the ops, jumps set it; the array counts and the open messages'
 /// length positions live in two fixed stacks ([`MAX_DEPTH`] bounds them at lowering).
+///
+/// The arms match `&FlatOp` patterns, so each reads its own fields: matching the op by value
+/// (`match *op`) had every dispatch load every field of the op first.
 #[inline(never)]
+#[allow(clippy::match_ref_pats)]
 fn run<const CHECKED: bool>(
     plan: &FlatPlan,
     r: &mut Input<'_>,
@@ -97,23 +101,23 @@ fn run<const CHECKED: bool>(
         debug_assert!(ops.as_ptr_range().contains(&op));
         // SAFETY: `op` points at an op of `ops`: it starts at the first, steps by one past
         // any op but the last (`End`, which returns), and jumps only to targets `at` makes.
-        match unsafe { *op } {
-            FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
-            FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
-            FlatOp::Str(key) => string(r, w, key)?,
-            FlatOp::NullOrStr(key, second) => {
+        match unsafe { &*op } {
+            &FlatOp::Long(tag) => w.tag_varint(tag, r.long()? as u64),
+            &FlatOp::Int(tag) => w.tag_varint(tag, r.int()? as i64 as u64),
+            &FlatOp::Str(key) => string(r, w, key)?,
+            &FlatOp::NullOrStr(key, second) => {
                 if (r.small_index(2, AvroReader::branch)? == 1) == second {
                     string(r, w, key)?;
                 }
             }
-            FlatOp::Bytes(tag) => w.tag_bytes(tag, r.bytes()?),
-            FlatOp::Double(tag) => w.tag_f64(tag, r.double()?),
-            FlatOp::Float(tag) => {
+            &FlatOp::Bytes(tag) => w.tag_bytes(tag, r.bytes()?),
+            &FlatOp::Double(tag) => w.tag_f64(tag, r.double()?),
+            &FlatOp::Float(tag) => {
                 let b = r.fixed(4, "a float")?;
                 w.tag_f64(tag, f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64);
             }
-            FlatOp::Bool(tag) => w.tag_u8(tag, r.boolean()? as u8),
-            FlatOp::TimestampMicros(tag, column) => {
+            &FlatOp::Bool(tag) => w.tag_u8(tag, r.boolean()? as u8),
+            &FlatOp::TimestampMicros(tag, column) => {
                 let v = r.long()?;
                 if !(MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&v) {
                     return Err(out_of_range(
@@ -123,18 +127,18 @@ fn run<const CHECKED: bool>(
                 }
                 w.tag_varint(tag, v as u64);
             }
-            FlatOp::Date(tag, column) => {
+            &FlatOp::Date(tag, column) => {
                 let v = r.int()?;
                 if !(MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&v) {
                     return Err(bad_date(&plan.columns[column as usize], v));
                 }
                 w.tag_varint(tag, v as i64 as u64);
             }
-            FlatOp::Enum { base, n } => {
+            &FlatOp::Enum { base, n } => {
                 let i = r.small_index(n, AvroReader::enum_index)?;
                 w.raw(&plan.symbols[base as usize + i]);
             }
-            FlatOp::Decimal {
+            &FlatOp::Decimal {
                 tag,
                 scale,
                 pow,
@@ -155,55 +159,55 @@ fn run<const CHECKED: bool>(
                     _ => other_decimal(plan, w, tag, b, scale, pow, big, column)?,
                 }
             }
-            FlatOp::Scalar(i) => {
+            &FlatOp::Scalar(i) => {
                 let (tag, conv, column) = &plan.scalars[i as usize];
                 let out = w.vec();
                 r.reference(|ar| tree::scalar(*tag, conv, column, ar, out))?;
             }
-            FlatOp::Subtree(i) => {
+            &FlatOp::Subtree(i) => {
                 let out = w.vec();
                 r.reference(|ar| tree::run(&plan.subtrees[i as usize], ar, out))?;
             }
-            FlatOp::SkipLong => {
+            &FlatOp::SkipLong => {
                 r.long()?;
             }
-            FlatOp::SkipInt => {
+            &FlatOp::SkipInt => {
                 r.int()?;
             }
-            FlatOp::SkipBool => {
+            &FlatOp::SkipBool => {
                 r.boolean()?;
             }
-            FlatOp::SkipFixed(n) => {
+            &FlatOp::SkipFixed(n) => {
                 r.fixed(n as usize, "a fixed-size value")?;
             }
-            FlatOp::SkipBytes => {
+            &FlatOp::SkipBytes => {
                 r.bytes()?;
             }
-            FlatOp::SkipEnum(n) => {
+            &FlatOp::SkipEnum(n) => {
                 r.small_index(n, AvroReader::enum_index)?;
             }
-            FlatOp::Open(tag) => {
+            &FlatOp::Open(tag) => {
                 // SAFETY: fewer than `MAX_DEPTH` messages are open before an `Open` (checked
                 // at lowering), so `open` is an index of `opens`.
                 unsafe { opens.get_unchecked_mut(open) }.write(w.open(tag));
                 open += 1;
             }
-            FlatOp::Close => {
+            &FlatOp::Close => {
                 open -= 1;
                 // SAFETY: the `Open` op of this message wrote the slot (the lowering pairs
                 // them, and a union's branch or an array's item holds whole pairs).
                 w.close(unsafe { opens.get_unchecked(open).assume_init() });
             }
-            FlatOp::Branch { n, table } => {
+            &FlatOp::Branch { n, table } => {
                 let i = r.small_index(n, AvroReader::branch)?;
                 op = at(plan.targets[table as usize + i]);
                 continue;
             }
-            FlatOp::Jump(to) => {
+            &FlatOp::Jump(to) => {
                 op = at(to);
                 continue;
             }
-            FlatOp::ArrayBegin { min_item, end } => {
+            &FlatOp::ArrayBegin { min_item, end } => {
                 let n = r.block(min_item)?;
                 if n == 0 {
                     op = at(end);
@@ -214,7 +218,7 @@ fn run<const CHECKED: bool>(
                 // (checked at lowering), so `arrays` is at most `MAX_DEPTH` now.
                 unsafe { counts.get_unchecked_mut(arrays) }.write(n);
             }
-            FlatOp::CloseNext { min_item, body } => {
+            &FlatOp::CloseNext { min_item, body } => {
                 open -= 1;
                 // SAFETY: as for `Close`.
                 w.close(unsafe { opens.get_unchecked(open).assume_init() });
@@ -230,7 +234,7 @@ fn run<const CHECKED: bool>(
                 }
                 arrays -= 1;
             }
-            FlatOp::ArrayNext { min_item, body } => {
+            &FlatOp::ArrayNext { min_item, body } => {
                 // SAFETY: this array's `ArrayBegin` wrote the slot before its first item, and
                 // its index is at most `MAX_DEPTH`.
                 let left = unsafe { counts.get_unchecked_mut(arrays).assume_init_mut() };
@@ -244,8 +248,8 @@ fn run<const CHECKED: bool>(
                 }
                 arrays -= 1;
             }
-            FlatOp::Fail(i) => return Err(plan.errors[i as usize].clone()),
-            FlatOp::End => return Ok(()),
+            &FlatOp::Fail(i) => return Err(plan.errors[i as usize].clone()),
+            &FlatOp::End => return Ok(()),
         }
         // SAFETY: the op was not the last (see the fetch above).
         op = unsafe { op.add(1) };
