@@ -153,9 +153,27 @@ async fn row(
         Some(found) => found.map_err(PlanLookupError::BadRecord),
         None => plans.plan_for(meta.topic, value).await,
     };
-    match found {
-        Ok((plan, at)) => transcode(&plan, &value[at..], meta, out, tally),
-        Err(e) => tally.failed(e),
+    let (plan, at) = match found {
+        Ok(found) => found,
+        Err(e) => return tally.failed(e),
+    };
+    if !plan.reads_key() {
+        return transcode(&plan, &value[at..], meta, out, tally);
+    }
+    // Columns from the key's fields: the key's plan, as the writer finds it.
+    let key = match (&route.writer.keys, meta.key) {
+        (Some(keys), Some(key)) => match keys.key_plan(key).await {
+            Ok((key_plan, key_at)) => Some((key_plan, &key[key_at..])),
+            Err(e) => return tally.failed(e),
+        },
+        _ => None,
+    };
+    let result = plan
+        .transcode(&value[at..], Some(meta), out)
+        .and_then(|_| plan.transcode_key(key.as_ref().map(|(p, body)| (&**p, *body)), out));
+    match result {
+        Ok(()) => tally.written += 1,
+        Err(e) => tally.dead(e.class(), e.to_string()),
     }
 }
 

@@ -11,6 +11,7 @@ mod connect_schemas;
 mod ensure;
 mod envelope_table;
 pub mod evolution;
+pub mod key_plans;
 pub mod plans;
 pub mod router;
 mod settings;

@@ -16,6 +16,7 @@ use kbq_core::metadata::TableFingerprint;
 use kbq_core::model::RoutedTable;
 
 use super::evolution::SchemaEvolution;
+use super::key_plans::{self, KeyPlans};
 use super::plans::{FixedPlan, RegistryPlans};
 use crate::bigquery::rest_client::{RestClient, TableReference};
 use crate::bigquery::write_client::WriteClient;
@@ -23,9 +24,9 @@ use crate::config::{self, Config, TopicRoute, defaults};
 use crate::ops::metrics::Metrics;
 use crate::registry::{RegistryConfig, SchemaRegistry};
 use crate::writer::change_source::ChangeSource;
-use crate::writer::plan_source::{PlanSource, WriterRoute};
+use crate::writer::plan_source::{KeySource, PlanSource, WriterRoute};
 use kbq_core::table_schema::TableSchema;
-use kbq_transcode::transforms::Filter;
+use kbq_transcode::transforms::{Filter, KeyFormat};
 use kbq_transcode::{AvroSchema, DeriveOptions, MetadataColumns, Plan};
 
 use super::cdc;
@@ -278,6 +279,7 @@ impl Router {
             }
             None => None,
         };
+        let keys = key_source(&self.config, settings, &table.schema, registry.as_ref())?;
         let plans: Arc<dyn PlanSource> = match &change_plans {
             Some(change_plans) => change_plans.clone(),
             None => {
@@ -295,6 +297,7 @@ impl Router {
                 plans,
                 cdc: change_plans.map(|p| p as Arc<dyn ChangeSource>),
                 filter: Filter::new(settings.transforms),
+                keys,
             }),
             table: table_ref,
             resolve: resolve_columns(settings.metadata_columns),
@@ -372,6 +375,38 @@ impl Router {
             ),
         })
     }
+}
+
+/// The key plans of a route whose transforms set columns from the key's fields, read as their
+/// `key_format` declares.
+fn key_source(
+    config: &Config,
+    settings: &TopicRoute<'_>,
+    table: &TableSchema,
+    registry: Option<&Arc<SchemaRegistry>>,
+) -> anyhow::Result<Option<Arc<dyn KeySource>>> {
+    let options = plan_options(settings);
+    let plans = match (key_plans::key_format(settings.transforms), registry) {
+        (None, _) => return Ok(None),
+        (Some(KeyFormat::Json), _) => KeyPlans::json(table, &options).map_err(|e| {
+            anyhow!(
+                "{}.transforms: the kafka keys cannot be written to table {}: {e}",
+                settings.path,
+                settings.label
+            )
+        })?,
+        (Some(KeyFormat::SchemaRegistry), Some(registry)) => KeyPlans::registry(
+            registry.clone(),
+            registry_input(config, None).message_indexes,
+            table,
+            options,
+        ),
+        (Some(KeyFormat::SchemaRegistry), None) => bail!(
+            "{}.transforms: key_format schema_registry needs schema_registry",
+            settings.path
+        ),
+    };
+    Ok(Some(Arc::new(plans)))
 }
 
 /// The columns `recovery.lost_offsets: resolve` reads a partition's end from, when the route

@@ -35,7 +35,7 @@ use crate::ops::metrics::{Metrics, TableLabel, TopicLabel};
 use kbq_core::bad_record::BadRecord;
 use kbq_core::model::TopicPartition;
 use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
-use kbq_transcode::transforms::FilterMatch;
+use kbq_transcode::transforms::{FilterMatch, KeyPlan};
 use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
@@ -180,11 +180,17 @@ pub fn spawn(
 enum RowBody {
     /// The record's value, its Avro body starting at this byte.
     Value(usize),
+    /// The record's value as `Value`, and the columns from its key's fields: the key's plan and
+    /// where its body starts (`None`: the record has no key).
+    Keyed(usize, KeyRead),
     /// A CDC row: the input the plan transcodes, then the pseudo-column bytes that follow.
     Change(kbq_transcode::change::ChangeRow),
     /// A finished row in the plan's descriptor (a renumbered DELETE by key).
     Proto(Vec<u8>),
 }
+
+/// A key's plan and where its body starts in the key.
+type KeyRead = Option<(Arc<KeyPlan>, usize)>;
 
 /// The metric series a writer updates per record or per request.
 struct HotMetrics {
@@ -359,13 +365,32 @@ impl PartitionWriter {
         let Some(value) = record.value() else {
             return self.bad(record, self.tombstone()).await;
         };
-        match self.plan_for_value(value).await? {
-            Ok(body_at) => self
-                .append_row(record, RowBody::Value(body_at))
-                .await
-                .map(drop),
-            Err(bad) => self.bad(record, bad).await,
-        }
+        let body = match self.plan_for_value(value).await? {
+            Ok(body_at) if self.plan.as_ref().is_some_and(|p| p.reads_key()) => {
+                match self.key_plan(&record).await? {
+                    Ok(key) => RowBody::Keyed(body_at, key),
+                    Err(bad) => return self.bad(record, bad).await,
+                }
+            }
+            Ok(body_at) => RowBody::Value(body_at),
+            Err(bad) => return self.bad(record, bad).await,
+        };
+        self.append_row(record, body).await.map(drop)
+    }
+
+    /// The plan of `record`'s key, for a plan with columns from the key's fields: `None` for a
+    /// record without a key (its columns NULL, or its error), or the bad record the key is.
+    async fn key_plan(&mut self, record: &Record) -> Result<Result<KeyRead, BadRecord>, RunEnd> {
+        let Some(key) = record.key() else {
+            return Ok(Ok(None));
+        };
+        let Some(keys) = self.route.keys.clone() else {
+            return Ok(Err(BadRecord {
+                class: "incompatible_schema",
+                reason: "the route declares no format for the kafka key".into(),
+            }));
+        };
+        Ok(self.lookup_plan(|| keys.key_plan(key)).await?.map(Some))
     }
 
     /// Whether the route's filters drop `record` (docs/mapping.md, "Transforms").
@@ -565,6 +590,18 @@ impl PartitionWriter {
             RowBody::Value(at) => {
                 let value = record.value().unwrap_or_default();
                 plan.transcode(&value[*at..], Some(&meta), self.open.buffer_mut())
+            }
+            RowBody::Keyed(at, key) => {
+                let value = record.value().unwrap_or_default();
+                let out = self.open.buffer_mut();
+                let row = plan.transcode(&value[*at..], Some(&meta), out)?;
+                let key_bytes = record.key().unwrap_or_default();
+                let key = key.as_ref().map(|(p, at)| (&**p, &key_bytes[*at..]));
+                if let Err(e) = plan.transcode_key(key, out) {
+                    out.truncate(row.start);
+                    return Err(e);
+                }
+                Ok(row.start..out.len())
             }
             RowBody::Change(change) => {
                 let row = plan.transcode(&change.input, Some(&meta), self.open.buffer_mut())?;

@@ -12,7 +12,7 @@ use kbq_core::bad_record::BadRecord;
 
 use super::change_source::ChangeSource;
 use kbq_transcode::Plan;
-use kbq_transcode::transforms::Filter;
+use kbq_transcode::transforms::{Filter, KeyPlan};
 
 /// Why a schema lookup failed.
 #[derive(Debug, Clone)]
@@ -58,6 +58,16 @@ pub trait PlanSource: Send + Sync {
     fn table_schema_updated(&self, _schema: &ProtoTableSchema) {}
 }
 
+/// The plan of a Kafka key and where its body starts inside the key.
+pub type KeyLookup<'a> =
+    Pin<Box<dyn Future<Output = Result<(Arc<KeyPlan>, usize), PlanLookupError>> + Send + 'a>>;
+
+/// Where the plans of Kafka keys come from, for the columns `set … from: key, field:` fills
+/// (docs/mapping.md, "Transforms"): by the key's schema id, or one plan of schemaless JSON.
+pub trait KeySource: Send + Sync {
+    fn key_plan<'a>(&'a self, key: &'a [u8]) -> KeyLookup<'a>;
+}
+
 /// The table a writer appends to: its topic's route.
 pub struct WriterRoute {
     /// `projects/{p}/datasets/{d}/tables/{t}`.
@@ -69,4 +79,6 @@ pub struct WriterRoute {
     pub cdc: Option<Arc<dyn ChangeSource>>,
     /// The route's `filter` transforms: a record they match is committed without a row.
     pub filter: Filter,
+    /// With columns set from the key's fields: the key plans.
+    pub keys: Option<Arc<dyn KeySource>>,
 }

@@ -1590,6 +1590,61 @@ fn a_bad_transform_is_refused_with_the_path_of_its_key() {
 }
 
 #[test]
+fn a_column_from_a_key_field_needs_the_keys_format_declared() {
+    use kbq_transcode::transforms::{KeyFormat, Transform};
+    let registry = |lines: &str| {
+        in_bigquery(lines).replace(
+            "avro:\n  schema_file: s.avsc\n",
+            "schema_registry:\n  url: http://127.0.0.1:8081\n",
+        )
+    };
+    let yaml = registry(
+        "  transforms:\n    - set: {column: customer_id, from: key, field: id, key_format: schema_registry}\n    - set: {column: raw_key, from: key}\n",
+    );
+    assert_eq!(errors(&yaml, HashMap::new()), Vec::<String>::new());
+    let config = Config::from_yaml(&yaml, HashMap::new()).unwrap();
+    assert!(matches!(
+        &config.bigquery.transforms[0],
+        Transform::Set(s) if s.key_field() == Some("id") && s.key_format == Some(KeyFormat::SchemaRegistry)
+    ));
+    assert_eq!(config.bigquery.transforms.len(), 2);
+    let cases = [
+        (
+            "  transforms:\n    - set: {column: customer_id, from: key, field: id}\n",
+            "bigquery.transforms[0].key_format: the key's bytes have no format of their own: say how to read them",
+        ),
+        (
+            "  transforms:\n    - set: {column: customer_id, from: topic, field: id}\n",
+            "bigquery.transforms[0].field: only with `from: key`",
+        ),
+        (
+            "  transforms:\n    - set: {column: customer_id, from: key, field: customer.id, key_format: json}\n",
+            "bigquery.transforms[0].field: `customer.id` is not a top-level field name of the key",
+        ),
+        (
+            "  transforms:\n    - set: {column: customer_id, from: key, key_format: json}\n",
+            "bigquery.transforms[0].key_format: only with `field`",
+        ),
+        (
+            "  transforms:\n    - set: {column: a, from: key, field: id, key_format: json}\n    - set: {column: b, from: key, field: region, key_format: schema_registry}\n",
+            "bigquery.transforms[1].key_format: transforms[0] reads the key as json: one key has one format",
+        ),
+        // Raw Avro values, and no registry to read a key's schema id from.
+        (
+            "  transforms:\n    - set: {column: customer_id, from: key, field: id, key_format: schema_registry}\n",
+            "bigquery.transforms[0].key_format: schema_registry keys are read by their schema id: configure schema_registry",
+        ),
+    ];
+    for (lines, expected) in cases {
+        assert_one_error(&in_bigquery(lines), HashMap::new(), expected);
+    }
+    let json_key = in_bigquery(
+        "  transforms:\n    - set: {column: customer_id, from: key, field: id, key_format: json}\n",
+    );
+    assert_eq!(errors(&json_key, HashMap::new()), Vec::<String>::new());
+}
+
+#[test]
 fn a_cast_parses_from_yaml_and_a_bad_one_is_refused_with_the_path_of_its_key() {
     use kbq_transcode::transforms::{CastType, Transform};
     let yaml = in_bigquery(

@@ -1,7 +1,8 @@
 //! Transforms end to end (docs/mapping.md, "Transforms"): the real binary, a real Kafka broker
 //! and the emulator. A route renames, drops and masks fields of the fixture's orders, fills a
 //! column from a header and filters the records of a test environment. Through a SIGKILL in the
-//! middle, every other record is one row, exactly once, holding what the transforms say; the
+//! middle, every other record is one row, exactly once, holding what the transforms say (a
+//! column from a field of the record's JSON key, NULL for a record without a key); the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
 //! rows nor dead letters. A table the sink creates, and the columns it adds or relaxes for a new
 //! writer schema, follow the transforms (a flattened record's fields as top-level columns). A
@@ -32,8 +33,13 @@ fn filtered(id: i64) -> bool {
     id % 5 == 4 || id >= 408
 }
 
+/// Every seventh order has no key (its `order_id` column, set from the key, is NULL).
+fn keyless(id: i64) -> bool {
+    id % 7 == 3
+}
+
 /// Produces orders `ids` round-robin over the partitions, each with a `trace` header and, when
-/// [`filtered`], `env: test`; the positions of the kept and of the filtered records, and each
+/// [`filtered`], `env: test`, and a JSON key unless [`keyless`]; the positions of the kept and of the filtered records, and each
 /// kept position's id.
 fn produce(
     f: &Fixture,
@@ -49,12 +55,16 @@ fn produce(
             headers::add(&mut hdrs, b"env", Some(b"test"));
         }
         let value = encode(&f.schema, id);
-        let key = id.to_string();
+        // Schemaless JSON keys; some records have none.
+        let key = format!(r#"{{"order_id":{id},"shop":"s-{}"}}"#, id % 3);
         let record = FutureRecord::to(&f.topic)
             .partition(partition)
-            .key(key.as_bytes())
             .payload(&value)
             .headers(hdrs);
+        let record = match keyless(id) {
+            true => record,
+            false => record.key(key.as_bytes()),
+        };
         let delivery = futures::executor::block_on(producer.send(record, Duration::from_secs(60)))
             .expect("record acknowledged");
         let position = (partition as i64, delivery.offset);
@@ -94,7 +104,7 @@ fn rows(f: &Fixture) -> BTreeMap<Position, BTreeMap<String, serde_json::Value>> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once() {
+async fn a_route_renames_drops_masks_sets_from_a_header_and_the_key_and_filters_exactly_once() {
     let f = Fixture::new(PARTITIONS).await;
     let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
     f.create_table_with_metadata(vec![
@@ -105,6 +115,7 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
         column("created", FieldType::Timestamp),
         column("note", FieldType::String),
         column("trace", FieldType::String),
+        column("order_id", FieldType::Int64),
     ]);
     let tweaks = Tweaks {
         create_table: Some(false),
@@ -115,6 +126,7 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
             "      - drop: {field: note}".into(),
             "      - mask: {field: amount}".into(),
             "      - set: {column: trace, header: trace, encoding: string}".into(),
+            "      - set: {column: order_id, from: key, field: order_id, key_format: json}".into(),
             "      - filter: {header: env, equals: test}".into(),
         ],
         ..Tweaks::default()
@@ -143,6 +155,10 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_filters_exactly_once
         assert_eq!(columns["id"], text(id.to_string()), "{position:?}");
         assert_eq!(columns["buyer"], text(format!("customer-{}", id % 97)));
         assert_eq!(columns["trace"], text(format!("t-{id}")));
+        match keyless(id) {
+            true => assert!(columns["order_id"].is_null(), "{id}"),
+            false => assert_eq!(columns["order_id"], text(id.to_string())),
+        }
         for gone in ["customer", "amount", "note"] {
             assert!(
                 columns[gone].is_null(),

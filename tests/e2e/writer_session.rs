@@ -498,6 +498,7 @@ async fn order_writer(
         plans: Arc::new(plan),
         cdc: None,
         filter: kbq_transcode::transforms::Filter::default(),
+        keys: None,
     });
     let (records_tx, records_rx) = tokio::sync::mpsc::channel(1024);
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();

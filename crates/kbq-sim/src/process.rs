@@ -194,6 +194,7 @@ impl Sim {
                 plans: self.route.plans.clone(),
                 cdc: self.route.cdc.clone().map(|p| p as Arc<dyn ChangeSource>),
                 filter: kbq_transcode::transforms::Filter::default(),
+                keys: None,
             }),
             // The `resolve` query's columns: the record's offset and partition.
             resolve: Some(ResolveColumns {

@@ -179,6 +179,13 @@ pub enum RecordError {
     /// budget allows (a schema whose types expand exponentially; `budget.rs`).
     #[error("{what} takes more than {limit} steps: the schema is too complex")]
     SchemaTooComplex { what: &'static str, limit: usize },
+    /// The Kafka key, read for the columns `set … from: key, field:` fills, is not what its
+    /// schema says: its class is the key's error's.
+    #[error("column {columns} from the kafka key: {source}")]
+    KafkaKey {
+        columns: Arc<str>,
+        source: Box<RecordError>,
+    },
 }
 
 impl RecordError {
@@ -205,6 +212,7 @@ impl RecordError {
             }
             RecordError::JsonSchemaViolation { .. } => "schema_violation",
             RecordError::SchemaTooComplex { .. } => "schema_too_complex",
+            RecordError::KafkaKey { source, .. } => source.class(),
             _ => "malformed_avro",
         }
     }

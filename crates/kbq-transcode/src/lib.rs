@@ -128,6 +128,24 @@ impl Plan {
         self.transcode_with(body, meta, out, false)
     }
 
+    /// Whether rows of this plan have columns set from fields of the Kafka key (`set … from:
+    /// key, field:`), which [`Plan::transcode_key`] writes from the key's own plan.
+    pub fn reads_key(&self) -> bool {
+        !self.metadata.set.keys().is_empty()
+    }
+
+    /// Appends the columns set from the Kafka key's fields to the row just transcoded into
+    /// `out`: `key` is the key's plan and its body (without framing), `None` for a record
+    /// without a key (the columns NULL, a REQUIRED one the record's error). On error `out` is
+    /// left as it was; the caller drops the row.
+    pub fn transcode_key(
+        &self,
+        key: Option<(&transforms::KeyPlan, &[u8])>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        transforms::write_key(self.metadata.set.keys(), key, out)
+    }
+
     /// [`Plan::transcode`] through the reference executors: Avro's tree executor, which the flat
     /// executor is compared against (`tests/transcode/differential.rs`, the fuzzers), and JSON's
     /// `json/reference.rs` (`tests/transcode/json_differential.rs`). Not for production use.

@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use kbq_transcode::MetadataColumns;
-use kbq_transcode::transforms::{self, Transform};
+use kbq_transcode::transforms::{self, KeyFormat, Transform};
 
 use super::Validator;
 
@@ -18,6 +18,8 @@ struct Applied<'a> {
     route_path: String,
     metadata: &'a MetadataColumns,
     cdc: bool,
+    /// Whether `schema_registry` is configured (keys read through it need it).
+    registry: bool,
 }
 
 impl Validator {
@@ -30,6 +32,7 @@ impl Validator {
                 route_path: "bigquery".into(),
                 metadata: &b.metadata_columns,
                 cdc: false,
+                registry: c.schema_registry.is_some(),
             },
         );
         for (i, r) in c.routes.iter().enumerate() {
@@ -48,6 +51,7 @@ impl Validator {
                     route_path: format!("routes[{i}]"),
                     metadata: r.metadata_columns.as_ref().unwrap_or(&b.metadata_columns),
                     cdc: r.cdc.is_some(),
+                    registry: c.schema_registry.is_some(),
                 },
             );
         }
@@ -65,6 +69,14 @@ impl Validator {
             let i = list.iter().position(is_kafka_set).unwrap_or(0);
             self.err(format!("{}[{i}].from", at.list_path), reason);
         }
+        if !at.registry
+            && let Some(i) = list.iter().position(reads_key_through_registry)
+        {
+            self.err(
+                format!("{}[{i}].key_format", at.list_path),
+                "schema_registry keys are read by their schema id: configure schema_registry, or read the key as json",
+            );
+        }
         let Some(i) = list.iter().position(Transform::shapes_rows) else {
             return;
         };
@@ -81,7 +93,11 @@ impl Validator {
 }
 
 fn is_kafka_set(t: &Transform) -> bool {
-    matches!(t, Transform::Set(s) if s.from.is_some())
+    matches!(t, Transform::Set(s) if s.from.is_some() && s.key_field().is_none())
+}
+
+fn reads_key_through_registry(t: &Transform) -> bool {
+    matches!(t, Transform::Set(s) if s.key_field().is_some() && s.key_format == Some(KeyFormat::SchemaRegistry))
 }
 
 /// Whether route `i` inherits `bigquery.transforms` into settings they may not meet: CDC, other

@@ -43,6 +43,8 @@ pub fn without_absent(list: &[Transform], absent: &[String]) -> Vec<Transform> {
                     header: None,
                     encoding: None,
                     from: None,
+                    field: None,
+                    key_format: None,
                 })
             }),
             t if t.field().is_some_and(|f| is_absent(absent, f)) => None,

@@ -21,6 +21,8 @@ pub struct SetOps {
     /// Every static value's field (key and value), encoded once, copied into each row.
     constants: Box<[u8]>,
     headers: Box<[HeaderOp]>,
+    /// The columns set from the key's fields (`keys.rs`), written apart from the value.
+    keys: Box<[super::keys::KeyColumn]>,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +43,7 @@ pub(crate) fn set_ops(
 ) -> Result<SetOps, PlanError> {
     let mut constants = Vec::new();
     let mut headers = Vec::new();
+    let keys = super::keys::key_columns(list, table, protos)?;
     for t in list {
         let (column, value, header) = match t {
             Transform::Set(s) if s.from.is_none() => (
@@ -95,6 +98,7 @@ pub(crate) fn set_ops(
     Ok(SetOps {
         constants: constants.into_boxed_slice(),
         headers: headers.into_boxed_slice(),
+        keys,
     })
 }
 
@@ -189,6 +193,10 @@ impl SetOps {
     #[inline(always)]
     pub(crate) fn headers(&self) -> &[HeaderOp] {
         &self.headers
+    }
+
+    pub(crate) fn keys(&self) -> &[super::keys::KeyColumn] {
+        &self.keys
     }
 }
 

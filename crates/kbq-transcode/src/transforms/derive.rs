@@ -61,6 +61,9 @@ pub(crate) fn apply(
                     }
                 }
             }
+            // Its type is the key schema's field's, which a table derived from the value's
+            // writer schema does not read: the column is the table's own (docs/mapping.md).
+            Transform::Set(s) if s.key_field().is_some() => {}
             Transform::Set(s) => {
                 let ty = match (&s.value, s.encoding) {
                     (Some(v), _) => literal_type(v),

@@ -40,7 +40,7 @@ impl<'a> FieldRules<'a> {
             .collect();
         let set_columns = (list.iter().enumerate())
             .filter_map(|(i, t)| match t {
-                Transform::Set(s) if s.from.is_none() => Some((s.column.to_ascii_lowercase(), i)),
+                Transform::Set(s) if s.fills_column() => Some((s.column.to_ascii_lowercase(), i)),
                 Transform::Mask(m) if m.value.is_some() => Some((m.field.to_ascii_lowercase(), i)),
                 _ => None,
             })

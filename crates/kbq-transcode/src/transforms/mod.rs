@@ -2,7 +2,8 @@
 //! compiler folds into the plan, so a record pays nothing for them at run time. Fields are
 //! dropped, renamed or masked by choosing which column each field fills (`fields.rs`); a column
 //! is set from a static value or a Kafka header by a value the plan writes beside the Kafka
-//! metadata (`columns.rs`); records are filtered before they reach a plan (`filter.rs`). The
+//! metadata (`columns.rs`), or from a field of the Kafka key by a plan of the key's own schema
+//! (`keys.rs`); records are filtered before they reach a plan (`filter.rs`). The
 //! types are what the YAML says (the config deserializes them directly); [`check`] is the part
 //! of `validate` that needs no schema.
 
@@ -12,6 +13,7 @@ mod columns;
 mod derive;
 mod fields;
 mod filter;
+mod keys;
 mod time_format;
 mod timestamps;
 mod values;
@@ -23,6 +25,8 @@ pub(crate) use columns::{HeaderValue, SetOps, set_ops, write_set};
 pub(crate) use derive::apply as apply_to_derived;
 pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
+pub(crate) use keys::write_key;
+pub use keys::{KeyPlan, KeySchema};
 pub(crate) use values::{JsonKind, Scalar, Source, ValueOp};
 
 use crate::metadata_columns::MetadataColumns;
@@ -343,6 +347,49 @@ pub struct SetColumn {
     /// One of the record's Kafka coordinates: the same as `metadata_columns`.
     #[serde(default)]
     pub from: Option<KafkaField>,
+    /// With `from: key`: a top-level field of the key, decoded as `key_format` says, instead
+    /// of the key's bytes (`keys.rs`).
+    #[serde(default)]
+    pub field: Option<String>,
+    /// With `field`: how the key's bytes are read; required, never guessed.
+    #[serde(default)]
+    pub key_format: Option<KeyFormat>,
+}
+
+impl SetColumn {
+    /// The key's field this column is set from (`from: key` with `field`).
+    pub fn key_field(&self) -> Option<&str> {
+        match self.from {
+            Some(KafkaField::Key) => self.field.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the plan fills the column itself (a static value, a header, a key's field)
+    /// rather than as a Kafka metadata column.
+    pub(crate) fn fills_column(&self) -> bool {
+        self.from.is_none() || self.key_field().is_some()
+    }
+}
+
+/// How a Kafka key is read for `set … from: key, field:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyFormat {
+    /// Confluent-framed: Avro, Protobuf or JSON Schema, as the key's schema id is registered.
+    SchemaRegistry,
+    /// Schemaless JSON: an object, its values typed by the column as schemaless JSON values.
+    Json,
+}
+
+impl KeyFormat {
+    /// The YAML's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyFormat::SchemaRegistry => "schema_registry",
+            KeyFormat::Json => "json",
+        }
+    }
 }
 
 /// A static value of `set` or `mask`, typed by the YAML scalar it is written as.
@@ -444,7 +491,10 @@ impl Transform {
             Transform::Rename(r) => format!("rename {} to {}", r.field, r.to),
             Transform::Mask(m) if m.hash.is_some() => format!("mask {} with a hash", m.field),
             Transform::Mask(m) => format!("mask {}", m.field),
-            Transform::Set(s) => format!("set {}", s.column),
+            Transform::Set(s) => match s.key_field() {
+                Some(f) => format!("set {} from the key's field {f}", s.column),
+                None => format!("set {}", s.column),
+            },
             Transform::Filter(_) => "filter".into(),
             Transform::Cast(c) => format!("cast {} to {}", c.field, c.to.name()),
             Transform::Convert(c) => {
@@ -492,6 +542,7 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
     let mut fields: Vec<(usize, String)> = Vec::new();
     let mut columns: Vec<(usize, String)> = Vec::new();
     let mut kafka: Vec<(usize, KafkaField)> = Vec::new();
+    let mut key_fields: Vec<(usize, String, KeyFormat)> = Vec::new();
     for (i, t) in list.iter().enumerate() {
         if let Some(path) = t.field() {
             if path.split('.').any(|s| !is_name(s)) {
@@ -594,7 +645,10 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                     }
                     _ => {}
                 }
-                if let Some(f) = s.from {
+                if let Err((key, message)) = check_key_field(s, i, &mut key_fields) {
+                    return err(i, key, message);
+                }
+                if let Some(f) = s.from.filter(|_| s.key_field().is_none()) {
                     if let Some((j, _)) = kafka.iter().find(|(_, k)| *k == f) {
                         return err(
                             i,
@@ -652,6 +706,62 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
             );
         }
     }
+    Ok(())
+}
+
+/// A `set … from: key, field:`: `field` only from the key, a top-level name, read in a declared
+/// `key_format` (the same in every such entry, since one key is read once); `key_format` only
+/// with `field`. `seen`: the earlier entries' index, lowercased field and format.
+fn check_key_field(
+    s: &SetColumn,
+    i: usize,
+    seen: &mut Vec<(usize, String, KeyFormat)>,
+) -> Result<(), (&'static str, String)> {
+    let Some(field) = &s.field else {
+        if s.key_format.is_some() {
+            return Err(("key_format", "only with `field`".into()));
+        }
+        return Ok(());
+    };
+    if s.from != Some(KafkaField::Key) {
+        return Err((
+            "field",
+            "only with `from: key`: the field is read from the kafka key".into(),
+        ));
+    }
+    if !is_name(field) {
+        return Err((
+            "field",
+            format!(
+                "`{field}` is not a top-level field name of the key (letters, digits and `_`; a nested path is not supported)"
+            ),
+        ));
+    }
+    let Some(format) = s.key_format else {
+        return Err((
+            "key_format",
+            "the key's bytes have no format of their own: say how to read them (schema_registry: confluent-framed avro, protobuf or json schema; json: schemaless json)".into(),
+        ));
+    };
+    let lower = field.to_ascii_lowercase();
+    for (j, other, other_format) in seen.iter() {
+        if *other == lower {
+            return Err((
+                "field",
+                format!("transforms[{j}] already sets a column from the key's field {field}"),
+            ));
+        }
+        if *other_format != format {
+            return Err((
+                "key_format",
+                format!(
+                    "transforms[{j}] reads the key as {}: one key has one format",
+                    other_format.name()
+                ),
+            ));
+        }
+    }
+    seen.push((i, lower, format));
     Ok(())
 }
 
@@ -718,6 +828,7 @@ pub fn metadata_with(
         let Transform::Set(SetColumn {
             column,
             from: Some(from),
+            field: None,
             ..
         }) = t
         else {

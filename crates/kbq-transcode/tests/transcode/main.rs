@@ -15,6 +15,7 @@ mod golden;
 mod json;
 mod json_differential;
 mod json_props;
+mod key_fields;
 mod props;
 mod protobuf;
 mod protobuf_vectors;
