@@ -51,6 +51,7 @@ mod converters;
 mod credentials;
 mod delivery;
 mod errors;
+mod key_column;
 mod schema;
 mod smts;
 mod tables;
@@ -204,13 +205,20 @@ pub fn migrate(
     let (input, json_envelope) = converters::input(&mut s, worker, creates, upsert || delete)?;
     let json_input = matches!(input, Input::Json);
     let add_columns = schema::schema_changes(&mut s, json_input);
-    let mut metadata_columns = schema::metadata_columns(&mut s);
     // As the cdc section: CDC routes unless schemaless JSON lacks the envelope.
     let cdc_routes = (upsert || delete) && (!json_input || json_envelope);
+    let key_cx = key_column::KeyContext {
+        registry: matches!(input, Input::Registry { .. }),
+        cdc: cdc_routes,
+        creates,
+    };
+    let key_column = key_column::key_column(&s, &routing, &key_cx);
+    let mut metadata_columns = schema::metadata_columns(&mut s, key_column.as_ref(), &key_cx);
     let cx = smts::Context {
         routing: &routing,
         changes: upsert || delete,
         shaping_blocked: smts::shaping_blocked(cdc_routes),
+        key: &key_cx,
     };
     let (transforms, unwrap) = smts::transforms(&mut s, &cx, json_input, &mut metadata_columns);
     let (cdc, at_least_once) =

@@ -656,3 +656,45 @@ fn a_timestamp_converter_of_a_field_becomes_a_convert_where_its_pattern_is_exact
         "format \"EEE, d MMM yyyy HH:mm:ss\": `EEE` has no exact counterpart",
     );
 }
+
+#[test]
+fn an_extracted_key_field_in_the_key_column_becomes_a_column_from_the_key() {
+    let (yaml, report) = migrate("20-smt-key-field-column.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        ["set: {column: \"customer_id\", from: key, field: \"id\", key_format: schema_registry}"],
+        "{yaml}"
+    );
+    // The key's field, not its bytes: no metadata column of the key.
+    assert!(!body(&yaml).contains("metadata_columns"), "{yaml}");
+    for property in ["kafkaKeyFieldName", "transforms.customerKey.type"] {
+        assert_label(
+            &report,
+            property,
+            "mapped",
+            "bigquery.transforms set customer_id from the key's field id (transforms.customerKey, ExtractField$Key, with kafkaKeyFieldName), key_format schema_registry",
+        );
+    }
+    // A key built from the value's fields is not a column from the key: each step says why,
+    // and the key column keeps the key's bytes.
+    let (yaml, report) = migrate("21-smt-value-to-key.json");
+    assert_eq!(transforms_of(&yaml), Vec::<String>::new(), "{yaml}");
+    assert_label(
+        &report,
+        "transforms.accountKey.type",
+        "not translatable",
+        "the key written into kafkaKeyFieldName is built from the value's fields account_id",
+    );
+    assert_label(
+        &report,
+        "transforms.accountId.type",
+        "not translatable",
+        "built from the value's fields by transforms.accountKey (ValueToKey): column account would hold the value's field account_id",
+    );
+    assert_label(
+        &report,
+        "kafkaKeyFieldName",
+        "changed",
+        "bigquery.metadata_columns.key \"account\"",
+    );
+}

@@ -210,7 +210,7 @@ fn note_key_and_header(s: &mut Source) {
         s.note(
             &key,
             Outcome::Dropped(
-                "the key is read only for a cdc route's key columns (through the registry subject {topic}-key) and the key column (raw bytes)".into(),
+                "the key is read only for a cdc route's key columns (through the registry subject {topic}-key), the key column (raw bytes), and a column from a field of the key, whose key_format says how (see kafkaKeyFieldName)".into(),
             ),
         );
     }

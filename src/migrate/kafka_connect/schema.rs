@@ -2,6 +2,7 @@
 //! (`kafkaKeyFieldName`, `kafkaDataFieldName`).
 
 use super::Source;
+use super::key_column::{KeyColumn, KeyContext};
 use crate::migrate::report::Outcome;
 
 /// Whether new fields add columns (`schema_update: add_columns`); schemaless JSON has no
@@ -69,10 +70,17 @@ pub(super) fn schema_changes(s: &mut Source, json_input: bool) -> bool {
     add_columns
 }
 
-/// `bigquery.metadata_columns` from the connector's key and data fields.
-pub(super) fn metadata_columns(s: &mut Source) -> Vec<(&'static str, String)> {
+/// `bigquery.metadata_columns` from the connector's key and data fields; `key_column`: the
+/// key's field that `kafkaKeyFieldName` holds instead of the key (`key_column.rs`).
+pub(super) fn metadata_columns(
+    s: &mut Source,
+    key_column: Option<&KeyColumn>,
+    cx: &KeyContext,
+) -> Vec<(&'static str, String)> {
     let mut metadata_columns: Vec<(&'static str, String)> = Vec::new();
-    if let Some(key) = s
+    if let Some(k) = key_column {
+        s.note("kafkaKeyFieldName", k.outcome(cx));
+    } else if let Some(key) = s
         .get("kafkaKeyFieldName")
         .filter(|k| !k.is_empty())
         .map(str::to_string)

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kbq_transcode::transforms::{self, ConvertField, EpochUnit, TimeFrom, TimeTo, Transform};
 
+use super::key_column::{self, KeyContext};
 use super::topics::Routing;
 use super::{Source, list};
 use crate::migrate::report::Outcome;
@@ -17,6 +18,8 @@ pub(super) struct Context<'a> {
     pub changes: bool,
     /// Why a field transform cannot be had here, if it cannot.
     pub shaping_blocked: Option<&'static str>,
+    /// What a column from a field of the key reads.
+    pub key: &'a KeyContext,
 }
 
 /// Why field transforms cannot be had: a field transform (drop, rename, mask, set) cannot be had
@@ -118,9 +121,20 @@ fn smt(
         Outcome::NotTranslatable(format!(
             "{short} applies only to the records predicate {p} matches; a transform here applies to every record of its route"
         ))
+    } else if short == "ValueToKey" {
+        key_column::value_to_key(s, t, cx.key.cdc)
+    } else if class.ends_with("$Key") && short == "ExtractField" {
+        match key_column::extract_key_field(s, cx.routing, cx.key, t) {
+            Ok(k) => {
+                chain.transforms.push(k.transform_item());
+                chain.touch(&[k.column.as_str()], t);
+                k.outcome(cx.key)
+            }
+            Err(outcome) => outcome,
+        }
     } else if class.ends_with("$Key") {
         Outcome::NotTranslatable(format!(
-            "{short} of the key: the key is written only as its raw bytes (metadata_columns.key) and read by a cdc route's key columns; no transform reads it"
+            "{short} of the key: the key is written as its raw bytes (metadata_columns.key), read by a cdc route's key columns, or a top-level field of it set into a column (ExtractField$Key with kafkaKeyFieldName); no other transform reads it"
         ))
     } else if short == "InsertField" {
         insert_field_smt(s, t, cx.shaping_blocked, metadata_columns, chain)
@@ -173,8 +187,7 @@ fn router_outcome(t: &str, routing: &Routing) -> Outcome {
 
 /// A transform without a counterpart here.
 fn unsupported(short: &str) -> Outcome {
-    if matches!(short, |"ExtractField"| "ValueToKey"
-        | "HoistField"
+    if matches!(short, |"ExtractField"| "HoistField"
         | "TimestampRouter"
         | "HeaderFrom"
         | "InsertHeader"
@@ -285,7 +298,7 @@ impl Chain {
 }
 
 /// A name `drop`, `rename`, `mask` and `set` take for a top-level field or column.
-fn is_field_name(s: &str) -> bool {
+pub(super) fn is_field_name(s: &str) -> bool {
     let mut chars = s.chars();
     chars
         .next()
