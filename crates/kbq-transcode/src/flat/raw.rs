@@ -124,6 +124,18 @@ impl<'a> Input<'a> {
     /// A length prefix followed by that many bytes.
     #[inline(always)]
     pub(super) fn bytes(&mut self) -> Result<&'a [u8], RecordError> {
+        // A length of one byte (under 64 bytes: most strings): one test for both the varint's
+        // end and the zigzag sign, one comparison with the bytes left.
+        if let Some(&b) = self.buf.get(self.pos)
+            && b & 0x81 == 0
+        {
+            let start = self.pos + 1;
+            let n = (b >> 1) as usize;
+            if n <= self.buf.len() - start {
+                self.pos = start + n;
+                return Ok(&self.buf[start..][..n]);
+            }
+        }
         let at = self.pos;
         // A zigzag length is even when non-negative.
         if let Some(v) = self.varint()
