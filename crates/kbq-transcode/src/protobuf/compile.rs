@@ -19,7 +19,7 @@ use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use crate::transforms::{FieldRules, Source, Target, Transform, ValueOp};
-use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
+use crate::{Body, Plan, PlanError, PlanOptions, RecordError, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
 const ROOT_MESSAGE: &str = "Row";
@@ -187,7 +187,7 @@ impl Compiler<'_> {
         let mut fields = Vec::new();
         let mut numbers = Vec::new();
         let mut protos = Vec::new();
-        let mut defaults = Vec::new();
+        let mut defaults = Defaults::default();
         let mut required = Vec::new();
         let mut oneofs: HashMap<String, Vec<u16>> = HashMap::new();
         let mut matched: Vec<String> = Vec::new();
@@ -249,7 +249,8 @@ impl Compiler<'_> {
             let implicit = scalar && (map_entry || (!fd.supports_presence() && !fd.is_list()));
             if implicit {
                 if let FieldKind::Scalar { src, conv, tag, .. } = &kind {
-                    defaults.push((index, default_bytes(&fd, *src, conv, *tag, &path)));
+                    let default = default_bytes(&fd, *src, conv, *tag, &path);
+                    defaults.add(index, default, &mut required);
                 }
             } else if column.mode() == Mode::Required {
                 required.push(index);
@@ -273,7 +274,8 @@ impl Compiler<'_> {
                 lookup: lookup(numbers),
                 tracked: fields.len(),
                 fields: fields.into_boxed_slice(),
-                defaults: defaults.into_boxed_slice(),
+                defaults: defaults.bytes.into_boxed_slice(),
+                default_errors: defaults.errors.into_boxed_slice(),
                 required: required.into_boxed_slice(),
                 oneofs: oneof_groups(oneofs),
                 missing_required,
@@ -506,15 +508,42 @@ fn lookup(mut numbers: Vec<(u32, u16)>) -> Lookup {
     }
 }
 
+/// The defaults of a message's implicit-presence fields, written when the wire leaves them
+/// out, and those a transform cannot write (`""` cast to INT64): a record without such a field
+/// is its error, the one the same value sent would be, so the field is required.
+#[derive(Default)]
+struct Defaults {
+    bytes: Vec<(u16, Box<[u8]>)>,
+    errors: Vec<(u16, RecordError)>,
+}
+
+impl Defaults {
+    fn add(
+        &mut self,
+        index: u16,
+        default: Result<Box<[u8]>, RecordError>,
+        required: &mut Vec<u16>,
+    ) {
+        match default {
+            Ok(bytes) => self.bytes.push((index, bytes)),
+            Err(e) => {
+                required.push(index);
+                self.errors.push((index, e));
+            }
+        }
+    }
+}
+
 /// The bytes of the default value of an implicit-presence field, written when the wire omits
-/// it. A default the column cannot take (an empty string is not JSON) leaves the column NULL.
+/// it. An empty string into a JSON column (it is not JSON) leaves the column NULL; a default a
+/// transform cannot write is the record's error.
 fn default_bytes(
     fd: &FieldDescriptor,
     src: Src,
     conv: &Conv,
     tag: Tag,
     path: &Arc<str>,
-) -> Box<[u8]> {
+) -> Result<Box<[u8]>, RecordError> {
     let zero = match (&fd.kind(), src) {
         (PKind::Enum(e), _) => Val::I(e.default_value().number() as i64),
         (_, Src::String | Src::Bytes) => Val::B(b""),
@@ -525,8 +554,10 @@ fn default_bytes(
     };
     let mut out = Vec::new();
     match write_scalar(conv, tag, zero, path, &mut out) {
-        Ok(()) => out.into_boxed_slice(),
-        Err(_) => Box::default(),
+        Ok(()) => Ok(out.into_boxed_slice()),
+        // An empty string is no JSON text: its JSON column stays NULL (docs/mapping.md).
+        Err(_) if matches!(conv, Conv::JsonStr) => Ok(Box::default()),
+        Err(e) => Err(e),
     }
 }
 

@@ -168,6 +168,9 @@ pub(super) fn write_field(
 pub(super) fn check_presence(op: &MessageOp, seen: &Seen) -> Result<(), RecordError> {
     for &i in op.required.iter() {
         if !seen.has(i as usize) {
+            if let Some((_, e)) = op.default_errors.iter().find(|(j, _)| *j == i) {
+                return Err(e.clone());
+            }
             return Err(RecordError::NullRequired {
                 column: op.fields[i as usize].column.clone(),
             });

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::convert::DecimalTarget;
+use crate::error::RecordError;
 use crate::proto::Tag;
 use crate::transforms::ValueOp;
 
@@ -17,6 +18,9 @@ pub struct MessageOp {
     /// Fields with implicit presence (proto3 scalars, map keys and values): when the wire does
     /// not carry them their column gets the default value, written from these bytes.
     pub defaults: Box<[(u16, Box<[u8]>)]>,
+    /// Implicit-presence fields whose default a transform cannot write (`""` cast to INT64):
+    /// also in `required`, and absent is this error, the one the value sent would be.
+    pub default_errors: Box<[(u16, RecordError)]>,
     /// Explicit-presence fields whose column is REQUIRED: absent is an error.
     pub required: Box<[u16]>,
     /// Members of each `oneof` that has a column: at most one may be present.

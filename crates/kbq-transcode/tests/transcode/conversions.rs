@@ -478,6 +478,59 @@ fn one_record_in_every_format_through_every_conversion_gives_one_golden_row() {
     );
 }
 
+/// A proto3 field without presence holds its default when the wire leaves it out (`""`, 0): a
+/// cast or conversion that cannot write the default is its record's error naming the column,
+/// the one the value sent would be, never a NULL (the default was written once, when the plan
+/// was compiled, and a failure left the column empty). One that can writes it.
+#[test]
+fn a_proto3_default_a_cast_or_conversion_cannot_write_is_its_records_error_as_the_value_sent() {
+    let cases = [
+        (
+            json!({"cast": {"field": "e", "to": "INT64"}}),
+            "e",
+            "INT64",
+            0x2a, // field 5, length-delimited
+            "column e: \"\" is not an integer of INT64's range",
+        ),
+        (
+            json!({"cast": {"field": "g", "to": "BOOL"}}),
+            "g",
+            "BOOL",
+            0x3a,
+            "column g: \"\" is not true or false",
+        ),
+        (
+            json!({"cast": {"field": "f", "to": "NUMERIC"}}),
+            "f",
+            "NUMERIC",
+            0x32,
+            "column f: \"\" is not a decimal number",
+        ),
+    ];
+    for (cast, column, ty, key, want) in cases {
+        let table: TableSchema =
+            serde_json::from_value(json!({"fields": [{"name": column, "type": ty}]})).unwrap();
+        let plan = proto_plan(list(json!([cast])), &table).unwrap();
+        let sent = run(&plan, &[key, 0], &[]).unwrap_err();
+        assert_eq!(sent.to_string(), want, "{column}");
+        assert_eq!(run(&plan, &[], &[]), Err(sent), "{column} left out");
+    }
+    let table: TableSchema =
+        serde_json::from_value(json!({"fields": [{"name": "txt", "type": "DATETIME"}]})).unwrap();
+    let convert = json!({"convert": {"field": "txt", "from": "string", "format": "%Y-%m-%d", "to": "DATETIME"}});
+    let plan = times_proto_plan(list(json!([convert])), &table).unwrap();
+    let sent = run(&plan, &[0x1a, 0], &[]).unwrap_err();
+    assert!(sent.to_string().starts_with("column txt: \"\" "), "{sent}");
+    assert_eq!(run(&plan, &[], &[]), Err(sent));
+    // A default the transform can write is written: 0 seconds is 1970-01-01.
+    let table: TableSchema =
+        serde_json::from_value(json!({"fields": [{"name": "s", "type": "DATE"}]})).unwrap();
+    let convert =
+        json!({"convert": {"field": "s", "from": "epoch_seconds", "to": "DATE", "zone": "UTC"}});
+    let plan = times_proto_plan(list(json!([convert])), &table).unwrap();
+    assert_eq!(run(&plan, &[], &[]).unwrap(), json!({"s": 0}));
+}
+
 #[test]
 fn a_time_that_cannot_be_written_exactly_is_its_records_error() {
     let t = list(json!([
