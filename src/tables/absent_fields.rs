@@ -105,10 +105,14 @@ impl RegistryPlans {
             };
             // Protobuf: the writer's message in that version's file, else (another topic's
             // subject) each of its top-level messages.
-            let others: Vec<WriterSchema> = match (&schema, writer) {
-                (AnySchema::Protobuf(r), WriterSchema::Protobuf(m)) => {
+            let others: Vec<WriterSchema> = match &schema {
+                AnySchema::Protobuf(r) => {
                     let pool = r.schema.pool();
-                    match pool.get_message_by_name(m.full_name()) {
+                    let same = match writer {
+                        WriterSchema::Protobuf(m) => pool.get_message_by_name(m.full_name()),
+                        _ => None,
+                    };
+                    match same {
                         Some(m) => vec![WriterSchema::Protobuf(m)],
                         None => (r.schema.message_names().iter())
                             .filter_map(|n| pool.get_message_by_name(n))

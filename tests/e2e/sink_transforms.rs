@@ -9,8 +9,9 @@
 //! second route masks a field with a keyed hash, its key read from a file, casts two fields (one
 //! of whose values is no integer: a dead letter) and converts a count of seconds into text,
 //! through a SIGKILL too. A transform of a field only v2 has leaves v1's records' column NULL,
-//! through a SIGKILL between v1's records and v2's. Two topics with their own transforms write
-//! the union of the transformed fields into one table, a conflict refused naming both sources.
+//! through a SIGKILL between v1's records and v2's. Two topics, Protobuf and JSON Schema,
+//! write the union of their transformed fields into one table (a record of each flattened), a
+//! conflict refused naming both sources.
 
 use crate::support;
 
@@ -447,24 +448,35 @@ async fn a_transform_of_a_field_a_later_version_adds_leaves_the_earlier_records_
 }
 
 /// Two topics into one table under `schema_update: union`, one route and its transforms
-/// (docs/configuration.md, "Schema changes"; docs/mapping.md, "Transforms"): what enters the
-/// union is each transform's output, not the writer's field. The orders' `amount` is text and
-/// the refunds' a long, both cast to INT64: one INT64 column, no conflict. The orders' `note`
-/// is renamed `remark`, the refunds' `label` `tag`: each topic's schema lacks the other's field,
-/// which the other topic's subject has, so its plan writes that column NULL. A later refunds
-/// schema with a `remark` of its own, a long, conflicts with the STRING the orders' renamed
-/// `note` put there: its record is a dead letter naming both sources. Through a SIGKILL, every
-/// other record is one row, exactly once.
+/// (docs/configuration.md, "Schema changes"; docs/mapping.md, "Transforms"), orders in
+/// Protobuf and refunds in JSON Schema: what enters the union is each transform's output, not
+/// the writer's field. The orders' `amount` is text and the refunds' an integer, both cast to
+/// INT64: one INT64 column, no conflict. The orders' `note` is renamed `remark`, the refunds'
+/// `label` `tag`: each topic's schema lacks the other's field, which the other topic's subject
+/// has, so its plan writes that column NULL. Both `address` records are flattened into
+/// `address_street` and `address_zip` (NULL where there is none). A later refunds schema with a
+/// `remark` of its own, an integer, conflicts with the STRING the orders' renamed `note` put
+/// there: its record is a dead letter naming both sources. Through a SIGKILL, every other
+/// record is one row, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_exactly_once() {
-    use apache_avro::types::Value as Avro;
-    const ORDERS: &str = r#"{"type":"record","name":"Order","fields":[
-      {"name":"id","type":"long"},{"name":"amount","type":"string"},{"name":"note","type":"string"}]}"#;
-    const REFUNDS: &str = r#"{"type":"record","name":"Refund","fields":[
-      {"name":"id","type":"long"},{"name":"amount","type":"long"},{"name":"label","type":"string"}]}"#;
-    const RETYPED: &str = r#"{"type":"record","name":"Refund","fields":[
-      {"name":"id","type":"long"},{"name":"amount","type":"long"},{"name":"label","type":"string"},
-      {"name":"remark","type":"long"}]}"#;
+    use prost_reflect::{DynamicMessage, Value as Proto};
+    const ORDERS: &str = r#"syntax = "proto3";
+package t;
+message Order { int64 id = 1; string amount = 2; string note = 3; Address address = 4; }
+message Address { string street = 1; int64 zip = 2; }
+"#;
+    let refunds_schema = |remark: bool| {
+        let mut properties = serde_json::json!({
+            "id": {"type": "integer"}, "amount": {"type": "integer"}, "label": {"type": "string"},
+            "address": {"type": "object", "properties": {
+                "street": {"type": "string"}, "zip": {"type": "integer"}}}});
+        if remark {
+            properties["remark"] = serde_json::json!({"type": "integer"});
+        }
+        serde_json::json!({"type": "object", "properties": properties, "required": ["id"]})
+            .to_string()
+    };
     let f = Fixture::new(PARTITIONS).await;
     let orders_topic = f.topic.clone();
     let refunds_topic = unique_name("refunds");
@@ -474,15 +486,11 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
         &f.table,
         support::sink::KAFKA_COLUMNS,
     );
-    let (registry_addr, registry) = Registry::serve(
-        [
-            (21, ORDERS.to_string()),
-            (22, REFUNDS.to_string()),
-            (23, RETYPED.to_string()),
-        ]
-        .into(),
-        None,
-    )
+    let (registry_addr, registry) = Registry::serve_dump(serde_json::json!({"ids": {
+        "21": {"schema": ORDERS, "schemaType": "PROTOBUF"},
+        "22": {"schema": refunds_schema(false), "schemaType": "JSON"},
+        "23": {"schema": refunds_schema(true), "schemaType": "JSON"}},
+        "subjects": {}}))
     .await;
     registry.subject(&format!("{orders_topic}-value"), 21);
     registry.subject(&format!("{refunds_topic}-value"), 22);
@@ -492,37 +500,37 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
         FieldType::Int64,
         Mode::Required,
     )]);
-    #[allow(deprecated)] // as `support::sink::encode`
+    let pool = kbq_transcode::protobuf::ProtoSchema::compile(ORDERS, &[]).unwrap();
+    let order = pool.pool().get_message_by_name("t.Order").unwrap();
+    let address = pool.pool().get_message_by_name("t.Address").unwrap();
+    // Orders have an address when their id is even, refunds when it is a multiple of 3.
     let encode = |schema_id: u32, id: i64| -> Vec<u8> {
-        let (text, fields) = match schema_id {
-            21 => (
-                ORDERS,
-                vec![
-                    ("amount".to_string(), Avro::String((id * 10).to_string())),
-                    ("note".into(), Avro::String(format!("note-{id}"))),
-                ],
-            ),
-            22 => (
-                REFUNDS,
-                vec![
-                    ("amount".to_string(), Avro::Long(-id)),
-                    ("label".into(), Avro::String(format!("label-{id}"))),
-                ],
-            ),
-            _ => (
-                RETYPED,
-                vec![
-                    ("amount".to_string(), Avro::Long(-id)),
-                    ("label".into(), Avro::String("retyped".into())),
-                    ("remark".into(), Avro::Long(7)),
-                ],
-            ),
-        };
-        let schema = apache_avro::Schema::parse_str(text).unwrap();
-        let mut record = vec![("id".to_string(), Avro::Long(id))];
-        record.extend(fields);
-        let body = apache_avro::to_avro_datum(&schema, Avro::Record(record)).unwrap();
-        kbq_transcode::frame_confluent(schema_id, &body)
+        if schema_id == 21 {
+            let mut m = DynamicMessage::new(order.clone());
+            m.set_field_by_name("id", Proto::I64(id));
+            m.set_field_by_name("amount", Proto::String((id * 10).to_string()));
+            m.set_field_by_name("note", Proto::String(format!("note-{id}")));
+            if id % 2 == 0 {
+                let mut a = DynamicMessage::new(address.clone());
+                a.set_field_by_name("street", Proto::String(format!("street-{id}")));
+                a.set_field_by_name("zip", Proto::I64(10_000 + id));
+                m.set_field_by_name("address", Proto::Message(a));
+            }
+            // The message index array [0]: the file's first message.
+            let mut body = vec![0u8];
+            body.extend(prost::Message::encode_to_vec(&m));
+            return kbq_transcode::frame_confluent(21, &body);
+        }
+        let mut value =
+            serde_json::json!({"id": id, "amount": -id, "label": format!("label-{id}")});
+        if id % 3 == 0 {
+            value["address"] =
+                serde_json::json!({"street": format!("street-{id}"), "zip": 10_000 + id});
+        }
+        if schema_id == 23 {
+            value["remark"] = serde_json::json!(7);
+        }
+        kbq_transcode::frame_confluent(schema_id, value.to_string().as_bytes())
     };
     // Orders' ids are below 1,000, refunds' from 1,000: a row's id says its record.
     let produce = |source: &support::sink::Source, schema_id: u32, ids: std::ops::Range<i64>| {
@@ -551,6 +559,7 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
                 "      - cast: {field: amount, to: INT64}".into(),
                 "      - rename: {field: note, to: remark}".into(),
                 "      - rename: {field: label, to: tag}".into(),
+                "      - flatten: {field: address, separator: _}".into(),
             ],
             ..Tweaks::default()
         },
@@ -573,7 +582,7 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
     assert_eq!(class, "incompatible_schema", "{reason}");
     assert!(
         reason.contains(&format!(
-            "type conflict on field remark: INTEGER in writer schema 23 of topic {refunds_topic}, but STRING in writer schema 21 of topic {orders_topic}"
+            "type conflict on field remark: INTEGER in json schema id 23 of topic {refunds_topic}, but STRING in message t.Order of schema id 21 of topic {orders_topic}"
         )),
         "{reason}"
     );
@@ -583,10 +592,13 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
         .collect();
     let nullable = |t| (t, Mode::Nullable);
     let want: BTreeMap<&str, (FieldType, Mode)> = [
-        ("id", (FieldType::Int64, Mode::Required)),
+        // Relaxed: a proto3 field has no REQUIRED column (union relaxes as relax_columns).
+        ("id", nullable(FieldType::Int64)),
         ("amount", nullable(FieldType::Int64)),
         ("remark", nullable(FieldType::String)),
         ("tag", nullable(FieldType::String)),
+        ("address_street", nullable(FieldType::String)),
+        ("address_zip", nullable(FieldType::Int64)),
         ("kafka_topic", (FieldType::String, Mode::Required)),
         ("kafka_partition", (FieldType::Int64, Mode::Required)),
         ("kafka_offset", (FieldType::Int64, Mode::Required)),
@@ -613,6 +625,16 @@ async fn two_topics_with_transforms_write_the_union_of_the_transformed_fields_ex
         assert_eq!(cell("amount"), text(amount.to_string()), "amount of {id}");
         assert_eq!(cell("remark"), remark.map(text).unwrap_or_default(), "{id}");
         assert_eq!(cell("tag"), tag.map(text).unwrap_or_default(), "{id}");
+        let addressed = if id < 1_000 { id % 2 == 0 } else { id % 3 == 0 };
+        let (street, zip) = match addressed {
+            true => (
+                text(format!("street-{id}")),
+                text((10_000 + id).to_string()),
+            ),
+            false => (serde_json::Value::Null, serde_json::Value::Null),
+        };
+        assert_eq!(cell("address_street"), street, "address_street of {id}");
+        assert_eq!(cell("address_zip"), zip, "address_zip of {id}");
     }
     assert_eq!(ids.len(), 200 + 249);
     assert!(daemon.terminate().success());
