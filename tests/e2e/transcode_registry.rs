@@ -1,5 +1,6 @@
 //! The Schema Registry client against the tests' registry (`tests/support/registry.rs`): caching,
-//! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes, and the
+//! single-flight, auth, TLS with a custom CA, timeouts, retries and the error classes, a
+//! subject's versions, and the
 //! answers a hostile or broken registry gives (a body without end, a garbled 200, an unexpected
 //! 4xx, a redirect from https to http).
 
@@ -8,7 +9,9 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_bigquery_sink::registry::{BasicAuth, RegistryConfig, RegistryError, SchemaRegistry};
+use kafka_bigquery_sink::registry::{
+    BasicAuth, RegistryConfig, RegistryError, SchemaRegistry, SubjectError,
+};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value as Json, json};
@@ -458,4 +461,29 @@ fn bad_configuration_is_refused_up_front() {
         SchemaRegistry::new(cfg),
         Err(RegistryError::Config(_))
     ));
+}
+
+/// A subject's versions and each version's id and type (what a plan reads for a field its
+/// writer schema lacks, `src/tables/absent_fields.rs`); a subject the registry lacks is
+/// `NotFound`, and a registry that does not answer is retried, then `Unavailable`.
+#[tokio::test]
+async fn a_subjects_versions_and_each_versions_id_and_type() {
+    let (url, reg) = serve(None).await;
+    reg.subject("orders-value", 3);
+    reg.subject("orders-value", 4);
+    let client = SchemaRegistry::new(config(url)).unwrap();
+    assert_eq!(client.versions("orders-value").await.unwrap(), [1, 2]);
+    let kind = kafka_bigquery_sink::registry::SchemaKind::Protobuf;
+    assert_eq!(
+        client.version_id("orders-value", 2).await.unwrap(),
+        (4, kind)
+    );
+    let missing = client.versions("nobody-value").await.unwrap_err();
+    assert!(
+        matches!(missing, SubjectError::NotFound { .. }),
+        "{missing}"
+    );
+    reg.unavailable(10);
+    let down = client.versions("orders-value").await.unwrap_err();
+    assert!(matches!(down, SubjectError::Unavailable { .. }), "{down}");
 }
