@@ -31,6 +31,7 @@ mod json_e2e;
 mod kafka_consumer;
 mod kafka_reconnect;
 mod kafka_smoke;
+mod key_plans;
 mod memory_budget;
 mod metrics_spec;
 mod migrate;
