@@ -14,7 +14,7 @@ use crate::writer::change_step::{self, ChangeStep};
 use crate::writer::plan_source::PlanLookupError;
 use kbq_core::bad_record::BadRecord;
 use kbq_core::offsets::KafkaOffset;
-use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan};
+use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, Transcoded};
 
 /// What the records of one topic would become.
 #[derive(Default)]
@@ -22,6 +22,9 @@ struct Tally {
     written: usize,
     /// Changes `run` counts and ignores, by what they are (`delete`, `tombstone`).
     ignored: BTreeMap<&'static str, usize>,
+    /// Records a filter on a field's value would drop: committed, neither rows nor dead
+    /// letters.
+    filtered: usize,
     /// By dead-letter class: how many, and the first reason.
     dead: BTreeMap<&'static str, (usize, String)>,
     /// Records whose schema cannot be had now: how many, and the first reason.
@@ -60,7 +63,7 @@ impl Tally {
             ));
         }
         let what = if cdc { "change(s)" } else { "record(s)" };
-        let ignored = if self.ignored.is_empty() {
+        let mut ignored = if self.ignored.is_empty() {
             String::new()
         } else {
             let each: Vec<String> = self
@@ -73,6 +76,9 @@ impl Tally {
                 each.join(", ")
             )
         };
+        if self.filtered > 0 {
+            ignored += &format!("; {} filtered by a field's value", self.filtered);
+        }
         if self.dead.is_empty() {
             findings.push(Finding::ok(
                 item,
@@ -169,10 +175,16 @@ async fn row(
         _ => None,
     };
     let result = plan
-        .transcode(&value[at..], Some(meta), out)
-        .and_then(|_| plan.transcode_key(key.as_ref().map(|(p, body)| (&**p, *body)), out));
+        .transcode_row(&value[at..], Some(meta), out)
+        .and_then(|row| match row {
+            Transcoded::Filtered => Ok(false),
+            Transcoded::Row(_) => plan
+                .transcode_key(key.as_ref().map(|(p, body)| (&**p, *body)), out)
+                .map(|()| true),
+        });
     match result {
-        Ok(()) => tally.written += 1,
+        Ok(true) => tally.written += 1,
+        Ok(false) => tally.filtered += 1,
         Err(e) => tally.dead(e.class(), e.to_string()),
     }
 }
@@ -240,8 +252,9 @@ fn transcode(
     out: &mut Vec<u8>,
     tally: &mut Tally,
 ) {
-    match plan.transcode(body, Some(meta), out) {
-        Ok(_) => tally.written += 1,
+    match plan.transcode_row(body, Some(meta), out) {
+        Ok(Transcoded::Row(_)) => tally.written += 1,
+        Ok(Transcoded::Filtered) => tally.filtered += 1,
         Err(e) => tally.dead(e.class(), e.to_string()),
     }
 }

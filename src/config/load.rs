@@ -79,6 +79,9 @@ impl Config {
         let mut config = Config::from_yaml(&text, env).map_err(LoadError::Invalid)?;
         config.read_secret_files().map_err(LoadError::Invalid)?;
         validate(&config).map_err(LoadError::Invalid)?;
+        config
+            .check_filters_against_schema_files()
+            .map_err(LoadError::Invalid)?;
         Ok(config)
     }
 

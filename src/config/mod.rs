@@ -24,6 +24,7 @@ pub mod limits;
 mod load;
 mod ops;
 mod routes;
+mod schema_file_checks;
 mod secret_files;
 pub mod template;
 mod topic_pattern;

@@ -18,7 +18,6 @@
 //! must never be cancelled half-way, so the actor awaits it outside any `select!`.
 
 use std::future::Future;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +33,9 @@ use crate::kafka::memory_budget::PartitionBudget;
 use crate::ops::metrics::{Metrics, TableLabel, TopicLabel};
 use kbq_core::bad_record::BadRecord;
 use kbq_core::model::TopicPartition;
-use kbq_core::offsets::{Acknowledged, Incarnation, NextOffset, StreamId};
+use kbq_core::offsets::{Acknowledged, Incarnation, KafkaOffset, NextOffset, StreamId};
 use kbq_transcode::transforms::{FilterMatch, KeyPlan};
-use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError};
+use kbq_transcode::{KafkaHeader, KafkaMetadata, Plan, RecordError, Transcoded};
 use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 
 use super::admission;
@@ -353,10 +352,7 @@ impl PartitionWriter {
             self.account = record.charge.account().cloned();
         }
         if !self.route.filter.is_empty() && self.filtered(&record) {
-            // Committed like any other record, written nowhere: the prefix passes it in offset
-            // order, as it passes a dead letter (invariant 6), so exactly once counts it.
-            self.counters.records_filtered.inc();
-            self.record_handled_out_of_band(NextOffset::after(record.offset));
+            self.pass_filtered(record.offset);
             return Ok(());
         }
         if let Some(cdc) = self.route.cdc.clone() {
@@ -391,6 +387,14 @@ impl PartitionWriter {
             }));
         };
         Ok(self.lookup_plan(|| keys.key_plan(key)).await?.map(Some))
+    }
+
+    /// A record a filter drops: committed like any other record, written nowhere. The prefix
+    /// passes it in offset order, as it passes a dead letter (invariant 6), so exactly once
+    /// counts it.
+    fn pass_filtered(&mut self, offset: KafkaOffset) {
+        self.counters.records_filtered.inc();
+        self.record_handled_out_of_band(NextOffset::after(offset));
     }
 
     /// Whether the route's filters drop `record` (docs/mapping.md, "Transforms").
@@ -506,17 +510,21 @@ impl PartitionWriter {
         Ok(())
     }
 
-    /// Transcodes one record's row with the writer's plan into the open batch, sending the batch
-    /// first when the row would overflow it (the rules are [`OpenBatch`]'s).
-    /// Transcodes the record's row into the open batch (`Ok(true)`), or dead-letters it when it
-    /// cannot be written (`Ok(false)`).
+    /// Transcodes the record's row with the writer's plan into the open batch (`Ok(true)`),
+    /// sending the batch first when the row would overflow it (the rules are [`OpenBatch`]'s);
+    /// or dead-letters it when it cannot be written, or passes it when the plan's filter on a
+    /// field drops it (`Ok(false)`).
     async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<bool, RunEnd> {
         let limits = self.request_limits();
         if self.open.needs_reserve() {
             self.open.reserve(limits.reserve_len(self.batch_hint));
         }
         let range = match self.transcode(&record, &body) {
-            Ok(range) => range,
+            Ok(Transcoded::Row(range)) => range,
+            Ok(Transcoded::Filtered) => {
+                self.pass_filtered(record.offset);
+                return Ok(false);
+            }
             Err(error) => {
                 let bad = BadRecord {
                     class: record_error_class(&error),
@@ -567,8 +575,9 @@ impl PartitionWriter {
         Ok(true)
     }
 
-    /// Transcodes `record`'s row (from `body`) to the end of the open batch's buffer.
-    fn transcode(&mut self, record: &Record, body: &RowBody) -> Result<Range<usize>, RecordError> {
+    /// Transcodes `record`'s row (from `body`) to the end of the open batch's buffer, unless
+    /// the plan's filter on a field drops the record.
+    fn transcode(&mut self, record: &Record, body: &RowBody) -> Result<Transcoded, RecordError> {
         let header_values: Vec<KafkaHeader<'_>> = record
             .headers
             .iter()
@@ -589,26 +598,29 @@ impl PartitionWriter {
         match body {
             RowBody::Value(at) => {
                 let value = record.value().unwrap_or_default();
-                plan.transcode(&value[*at..], Some(&meta), self.open.buffer_mut())
+                plan.transcode_row(&value[*at..], Some(&meta), self.open.buffer_mut())
             }
             RowBody::Keyed(at, key) => {
                 let value = record.value().unwrap_or_default();
                 let out = self.open.buffer_mut();
-                let row = plan.transcode(&value[*at..], Some(&meta), out)?;
+                let row = match plan.transcode_row(&value[*at..], Some(&meta), out)? {
+                    Transcoded::Row(row) => row,
+                    Transcoded::Filtered => return Ok(Transcoded::Filtered),
+                };
                 let key_bytes = record.key().unwrap_or_default();
                 let key = key.as_ref().map(|(p, at)| (&**p, &key_bytes[*at..]));
                 if let Err(e) = plan.transcode_key(key, out) {
                     out.truncate(row.start);
                     return Err(e);
                 }
-                Ok(row.start..out.len())
+                Ok(Transcoded::Row(row.start..out.len()))
             }
             RowBody::Change(change) => {
                 let row = plan.transcode(&change.input, Some(&meta), self.open.buffer_mut())?;
                 let suffix = self.open.append_bytes(&change.suffix);
-                Ok(row.start..suffix.end)
+                Ok(Transcoded::Row(row.start..suffix.end))
             }
-            RowBody::Proto(row) => Ok(self.open.append_bytes(row)),
+            RowBody::Proto(row) => Ok(Transcoded::Row(self.open.append_bytes(row))),
         }
     }
 

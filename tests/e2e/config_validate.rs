@@ -1867,3 +1867,103 @@ fn a_route_that_inherits_row_transforms_into_cdc_is_refused() {
     let errs = errors(&own, HashMap::new());
     assert!(!errs.iter().any(|e| e.contains("transforms")), "{errs:#?}");
 }
+
+#[test]
+fn a_filter_on_a_fields_value_parses_and_a_bad_one_is_refused_with_the_path_of_its_key() {
+    use kbq_transcode::transforms::{Literal, Transform};
+    let config = Config::from_yaml(
+        &in_bigquery(
+            "  transforms:\n    - filter: {field: status, equals: deleted}\n    - filter: {field: order.qty, in: [0, -1]}\n    - filter: {field: note, is_null: true, negate: true}\n",
+        ),
+        HashMap::new(),
+    )
+    .expect("parses");
+    validate(&config).expect("valid");
+    let Transform::Filter(f) = &config.bigquery.transforms[1] else {
+        panic!("a filter")
+    };
+    assert_eq!(f.one_of, Some(vec![Literal::Int(0), Literal::Int(-1)]));
+    for (lines, want) in [
+        (
+            "  transforms:\n    - filter: {field: status}\n",
+            "bigquery.transforms[0].field: needs exactly one of `equals`, `in` and `is_null`",
+        ),
+        (
+            "  transforms:\n    - filter: {field: status, equals: x, topic_pattern: t}\n",
+            "bigquery.transforms[0].field: a field's value is read by the plan",
+        ),
+        (
+            "  transforms:\n    - filter: {tombstone: true, is_null: true}\n",
+            "bigquery.transforms[0].is_null: only with `field`",
+        ),
+        (
+            "  transforms:\n    - filter: {header: env, equals: 5}\n",
+            "bigquery.transforms[0].equals: a header's value is compared as text",
+        ),
+    ] {
+        let errs = errors(&in_bigquery(lines), HashMap::new());
+        assert!(
+            errs.iter().any(|e| e.starts_with(want)),
+            "{lines}: {errs:#?}"
+        );
+    }
+    // A CDC route's rows are keyed changes: a field's filter is refused there.
+    let cdc = in_bigquery("  transforms:\n    - filter: {field: status, equals: x}\n").replace(
+        "dead_letter:",
+        "routes:\n  - topics: [t]\n    cdc: {mode: upsert, format: debezium, primary_key: [id]}\ndead_letter:",
+    );
+    let errs = errors(&cdc, HashMap::new());
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("bigquery.transforms[0]: routes[0] is a CDC route")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn validate_checks_a_fields_filter_against_the_routes_schema_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let avsc = dir.path().join("s.avsc");
+    std::fs::write(
+        &avsc,
+        r#"{"type":"record","name":"R","fields":[{"name":"status","type":"string"},
+            {"name":"qty","type":"int"},{"name":"order","type":{"type":"record","name":"O",
+            "fields":[{"name":"state","type":["null","string"]}]}}]}"#,
+    )
+    .expect("write");
+    let load = |lines: &str| {
+        let yaml = in_bigquery(lines).replace(
+            "schema_file: s.avsc",
+            &format!("schema_file: {}", avsc.display()),
+        );
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, yaml).expect("write");
+        Config::load(&file).map(drop).map_err(|e| e.errors())
+    };
+    load("  transforms:\n    - filter: {field: status, in: [deleted, void]}\n    - filter: {field: ORDER.state, is_null: true}\n")
+        .expect("fits the schema");
+    for (lines, want) in [
+        (
+            "  transforms:\n    - filter: {field: qty, equals: \"7\"}\n",
+            "bigquery.transforms[0].field: \"7\" is text, and field qty is int: a literal is compared as its own type, never converted",
+        ),
+        (
+            "  transforms:\n    - drop: {field: qty}\n    - filter: {field: qty, equals: 3000000000}\n",
+            "bigquery.transforms[1].field: 3000000000 does not fit field qty, which is int",
+        ),
+        (
+            "  transforms:\n    - filter: {field: order.missing, is_null: true}\n",
+            "bigquery.transforms[0].field: the writer schema has no field order.missing",
+        ),
+        (
+            "  transforms:\n    - filter: {field: status, is_null: true}\n",
+            "bigquery.transforms[0].field: field status is never null",
+        ),
+    ] {
+        let errs = load(lines).expect_err(lines);
+        assert!(
+            errs.iter().any(|e| e.starts_with(want)),
+            "{lines}: {errs:#?}"
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! Transforms end to end (docs/mapping.md, "Transforms"): the real binary, a real Kafka broker
 //! and the emulator. A route renames, drops and masks fields of the fixture's orders, fills a
-//! column from a header and filters the records of a test environment. Through a SIGKILL in the
+//! column from a header and filters the records of a test environment and those of two customers (by the value of a field
+//! the plan reads). Through a SIGKILL in the
 //! middle, every other record is one row, exactly once, holding what the transforms say (a
 //! column from a field of the record's JSON key, NULL for a record without a key); the
 //! filtered records are committed (the group's offsets pass them) and counted, and are neither
@@ -30,8 +31,13 @@ const PARTITIONS: i32 = 2;
 
 /// Every fifth order comes from the test environment and is filtered, and so do the last two
 /// (one per partition).
-fn filtered(id: i64) -> bool {
+fn test_environment(id: i64) -> bool {
     id % 5 == 4 || id >= 408
+}
+
+/// The orders of customers 3 and 50 are filtered by the value of their `customer` field.
+fn filtered(id: i64) -> bool {
+    test_environment(id) || [3, 50].contains(&(id % 97))
 }
 
 /// Every seventh order has no key (its `order_id` column, set from the key, is NULL).
@@ -40,8 +46,8 @@ fn keyless(id: i64) -> bool {
 }
 
 /// Produces orders `ids` round-robin over the partitions, each with a `trace` header and, when
-/// [`filtered`], `env: test`, and a JSON key unless [`keyless`]; the positions of the kept and of the filtered records, and each
-/// kept position's id.
+/// [`test_environment`], `env: test`, and a JSON key unless [`keyless`]; the positions of the
+/// kept and of the [`filtered`] records, and each kept position's id.
 fn produce(
     f: &Fixture,
     ids: std::ops::Range<i64>,
@@ -52,7 +58,7 @@ fn produce(
         let partition = (id % PARTITIONS as i64) as i32;
         let mut hdrs = OwnedHeaders::new();
         headers::add(&mut hdrs, b"trace", Some(format!("t-{id}").as_bytes()));
-        if filtered(id) {
+        if test_environment(id) {
             headers::add(&mut hdrs, b"env", Some(b"test"));
         }
         let value = encode(&f.schema, id);
@@ -106,6 +112,14 @@ fn rows(f: &Fixture) -> BTreeMap<Position, BTreeMap<String, serde_json::Value>> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_renames_drops_masks_sets_from_a_header_and_the_key_and_filters_exactly_once() {
+    // Filtered by the customer's value alone: 3, 50, 100, 147, 197, 341, 391 (244 and 294 are
+    // a test environment's too).
+    assert_eq!(
+        (0..410)
+            .filter(|id| filtered(*id) && !test_environment(*id))
+            .count(),
+        7
+    );
     let f = Fixture::new(PARTITIONS).await;
     let column = |name: &str, ty| TableFieldSchema::new(name, ty, Mode::Nullable);
     f.create_table_with_metadata(vec![
@@ -129,6 +143,7 @@ async fn a_route_renames_drops_masks_sets_from_a_header_and_the_key_and_filters_
             "      - set: {column: trace, header: trace, encoding: string}".into(),
             "      - set: {column: order_id, from: key, field: order_id, key_format: json}".into(),
             "      - filter: {header: env, equals: test}".into(),
+            "      - filter: {field: customer, in: [customer-3, customer-50]}".into(),
         ],
         ..Tweaks::default()
     };

@@ -13,6 +13,7 @@ use super::budget::Budget;
 use super::convert::DecimalTarget;
 use super::descriptor::{self, DescriptorBuilder, ProtoType};
 use super::error::PlanError;
+use super::field_path::FieldFilters;
 use super::flat::FlatPlan;
 use super::metadata_columns::{MetadataColumns, metadata_ops};
 use super::named;
@@ -63,6 +64,9 @@ pub fn compile(
     c.visiting.push(schema.root);
     let (fields, mut protos, missing_required) = c.record_fields(record, &data_columns, "")?;
     c.rules.unapplied()?;
+    let filters = FieldFilters::compile(&options.transforms, |path| {
+        crate::field_path::avro(schema, path, &mut |id| c.skip(id))
+    })?;
     let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root = descriptor::message(ROOT_MESSAGE, protos);
     let tree = RecordOp {
@@ -76,8 +80,30 @@ pub fn compile(
             tree,
         },
         metadata,
+        filters,
         descriptor: c.desc.finish(root),
     })
+}
+
+/// The filters on a field's value of `transforms` against the Avro writer schema alone, as
+/// [`compile`] refuses them (a field the schema lacks, a literal its type cannot hold): what
+/// `validate` can check offline with a route's fixed schema file, before any table is known.
+pub fn check_field_filters(schema: &AvroSchema, transforms: &[Transform]) -> Result<(), PlanError> {
+    let options = PlanOptions::default();
+    let mut c = Compiler {
+        schema,
+        options: &options,
+        rules: FieldRules::new(&[]),
+        desc: DescriptorBuilder::new(Vec::new()),
+        visiting: Vec::new(),
+        budget: Budget::plan(),
+        min_sizes: vec![MinSize::Unknown; schema.nodes.len()],
+    };
+    schema.root_record()?;
+    FieldFilters::compile(transforms, |path| {
+        crate::field_path::avro(schema, path, &mut |id| c.skip(id))
+    })
+    .map(drop)
 }
 
 /// Every column name at every depth, which nested type names must not collide with.
@@ -120,6 +146,35 @@ pub(super) fn metadata_names(options: &PlanOptions) -> Result<Vec<String>, PlanE
     .flatten()
     .map(|n| n.to_ascii_lowercase())
     .collect())
+}
+
+/// How a scalar Avro value is read for a transform, and what kind of scalar it is.
+pub(crate) fn avro_read(schema: &AvroSchema, id: NodeId) -> (AvroRead, Source) {
+    let node = schema.node(id);
+    match (&node.kind, node.logical) {
+        (Kind::String, _) => (AvroRead::Str, Source::Str),
+        (Kind::Bytes, Logical::None) => (AvroRead::Bytes, Source::Bytes),
+        (Kind::Fixed { size, .. }, Logical::None) => (AvroRead::Fixed(*size), Source::Bytes),
+        (Kind::Bytes, Logical::Decimal { scale, .. }) => {
+            (AvroRead::Decimal(None), Source::Decimal { scale })
+        }
+        (Kind::Fixed { size, .. }, Logical::Decimal { scale, .. }) => {
+            (AvroRead::Decimal(Some(*size)), Source::Decimal { scale })
+        }
+        (Kind::Bytes | Kind::Fixed { .. }, _) => {
+            (AvroRead::Bytes, Source::Other("bytes of a logical type"))
+        }
+        // A logical type says what the number is (a date, a time): not a plain number.
+        (Kind::Int | Kind::Long, l) if l != Logical::None => {
+            (AvroRead::Bytes, Source::Other("a number of a logical type"))
+        }
+        (Kind::Int, _) => (AvroRead::Int, Source::Int32("int")),
+        (Kind::Long, _) => (AvroRead::Long, Source::Int64("long")),
+        (Kind::Float, _) => (AvroRead::Float, Source::Float32("float")),
+        (Kind::Double, _) => (AvroRead::Double, Source::Float64("double")),
+        (Kind::Boolean, _) => (AvroRead::Bool, Source::Bool),
+        (kind, _) => (AvroRead::Bytes, Source::Other(kind_name(kind))),
+    }
 }
 
 fn collect_names(fields: &[TableFieldSchema], out: &mut Vec<String>) {
@@ -470,28 +525,7 @@ impl Compiler<'_> {
                 }
                 return Ok(ty.map(|ty| (Op::Union(ops.into_boxed_slice()), ty)));
             }
-            (Kind::String, _) => (AvroRead::Str, Source::Str),
-            (Kind::Bytes, Logical::None) => (AvroRead::Bytes, Source::Bytes),
-            (Kind::Fixed { size, .. }, Logical::None) => (AvroRead::Fixed(*size), Source::Bytes),
-            (Kind::Bytes, Logical::Decimal { scale, .. }) => {
-                (AvroRead::Decimal(None), Source::Decimal { scale })
-            }
-            (Kind::Fixed { size, .. }, Logical::Decimal { scale, .. }) => {
-                (AvroRead::Decimal(Some(*size)), Source::Decimal { scale })
-            }
-            (Kind::Bytes | Kind::Fixed { .. }, _) => {
-                (AvroRead::Bytes, Source::Other("bytes of a logical type"))
-            }
-            // A logical type says what the number is (a date, a time): not a plain number.
-            (Kind::Int | Kind::Long, l) if l != Logical::None => {
-                (AvroRead::Bytes, Source::Other("a number of a logical type"))
-            }
-            (Kind::Int, _) => (AvroRead::Int, Source::Int32("int")),
-            (Kind::Long, _) => (AvroRead::Long, Source::Int64("long")),
-            (Kind::Float, _) => (AvroRead::Float, Source::Float32("float")),
-            (Kind::Double, _) => (AvroRead::Double, Source::Float64("double")),
-            (Kind::Boolean, _) => (AvroRead::Bool, Source::Bool),
-            (kind, _) => (AvroRead::Bytes, Source::Other(kind_name(kind))),
+            _ => avro_read(self.schema, id),
         };
         let op = ValueOp::compile(t, source, column)?;
         Ok(Some(scalar_op(
@@ -684,7 +718,7 @@ impl Compiler<'_> {
         ))
     }
 
-    fn skip(&mut self, id: NodeId) -> Result<Skip, PlanError> {
+    pub(crate) fn skip(&mut self, id: NodeId) -> Result<Skip, PlanError> {
         self.budget.node()?;
         let node = self.schema.node(id);
         Ok(match &node.kind {

@@ -315,7 +315,15 @@ fn transformed(
     r: &mut AvroReader<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(), RecordError> {
-    let value = match v.read {
+    v.op.write(read_scalar(v.read, r)?, tag, column, out)
+}
+
+/// A scalar Avro value, read as `read` says.
+pub(crate) fn read_scalar<'a>(
+    read: AvroRead,
+    r: &mut AvroReader<'a>,
+) -> Result<Scalar<'a>, RecordError> {
+    Ok(match read {
         AvroRead::Str => Scalar::Str(r.string()?),
         AvroRead::Bytes => Scalar::Bytes(r.bytes()?),
         AvroRead::Fixed(n) => Scalar::Bytes(r.fixed(n, "a fixed")?),
@@ -326,8 +334,7 @@ fn transformed(
         AvroRead::Bool => Scalar::Bool(r.boolean()?),
         AvroRead::Decimal(None) => Scalar::Decimal(r.bytes()?),
         AvroRead::Decimal(Some(n)) => Scalar::Decimal(r.fixed(n, "a decimal")?),
-    };
-    v.op.write(value, tag, column, out)
+    })
 }
 
 pub(super) fn put_decimal(
@@ -369,7 +376,7 @@ fn format_uuid(b: &[u8]) -> [u8; 36] {
     s
 }
 
-fn skip(s: &Skip, r: &mut AvroReader<'_>) -> Result<(), RecordError> {
+pub(crate) fn skip(s: &Skip, r: &mut AvroReader<'_>) -> Result<(), RecordError> {
     match s {
         Skip::Nothing => {}
         Skip::Bool => {

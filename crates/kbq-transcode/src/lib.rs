@@ -15,6 +15,7 @@ mod derive;
 mod descriptor;
 mod error;
 mod exec;
+mod field_path;
 mod flat;
 pub mod json;
 mod metadata_columns;
@@ -35,7 +36,7 @@ use prost_types::DescriptorProto;
 pub use budget::{
     MAX_DERIVED_COLUMNS, MAX_JSON_SCHEMA_STEPS, MAX_PLAN_BYTES, MAX_PLAN_NODES, TooComplex,
 };
-pub use compile::{PlanOptions, UnknownFields};
+pub use compile::{PlanOptions, UnknownFields, check_field_filters};
 pub use convert::{MAX_DATE_DAYS, MAX_TIMESTAMP_MICROS, MIN_DATE_DAYS, MIN_TIMESTAMP_MICROS};
 pub use derive::{DeriveOptions, MapMode, table_schema_from_avro};
 pub use descriptor::file_for;
@@ -50,7 +51,20 @@ pub use wire::{WireFormat, frame_confluent, split_confluent};
 pub struct Plan {
     body: Body,
     metadata: ops::MetadataOps,
+    /// The route's filters on a field's value (`field_path.rs`), asked before the row is
+    /// written.
+    filters: field_path::FieldFilters,
     descriptor: DescriptorProto,
+}
+
+/// What [`Plan::transcode_row`] made of a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transcoded {
+    /// Its row, this byte range of the buffer.
+    Row(Range<usize>),
+    /// A `filter` on a field's value drops it: it is committed like any other record, but is
+    /// neither a row nor a dead letter (docs/architecture.md, invariant 6).
+    Filtered,
 }
 
 /// What a plan reads.
@@ -116,8 +130,31 @@ impl Plan {
         &self.descriptor
     }
 
+    /// The plan's filters on a field's value first (a record one of them drops is
+    /// [`Transcoded::Filtered`], nothing appended), then [`Plan::transcode`]. A record whose
+    /// filtered field cannot be read is its error, as a value that cannot be written is.
+    #[inline]
+    pub fn transcode_row(
+        &self,
+        body: &[u8],
+        meta: Option<&KafkaMetadata<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Transcoded, RecordError> {
+        if !self.filters.is_empty() && self.filters.drop_record(body)? {
+            return Ok(Transcoded::Filtered);
+        }
+        self.transcode(body, meta, out).map(Transcoded::Row)
+    }
+
+    /// Whether the plan has a filter on a field's value (then [`Plan::transcode_row`] must be
+    /// asked: [`Plan::transcode`] writes the row whatever the filters say).
+    pub fn filters_fields(&self) -> bool {
+        !self.filters.is_empty()
+    }
+
     /// Appends one row, encoded from `body` (the Avro binary or the Protobuf message, without
-    /// framing), to `out` and returns its byte range. On error `out` is left as it was, so a
+    /// framing), to `out` and returns its byte range, whatever the plan's field filters say
+    /// ([`Plan::transcode_row`] asks them). On error `out` is left as it was, so a
     /// batch can be built in one buffer and a bad record simply skipped.
     pub fn transcode(
         &self,

@@ -77,7 +77,7 @@ impl Validator {
                 "schema_registry keys are read by their schema id: configure schema_registry, or read the key as json",
             );
         }
-        let Some(i) = list.iter().position(Transform::shapes_rows) else {
+        let Some(i) = list.iter().position(|t| t.shapes_rows() || on_field(t)) else {
             return;
         };
         if at.cdc {
@@ -90,6 +90,11 @@ impl Validator {
             );
         }
     }
+}
+
+/// A `filter` on a field's value, which the plan decides.
+fn on_field(t: &Transform) -> bool {
+    matches!(t, Transform::Filter(f) if f.on_field())
 }
 
 fn is_kafka_set(t: &Transform) -> bool {

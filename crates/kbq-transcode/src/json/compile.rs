@@ -4,6 +4,7 @@
 //! Connect's `Timestamp` title to know its unit), and `unknown_fields: error` refuses properties
 //! without a column. Schemaless JSON is decided by the table alone.
 
+use crate::field_path::FieldFilters;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -50,6 +51,9 @@ pub fn compile(
     if schema.is_some() {
         c.rules.unapplied()?;
     }
+    let filters = FieldFilters::compile(&options.transforms, |path| {
+        super::field_path::resolve(schema.map(|s| &**s), path)
+    })?;
     let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root_desc = descriptor::message(ROOT_MESSAGE, protos);
     Ok(Plan {
@@ -58,6 +62,7 @@ pub fn compile(
             validate: schema.filter(|_| validate).cloned(),
         },
         metadata,
+        filters,
         descriptor: c.desc.finish(root_desc),
     })
 }

@@ -7,6 +7,7 @@ mod compile;
 pub mod connect_schema;
 mod derive;
 mod exec;
+mod field_path;
 mod keys;
 mod named;
 mod named_exec;
@@ -27,5 +28,6 @@ pub(super) use validate::check_record;
 
 pub(super) use compile::compile;
 pub(super) use exec::run_row;
+pub(crate) use field_path::FieldPath;
 pub(super) use ops::ObjectOp;
 pub(super) use reference::run_row as run_row_reference;

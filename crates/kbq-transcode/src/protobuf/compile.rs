@@ -16,6 +16,7 @@ use crate::budget::Budget;
 use crate::compile::{all_column_names, column_type, data_columns, metadata_names};
 use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
+use crate::field_path::FieldFilters;
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
 use crate::transforms::{FieldRules, Source, Target, Transform, ValueOp};
@@ -48,11 +49,15 @@ pub fn compile(
             message: message.full_name().to_owned(),
         });
     }
+    let filters = FieldFilters::compile(&options.transforms, |path| {
+        super::field_path::resolve(message, path)
+    })?;
     let metadata = metadata_ops(&mut c.desc, options, table, &mut protos)?;
     let root_desc = descriptor::message(ROOT_MESSAGE, protos);
     Ok(Plan {
         body: Body::Protobuf(root),
         metadata,
+        filters,
         descriptor: c.desc.finish(root_desc),
     })
 }
@@ -449,16 +454,9 @@ impl Compiler<'_> {
     }
 }
 
-/// A field a transform rewrites (`transforms/values.rs`): a singular string or bytes field.
-fn converted(
-    fd: &FieldDescriptor,
-    t: &Transform,
-    column: &TableFieldSchema,
-    number: i32,
-) -> Result<(FieldKind, ProtoType), PlanError> {
-    let kind = fd.kind();
-    let src = src_of(&kind);
-    let source = match src {
+/// What kind of scalar a field is, for a transform.
+pub(super) fn source_of(fd: &FieldDescriptor) -> Source {
+    match src_of(&fd.kind()) {
         _ if fd.is_list() || fd.is_map() => Source::Other("a repeated field"),
         Some(Src::String) => Source::Str,
         Some(Src::Bytes) => Source::Bytes,
@@ -477,7 +475,18 @@ fn converted(
         Some(Src::Bool) => Source::Bool,
         Some(Src::Enum) => Source::Other("an enum"),
         None => Source::Other("a message"),
-    };
+    }
+}
+
+/// A field a transform rewrites (`transforms/values.rs`): a singular string or bytes field.
+fn converted(
+    fd: &FieldDescriptor,
+    t: &Transform,
+    column: &TableFieldSchema,
+    number: i32,
+) -> Result<(FieldKind, ProtoType), PlanError> {
+    let src = src_of(&fd.kind());
+    let source = source_of(fd);
     let op = ValueOp::compile(t, source, column)?;
     let (ty, wire) = op.proto_type();
     Ok((
@@ -561,7 +570,7 @@ fn default_bytes(
     }
 }
 
-fn src_of(kind: &PKind) -> Option<Src> {
+pub(super) fn src_of(kind: &PKind) -> Option<Src> {
     Some(match kind {
         PKind::Double => Src::Double,
         PKind::Float => Src::Float,

@@ -7,6 +7,7 @@ mod compile;
 mod derive;
 mod exec;
 mod field;
+mod field_path;
 mod flat;
 mod framing;
 mod ops;
@@ -21,5 +22,6 @@ pub use schema::ProtoSchema;
 
 pub(super) use compile::compile;
 pub(super) use exec::run_message as run_message_reference;
+pub(crate) use field_path::FieldPath;
 pub(super) use flat::run_message;
 pub(super) use ops::MessageOp;

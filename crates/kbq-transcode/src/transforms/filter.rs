@@ -1,9 +1,10 @@
 //! `filter` transforms compiled once per route: a record matching one of them is committed like
-//! any other but becomes neither a row nor a dead letter. The conditions read only what Kafka
-//! says of a record (a value or none, its headers, its topic), so the filter runs before any
-//! plan, and a filtered record is never decoded.
+//! any other but becomes neither a row nor a dead letter. The conditions here read only what
+//! Kafka says of a record (a value or none, its headers, its topic), so the filter runs before
+//! any plan, and a filtered record is never decoded; a filter on a field's value is the plan's
+//! (`predicate.rs`).
 
-use super::{FilterRecords, Transform};
+use super::{FilterRecords, Literal, Transform};
 use crate::exec::KafkaHeader;
 
 /// The compiled `filter` transforms of a route, in list order.
@@ -35,7 +36,7 @@ impl Filter {
     pub fn new(list: &[Transform]) -> Filter {
         let rules = (list.iter())
             .filter_map(|t| match t {
-                Transform::Filter(f) => Some(rule(f)),
+                Transform::Filter(f) if !f.on_field() => Some(rule(f)),
                 _ => None,
             })
             .collect();
@@ -56,7 +57,10 @@ fn rule(f: &FilterRecords) -> Rule {
     Rule {
         tombstone: f.tombstone,
         header: f.header.as_ref().map(|h| h.as_bytes().into()),
-        equals: f.equals.as_ref().map(|e| e.as_bytes().into()),
+        equals: f.equals.as_ref().map(|e| match e {
+            Literal::Text(t) => t.as_bytes().into(),
+            _ => unreachable!("check: a header is compared to text"),
+        }),
         topic: (f.topic_pattern.as_ref())
             .map(|p| regex::Regex::new(&format!("^(?:{p})$")).unwrap_or_else(|_| never())),
         negate: f.negate,

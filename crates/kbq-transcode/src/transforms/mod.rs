@@ -14,6 +14,7 @@ mod derive;
 mod fields;
 mod filter;
 mod keys;
+mod predicate;
 mod time_format;
 mod timestamps;
 mod values;
@@ -27,6 +28,7 @@ pub(crate) use fields::{FieldRules, Target};
 pub use filter::{Filter, FilterMatch};
 pub(crate) use keys::write_key;
 pub use keys::{KeyPlan, KeySchema};
+pub(crate) use predicate::ValueTest;
 pub(crate) use values::{JsonKind, Scalar, Source, ValueOp};
 
 use crate::metadata_columns::MetadataColumns;
@@ -441,8 +443,11 @@ impl KafkaField {
 }
 
 /// `filter`: drops the records that match every condition given (with `negate`, the records
-/// that do not).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+/// that do not). The conditions on what Kafka says of a record (`tombstone`, `header`,
+/// `topic_pattern`) are asked before any plan; a condition on a field's value (`field` with
+/// `equals`, `in` or `is_null`) is compiled into the plan, its literals checked against the
+/// field's type, and takes no other condition.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterRecords {
     /// Records without a value.
@@ -451,14 +456,31 @@ pub struct FilterRecords {
     /// Records that carry a header of this name.
     #[serde(default)]
     pub header: Option<String>,
-    /// With `header`: whose last header of that name is exactly these UTF-8 bytes.
+    /// With `header`: whose last header of that name is exactly this text's UTF-8 bytes. With
+    /// `field`: whose field holds this value, compared as the field's type.
     #[serde(default)]
-    pub equals: Option<String>,
+    pub equals: Option<Literal>,
     /// Records of topics this regular expression matches as a whole.
     #[serde(default)]
     pub topic_pattern: Option<String>,
+    /// A field path of the record's value (`status`, `order.state`).
+    #[serde(default)]
+    pub field: Option<String>,
+    /// With `field`: whose field holds one of these values.
+    #[serde(default, rename = "in")]
+    pub one_of: Option<Vec<Literal>>,
+    /// With `field`: whose field is null or absent (`true`), or holds a value (`false`).
+    #[serde(default)]
+    pub is_null: Option<bool>,
     #[serde(default)]
     pub negate: bool,
+}
+
+impl FilterRecords {
+    /// Whether the filter reads a field of the record's value (so the plan decides it).
+    pub fn on_field(&self) -> bool {
+        self.field.is_some()
+    }
 }
 
 /// A transform refused before any schema is known: `index` in the list, the key of the entry
@@ -495,7 +517,10 @@ impl Transform {
                 Some(f) => format!("set {} from the key's field {f}", s.column),
                 None => format!("set {}", s.column),
             },
-            Transform::Filter(_) => "filter".into(),
+            Transform::Filter(f) => match &f.field {
+                Some(field) => format!("filter {field}"),
+                None => "filter".into(),
+            },
             Transform::Cast(c) => format!("cast {} to {}", c.field, c.to.name()),
             Transform::Convert(c) => {
                 format!(
@@ -672,20 +697,8 @@ pub fn check(list: &[Transform]) -> Result<(), TransformError> {
                 columns.push((i, lower));
             }
             Transform::Filter(f) => {
-                if !f.tombstone && f.header.is_none() && f.topic_pattern.is_none() {
-                    return err(
-                        i,
-                        "filter",
-                        "needs a condition: tombstone, header or topic_pattern".into(),
-                    );
-                }
-                if f.equals.is_some() && f.header.is_none() {
-                    return err(i, "equals", "only with `header`".into());
-                }
-                if let Some(p) = &f.topic_pattern
-                    && let Err(e) = regex::Regex::new(&format!("^(?:{p})$"))
-                {
-                    return err(i, "topic_pattern", format!("not a regular expression: {e}"));
+                if let Err((key, message)) = check_filter(f) {
+                    return err(i, key, message);
                 }
             }
             _ => {}
@@ -762,6 +775,68 @@ fn check_key_field(
         }
     }
     seen.push((i, lower, format));
+    Ok(())
+}
+
+/// A `filter`: at least one condition; a field's condition alone, with exactly one of
+/// `equals`, `in` and `is_null`. The key of the entry and why.
+fn check_filter(f: &FilterRecords) -> Result<(), (&'static str, String)> {
+    let kafka = f.tombstone || f.header.is_some() || f.topic_pattern.is_some();
+    if let Some(path) = &f.field {
+        if path.split('.').any(|s| !is_name(s)) {
+            return Err((
+                "field",
+                format!(
+                    "`{path}` is not a field path (names of letters, digits and `_`, joined by `.`)"
+                ),
+            ));
+        }
+        if kafka {
+            return Err((
+                "field",
+                "a field's value is read by the plan, after the conditions on tombstones, headers and topics: a filter on a field takes no other condition".into(),
+            ));
+        }
+        let given = [f.equals.is_some(), f.one_of.is_some(), f.is_null.is_some()];
+        if given.iter().filter(|x| **x).count() != 1 {
+            return Err((
+                "field",
+                "needs exactly one of `equals`, `in` and `is_null`".into(),
+            ));
+        }
+        if f.one_of.as_ref().is_some_and(Vec::is_empty) {
+            return Err(("in", "an empty list matches no record".into()));
+        }
+        return Ok(());
+    }
+    if !kafka {
+        return Err((
+            "filter",
+            "needs a condition: tombstone, header, topic_pattern or field".into(),
+        ));
+    }
+    for (given, key) in [(f.one_of.is_some(), "in"), (f.is_null.is_some(), "is_null")] {
+        if given {
+            return Err((key, "only with `field`".into()));
+        }
+    }
+    match &f.equals {
+        Some(_) if f.header.is_none() => {
+            return Err(("equals", "only with `header` or `field`".into()));
+        }
+        Some(Literal::Text(_)) | None => {}
+        Some(_) => {
+            return Err((
+                "equals",
+                "a header's value is compared as text: write it quoted".into(),
+            ));
+        }
+    }
+    if let Some(p) = &f.topic_pattern
+        && let Err(e) = regex::Regex::new(&format!("^(?:{p})$"))
+    {
+        return Err(("topic_pattern", format!("not a regular expression: {e}")));
+    }
     Ok(())
 }
 

@@ -21,4 +21,5 @@ mod protobuf;
 mod protobuf_vectors;
 mod support;
 mod transforms;
+mod transforms_filter;
 mod vectors;

@@ -20,7 +20,7 @@ use serde_json::{Value as Json, json};
 use crate::support::differential::Both;
 use crate::support::proto_json::message_json;
 
-const AVRO: &str = r#"{"type":"record","name":"Order","fields":[
+pub(crate) const AVRO: &str = r#"{"type":"record","name":"Order","fields":[
   {"name":"id","type":"long"},
   {"name":"email","type":"string"},
   {"name":"note","type":["null","string"]},
@@ -29,7 +29,7 @@ const AVRO: &str = r#"{"type":"record","name":"Order","fields":[
   {"name":"customer","type":{"type":"record","name":"Customer","fields":[
      {"name":"name","type":"string"},{"name":"secret","type":"string"}]}}]}"#;
 
-const PROTO: &str = r#"
+pub(crate) const PROTO: &str = r#"
 syntax = "proto3";
 package t;
 message Customer { string name = 1; string secret = 2; }
@@ -39,7 +39,7 @@ message Order {
 }
 "#;
 
-const RECORD: &str = r#"{"id":7,"email":"a@x","note":"n","ssn":"123","card":"4111","customer":{"name":"Ann","secret":"s"}}"#;
+pub(crate) const RECORD: &str = r#"{"id":7,"email":"a@x","note":"n","ssn":"123","card":"4111","customer":{"name":"Ann","secret":"s"}}"#;
 
 fn json_schema() -> Json {
     json!({"type": "object", "properties": {
@@ -65,7 +65,7 @@ fn table() -> TableSchema {
     .unwrap()
 }
 
-fn list(v: Json) -> Vec<Transform> {
+pub(crate) fn list(v: Json) -> Vec<Transform> {
     serde_json::from_value(v).unwrap()
 }
 
@@ -101,22 +101,22 @@ fn options(transforms: Vec<Transform>, unknown_fields: UnknownFields) -> PlanOpt
     }
 }
 
-fn avro_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
+pub(crate) fn avro_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
     Plan::compile(&AvroSchema::parse(AVRO).unwrap(), &table(), &options(t, u))
 }
 
-fn proto_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
+pub(crate) fn proto_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
     let schema = ProtoSchema::compile(PROTO, &[]).unwrap();
     let message = schema.pool().get_message_by_name("t.Order").unwrap();
     Plan::compile_protobuf(&message, &table(), &options(t, u))
 }
 
-fn json_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
+pub(crate) fn json_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
     let schema = Arc::new(JsonSchema::parse(&json_schema().to_string(), &[]).unwrap());
     Plan::compile_json(Some(&schema), false, &table(), &options(t, u))
 }
 
-fn schemaless_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
+pub(crate) fn schemaless_plan(t: Vec<Transform>, u: UnknownFields) -> Result<Plan, PlanError> {
     Plan::compile_json(None, false, &table(), &options(t, u))
 }
 
@@ -205,7 +205,7 @@ pub(crate) fn run(
 }
 
 /// Each format's plan and its body of the one record.
-fn formats_with(
+pub(crate) fn formats_with(
     t: &[Transform],
     u: UnknownFields,
 ) -> Vec<(&'static str, Result<Plan, PlanError>, Vec<u8>)> {
