@@ -56,6 +56,7 @@ mod schema;
 mod smts;
 mod tables;
 mod topics;
+mod value_filter;
 
 /// The connector config's properties as text, from either shape users keep: the flat map
 /// (`connect-standalone`, the `PUT /connectors/NAME/config` body) or `{"name", "config": {...}}`

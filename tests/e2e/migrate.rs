@@ -698,3 +698,42 @@ fn an_extracted_key_field_in_the_key_column_becomes_a_column_from_the_key() {
         "bigquery.metadata_columns.key \"account\"",
     );
 }
+
+#[test]
+fn confluents_filter_on_a_fields_value_maps_its_equality_forms_and_reports_the_rest() {
+    let (yaml, report) = migrate("22-confluent-filter-value.json");
+    assert_eq!(
+        transforms_of(&yaml),
+        [
+            "filter: {field: status, in: [\"CANCELLED\", \"VOID\"]}",
+            "filter: {field: shipping.region, equals: \"eu\", negate: true}",
+        ],
+        "{yaml}"
+    );
+    assert_label(
+        &report,
+        "transforms.dropCancelled.type",
+        "mapped",
+        "records whose status is one of \"CANCELLED\", \"VOID\" are dropped",
+    );
+    // include: the others are dropped; a record without shipping is dropped in both
+    // (missing.or.null.behavior exclude), so the meaning is the same.
+    assert_label(
+        &report,
+        "transforms.onlyEu.type",
+        "mapped",
+        "records whose shipping.region is not one of \"eu\" are dropped",
+    );
+    assert_label(
+        &report,
+        "transforms.onlyBig.type",
+        "not translatable",
+        "only one field compared with == (or `in`)",
+    );
+    assert_label(
+        &report,
+        "transforms.byKey.type",
+        "not translatable",
+        "a filter on the key's fields",
+    );
+}

@@ -8,7 +8,7 @@ use kbq_transcode::transforms::{self, ConvertField, EpochUnit, TimeFrom, TimeTo,
 
 use super::key_column::{self, KeyContext};
 use super::topics::Routing;
-use super::{Source, list};
+use super::{Source, list, value_filter};
 use crate::migrate::report::Outcome;
 
 /// What the transforms section reads from the sections before it.
@@ -115,6 +115,8 @@ fn smt(
     } else if short == "RegexRouter" {
         chain.routed_by = Some(t.to_string());
         router_outcome(t, cx.routing)
+    } else if class.starts_with("io.confluent.connect.transforms.Filter") {
+        confluent_filter_smt(s, t, &class, predicate.as_deref(), cx, chain)
     } else if short == "Filter" {
         filter_smt(s, t, predicate.as_deref(), chain)
     } else if let Some(p) = &predicate {
@@ -496,6 +498,21 @@ fn insert_field_smt(
             Outcome::Changed(format!("{m}; static.field not translatable: {why}"))
         }
     }
+}
+
+/// Confluent's `Filter$Value` (`value_filter.rs`): its item joins the chain where it translates.
+fn confluent_filter_smt(
+    s: &Source,
+    t: &str,
+    class: &str,
+    predicate: Option<&str>,
+    cx: &Context,
+    chain: &mut Chain,
+) -> Outcome {
+    let (item, outcome) =
+        value_filter::confluent_filter(s, t, class, predicate, cx.shaping_blocked, &chain.touched);
+    chain.transforms.extend(item);
+    outcome
 }
 
 /// `Filter` with its predicate: `RecordIsTombstone`, `HasHeaderKey`, `TopicNameMatches`, and
