@@ -3,12 +3,14 @@
 //! (`benches/common/mod.rs`) through its plan without transforms (`plain`) or with a rename
 //! (`user_agent` → `agent`), a drop (`channel`), a mask with a fixed value (`coupon`) and a
 //! column set from a header (`trace`, read as `string`), `transforms`
-//! (`benches/common/transforms.rs`). Each run transcodes `N` records, each with the same Kafka
-//! metadata (three headers), and exits:
+//! (`benches/common/transforms.rs`), or with a filter on a field's value that keeps every order
+//! (`filter`). Each run transcodes `N` records, each with the same Kafka metadata (three
+//! headers), through `Plan::transcode_row` as the writer does (the filters first), or with
+//! `transcode` as the third argument through `Plan::transcode` alone, and exits:
 //!
 //! ```text
 //! cargo build --release -p kbq-transcode --example transforms_cost
-//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/transforms_cost plain 20000
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/transforms_cost plain 20000 [transcode]
 //! ```
 //!
 //! Two record counts per mode give the instructions per record without the set-up (BENCHMARKS.md,
@@ -25,6 +27,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("plain");
     let n: usize = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(20_000);
+    let row = args.get(3).map(String::as_str) != Some("transcode");
     let (plan, key) = match mode {
         "key" => key_plan(),
         _ => (transforms::plan(mode), None),
@@ -37,10 +40,16 @@ fn main() {
         if k.is_multiple_of(512) {
             out.clear();
         }
-        black_box(
-            plan.transcode(black_box(input), Some(&meta), &mut out)
-                .unwrap(),
-        );
+        // The same work around either call: the row's range, or a panic.
+        let range = if row {
+            match plan.transcode_row(black_box(input), Some(&meta), &mut out) {
+                Ok(kbq_transcode::Transcoded::Row(range)) => Some(range),
+                _ => None,
+            }
+        } else {
+            plan.transcode(black_box(input), Some(&meta), &mut out).ok()
+        };
+        black_box(range.expect("a row"));
         if let Some(k) = &key {
             plan.transcode_key(Some((k, black_box(key_body))), &mut out)
                 .unwrap();
