@@ -127,6 +127,28 @@ fn run<const CHECKED: bool>(
                 }
                 w.tag_varint(tag, v as u64);
             }
+            &FlatOp::TimestampMillis(tag, column) => {
+                let v = r.long()?.checked_mul(1000);
+                match v.filter(|v| (MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(v)) {
+                    Some(v) => w.tag_varint(tag, v as u64),
+                    None => {
+                        return Err(out_of_range(
+                            &plan.columns[column as usize],
+                            timestamp_micros(v),
+                        ));
+                    }
+                }
+            }
+            &FlatOp::TimestampNanos(tag, column) => {
+                let v = r.long()?.div_euclid(1000);
+                if !(MIN_TIMESTAMP_MICROS..=MAX_TIMESTAMP_MICROS).contains(&v) {
+                    return Err(out_of_range(
+                        &plan.columns[column as usize],
+                        timestamp_micros(Some(v)),
+                    ));
+                }
+                w.tag_varint(tag, v as u64);
+            }
             &FlatOp::Date(tag, column) => {
                 let v = r.int()?;
                 if !(MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&v) {

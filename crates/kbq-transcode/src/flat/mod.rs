@@ -96,6 +96,11 @@ enum FlatOp {
     Float(Key),
     Bool(Key),
     TimestampMicros(Key, u32),
+    /// A `timestamp-millis` times 1000, then as `TimestampMicros`.
+    TimestampMillis(Key, u32),
+    /// A `timestamp-nanos` divided by 1000 (rounded towards negative infinity), then as
+    /// `TimestampMicros`.
+    TimestampNanos(Key, u32),
     Date(Key, u32),
     /// Symbols `base..base + n` of [`FlatPlan::symbols`].
     Enum {
@@ -527,6 +532,14 @@ impl Lowering {
                 FlatOp::TimestampMicros(tag.into(), self.column(column)?),
                 t + 9,
             ),
+            Conv::TimestampMillis => (
+                FlatOp::TimestampMillis(tag.into(), self.column(column)?),
+                t + 9,
+            ),
+            Conv::TimestampNanos => (
+                FlatOp::TimestampNanos(tag.into(), self.column(column)?),
+                t + 9,
+            ),
             Conv::Date => (FlatOp::Date(tag.into(), self.column(column)?), t + 9),
             Conv::Enum(symbols) => {
                 let base = index(self.symbols.len())?;
@@ -626,6 +639,24 @@ mod tests {
         // Both limits were reached: the table's, and the flat plan's for skipped values.
         assert!((10..40).contains(&written), "{written}");
         assert!((written..40).contains(&lowered), "{lowered}");
+    }
+
+    #[test]
+    fn timestamps_in_milliseconds_and_nanoseconds_are_flat_ops() {
+        let f = flat(
+            r#"{"type":"record","name":"t","fields":[
+              {"name":"ms","type":{"type":"long","logicalType":"timestamp-millis"}},
+              {"name":"ns","type":{"type":"long","logicalType":"timestamp-nanos"}}]}"#,
+        );
+        assert!(matches!(
+            f.ops[..],
+            [
+                FlatOp::TimestampMillis(..),
+                FlatOp::TimestampNanos(..),
+                FlatOp::End
+            ]
+        ));
+        assert!(f.scalars.is_empty() && f.room.is_some());
     }
 
     #[test]

@@ -653,3 +653,69 @@ fn fused_unions_and_item_messages_give_the_same_rows_and_errors() {
     }
     assert!(accepted > 3_000 && refused > 1_000, "{accepted} {refused}");
 }
+
+/// Timestamps in milliseconds and nanoseconds, flat ops of their own (`src/flat/`): values at
+/// and past TIMESTAMP's range after the scaling, products that overflow an `i64`, negative
+/// nanoseconds rounded down, and their mutations give the tree executor's rows and errors.
+#[test]
+fn timestamps_in_milliseconds_and_nanoseconds_give_the_same_rows_and_errors() {
+    use kbq_transcode::{MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS};
+    let schema = r#"{"type":"record","name":"t","fields":[
+      {"name":"ms","type":{"type":"long","logicalType":"timestamp-millis"}},
+      {"name":"ns","type":{"type":"long","logicalType":"timestamp-nanos"}},
+      {"name":"opt","type":["null",{"type":"long","logicalType":"timestamp-millis"}]}]}"#;
+    let schema = AvroSchema::parse(schema).unwrap();
+    let table = table_schema_from_avro(&schema, &DeriveOptions::default()).unwrap();
+    let plan = Plan::compile(&schema, &table, &PlanOptions::default()).unwrap();
+    let edges = |unit: i64| {
+        let (lo, hi) = (MIN_TIMESTAMP_MICROS, MAX_TIMESTAMP_MICROS);
+        let mut v = vec![
+            0,
+            -1,
+            1,
+            i64::MIN,
+            i64::MAX,
+            i64::MIN / 1000,
+            i64::MAX / 1000,
+        ];
+        for base in [lo, hi] {
+            // `unit` 1000: milliseconds (the micros divided), else nanoseconds (multiplied).
+            let b = if unit == 1000 {
+                base / 1000
+            } else {
+                base.saturating_mul(1000)
+            };
+            // (Every `i64` of nanoseconds is inside the range: these saturate at the ends.)
+            v.extend([-1001, -1, 0, 1, 999, 1000, 1001].map(|d| b.saturating_add(d)));
+        }
+        v
+    };
+    let (millis, nanos) = (edges(1000), edges(1));
+    let mut rng = StdRng::seed_from_u64(35);
+    let pick = |rng: &mut StdRng, edges: &[i64]| match rng.random_range(0..3) {
+        0 => edges[rng.random_range(0..edges.len())],
+        1 => rng.random(),
+        _ => rng.random_range(-1i64 << 40..1 << 40),
+    };
+    let mut out = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for k in 0..6_000 {
+        let mut avro = zigzag(pick(&mut rng, &millis));
+        avro.extend(zigzag(pick(&mut rng, &nanos)));
+        if rng.random() {
+            avro.push(2);
+            avro.extend(zigzag(pick(&mut rng, &millis)));
+        } else {
+            avro.push(0);
+        }
+        if k % 2 == 1 {
+            mutate(&mut rng, &mut avro);
+        }
+        out.clear();
+        match plan.transcode_both(&avro, None, &mut out) {
+            Ok(_) => accepted += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(accepted > 1_000 && refused > 1_000, "{accepted} {refused}");
+}
