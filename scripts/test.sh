@@ -64,18 +64,37 @@ if ((quick == 0)); then
 fi
 
 log "building"
+# Logs of the steps below, one file each, printed whole when a step fails.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/kbq-test-logs.XXXXXX")
 cargo build --workspace --all-targets --locked
-
-if ((quick == 0)); then
-  log "cargo fmt --check"
-  cargo fmt --all -- --check
-  log "cargo clippy"
-  cargo clippy --workspace --all-targets --locked -- -D warnings
-fi
+# The test executables, as `cargo test --workspace --all-targets` builds and would run them: this
+# build is already done above, and its JSON names every executable. The steps below run them
+# directly: a narrower cargo selection (`cargo test --test e2e`) unifies other features and
+# rebuilds dependencies.
+cargo test --workspace --all-targets --locked --no-run --message-format=json-render-diagnostics \
+  >"$logs/build.json"
+python3 - "$logs/build.json" >"$logs/tests.tsv" <<'EOF'
+import json, os, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        t = m["target"]
+        print("\t".join([t["name"], t["kind"][0], m["manifest_path"], m["executable"]]))
+EOF
+# The two end-to-end binaries are steps of their own; every other test executable (unit tests,
+# the model, the transcoder, the emulator, the simulation, each benchmark and example run once)
+# is one step, so that a new target runs without a change here.
+grep -qP '^e2e\ttest\t' "$logs/tests.tsv" && grep -qP '^e2e_slow\ttest\t' "$logs/tests.tsv" ||
+  { echo "the build names no e2e or e2e_slow test executable"; exit 1; }
 
 log "starting one Kafka broker for the whole run"
 kafka_dir=$(mktemp -d "${TMPDIR:-/tmp}/kbq-kafka.XXXXXX")
+declare -A step_pid=() step_started=()
 cleanup() {
+  local pid
+  # Only the steps this script started, by their process id, and the broker it started.
+  for pid in "${step_pid[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
+  for pid in "${step_pid[@]}"; do wait "$pid" 2>/dev/null || true; done
   "$root/scripts/kafka.sh" stop "$kafka_dir" >/dev/null 2>&1 || true
   rm -rf "$kafka_dir"
 }
@@ -85,22 +104,148 @@ scripts/kafka.sh start "$kafka_dir"
 export KBQ_KAFKA_BOOTSTRAP
 KBQ_KAFKA_BOOTSTRAP=$(cat "$kafka_dir/bootstrap")
 export KBQ_KAFKA_DIR="$kafka_dir"
+export KBQ_BIN="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
+export CARGO="${CARGO:-$(command -v cargo)}"
 
-log "cargo test"
-# Test binaries run one after the other, each using the cores for its tests. No libtest flags
-# here: the criterion benches (run once each as a smoke test) do not accept them.
-cargo test --workspace --all-targets --locked
+# Runs the test executables whose target name matches $1 (an extended regex), or, with -v,
+# every other one; each as `cargo test` runs it: from its package's directory, with
+# CARGO_MANIFEST_DIR, and the arguments after $1 (none but a selection of tests: libtest's own
+# number of test threads; the criterion benchmarks run each benchmark once without arguments).
+# Goes on after a failure, fails at the end if any failed.
+run_tests() {
+  local invert=() failed=() name kind manifest exe dir
+  if [[ $1 == -v ]]; then invert=(-v); shift; fi
+  local targets=$1
+  shift
+  while IFS=$'\t' read -r name kind manifest exe; do
+    dir=$(dirname "$manifest")
+    printf '     Running %s %s (%s) %s\n' "$kind" "$name" "$exe" "$*"
+    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" CARGO_MANIFEST_PATH="$manifest" "$exe" "$@") \
+      || failed+=("$kind $name")
+  done < <(grep -E "${invert[@]}" "^($targets)"$'\t' "$logs/tests.tsv")
+  if ((${#failed[@]})); then
+    echo "failed: ${failed[*]}"
+    return 1
+  fi
+}
 
-if ((quick == 0)); then
-  log "Google's Python clients against the emulator"
-  export KBQ_BIN="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
-  .venv/bin/python -m pytest -q tests/python
-fi
+# Starts a step in the background, its output in $logs/NAME.log. Each step runs in a process
+# group of its own (set -m), so that stopping it stops what it started.
+step() {
+  local name=$1
+  shift
+  set -m
+  "$@" >"$logs/$name.log" 2>&1 &
+  step_pid[$name]=$!
+  set +m
+  step_started[$name]=$(date +%s)
+  printf '    started %s (%s)\n' "$name" "$(date -u +%H:%M:%S)"
+}
+# Waits for the next step to end and prints its result: its summary lines when it passed, its
+# whole log when it failed. Sets $ended to its name.
+failed_steps=()
+wait_step() {
+  local pid name status=0
+  wait -n -p pid "${step_pid[@]}" || status=$?
+  for name in "${!step_pid[@]}"; do [[ ${step_pid[$name]} == "$pid" ]] && break; done
+  unset "step_pid[$name]"
+  ended=$name
+  if ((status == 0)); then
+    printf '\n==> %s passed in %d s (%s)\n' "$name" $(($(date +%s) - step_started[$name])) \
+      "$(date -u +%H:%M:%S)"
+    grep -E '^( +Running |test result:|==> |[a-z-]+: ok)|[0-9]+ passed' "$logs/$name.log" || true
+  else
+    printf '\n==> %s FAILED (exit %d) after %d s (%s); its log:\n' "$name" "$status" \
+      $(($(date +%s) - step_started[$name])) "$(date -u +%H:%M:%S)"
+    cat "$logs/$name.log"
+    failed_steps+=("$name")
+  fi
+}
 
-for extra in scripts/test.d/*.sh; do
-  [[ -e "$extra" ]] || continue
-  log "$extra"
-  bash "$extra"
+# The modules of `e2e` that run in the step of `e2e_slow`, after it, so that the two steps take
+# about as long (docs/developing.md has each module's time). Each is a libtest filter, a module
+# path: the `e2e` step skips exactly what these select, so every test runs once (checked here).
+e2e_beside_slow=(metrics_spec:: kafka_reconnect::)
+e2e_skip=()
+e2e_exe=$(awk -F'\t' '$1 == "e2e" && $2 == "test" {print $4}' "$logs/tests.tsv")
+count_tests() { "$e2e_exe" --list "$@" | grep -c ': test$' || true; }
+for filter in "${e2e_beside_slow[@]}"; do
+  (($(count_tests "$filter") > 0)) || { echo "no e2e test matches $filter"; exit 1; }
+  e2e_skip+=(--skip "$filter")
 done
+(($(count_tests "${e2e_skip[@]}") + $(count_tests "${e2e_beside_slow[@]}") == $(count_tests))) ||
+  { echo "the two selections of e2e do not add up to its tests"; exit 1; }
 
+# The steps, side by side (docs/developing.md has the figures): the end-to-end tests mostly wait
+# on the broker, the emulator and the daemon's intervals, which leaves the cores to the rest. Each
+# step runs all its parts and fails if one failed. What may not overlap:
+# * the Dockerfile check builds the production binary over target/debug/kafka-bigquery-sink and
+#   puts the default one back when it ends; the benchmark smoke's build (bench/run.sh, the
+#   daemon's package alone, other features) replaces that binary with its own. So each runs
+#   while nothing runs that binary: the Dockerfile check first, the benchmark smoke last, when
+#   the end-to-end and the Python tests have ended.
+# * clippy waits for the build directory's lock that the Dockerfile check's build holds; it
+#   starts after it, so that the end-to-end tests start first.
+# The other test executables, libFuzzer (its own target dir) and the Go client's tests (on the
+# kbq-emulator binary) touch neither and start at once.
+others() {
+  local status=0
+  log "the other test executables"
+  run_tests -v 'e2e|e2e_slow' || status=1
+  log "scripts/test.d/fuzz.sh"
+  bash scripts/test.d/fuzz.sh || status=1
+  log "scripts/test.d/go-managedwriter.sh"
+  bash scripts/test.d/go-managedwriter.sh || status=1
+  return $status
+}
+slow_then_clients() {
+  local status=0
+  log "e2e_slow"
+  run_tests 'e2e_slow' || status=1
+  log "e2e ${e2e_beside_slow[*]}"
+  run_tests 'e2e' "${e2e_beside_slow[@]}" || status=1
+  if ((quick == 0)); then
+    log "Google's Python clients against the emulator"
+    .venv/bin/python -m pytest -q tests/python || status=1
+  fi
+  return $status
+}
+lint() {
+  log "cargo fmt --check"
+  cargo fmt --all -- --check
+  log "cargo clippy"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+}
+# Every scripts/test.d/*.sh the steps above do not run, one after the other.
+last() {
+  local status=0 extra
+  for extra in scripts/test.d/*.sh; do
+    case $(basename "$extra") in dockerfile.sh | fuzz.sh | go-managedwriter.sh) continue ;; esac
+    log "$extra"
+    bash "$extra" || status=1
+  done
+  return $status
+}
+
+log "the tests, side by side (logs in $logs)"
+step dockerfile bash scripts/test.d/dockerfile.sh
+step others others
+while ((${#step_pid[@]})); do
+  wait_step
+  case $ended in
+    dockerfile)
+      step e2e run_tests 'e2e' "${e2e_skip[@]}"
+      step e2e_slow slow_then_clients
+      if ((quick == 0)); then step lint lint; fi
+      ;;
+    e2e | e2e_slow)
+      if [[ -z ${step_pid[e2e]:-} && -z ${step_pid[e2e_slow]:-} ]]; then step last last; fi
+      ;;
+  esac
+done
+if ((${#failed_steps[@]})); then
+  echo "failed: ${failed_steps[*]} (logs in $logs)"
+  exit 1
+fi
+rm -rf "$logs"
 log "all tests passed"
