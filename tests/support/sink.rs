@@ -884,22 +884,35 @@ shutdown_deadline: {deadline}
         }
     }
 
-    /// The dead letters: (source partition, source offset, error class, reason).
+    /// The dead letters: (source partition, source offset, error class, reason). Waits up to
+    /// 30 s for `expect` of them, then reads on until it holds every letter the topic holds (its
+    /// high watermark, so a letter the broker has and this consumer has not fetched yet is
+    /// counted) and none more arrives for [`EXTRA_LETTER_WAIT`]: a caller that asserts exactly
+    /// `expect` sees an extra one.
     pub fn dead_letters(&self, expect: usize) -> Vec<(i64, i64, String, String)> {
+        // Assigned, not subscribed: no group to join before the first fetch.
         let consumer: BaseConsumer = consumer_config(&self.bootstrap, &unique_name("dlq-reader"))
-            .set("auto.offset.reset", "earliest")
             .create()
             .expect("consumer");
-        consumer.subscribe(&[&self.dlq]).expect("subscribe");
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.dlq, 0, rdkafka::Offset::Beginning)
+            .expect("the dead-letter topic's partition");
+        consumer.assign(&assignment).expect("assign");
         let mut out = Vec::new();
         let started = Instant::now();
-        let mut quiet_since = Instant::now();
-        // Up to 30 s for the expected ones, then a short quiet period to catch extras.
-        while started.elapsed() < Duration::from_secs(30)
-            && (out.len() < expect || quiet_since.elapsed() < Duration::from_secs(2))
-        {
-            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-                quiet_since = Instant::now();
+        let mut last_read = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if out.len() >= expect && last_read.elapsed() >= EXTRA_LETTER_WAIT {
+                let (low, high) = consumer
+                    .fetch_watermarks(&self.dlq, 0, Duration::from_secs(10))
+                    .expect("dead-letter watermarks");
+                if out.len() as i64 >= high - low {
+                    break;
+                }
+            }
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                last_read = Instant::now();
                 // As bytes: a dead letter keeps its record's headers, whose keys need not be
                 // text (rust-rdkafka's `Headers::iter` panics on such a key).
                 let headers = kafka_bigquery_sink::kafka::headers::read(&m);
@@ -972,6 +985,10 @@ shutdown_deadline: {deadline}
         format!("{}/streams/{id}", self.table_ref().path())
     }
 }
+
+/// How long [`Fixture::dead_letters`] waits, once it holds the expected letters and every one the
+/// topic holds, for one more: a letter whose produce is in flight when the expected ones are read.
+pub const EXTRA_LETTER_WAIT: Duration = Duration::from_millis(500);
 
 /// Every expected row (a [`Position`] or a [`Row`]) is visible once, and nothing else is.
 pub fn assert_exactly_once<K: Ord + Clone + std::fmt::Debug>(
