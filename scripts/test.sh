@@ -130,12 +130,13 @@ run_tests() {
 }
 
 # Starts a step in the background, its output in $logs/NAME.log. Each step runs in a process
-# group of its own (set -m), so that stopping it stops what it started.
+# group of its own (set -m), so that stopping it stops what it started; its input is /dev/null
+# (a background group that read the terminal would be stopped).
 step() {
   local name=$1
   shift
   set -m
-  "$@" >"$logs/$name.log" 2>&1 &
+  "$@" </dev/null >"$logs/$name.log" 2>&1 &
   step_pid[$name]=$!
   set +m
   step_started[$name]=$(date +%s)
