@@ -31,7 +31,7 @@ fn table_schema() -> TableSchema {
 
 /// Runs `check -c config`: its exit code and its report.
 fn check(config: &Path) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["check", "-c"])
         .arg(config)
         .args(["--records", "20"])

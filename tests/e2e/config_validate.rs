@@ -567,9 +567,9 @@ fn every_error_is_reported_at_once() {
 
 #[test]
 fn the_validate_command_prints_config_ok_or_every_error_with_exit_code_1() {
-    let bin = env!("CARGO_BIN_EXE_kafka-bigquery-sink");
+    let bin = crate::support::daemon::binary();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/gke-production.yaml");
-    let ok = Command::new(bin)
+    let ok = Command::new(&bin)
         .args(["validate", "-c"])
         .arg(&example)
         .env_clear()
@@ -591,7 +591,7 @@ fn the_validate_command_prints_config_ok_or_every_error_with_exit_code_1() {
             .replace("dead_letter:\n  topic: t-dlq\n", ""),
     )
     .expect("write");
-    let out = Command::new(bin)
+    let out = Command::new(&bin)
         .args(["validate", "-c"])
         .arg(&bad)
         .output()
@@ -1100,7 +1100,7 @@ fn a_topic_pattern_matching_the_dead_letter_topic_warns_and_the_subscription_exc
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("broad.yaml");
     std::fs::write(&path, with_pattern("t")).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["validate", "-c"])
         .arg(&path)
         .output()

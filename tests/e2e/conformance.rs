@@ -29,7 +29,7 @@ async fn conformance(addr: SocketAddr, extra: &[&str]) -> Run {
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        std::process::Command::new(crate::support::daemon::binary())
             .args(&args)
             .output()
             .expect("the binary runs")

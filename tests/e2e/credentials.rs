@@ -105,7 +105,7 @@ fn validate_reads_the_file_an_environment_variable_names() {
         "kafka:\n  bootstrap_servers: 127.0.0.1:9092\n  group_id: g\n  topics: [t]\navro:\n  schema_file: s.avsc\nbigquery:\n  project: p\n  dataset: d\n  table: t\n  credentials: {env: KBQ_TEST_CREDENTIALS}\ndead_letter:\n  topic: t-dlq\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = std::process::Command::new(crate::support::daemon::binary())
         .args(["validate", "-c"])
         .arg(&config)
         .env("KBQ_TEST_CREDENTIALS", &unknown)

@@ -35,7 +35,7 @@ fn validate_cli(yaml: &str, dir: &Path, name: &str) {
             (v, value)
         })
         .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["validate", "-c"])
         .arg(&path)
         .envs(env.iter().map(|(k, v)| (k.as_str(), *v)))
@@ -382,7 +382,7 @@ fn what_cannot_make_a_config_is_refused_with_its_property() {
 fn the_command_writes_the_yaml_and_prints_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sink.yaml");
-    let run = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let run = Command::new(crate::support::daemon::binary())
         .args(["migrate", "kafka-connect"])
         .arg(fixtures().join("06-errors-dead-letter-queue.json"))
         .args(["--bootstrap-servers", "broker-1:9092", "-o"])

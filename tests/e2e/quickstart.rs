@@ -6,7 +6,7 @@ use std::process::Command;
 
 #[test]
 fn quickstart_verifies_exactly_once_across_a_crash_and_exits_zero() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let output = Command::new(crate::support::daemon::binary())
         .args([
             "quickstart",
             "--records",
@@ -60,7 +60,7 @@ fn quickstart_verifies_exactly_once_across_a_crash_and_exits_zero() {
 /// change or one applied out of order leaves a missing, extra or differing row and fails here.
 #[test]
 fn quickstart_cdc_converges_to_the_source_table_across_a_crash() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let output = Command::new(crate::support::daemon::binary())
         .args(["quickstart", "--cdc", "--changes", "6000", "--keys", "400"])
         .args(["--partitions", "3", "--timeout-secs", "120"])
         .output()
@@ -105,7 +105,7 @@ fn quickstart_cdc_converges_to_the_source_table_across_a_crash() {
 
 #[test]
 fn quickstart_rejects_zero_records() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let output = Command::new(crate::support::daemon::binary())
         .args(["quickstart", "--records", "0"])
         .output()
         .expect("run the quickstart");

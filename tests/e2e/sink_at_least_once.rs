@@ -69,7 +69,7 @@ fn assert_at_least_once(visible: &BTreeMap<(i64, i64), usize>, expected: &BTreeS
 
 /// `inspect --json`: the partitions of `topic`, by partition number.
 fn inspect(config: &Path, topic: &str) -> BTreeMap<i64, serde_json::Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["inspect", "--json", "-c"])
         .arg(config)
         .output()
@@ -164,7 +164,7 @@ async fn at_least_once_delivers_every_record_once_without_crashes_and_inspect_sh
         assert_eq!(r["lag"].as_i64(), Some(0), "{r}");
     }
     // The plain table says the same, one line per partition under a header.
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["inspect", "-c"])
         .arg(&config)
         .output()
@@ -345,7 +345,7 @@ async fn recover_flushes_and_finalizes_the_checkpoints_of_an_unsubscribed_topic_
         },
     );
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        let out = Command::new(crate::support::daemon::binary())
             .args(["recover", "-c"])
             .arg(&new)
             .args(args)
@@ -417,7 +417,7 @@ async fn recover_never_moves_a_checkpoint_whose_stream_is_gone() {
         .expect("finalize behind the sink");
 
     // The topic is still subscribed: --topic selects it explicitly.
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = Command::new(crate::support::daemon::binary())
         .args(["recover", "--topic", &f.topic, "-c"])
         .arg(&config)
         .output()
@@ -477,7 +477,7 @@ async fn recover_leaves_a_checkpoint_that_changed_while_it_flushed() {
     }
     // The flush keeps failing until the "other sink" has committed: recover is held inside its
     // flush retries (about 12 s of backoff in all) while its first read is already stale.
-    let recover = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let recover = Command::new(crate::support::daemon::binary())
         .args(["recover", "--topic", &f.topic, "-c"])
         .arg(&config)
         .stdout(std::process::Stdio::piped())

@@ -214,7 +214,7 @@ fn validate_accepts_the_test_config_shape() {
         f.config("validate-only"),
         f.config_with("validate-tweaks", &tweaks),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+        let out = Command::new(crate::support::daemon::binary())
             .args(["validate", "-c"])
             .arg(&config)
             .output()

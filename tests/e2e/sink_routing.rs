@@ -38,7 +38,7 @@ async fn fixture(topic: &str, partitions: i32, table: &str) -> Fixture {
 }
 
 fn validate(config: &Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = std::process::Command::new(crate::support::daemon::binary())
         .args(["validate", "-c"])
         .arg(config)
         .output()
@@ -252,7 +252,7 @@ async fn pattern_groups_name_the_tables_and_a_route_writes_another_dataset_exact
         "one table id in two datasets"
     );
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = std::process::Command::new(crate::support::daemon::binary())
         .args(["check", "--records", "1", "-c"])
         .arg(&config)
         .output()
@@ -426,7 +426,7 @@ async fn a_listed_topic_whose_table_cannot_be_written_stops_the_start_with_its_n
         }),
     );
     validate(&config);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    let out = std::process::Command::new(crate::support::daemon::binary())
         .args(["run", "-c"])
         .arg(&config)
         .output()

@@ -13,8 +13,17 @@ use std::time::{Duration, Instant};
 
 const DEFAULT_RUST_LOG: &str = "info,rdkafka=warn";
 
+/// The daemon's binary: `$KBQ_BIN` when set, else the one cargo built beside these tests.
+/// `scripts/test.sh` sets it to a copy of that build, so that the Dockerfile check and the
+/// benchmark may build their own `target/debug/kafka-bigquery-sink` while the tests run.
+pub fn binary() -> PathBuf {
+    std::env::var_os("KBQ_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kafka-bigquery-sink")))
+}
+
 fn spawn(config: &Path, rust_log: &str, stderr: Stdio, env: &[(&str, &str)]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_kafka-bigquery-sink"))
+    Command::new(binary())
         .args(["run", "-c"])
         .arg(config)
         .env("RUST_LOG", rust_log)
