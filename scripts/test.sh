@@ -96,7 +96,7 @@ cleanup() {
   for pid in "${step_pid[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
   for pid in "${step_pid[@]}"; do wait "$pid" 2>/dev/null || true; done
   "$root/scripts/kafka.sh" stop "$kafka_dir" >/dev/null 2>&1 || true
-  rm -rf "$kafka_dir"
+  rm -rf "$kafka_dir" "$logs/bin"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -104,7 +104,12 @@ scripts/kafka.sh start "$kafka_dir"
 export KBQ_KAFKA_BOOTSTRAP
 KBQ_KAFKA_BOOTSTRAP=$(cat "$kafka_dir/bootstrap")
 export KBQ_KAFKA_DIR="$kafka_dir"
-export KBQ_BIN="$CARGO_TARGET_DIR/debug/kafka-bigquery-sink"
+# The tests run the daemon from a copy of this build (tests/support/daemon.rs, the Python tests):
+# the Dockerfile check and the benchmark smoke build their own target/debug/kafka-bigquery-sink
+# over it while the tests run.
+mkdir "$logs/bin"
+cp -p "$CARGO_TARGET_DIR/debug/kafka-bigquery-sink" "$logs/bin/"
+export KBQ_BIN="$logs/bin/kafka-bigquery-sink"
 export CARGO="${CARGO:-$(command -v cargo)}"
 
 # Runs the test executables whose target name matches $1 (an extended regex), or, with -v,
@@ -143,14 +148,13 @@ step() {
   printf '    started %s (%s)\n' "$name" "$(date -u +%H:%M:%S)"
 }
 # Waits for the next step to end and prints its result: its summary lines when it passed, its
-# whole log when it failed. Sets $ended to its name.
+# whole log when it failed.
 failed_steps=()
 wait_step() {
   local pid name status=0
   wait -n -p pid "${step_pid[@]}" || status=$?
   for name in "${!step_pid[@]}"; do [[ ${step_pid[$name]} == "$pid" ]] && break; done
   unset "step_pid[$name]"
-  ended=$name
   if ((status == 0)); then
     printf '\n==> %s passed in %d s (%s)\n' "$name" $(($(date +%s) - step_started[$name])) \
       "$(date -u +%H:%M:%S)"
@@ -166,7 +170,7 @@ wait_step() {
 # The modules of `e2e` that run in the step of `e2e_slow`, after it, so that the two steps take
 # about as long (docs/developing.md has each module's time). Each is a libtest filter, a module
 # path: the `e2e` step skips exactly what these select, so every test runs once (checked here).
-e2e_beside_slow=(metrics_spec:: kafka_reconnect::)
+e2e_beside_slow=(metrics_spec:: kafka_reconnect:: cdc_formats_e2e:: debezium_pipeline::)
 e2e_skip=()
 e2e_exe=$(awk -F'\t' '$1 == "e2e" && $2 == "test" {print $4}' "$logs/tests.tsv")
 count_tests() { "$e2e_exe" --list "$@" | grep -c ': test$' || true; }
@@ -177,18 +181,17 @@ done
 (($(count_tests "${e2e_skip[@]}") + $(count_tests "${e2e_beside_slow[@]}") == $(count_tests))) ||
   { echo "the two selections of e2e do not add up to its tests"; exit 1; }
 
-# The steps, side by side (docs/developing.md has the figures): the end-to-end tests mostly wait
-# on the broker, the emulator and the daemon's intervals, which leaves the cores to the rest. Each
-# step runs all its parts and fails if one failed. What may not overlap:
-# * the Dockerfile check builds the production binary over target/debug/kafka-bigquery-sink and
-#   puts the default one back when it ends; the benchmark smoke's build (bench/run.sh, the
-#   daemon's package alone, other features) replaces that binary with its own. So each runs
-#   while nothing runs that binary: the Dockerfile check first, the benchmark smoke last, when
-#   the end-to-end and the Python tests have ended.
-# * clippy waits for the build directory's lock that the Dockerfile check's build holds; it
-#   starts after it, so that the end-to-end tests start first.
-# The other test executables, libFuzzer (its own target dir) and the Go client's tests (on the
-# kbq-emulator binary) touch neither and start at once.
+# The steps, side by side, all from the start (docs/developing.md has the figures): the
+# end-to-end tests mostly wait on the broker, the emulator and the daemon's intervals, which
+# leaves the cores to the rest. Each step runs all its parts and fails if one failed.
+# * The Dockerfile check builds the production binary over target/debug/kafka-bigquery-sink and
+#   checks it; the benchmark smoke's build (bench/run.sh, the daemon's package alone, other
+#   features) replaces it with its own and runs it. So the two run one after the other, in the
+#   `builds` step; the tests run the copy in $KBQ_BIN.
+# * Clippy, those two builds and nothing else take the build directory's lock; they wait for
+#   each other.
+# * The other test executables, libFuzzer (its own target dir) and the Go client's tests (on the
+#   kbq-emulator binary, which neither build replaces) are the `others` step.
 others() {
   local status=0
   log "the other test executables"
@@ -217,9 +220,12 @@ lint() {
   log "cargo clippy"
   cargo clippy --workspace --all-targets --locked -- -D warnings
 }
-# Every scripts/test.d/*.sh the steps above do not run, one after the other.
-last() {
+# The Dockerfile check, then every scripts/test.d/*.sh the other steps do not run (the benchmark
+# smoke), one after the other.
+builds() {
   local status=0 extra
+  log "scripts/test.d/dockerfile.sh"
+  bash scripts/test.d/dockerfile.sh || status=1
   for extra in scripts/test.d/*.sh; do
     case $(basename "$extra") in dockerfile.sh | fuzz.sh | go-managedwriter.sh) continue ;; esac
     log "$extra"
@@ -229,21 +235,12 @@ last() {
 }
 
 log "the tests, side by side (logs in $logs)"
-step dockerfile bash scripts/test.d/dockerfile.sh
+step e2e run_tests 'e2e' "${e2e_skip[@]}"
+step e2e_slow slow_then_clients
 step others others
-while ((${#step_pid[@]})); do
-  wait_step
-  case $ended in
-    dockerfile)
-      step e2e run_tests 'e2e' "${e2e_skip[@]}"
-      step e2e_slow slow_then_clients
-      if ((quick == 0)); then step lint lint; fi
-      ;;
-    e2e | e2e_slow)
-      if [[ -z ${step_pid[e2e]:-} && -z ${step_pid[e2e_slow]:-} ]]; then step last last; fi
-      ;;
-  esac
-done
+step builds builds
+if ((quick == 0)); then step lint lint; fi
+while ((${#step_pid[@]})); do wait_step; done
 if ((${#failed_steps[@]})); then
   echo "failed: ${failed_steps[*]} (logs in $logs)"
   exit 1
