@@ -170,7 +170,7 @@ wait_step() {
 # The modules of `e2e` that run in the step of `e2e_slow`, after it, so that the two steps take
 # about as long (docs/developing.md has each module's time). Each is a libtest filter, a module
 # path: the `e2e` step skips exactly what these select, so every test runs once (checked here).
-e2e_beside_slow=(metrics_spec:: kafka_reconnect:: cdc_formats_e2e:: debezium_pipeline::)
+e2e_beside_slow=(metrics_spec:: kafka_reconnect:: cdc_formats_e2e::)
 e2e_skip=()
 e2e_exe=$(awk -F'\t' '$1 == "e2e" && $2 == "test" {print $4}' "$logs/tests.tsv")
 count_tests() { "$e2e_exe" --list "$@" | grep -c ': test$' || true; }
