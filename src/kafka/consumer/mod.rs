@@ -371,8 +371,11 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(20);
 fn run(consumer: &BaseConsumer<SinkContext>) {
     let settings = &consumer.context().settings;
     let mut poll_loop = PollLoop::new();
+    // The message of the last poll, dispatched at the start of the next turn under the lock
+    // that turn takes anyway: one lock of the state per message, not two.
+    let mut polled = None;
     loop {
-        match poll_loop.between_polls(consumer, settings) {
+        match poll_loop.between_polls(consumer, settings, polled.take()) {
             Turn::Shutdown => break,
             Turn::Gated if poll_loop.wait_at_gate(consumer, settings) => continue,
             Turn::Gated | Turn::Poll => {}
@@ -382,7 +385,7 @@ fn run(consumer: &BaseConsumer<SinkContext>) {
         match consumer.poll(POLL_TIMEOUT) {
             // Idle: the lag book is refreshed on the next turn's clock read.
             None => poll_loop.since_clock = CLOCK_EVERY_TURNS,
-            Some(Ok(message)) => poll_loop.dispatch(consumer, settings, &message),
+            Some(Ok(message)) => polled = Some(message),
             Some(Err(error)) => on_poll_error(consumer, settings, &error),
         }
     }
@@ -420,14 +423,20 @@ impl PollLoop {
         }
     }
 
-    /// Commands first, so commits are not delayed behind a full poll; then the seeks due for a
-    /// retry, the lag book (once a second), the stashes, the caps and the memory gate.
+    /// The last poll's message handed over first (before any command: a command sees the
+    /// state as after the poll, as when the message was dispatched under a lock of its own);
+    /// then the commands, so commits are not delayed behind a full poll; then the seeks due
+    /// for a retry, the lag book (once a second), the stashes, the caps and the memory gate.
     fn between_polls(
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
+        polled: Option<BorrowedMessage<'_>>,
     ) -> Turn {
         let mut shared = consumer.context().shared.lock().expect("consumer state");
+        if let Some(message) = polled {
+            self.dispatch(consumer, settings, &mut shared, &message);
+        }
         shared.serve_commands(consumer, settings);
         shared.retry_seeks(consumer, settings);
         self.since_clock += 1;
@@ -483,13 +492,13 @@ impl PollLoop {
         &mut self,
         consumer: &BaseConsumer<SinkContext>,
         settings: &ConsumerSettings,
+        shared: &mut Shared,
         message: &BorrowedMessage<'_>,
     ) {
         if self.current.partition != message.partition() || !of_topic(message, &self.current.topic)
         {
             self.current = TopicPartition::new(topic_name(message), message.partition());
         }
-        let mut shared = consumer.context().shared.lock().expect("consumer state");
         let memory = settings.memory.as_deref();
         let stash = settings.max_stash_records;
         shared
