@@ -310,6 +310,11 @@ impl PartitionWriter {
                         // The consumer dropped the route: wait for the stop that follows.
                         return Ok(stopped(&mut self.stop).await);
                     }
+                    // Counted once a burst, not once a record (two atomic updates each):
+                    // the records are taken from the channel here, whatever becomes of them.
+                    let bytes: usize = burst.iter().map(Record::size).sum();
+                    self.counters.records_consumed.inc_by(burst.len() as u64);
+                    self.counters.bytes_consumed.inc_by(bytes as u64);
                     for record in burst.drain(..) {
                         self.take(record).await?;
                     }
@@ -346,8 +351,6 @@ impl PartitionWriter {
     async fn take(&mut self, record: Record) -> Result<(), RunEnd> {
         let next = admission::admit(self.prefix.position(), record.offset)
             .map_err(|below| RunEnd::Failed(below.to_string()))?;
-        self.counters.records_consumed.inc();
-        self.counters.bytes_consumed.inc_by(record.size() as u64);
         if self.account.is_none() {
             self.account = record.charge.account().cloned();
         }
