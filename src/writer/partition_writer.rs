@@ -658,13 +658,14 @@ impl PartitionWriter {
         let mut buffer = sealed.buffer;
         buffer.shrink_to_fit();
         let buffer = Bytes::from(buffer);
-        let mut batch = Batch {
-            rows: Vec::with_capacity(sealed.ranges.len()),
-            tags: Vec::with_capacity(sealed.ranges.len()),
+        // The records go over whole, in the order of their rows: one pass over the rows (each
+        // a slice of the buffer), none pushing each record again.
+        let batch = Batch {
+            rows: (sealed.ranges.into_iter())
+                .map(|range| buffer.slice(range))
+                .collect(),
+            tags: sealed.records,
         };
-        for (range, record) in sealed.ranges.into_iter().zip(sealed.records) {
-            batch.push(buffer.slice(range), record);
-        }
         while !(self.session.as_ref().expect("session")).has_room_for(sealed.rows_encoded) {
             self.settle_one().await?;
         }
