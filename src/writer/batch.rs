@@ -68,6 +68,13 @@ impl RequestLimits {
         let hint = last_len + last_len / 8;
         hint.clamp(MIN_RESERVE, self.max_bytes.saturating_add(RESERVE_SLACK))
     }
+
+    /// The rows to reserve for a new batch when the last one took `last_rows`: about as many
+    /// (so the rows' ranges and records are not grown by doubling, each growth a copy of every
+    /// record so far), at most a full request's.
+    pub fn reserve_rows(&self, last_rows: usize) -> usize {
+        (last_rows + last_rows / 8).min(self.max_rows)
+    }
 }
 
 /// The encoded size of a row of `len` bytes inside `ProtoRows`: its field tag, its length as a
@@ -149,8 +156,11 @@ impl<R> OpenBatch<R> {
         self.buffer.capacity() == 0
     }
 
-    pub fn reserve(&mut self, bytes: usize) {
+    /// Room for `bytes` of rows and `rows` rows.
+    pub fn reserve(&mut self, bytes: usize, rows: usize) {
         self.buffer.reserve(bytes);
+        self.ranges.reserve(rows);
+        self.records.reserve(rows);
     }
 
     /// The buffer a row is transcoded into, at its end; the row is then [`push`](Self::push)ed
@@ -421,7 +431,7 @@ mod tests {
     #[test]
     fn a_sealed_batch_leaves_an_empty_batch_that_needs_a_new_buffer() {
         let mut b = OpenBatch::default();
-        b.reserve(LIMITS.reserve_len(0));
+        b.reserve(LIMITS.reserve_len(0), LIMITS.reserve_rows(0));
         assert!(!b.needs_reserve());
         add(&mut b, 0, NextOffset(0), 10);
         let sealed = b.seal().unwrap();
@@ -474,5 +484,33 @@ mod tests {
             ..LIMITS
         };
         assert_eq!(unbounded.reserve_len(1 << 20), (1 << 20) + (1 << 17));
+    }
+
+    #[test]
+    fn a_reservation_of_rows_follows_the_last_batch_up_to_a_full_request() {
+        let wide = RequestLimits {
+            max_rows: 500,
+            ..LIMITS
+        };
+        assert_eq!(wide.reserve_rows(0), 0, "a writer's first batch grows");
+        assert_eq!(wide.reserve_rows(256), 288, "an eighth above the last");
+        assert_eq!(wide.reserve_rows(480), 500, "at most a full request");
+        let mut b = OpenBatch::<i64>::default();
+        b.reserve(wide.reserve_len(0), wide.reserve_rows(256));
+        let (records, ranges) = (b.records.as_ptr(), b.ranges.as_ptr());
+        for offset in 0..288 {
+            b.push(
+                0..0,
+                1,
+                offset,
+                KafkaOffset(offset),
+                NextOffset(0),
+                Instant::now,
+            );
+        }
+        assert!(
+            records == b.records.as_ptr() && ranges == b.ranges.as_ptr(),
+            "288 rows pushed without moving the rows' vectors"
+        );
     }
 }

@@ -154,6 +154,7 @@ pub fn spawn(
         counters,
         account: None,
         batch_hint: 0,
+        batch_rows_hint: 0,
         tp,
         incarnation,
         events,
@@ -214,6 +215,8 @@ struct PartitionWriter {
     /// Bytes of the last sealed batch: the next batch's buffer is reserved at about that size,
     /// so it is not grown (copied) by doubling.
     batch_hint: usize,
+    /// Rows of the last sealed batch, for the next batch's row vectors likewise.
+    batch_rows_hint: usize,
     tp: TopicPartition,
     incarnation: Incarnation,
     events: mpsc::UnboundedSender<WriterEvent>,
@@ -520,7 +523,7 @@ impl PartitionWriter {
     async fn append_row(&mut self, mut record: Record, body: RowBody) -> Result<bool, RunEnd> {
         let limits = self.request_limits();
         if self.open.needs_reserve() {
-            self.open.reserve(limits.reserve_len(self.batch_hint));
+            self.reserve_batch(&limits);
         }
         let range = match self.transcode(&record, &body) {
             Ok(Transcoded::Row(range)) => range,
@@ -562,7 +565,7 @@ impl PartitionWriter {
                 // moved to the front of the fresh buffer).
                 let row = self.open.detach_row(range);
                 self.seal().await?;
-                self.open.reserve(limits.reserve_len(self.batch_hint));
+                self.reserve_batch(&limits);
                 self.open.append_bytes(&row)
             }
         };
@@ -576,6 +579,14 @@ impl PartitionWriter {
             self.seal().await?;
         }
         Ok(true)
+    }
+
+    /// Reserves the new open batch at about the last sealed batch's size, in bytes and rows.
+    fn reserve_batch(&mut self, limits: &RequestLimits) {
+        (self.open).reserve(
+            limits.reserve_len(self.batch_hint),
+            limits.reserve_rows(self.batch_rows_hint),
+        );
     }
 
     /// Transcodes `record`'s row (from `body`) to the end of the open batch's buffer, unless
@@ -652,6 +663,7 @@ impl PartitionWriter {
             return Ok(());
         };
         self.batch_hint = sealed.buffer.len();
+        self.batch_rows_hint = sealed.records.len();
         // The rows keep the whole allocation alive until they are acknowledged, and the budget
         // counts only the rows: give back what the reservation did not use (the allocator
         // shrinks in place).
