@@ -22,7 +22,7 @@ use crate::convert::DecimalTarget;
 use crate::descriptor::{self, DescriptorBuilder, ProtoType};
 use crate::metadata_columns::metadata_ops;
 use crate::proto::{Tag, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT};
-use crate::transforms::{FieldRules, Source, Transform, ValueOp};
+use crate::transforms::{FieldRules, Transform, ValueOp};
 use crate::{Body, Plan, PlanError, PlanOptions, UnknownFields};
 use kbq_core::table_schema::{FieldType, Mode, TableFieldSchema, TableSchema};
 
@@ -423,14 +423,7 @@ impl<'a> Compiler<'a> {
             Some(t) => {
                 // Without a schema, or a type, a value that is not a string is the record's
                 // error when it comes.
-                let source = match property.as_ref().and_then(|p| p.kind) {
-                    None => Source::Any,
-                    Some(Kind::String) => Source::Str,
-                    Some(Kind::Integer) => Source::Int64("integer"),
-                    Some(Kind::Number) => Source::Number,
-                    Some(Kind::Boolean) => Source::Bool,
-                    Some(k) => Source::Other(k.name()),
-                };
+                let source = Kind::value_source(property.as_ref().and_then(|p| p.kind));
                 let op = ValueOp::compile(t, source, column)?;
                 let ty = op.proto_type().0;
                 (Conv::Value(op), ProtoType::scalar(ty))

@@ -42,14 +42,7 @@ pub(crate) fn resolve(
                     ));
                 }
             }
-            match shape.kind {
-                None => Source::Any,
-                Some(Kind::String) => Source::Str,
-                Some(Kind::Integer) => Source::Int64("integer"),
-                Some(Kind::Number) => Source::Number,
-                Some(Kind::Boolean) => Source::Bool,
-                Some(k) => Source::Other(k.name()),
-            }
+            Kind::value_source(shape.kind)
         }
     };
     let keys = (names.iter())

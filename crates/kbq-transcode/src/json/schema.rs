@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::budget::{Budget, TooComplex};
+use crate::transforms::Source;
 
 /// `$ref` chains longer than this are refused (a cycle).
 const MAX_REF_HOPS: usize = 64;
@@ -94,6 +95,20 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// What a value transform (a cast, a conversion, a filter's comparison) reads from a
+    /// property of this type; `None`, a property without a schema or a type: any value, checked
+    /// when it comes.
+    pub(crate) fn value_source(kind: Option<Kind>) -> Source {
+        match kind {
+            None => Source::Any,
+            Some(Kind::String) => Source::Str,
+            Some(Kind::Integer) => Source::Int64("integer"),
+            Some(Kind::Number) => Source::Number,
+            Some(Kind::Boolean) => Source::Bool,
+            Some(k) => Source::Other(k.name()),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Kind::Boolean => "boolean",
